@@ -1,0 +1,73 @@
+"""ngrad: PyTorch's autograd API on a lazy, compiling engine.
+
+>>> import ngrad as torch
+>>> x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+>>> y = (x.sin() * x).sum()
+>>> y.backward()
+>>> x.grad
+tensor([ 0.9182,  1.3818, -0.0770], dtype=ngrad.float64)
+"""
+import functools as _functools
+
+from . import autograd, nn
+from .engine.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
+from .engine.dtypes import (DType as dtype, float32, float64, get_default_dtype, int32, int64,
+                            set_default_dtype)
+from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, initial_seed,
+                        is_tensor, linspace, manual_seed, numel, ones, ones_like, rand, rand_like, randint, randn,
+                        randn_like, randperm, seed, tensor, zeros, zeros_like)
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
+
+__version__ = "0.1.0"
+
+float = float32  # noqa: A001
+double = float64
+long = int64
+int = int32  # noqa: A001
+half = None
+
+
+def _function(name):
+    method = getattr(Tensor, name)
+
+    @_functools.wraps(method)
+    def f(input, *args, **kwargs):
+        if not isinstance(input, Tensor):
+            input = tensor(input)
+        return method(input, *args, **kwargs)
+    f.__qualname__ = name
+    f.__module__ = "ngrad"
+    return f
+
+
+_METHODS = """abs absolute add sub mul multiply div divide true_divide neg negative exp log log1p expm1 log2
+log10 sqrt rsqrt reciprocal square sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf
+sign floor ceil round maximum minimum clamp clip clamp_min clamp_max sum mean prod amax amin argmax argmin max min
+var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes
+swapdims t flip roll narrow split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
+less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone
+broadcast_to""".split()
+for _name in _METHODS:
+    globals()[_name] = _function(_name)
+subtract = sub
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """True when all values agree within ``atol + rtol * |other|``."""
+    import numpy as np
+    return bool(np.allclose(input.detach().numpy(), other.detach().numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def equal(input, other):
+    """True when shapes and all values are equal."""
+    return input.shape == other.shape and bool((input == other).all())
+
+
+def result_type(tensor1, tensor2):
+    from .tensor import _operands
+    return _operands(tensor1 if isinstance(tensor1, Tensor) else tensor(tensor1), tensor2)[2]
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return input.softplus(beta, threshold)

@@ -1,0 +1,260 @@
+"""Reverse mode for the facade: ``backward`` and ``grad`` with PyTorch's semantics.
+
+Both lower the graph below the outputs to one tape (``grad`` mode: the differentiable path
+is recomputed from its leaves), differentiate it into a joint tape, and either run it (one
+program computes the unrealized outputs and all gradients) or, with ``create_graph=True``,
+record the joint tape as new graph nodes so the gradients can be differentiated again.
+"""
+import warnings
+
+import numpy as np
+
+from .. import grad_mode
+from ..engine.batch import batch
+from ..engine.differentiate import vjp
+from ..engine.graph import lower, replay, source
+from ..engine.realize import realize
+from ..engine.runtime import run
+from ..tensor import Tensor, _value, _wrap
+
+__all__ = ["backward", "grad"]
+
+_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after they "
+          "have already been freed). Saved intermediate values of the graph are freed when you call "
+          ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+          "graph a second time or if you need to access saved tensors after calling backward.")
+
+
+def _as_tuple(x, what):
+    if isinstance(x, Tensor):
+        return (x,)
+    if x is None:
+        return ()
+    try:
+        return tuple(x)
+    except TypeError:
+        raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, got {type(x).__name__}") from None
+
+
+def _seeds(outputs, grad_outputs, is_grads_batched):
+    """One cotangent tensor per output, PyTorch's ``_make_grads`` checks included."""
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"got {len(outputs)} tensors and {len(grad_outputs)} gradients")
+    seeds = []
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if not out.dtype.is_floating_point:
+                raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out.dtype}")
+            seeds.append(_wrap(source(np.ones(out.shape, out.dtype.np), out.dtype)))
+            continue
+        if not isinstance(g, Tensor):
+            raise TypeError(f"gradients can be either Tensors or None, but got {type(g).__name__}")
+        shape = g.shape[1:] if is_grads_batched else g.shape
+        if shape != out.shape:
+            if is_grads_batched:
+                raise RuntimeError(f"If `is_grads_batched=True`, we interpret the first dimension of each grad_output "
+                                   f"as the batch dimension. The sizes of the remaining dimensions are expected to "
+                                   f"match the shape of corresponding output, but a mismatch was detected: "
+                                   f"grad_output[{i}] has a shape of {g.shape} and output[{i}] has a shape of "
+                                   f"{out.shape}. If you only want some tensors in `grad_output` to be considered "
+                                   f"batched, consider using vmap.")
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has "
+                               f"a shape of {out.shape}.")
+        if g.dtype.is_floating_point != out.dtype.is_floating_point:
+            raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
+                               f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype} and "
+                               f"output[{i}] has a dtype of {out.dtype}.")
+        seeds.append(g if g.dtype is out.dtype else g.to(out.dtype))
+    if is_grads_batched:
+        sizes = {s.shape[0] if s.ndim else None for s in seeds}
+        if len(sizes) != 1 or None in sizes:
+            raise RuntimeError("is_grads_batched=True requires every grad_output to have the same first "
+                               "(batch) dimension")
+    return seeds
+
+
+def _check_outputs(outputs):
+    for i, out in enumerate(outputs):
+        if not isinstance(out, Tensor):
+            raise TypeError(f"outputs must be Tensors, got {type(out).__name__} at position {i}")
+        if not out.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+
+
+def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
+    """Cotangents of ``targets`` (nodes); None for a target not on a differentiable path."""
+    low = lower([o._node for o in outputs], grad=True)
+    wrt = [low.slot_of.get(n) for n in targets]
+    present = [w for w in wrt if w is not None]
+    joint = vjp(low.tape, present)
+    for i in joint.reads_saved:
+        n = low.node_of_instr.get(i)
+        if n is not None and n.freed:
+            raise RuntimeError(_FREED)
+
+    pos = dict(zip(present, joint.grads))
+    seed_nodes = [s._node for s in seeds]
+    n_out = len(outputs)
+    if create_graph:
+        tape, known = joint.tape, {s: n for n, s in low.slot_of.items() if n.value is None or n.differentiable}
+        if batched:
+            tape, _ = batch(tape, set(joint.seeds), seeds[0].shape[0])
+            known = None
+        with grad_mode.enable_grad():
+            nodes = replay(tape, low.sources + seed_nodes, True, known)
+        result = [None if w is None or pos[w] is None else nodes[pos[w]] for w in wrt]
+    else:
+        tape = joint.tape
+        if batched:
+            tape, _ = batch(tape, set(joint.seeds), seeds[0].shape[0])
+        realize(seed_nodes)
+        values = run(tape, [n.value for n in low.sources] + [n.value for n in seed_nodes])
+        for o, v in zip(outputs, values[:n_out]):
+            if o._node.value is None:
+                o._node.value = v
+        result = [None if w is None or pos[w] is None else source(values[pos[w]], n.dtype)
+                  for w, n in zip(wrt, targets)]
+    if not retain_graph:
+        for i in joint.ran:
+            n = low.node_of_instr.get(i)
+            if n is not None:
+                n.freed = True
+    return result
+
+
+def _accumulate(t, g, create_graph):
+    """Add a gradient into ``t.grad``: in place into the same object unless building a graph."""
+    if t._grad is None:
+        t._grad = _wrap(g)
+    elif create_graph:
+        with grad_mode.enable_grad():
+            t._grad = t._grad + _wrap(g)
+    else:
+        old = t._grad
+        total = _value(old) + realize([g])[0]
+        old._node = source(total, old.dtype)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None,
+             inputs=None):
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the graph's leaves.
+
+    ``grad_tensors`` holds one cotangent per tensor (None is allowed for one-element tensors);
+    ``inputs`` restricts which tensors get ``.grad`` (non-leaf tensors included).
+
+    >>> import ngrad
+    >>> x = ngrad.tensor([1.0, 2.0], requires_grad=True)
+    >>> ngrad.autograd.backward((x * x).sum())
+    >>> x.grad
+    tensor([2., 4.])
+    """
+    if grad_variables is not None:
+        grad_tensors = grad_variables
+    outputs = _as_tuple(tensors, "tensors")
+    if inputs is not None:
+        inputs = _as_tuple(inputs, "inputs")
+        if len(inputs) == 0:
+            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    grads = _as_tuple(grad_tensors, "grad_tensors") if grad_tensors is not None else (None,) * len(outputs)
+    if retain_graph is None:
+        retain_graph = create_graph
+    _check_outputs(outputs)
+    seeds = _seeds(outputs, grads, False)
+    if inputs is not None:
+        for t in inputs:
+            if not t.requires_grad:
+                raise RuntimeError("One of the differentiated Tensors does not require grad")
+        owners = list(inputs)
+    else:
+        owners = None
+    if owners is None:
+        low_nodes = _leaves_and_retained(outputs)
+        owners = [n.owner() for n in low_nodes]
+        pairs = [(t, n) for t, n in zip(owners, low_nodes) if t is not None]
+    else:
+        pairs = [(t, t._node) for t in owners]
+    with grad_mode.set_grad_enabled(create_graph):
+        result = _reverse(outputs, seeds, [n for _, n in pairs], retain_graph, create_graph, False)
+        for (t, _), g in zip(pairs, result):
+            if g is not None:
+                _accumulate(t, g, create_graph)
+
+
+def _leaves_and_retained(outputs):
+    """Leaf nodes (and retain_grad nodes) reachable from the outputs, in a deterministic order."""
+    seen, found = set(), []
+    stack = [o._node for o in outputs]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or not n.requires_grad:
+            continue
+        seen.add(id(n))
+        if n.owner is not None and n.owner() is not None:
+            t = n.owner()
+            if not n.differentiable or t._retains_grad:
+                found.append(n)
+        if n.differentiable:
+            stack.extend(n.srcs)
+    return found
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    """The gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated).
+
+    ``inputs`` may be a tensor, a sequence of tensors, or a dict of them (then a dict is
+    returned). ``is_grads_batched=True`` treats the first dimension of every grad_output as
+    a batch of cotangents and computes all of them in one batched reverse program.
+
+    >>> import ngrad
+    >>> x = ngrad.tensor(3.0, requires_grad=True)
+    >>> (dx,) = ngrad.autograd.grad(x ** 3, x, create_graph=True)
+    >>> dx, ngrad.autograd.grad(dx, x)[0]
+    (tensor(27., grad_fn=<MulBackward0>), tensor(18.))
+    """
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
+                         "but got: allow_unused=False.")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
+                      "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
+                      stacklevel=2)
+    keys = None
+    if isinstance(inputs, dict):
+        keys, inputs = list(inputs.keys()), list(inputs.values())
+    outs = _as_tuple(outputs, "outputs")
+    ins = _as_tuple(inputs, "inputs")
+    if len(ins) == 0:
+        raise RuntimeError("grad requires non-empty inputs.")
+    for t in ins:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"inputs must be Tensors, got {type(t).__name__}")
+        if not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    gos = _as_tuple(grad_outputs, "grad_outputs") if grad_outputs is not None else (None,) * len(outs)
+    if retain_graph is None:
+        retain_graph = create_graph
+    _check_outputs(outs)
+    seeds = _seeds(outs, gos, is_grads_batched)
+    with grad_mode.set_grad_enabled(create_graph):
+        result = _reverse(outs, seeds, [t._node for t in ins], retain_graph, create_graph, is_grads_batched)
+    res = []
+    for t, g in zip(ins, result):
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                                   "Set allow_unused=True if this is the desired behavior.")
+            if materialize_grads:
+                shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + tuple(t.shape)
+                res.append(_wrap(source(np.zeros(shape, t.dtype.np), t.dtype)))
+            else:
+                res.append(None)
+        else:
+            res.append(_wrap(g))
+    if keys is not None:
+        return dict(zip(keys, res))
+    return tuple(res)

@@ -1,0 +1,113 @@
+"""Batching: run a tape on a stack of inputs in one program (vmap over a new leading axis).
+
+Contract: ``batch(tape, batched, size)`` returns ``(new_tape, out_batched)``. Input slots in
+``batched`` take arrays with an extra leading axis of length ``size``; every instruction that
+depends on them is rewritten to carry that axis (axes shift by one, unbatched operands are
+broadcast), everything else is left as it was. ``out_batched[i]`` says whether output ``i``
+gained the leading axis. This is how ``is_grads_batched`` and vectorized Jacobians run many
+reverse passes as one.
+"""
+from .prims import PRIMS
+from .tape import Builder
+
+__all__ = ["batch"]
+
+
+def _shift(axes):
+    return tuple(a + 1 for a in axes)
+
+
+def _lift(v, size):
+    return v.reshape(shape=(1,) + v.shape).expand(shape=(size,) + v.shape)
+
+
+def _batched_index(x, idx, axis, size, scatter_shape=None):
+    """``index``/``unindex`` where the index tensors carry the batch axis too.
+
+    The batch axis becomes one more index tensor (0..size-1), placed in front of the indexed
+    axes after moving those right behind the batch axis.
+    """
+    k, ibatch = len(idx), idx[0].shape
+    ones = x.bld.full(1, (size,), "i64")
+    bidx = (ones.cumsum(axis=0) - 1).reshape(shape=(size,) + (1,) * (len(ibatch) - 1)).expand(shape=ibatch)
+    if scatter_shape is None:
+        rank = len(x.shape)
+        perm = (0,) + tuple(range(axis + 1, axis + 1 + k)) + tuple(range(1, axis + 1)) + tuple(
+            range(axis + 1 + k, rank))
+        r = x.permute(perm=perm).index(bidx, *idx, axis=0)
+        # r: ibatch + x.shape[1:axis+1] + rest -> move the leading-dims group back in front of ibatch
+        nb, lead = len(ibatch), axis
+        back = (0,) + tuple(range(nb, nb + lead)) + tuple(range(1, nb)) + tuple(range(nb + lead, len(r.shape)))
+        return r.permute(perm=back)
+    full = (size,) + tuple(scatter_shape)
+    rank = len(full)
+    perm = (0,) + tuple(range(axis + 1, axis + 1 + k)) + tuple(range(1, axis + 1)) + tuple(range(axis + 1 + k, rank))
+    permuted = tuple(full[p] for p in perm)
+    nb, lead = len(ibatch), axis
+    # bring x (ibatch-first layout with leading dims after the batch axis) into index layout
+    to_index = (0,) + tuple(range(1 + lead, nb + lead)) + tuple(range(1, 1 + lead)) + tuple(
+        range(nb + lead, len(x.shape)))
+    g = x.permute(perm=to_index).unindex(bidx, *idx, shape=permuted, axis=0)
+    inv = [0] * rank
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return g.permute(perm=tuple(inv))
+
+
+def batch(tape, batched, size):
+    """Rewrite ``tape`` so the inputs in ``batched`` carry a leading axis of ``size``."""
+    b = Builder()
+    env, isb = {}, {}
+    for s, k in zip(tape.inputs, tape.kinds):
+        yes = s in batched
+        shape = ((size,) if yes else ()) + tape.shapes[s]
+        env[s] = b.input(shape, tape.dtypes[s], "tensor" if yes else k)
+        isb[s] = yes
+    for ins in tape.instrs:
+        args = [env[a] for a in ins.args]
+        flags = [isb[a] for a in ins.args]
+        p = dict(ins.params)
+        if not any(flags):
+            env[ins.out] = b.emit(ins.prim, args, p)
+            isb[ins.out] = False
+            continue
+        kind, name = PRIMS[ins.prim].kind, ins.prim
+        lifted = [a if f else _lift(a, size) for a, f in zip(args, flags)]
+        if kind in ("unary", "binary", "compare", "logical", "where", "cast", "matmul") or name in (
+                "gather", "scatter_add", "cat"):
+            if "axis" in p:
+                p["axis"] += 1
+            if "shape" in p:
+                p["shape"] = (size,) + tuple(p["shape"])
+            r = b.emit(name, lifted, p)
+        elif name in ("sum", "prod", "amax", "amin"):
+            r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
+        elif name in ("argmax", "argmin", "cumsum"):
+            r = b.emit(name, args, dict(p, axis=p["axis"] + 1))
+        elif name in ("reshape", "expand"):
+            r = b.emit(name, args, dict(p, shape=(size,) + tuple(p["shape"])))
+        elif name == "permute":
+            r = b.emit(name, args, dict(p, perm=(0,) + _shift(p["perm"])))
+        elif name == "flip":
+            r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
+        elif name in ("slice", "unslice"):
+            q = dict(p, starts=(0,) + tuple(p["starts"]), stops=(size,) + tuple(p["stops"]),
+                     steps=(1,) + tuple(p["steps"]))
+            if name == "unslice":
+                q["shape"] = (size,) + tuple(p["shape"])
+            r = b.emit(name, args, q)
+        elif name in ("index", "unindex"):
+            if not any(flags[1:]):
+                q = dict(p, axis=p["axis"] + 1)
+                if name == "unindex":
+                    q["shape"] = (size,) + tuple(p["shape"])
+                r = b.emit(name, args, q)
+            else:
+                r = _batched_index(lifted[0], lifted[1:], p["axis"], size,
+                                   p["shape"] if name == "unindex" else None)
+        else:
+            raise ValueError(f"batch: no batching rule for primitive {name!r}")
+        env[ins.out] = r
+        isb[ins.out] = True
+    out = b.finish([env[s] for s in tape.outputs])
+    return out, [isb[s] for s in tape.outputs]

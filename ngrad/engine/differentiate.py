@@ -1,0 +1,90 @@
+"""Differentiation: a tape becomes a joint (forward + reverse) tape.
+
+Contract: ``vjp(tape, wrt)`` returns a ``Joint`` whose tape takes the original inputs plus
+one cotangent seed per output, and returns the original outputs followed by the cotangent
+of every ``wrt`` slot that the outputs depend on (``Joint.grads`` maps each ``wrt`` entry to
+its output position, or None when unused). ``wrt`` may name input slots or intermediate
+slots. Reverse instructions come from the primitive table's VJP rules, so the joint tape is an
+ordinary tape: it can be printed, run, batched or differentiated again. Cotangents only flow
+through floating slots, and fan-out contributions are summed in exactly one place
+(``_accumulate``). Codegen and runtime never learn what a gradient is.
+"""
+from .prims import PRIMS
+from .tape import Builder
+
+__all__ = ["vjp", "Joint"]
+
+
+class Joint:
+    """The result of ``vjp``: the joint tape and what its extra inputs and outputs mean.
+
+    ``seeds``: the cotangent input slot of each original output. ``grads``: for each ``wrt``
+    entry, the index into ``tape.outputs`` of its cotangent, or None if it was not used.
+    ``ran``: indices of the forward instructions whose VJP was emitted. ``reads_saved``: the
+    subset whose VJP reads a forward value (PyTorch's "saved tensors").
+    """
+
+    __slots__ = ("tape", "seeds", "grads", "ran", "reads_saved")
+
+
+def _accumulate(ct, slot, c):
+    prev = ct.get(slot)
+    ct[slot] = c if prev is None else prev + c
+
+
+def vjp(tape, wrt):
+    """Append the reverse pass of ``tape`` with respect to the slots ``wrt``; see module doc."""
+    floating = ("f32", "f64")
+    wrt_set = set(wrt)
+    active = {s for s in wrt if tape.dtypes[s] in floating}
+    literal = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"}
+    for ins in tape.instrs:
+        if ins.out in active:
+            continue
+        if (PRIMS[ins.prim].vjp is not None and tape.dtypes[ins.out] in floating
+                and any(a in active for a in ins.args)):
+            active.add(ins.out)
+        if ins.prim == "const" or (ins.prim in ("reshape", "expand", "cast") and ins.args[0] in literal):
+            literal.add(ins.out)
+
+    b = Builder(tape)
+    ct = {}
+    seeds = []
+    for s in tape.outputs:
+        seed = b.input(tape.shapes[s], tape.dtypes[s])
+        seeds.append(seed.slot)
+        if s in active:
+            _accumulate(ct, s, seed)
+
+    ran, reads_saved = [], set()
+    for i in range(len(tape.instrs) - 1, -1, -1):
+        ins = tape.instrs[i]
+        g = ct.get(ins.out)
+        if g is None:
+            continue
+        need = [a in active for a in ins.args]
+        if not any(need):
+            continue
+        first = len(b.tape.instrs)
+        cts = PRIMS[ins.prim].vjp(need, g, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
+        ran.append(i)
+        primal = {ins.out, *ins.args} - literal
+        if any(a in primal for new in b.tape.instrs[first:] for a in new.args) or any(
+                c is not None and c.slot in primal for c in cts):
+            reads_saved.add(i)
+        for a, n, c in zip(ins.args, need, cts):
+            if n and c is not None:
+                _accumulate(ct, a, c)
+
+    outputs = [b.var(s) for s in tape.outputs]
+    grads = []
+    for w in wrt:
+        c = ct.get(w)
+        if c is None:
+            grads.append(None)
+        else:
+            grads.append(len(outputs))
+            outputs.append(c)
+    j = Joint()
+    j.tape, j.seeds, j.grads, j.ran, j.reads_saved = b.finish(outputs), seeds, grads, ran, reads_saved
+    return j

@@ -1,0 +1,128 @@
+"""The lazy graph: what the facade records, and its lowering to a tape.
+
+Contract: a ``Node`` is one recorded operation (a primitive name, source nodes, params,
+shape and dtype) or a source of values (``op == "input"``, with ``value`` set). Elementwise
+nodes may broadcast their sources; ``lower`` makes that explicit (reshape + expand) so tapes
+stay strict. ``lower(roots, grad)`` walks the graph iteratively (any depth) and returns a
+``Lowered``: the tape, the node of each slot, and the source nodes in input order. In
+``grad`` mode realized nodes that require grad are recomputed instead of being read, so the
+whole differentiable path is on the tape, and every node that does not require grad but is
+computed from one that does is followed by a ``detach`` instruction: cotangents stop there.
+``replay(tape, inputs)`` is the inverse direction: it records a tape as new nodes (this is how
+``create_graph=True`` turns a joint tape into a differentiable graph).
+"""
+from .dtypes import from_short
+from .prims import ELEMENTWISE, PRIMS
+from .tape import Builder
+
+__all__ = ["Node", "lower", "Lowered", "replay"]
+
+
+class Node:
+    """One recorded operation or value source. ``requires_grad``: gradients flow into it;
+    ``differentiable``: its gradient flows on into ``srcs`` (False for leaves and constants)."""
+
+    __slots__ = ("op", "srcs", "params", "shape", "dtype", "value", "requires_grad", "differentiable",
+                 "name", "freed", "owner", "__weakref__")
+
+    def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
+        self.op = op
+        self.srcs = srcs
+        self.params = params
+        self.shape = shape
+        self.dtype = dtype
+        self.value = value
+        self.requires_grad = requires_grad
+        self.differentiable = requires_grad
+        self.name = None
+        self.freed = False
+        self.owner = None
+
+    def __repr__(self):
+        return f"Node({self.op}, {self.dtype.short}{list(self.shape)})"
+
+
+def source(value, dtype, requires_grad=False, scalar=False):
+    """A node holding a realized array (``scalar``: a runtime Python number, 0-d)."""
+    n = Node("input", (), {"scalar": True} if scalar else None, value.shape, dtype, False, value)
+    n.requires_grad = requires_grad
+    return n
+
+
+class Lowered:
+    """``tape``; ``sources``: nodes feeding its inputs, in order; ``slot_of``: node -> slot;
+    ``node_of_instr``: instruction index -> the node it computes."""
+
+    __slots__ = ("tape", "sources", "slot_of", "node_of_instr")
+
+
+def _is_source(n, grad):
+    return n.value is not None and not (grad and n.differentiable)
+
+
+def lower(roots, grad=False):
+    """Lower the graph below ``roots`` to a tape whose outputs are the roots (see module doc)."""
+    b = Builder()
+    slot_of, sources, node_of_instr = {}, [], {}
+    bcast = {}
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        n, ready = stack.pop()
+        if n in slot_of:
+            continue
+        if _is_source(n, grad):
+            kind = "scalar" if n.params and n.params.get("scalar") else "tensor"
+            slot_of[n] = b.input(n.shape, n.dtype.short, kind).slot
+            sources.append(n)
+            continue
+        if not ready:
+            stack.append((n, True))
+            for s in reversed(n.srcs):
+                if s not in slot_of:
+                    stack.append((s, False))
+            continue
+        if n.op == "input":
+            raise RuntimeError("a source node lost its value (it was freed) and cannot be recomputed")
+        args = [b.var(slot_of[s]) for s in n.srcs]
+        if PRIMS[n.op].kind in ELEMENTWISE and n.op != "cast":
+            shape = n.shape
+            for i, a in enumerate(args):
+                if a.shape != shape:
+                    key = (a.slot, shape)
+                    v = bcast.get(key)
+                    if v is None:
+                        v = a
+                        if len(v.shape) < len(shape):
+                            v = v.reshape(shape=(1,) * (len(shape) - len(v.shape)) + v.shape)
+                        if v.shape != shape:
+                            v = v.expand(shape=shape)
+                        bcast[key] = v
+                    args[i] = v
+        node_of_instr[len(b.tape.instrs)] = n
+        v = b.emit(n.op, args, dict(n.params) if n.params else {})
+        if grad and not n.differentiable and n.op != "detach" and any(s.requires_grad for s in n.srcs):
+            v = v.detach()
+        slot_of[n] = v.slot
+    low = Lowered()
+    low.tape = b.finish([b.var(slot_of[r]) for r in roots])
+    low.sources, low.slot_of, low.node_of_instr = sources, slot_of, node_of_instr
+    return low
+
+
+def replay(tape, inputs, grad_enabled, known=None):
+    """Record ``tape`` as nodes over ``inputs`` (one node per input slot); return output nodes.
+
+    ``known`` maps slots to existing nodes that already compute them (the forward part of a
+    joint tape), so they are reused rather than recorded twice.
+    """
+    env = dict(known or {})
+    env.update(zip(tape.inputs, inputs))
+    for ins in tape.instrs:
+        if ins.out in env:
+            continue
+        srcs = tuple(env[a] for a in ins.args)
+        dtype = tape.dtypes[ins.out]
+        rg = (grad_enabled and PRIMS[ins.prim].vjp is not None and dtype in ("f32", "f64")
+              and any(s.requires_grad for s in srcs))
+        env[ins.out] = Node(ins.prim, srcs, dict(ins.params) or None, tape.shapes[ins.out], from_short(dtype), rg)
+    return [env[s] for s in tape.outputs]

@@ -1,0 +1,168 @@
+"""The NumPy reference interpreter: runs any tape one instruction at a time.
+
+Contract: ``interpret(tape, values)`` takes one value per input slot (arrays of the slot's
+exact shape and dtype, or Python numbers for scalar slots) and returns one NumPy array per
+output slot, of exactly the recorded shape and dtype. It is the oracle every compiled kernel
+is tested against, so it favours plain, obviously-correct NumPy over speed. Floating-point
+exceptions follow IEEE (inf/nan results, no warnings). Slots are dropped after their last use,
+so long tapes run in memory proportional to their live values.
+"""
+import math
+
+import numpy as np
+
+from .prims import PRIMS
+
+__all__ = ["interpret", "NUMPY"]
+
+_NP = {"b8": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+
+
+def np_dtype(short):
+    return np.dtype(_NP[short])
+
+
+class NumpyMath:
+    """The math namespace the primitive table's forward expressions are evaluated against."""
+
+    exp, log, log1p, expm1, sqrt = np.exp, np.log, np.log1p, np.expm1, np.sqrt
+    sin, cos, tan, asin, acos, atan = np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan
+    sinh, cosh, tanh, abs, sign = np.sinh, np.cosh, np.tanh, np.abs, np.sign
+    floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
+    maximum, minimum, where, pow = np.maximum, np.minimum, np.where, np.power
+    logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
+    matmul = np.matmul
+
+    @staticmethod
+    def sigmoid(x):
+        return 1 / (1 + np.exp(-x))
+
+    @staticmethod
+    def softplus(x):
+        return np.logaddexp(0, x)
+
+    @staticmethod
+    def erf(x):
+        return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+    @staticmethod
+    def cast(x, dtype):
+        return x.astype(np_dtype(dtype))
+
+    @staticmethod
+    def sum(x, axes, keepdim):
+        return np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
+
+    @staticmethod
+    def prod(x, axes, keepdim):
+        return np.prod(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
+
+    @staticmethod
+    def amax(x, axes, keepdim):
+        return np.amax(x, axis=axes, keepdims=keepdim) if axes else x
+
+    @staticmethod
+    def amin(x, axes, keepdim):
+        return np.amin(x, axis=axes, keepdims=keepdim) if axes else x
+
+    @staticmethod
+    def argmax(x, axis, keepdim):
+        return np.argmax(x, axis=axis, keepdims=keepdim).astype(np.int64)
+
+    @staticmethod
+    def argmin(x, axis, keepdim):
+        return np.argmin(x, axis=axis, keepdims=keepdim).astype(np.int64)
+
+    @staticmethod
+    def cumsum(x, axis):
+        return np.cumsum(x, axis=axis, dtype=x.dtype)
+
+    @staticmethod
+    def reshape(x, shape):
+        return np.reshape(x, shape)
+
+    @staticmethod
+    def permute(x, perm):
+        return np.transpose(x, perm)
+
+    @staticmethod
+    def expand(x, shape):
+        return np.broadcast_to(x, shape)
+
+    @staticmethod
+    def slice(x, starts, stops, steps):
+        return x[tuple(map(slice, starts, stops, steps))]
+
+    @staticmethod
+    def unslice(x, shape, starts, stops, steps):
+        out = np.zeros(shape, x.dtype)
+        out[tuple(map(slice, starts, stops, steps))] = x
+        return out
+
+    @staticmethod
+    def flip(x, axes):
+        return np.flip(x, axes)
+
+    @staticmethod
+    def cat(xs, axis):
+        return np.concatenate(xs, axis=axis)
+
+    @staticmethod
+    def index(x, idx, axis):
+        return x[(slice(None),) * axis + tuple(idx)]
+
+    @staticmethod
+    def unindex(x, idx, shape, axis):
+        out = np.zeros(shape, x.dtype)
+        np.add.at(out, (slice(None),) * axis + tuple(idx), x)
+        return out
+
+    @staticmethod
+    def gather(x, idx, axis):
+        return np.take_along_axis(x, idx, axis=axis)
+
+    @staticmethod
+    def scatter_add(x, idx, axis, shape):
+        out = np.zeros(shape, x.dtype)
+        grid = list(np.ogrid[tuple(slice(n) for n in idx.shape)])
+        grid[axis] = idx
+        np.add.at(out, tuple(grid), x)
+        return out
+
+    @staticmethod
+    def const(value, dtype):
+        return np.asarray(value, dtype=np_dtype(dtype))
+
+
+NUMPY = NumpyMath()
+
+
+def _last_uses(tape):
+    last = {}
+    for i, ins in enumerate(tape.instrs):
+        for a in ins.args:
+            last[a] = i
+    keep = set(tape.outputs)
+    dead = [[] for _ in tape.instrs]
+    for s, i in last.items():
+        if s not in keep:
+            dead[i].append(s)
+    return dead
+
+
+def interpret(tape, values):
+    """Run ``tape`` on ``values`` (one per input slot) with NumPy; return the output arrays."""
+    env = {}
+    for s, k, v in zip(tape.inputs, tape.kinds, values):
+        env[s] = np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
+    dead = _last_uses(tape)
+    m = NUMPY
+    with np.errstate(all="ignore"):
+        for ins, gone in zip(tape.instrs, dead):
+            r = PRIMS[ins.prim].fwd(m, *[env[a] for a in ins.args], **ins.params)
+            if type(r) is not np.ndarray or r.dtype != _NP[tape.dtypes[ins.out]]:
+                r = np.asarray(r, dtype=np_dtype(tape.dtypes[ins.out]))
+            env[ins.out] = r
+            for s in gone:
+                del env[s]
+    return [env[s] for s in tape.outputs]

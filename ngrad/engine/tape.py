@@ -1,0 +1,267 @@
+"""The tape: ngrad's flat SSA intermediate representation.
+
+Contract: a ``Tape`` has input slots (runtime arrays, or runtime Python scalars for values
+such as a learning rate), instructions that each write one new slot from earlier slots, and
+output slots. Every slot carries a shape and a dtype short name. ``verify()`` re-derives every
+shape and dtype from the primitive table; ``format()`` prints the canonical form (slots
+renumbered in definition order, params sorted), which ``parse`` reads back exactly; the
+structural hash used by caches is taken from it. ``Builder`` appends instructions with shape
+inference and hands out ``Var`` handles that the VJP rules of the primitive table compute with.
+"""
+import ast
+import re
+
+from .prims import PRIMS, TapeError
+
+__all__ = ["Tape", "Instr", "Builder", "Var", "parse", "TapeError"]
+
+
+class Instr:
+    """``out = prim(*args; **params)`` on slot numbers."""
+
+    __slots__ = ("out", "prim", "args", "params")
+
+    def __init__(self, out, prim, args, params):
+        self.out, self.prim, self.args, self.params = out, prim, tuple(args), params
+
+    def __repr__(self):
+        return f"Instr(%{self.out} = {self.prim}{tuple(self.args)} {self.params})"
+
+
+class Tape:
+    """A flat SSA program; see the module docstring.
+
+    >>> from ngrad.engine.tape import Builder
+    >>> b = Builder()
+    >>> x = b.input((3,), "f64")
+    >>> y = (x * x).sum(axes=(0,), keepdim=False)
+    >>> print(b.finish([y]).format())
+    in %0 : f64[3]
+    %1 = mul(%0, %0) : f64[3]
+    %2 = sum(%1; axes=(0,), keepdim=False) : f64[]
+    out %2
+    """
+
+    __slots__ = ("shapes", "dtypes", "inputs", "kinds", "instrs", "outputs")
+
+    def __init__(self):
+        self.shapes, self.dtypes = [], []
+        self.inputs, self.kinds = [], []
+        self.instrs, self.outputs = [], []
+
+    def __len__(self):
+        return len(self.instrs)
+
+    def verify(self):
+        """Check SSA form and every instruction against its primitive's rule; return self."""
+        defined = set()
+        for s, k in zip(self.inputs, self.kinds):
+            if s in defined:
+                raise TapeError(f"input slot %{s} defined twice")
+            if k not in ("tensor", "scalar") or (k == "scalar" and self.shapes[s] != ()):
+                raise TapeError(f"input slot %{s} has a bad kind {k!r}")
+            defined.add(s)
+        for ins in self.instrs:
+            prim = PRIMS.get(ins.prim)
+            if prim is None:
+                raise TapeError(f"unknown primitive {ins.prim!r}")
+            for a in ins.args:
+                if a not in defined:
+                    raise TapeError(f"%{ins.out} = {ins.prim} reads %{a} before it is defined")
+            if ins.out in defined:
+                raise TapeError(f"slot %{ins.out} written twice")
+            shape, dtype = prim.infer([self.shapes[a] for a in ins.args],
+                                      [self.dtypes[a] for a in ins.args], **ins.params)
+            if shape != self.shapes[ins.out] or dtype != self.dtypes[ins.out]:
+                raise TapeError(f"%{ins.out} = {ins.prim} is recorded as {self.dtypes[ins.out]}"
+                                f"{list(self.shapes[ins.out])} but its rule gives {dtype}{list(shape)}")
+            defined.add(ins.out)
+        for s in self.outputs:
+            if s not in defined:
+                raise TapeError(f"output %{s} is never defined")
+        return self
+
+    def format(self):
+        """The canonical printed form (also the input of ``parse``)."""
+        num = {}
+        lines = []
+
+        def ty(s):
+            return f"{self.dtypes[s]}[{','.join(map(str, self.shapes[s]))}]"
+
+        for s, k in zip(self.inputs, self.kinds):
+            num[s] = len(num)
+            lines.append(f"in %{num[s]} : {ty(s)}" + (" scalar" if k == "scalar" else ""))
+        for ins in self.instrs:
+            num[ins.out] = len(num)
+            lines.append(f"%{num[ins.out]} = {format_instr(ins, num)} : {ty(ins.out)}")
+        lines.append("out " + " ".join(f"%{num[s]}" for s in self.outputs))
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.format()
+
+
+def format_params(params):
+    return ", ".join(f"{k}={params[k]!r}" for k in sorted(params))
+
+
+def format_instr(ins, num=None):
+    args = ", ".join(f"%{num[a] if num else a}" for a in ins.args)
+    if ins.params:
+        args = f"{args}; {format_params(ins.params)}" if args else format_params(ins.params)
+    return f"{ins.prim}({args})"
+
+
+_LINE = re.compile(r"^%(\d+) = (\w+)\((.*)\) : (\w+)\[([\d,]*)\]$")
+_INPUT = re.compile(r"^in %(\d+) : (\w+)\[([\d,]*)\]( scalar)?$")
+
+
+def _shape(text):
+    return tuple(int(t) for t in text.split(",")) if text else ()
+
+
+def parse(text):
+    """Read a tape from its canonical printed form; ``parse(t.format()).format() == t.format()``."""
+    tape = Tape()
+
+    def define(n, shape, dtype):
+        if n != len(tape.shapes):
+            raise TapeError(f"slots must be numbered in order, got %{n}")
+        tape.shapes.append(shape)
+        tape.dtypes.append(dtype)
+
+    for line in text.strip().splitlines():
+        line = line.strip()
+        if m := _INPUT.match(line):
+            define(int(m[1]), _shape(m[3]), m[2])
+            tape.inputs.append(int(m[1]))
+            tape.kinds.append("scalar" if m[4] else "tensor")
+        elif m := _LINE.match(line):
+            body = m[3]
+            if ";" in body:
+                argtext, _, paramtext = body.partition(";")
+            elif body.startswith("%"):
+                argtext, paramtext = body, ""
+            else:
+                argtext, paramtext = "", body
+            args = [int(a.strip()[1:]) for a in argtext.split(",") if a.strip()]
+            params = _params(paramtext)
+            define(int(m[1]), _shape(m[5]), m[4])
+            tape.instrs.append(Instr(int(m[1]), m[2], args, params))
+        elif line.startswith("out"):
+            tape.outputs = [int(t[1:]) for t in line[3:].split()]
+        else:
+            raise TapeError(f"cannot parse tape line {line!r}")
+    return tape
+
+
+def _params(text):
+    text = text.strip()
+    if not text:
+        return {}
+    call = ast.parse(f"f({text})", mode="eval").body
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+
+
+# --- building tapes --------------------------------------------------------------------------------
+
+class Var:
+    """A slot of a tape under construction; arithmetic on it appends instructions.
+
+    Python numbers combined with a ``Var`` become ``const`` instructions (literals that are
+    part of the program), broadcast to the ``Var``'s shape and dtype.
+    """
+
+    __slots__ = ("bld", "slot", "shape", "dtype")
+
+    def __init__(self, bld, slot, shape, dtype):
+        self.bld, self.slot, self.shape, self.dtype = bld, slot, shape, dtype
+
+    def _lift(self, v):
+        return v if isinstance(v, Var) else self.bld.full(v, self.shape, self.dtype)
+
+    def _bin(self, name, other):
+        return self.bld.emit(name, (self, self._lift(other)))
+
+    def _rbin(self, name, other):
+        return self.bld.emit(name, (self._lift(other), self))
+
+    __add__ = lambda s, o: s._bin("add", o)
+    __radd__ = lambda s, o: s._rbin("add", o)
+    __sub__ = lambda s, o: s._bin("sub", o)
+    __rsub__ = lambda s, o: s._rbin("sub", o)
+    __mul__ = lambda s, o: s._bin("mul", o)
+    __rmul__ = lambda s, o: s._rbin("mul", o)
+    __truediv__ = lambda s, o: s._bin("div", o)
+    __rtruediv__ = lambda s, o: s._rbin("div", o)
+    __neg__ = lambda s: s.bld.emit("neg", (s,))
+    __matmul__ = lambda s, o: s.bld.emit("matmul", (s, o))
+
+    def __repr__(self):
+        return f"Var(%{self.slot}: {self.dtype}{list(self.shape)})"
+
+
+def _method(name):
+    def method(self, *args, **params):
+        return self.bld.emit(name, (self,) + tuple(self._lift(a) for a in args), params)
+    method.__name__ = name
+    return method
+
+
+for _name in PRIMS:
+    if _name not in ("const",):
+        setattr(Var, _name, _method(_name))
+
+
+class Builder:
+    """Appends instructions to a tape, inferring each result's shape and dtype.
+
+    ``Builder(tape)`` continues an existing tape (the forward part of a joint tape).
+    """
+
+    def __init__(self, tape=None):
+        self.tape = Tape()
+        self._consts = {}
+        if tape is not None:
+            t = self.tape
+            t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
+            t.inputs, t.kinds = list(tape.inputs), list(tape.kinds)
+            t.instrs = list(tape.instrs)
+
+    def _new(self, shape, dtype):
+        t = self.tape
+        t.shapes.append(shape)
+        t.dtypes.append(dtype)
+        return len(t.shapes) - 1
+
+    def var(self, slot):
+        return Var(self, slot, self.tape.shapes[slot], self.tape.dtypes[slot])
+
+    def input(self, shape, dtype, kind="tensor"):
+        s = self._new(tuple(shape), dtype)
+        self.tape.inputs.append(s)
+        self.tape.kinds.append(kind)
+        return self.var(s)
+
+    def emit(self, prim, args, params=None):
+        params = params or {}
+        shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
+        s = self._new(shape, dtype)
+        self.tape.instrs.append(Instr(s, prim, [a.slot for a in args], params))
+        return Var(self, s, shape, dtype)
+
+    def full(self, value, shape, dtype):
+        """``value`` broadcast to ``shape`` (one const per literal and dtype, then expand)."""
+        value = {"b8": bool, "i32": int, "i64": int}.get(dtype, float)(value)
+        key = (value, dtype, repr(value))
+        c = self._consts.get(key)
+        if c is None:
+            c = self._consts[key] = self.emit("const", (), {"value": value, "dtype": dtype})
+        if not shape:
+            return c
+        return c.reshape(shape=(1,) * len(shape)).expand(shape=tuple(shape))
+
+    def finish(self, outputs):
+        self.tape.outputs = [o.slot for o in outputs]
+        return self.tape

@@ -1,0 +1,301 @@
+"""Tensor factories (``tensor``, ``zeros``, ``randn`` ...) and the random generator."""
+import math
+
+import numpy as np
+
+from .engine import dtypes as D
+from .engine.graph import source
+from .tensor import Tensor, _shape_arg, _value, _wrap, device as _device
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
+           "empty_like", "full_like", "eye", "arange", "linspace", "rand", "randn", "randint", "rand_like",
+           "randn_like", "randperm", "manual_seed", "seed", "initial_seed", "is_tensor", "numel"]
+
+
+def _leaf(value, dtype, requires_grad):
+    t = _wrap(source(value, dtype))
+    if requires_grad:
+        t.requires_grad_()
+    return t
+
+
+def _check_device(device):
+    if device is not None:
+        _device(device)
+
+
+def _infer(data):
+    """The ngrad dtype PyTorch would pick for nested Python data."""
+    kinds = set()
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, Tensor):
+            kinds.add(x.dtype.category)
+        elif isinstance(x, (bool, np.bool_)):
+            kinds.add(0)
+        elif isinstance(x, (int, np.integer)):
+            kinds.add(1)
+        elif isinstance(x, (float, np.floating)):
+            kinds.add(2)
+        else:
+            raise TypeError(f"Could not infer dtype of {type(x).__name__}")
+    top = max(kinds, default=2)
+    return (D.bool_, D.int64, D.get_default_dtype())[top]
+
+
+def _check_ragged(data):
+    stack = [(data, 0)]
+    lengths = {}
+    while stack:
+        x, depth = stack.pop()
+        if isinstance(x, (list, tuple)):
+            if depth in lengths and lengths[depth] != len(x):
+                raise ValueError(f"expected sequence of length {lengths[depth]} at dim {depth} (got {len(x)})")
+            lengths[depth] = len(x)
+            stack.extend((y, depth + 1) for y in x)
+        elif depth in lengths and lengths[depth] is not None:
+            raise ValueError(f"expected sequence of length {lengths[depth]} at dim {depth} (got a scalar)")
+        else:
+            lengths[depth] = None
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new leaf tensor holding a copy of ``data`` (nested lists, numbers, arrays or tensors).
+
+    Python floats become ``ngrad.float32`` (the default dtype), ints ``int64``, bools ``bool``;
+    NumPy arrays keep their dtype.
+
+    >>> import ngrad
+    >>> ngrad.tensor([1.0, 2.0], requires_grad=True)
+    tensor([1., 2.], requires_grad=True)
+    >>> ngrad.tensor([[1, 2], [3, 4]]).dtype
+    ngrad.int64
+    """
+    _check_device(device)
+    if isinstance(data, Tensor):
+        value = np.array(_value(data))
+        d = dtype or data.dtype
+    elif isinstance(data, np.ndarray):
+        d = dtype or D.from_numpy_dtype(data.dtype)
+        value = np.array(data, dtype=d.np, order="C")
+    elif isinstance(data, np.generic):
+        d = dtype or D.from_numpy_dtype(data.dtype)
+        value = np.array(data, dtype=d.np)
+    else:
+        _check_ragged(data)
+        d = dtype or _infer(data)
+        if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+            data = _to_plain(data)
+        value = np.array(data, dtype=d.np, order="C")
+    if requires_grad and not d.is_floating_point:
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+    return _leaf(value, d, requires_grad)
+
+
+def _flat(data):
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        else:
+            yield x
+
+
+def _to_plain(data):
+    if isinstance(data, (list, tuple)):
+        return [_to_plain(x) for x in data]
+    return _value(data).item() if isinstance(data, Tensor) else data
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Like ``tensor`` but returns ``data`` itself when it already is a tensor of that dtype."""
+    if isinstance(data, Tensor) and (dtype is None or dtype is data.dtype):
+        return data
+    if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) and data.flags.c_contiguous:
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(ndarray):
+    """A tensor sharing memory with a NumPy array (float64/32, int64/32, bool).
+
+    >>> import numpy as np, ngrad
+    >>> ngrad.from_numpy(np.arange(3.0))
+    tensor([0., 1., 2.], dtype=ngrad.float64)
+    """
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    d = D.from_numpy_dtype(ndarray.dtype)
+    a = ndarray if ndarray.flags.c_contiguous and ndarray.dtype.isnative else np.ascontiguousarray(ndarray)
+    return _wrap(source(a, d))
+
+
+def _filled(size, value, dtype, requires_grad, device):
+    _check_device(device)
+    shape = _shape_arg(size)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+    dtype = dtype or D.get_default_dtype()
+    return _leaf(np.full(shape, value, dtype=dtype.np), dtype, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of zeros.
+
+    >>> import ngrad
+    >>> ngrad.zeros(2, 3).shape
+    ngrad.Size([2, 3])
+    """
+    return _filled(size, 0, dtype, requires_grad, device)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of ones."""
+    return _filled(size, 1, dtype, requires_grad, device)
+
+
+empty = zeros
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """A tensor filled with ``fill_value`` (its dtype inferred from the value unless given).
+
+    >>> import ngrad
+    >>> ngrad.full((2,), 7)
+    tensor([7, 7])
+    """
+    if dtype is None:
+        dtype = _infer([fill_value])
+    return _filled((size,) if isinstance(size, int) else tuple(size), fill_value, dtype, requires_grad, device)
+
+
+def _like(t, value, dtype, requires_grad):
+    return _filled(t.shape, value, dtype or t.dtype, requires_grad, None)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False):
+    return _like(input, 0, dtype, requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False):
+    return _like(input, 1, dtype, requires_grad)
+
+
+empty_like = zeros_like
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return _like(input, fill_value, dtype, requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    """The identity matrix (``n`` x ``m``)."""
+    _check_device(device)
+    dtype = dtype or D.get_default_dtype()
+    return _leaf(np.eye(n, n if m is None else m, dtype=dtype.np), dtype, requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 unless a bound is a float.
+
+    >>> import ngrad
+    >>> ngrad.arange(3)
+    tensor([0, 1, 2])
+    """
+    _check_device(device)
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if dtype is None:
+        dtype = _infer([start, end, step])
+    n = max(0, math.ceil((end - start) / step))
+    return _leaf((start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
+                 if dtype.is_floating_point else np.arange(start, end, step, dtype=dtype.np), dtype, requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    _check_device(device)
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    dtype = dtype or D.get_default_dtype()
+    return _leaf(np.linspace(start, end, steps).astype(dtype.np), dtype, requires_grad)
+
+
+# --- randomness -----------------------------------------------------------------------------------------
+
+_generator = [np.random.default_rng()]
+_seed = [None]
+
+
+def manual_seed(seed):
+    """Seed ngrad's random generator (NumPy's PCG64); sequences differ from PyTorch's.
+
+    >>> import ngrad
+    >>> _ = ngrad.manual_seed(0)
+    >>> a = ngrad.rand(2)
+    >>> _ = ngrad.manual_seed(0)
+    >>> bool((a == ngrad.rand(2)).all())
+    True
+    """
+    _seed[0] = int(seed)
+    _generator[0] = np.random.default_rng(int(seed))
+    return _generator[0]
+
+
+def seed():
+    s = int(np.random.SeedSequence().entropy % (2 ** 63))
+    manual_seed(s)
+    return s
+
+
+def initial_seed():
+    return _seed[0]
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    """Uniform samples from [0, 1)."""
+    _check_device(device)
+    dtype = dtype or D.get_default_dtype()
+    return _leaf(_generator[0].random(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal samples."""
+    _check_device(device)
+    dtype = dtype or D.get_default_dtype()
+    return _leaf(_generator[0].standard_normal(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
+
+
+def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_grad=False):
+    """Uniform integers in [low, high)."""
+    if high is None:
+        low, high = 0, low
+    dtype = dtype or D.int64
+    return _leaf(_generator[0].integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad)
+
+
+def rand_like(input, *, dtype=None, requires_grad=False):
+    return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
+
+
+def randn_like(input, *, dtype=None, requires_grad=False):
+    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
+
+
+def randperm(n, *, dtype=None, device=None):
+    dtype = dtype or D.int64
+    return _leaf(_generator[0].permutation(n).astype(dtype.np), dtype, False)
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    return input.numel()

@@ -1,0 +1,122 @@
+"""Grad mode: whether operations record gradient edges. Thread-local, as in PyTorch."""
+import functools
+import inspect
+import threading
+
+__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
+
+
+class _State(threading.local):
+    enabled = True
+
+
+state = _State()
+
+
+def is_grad_enabled():
+    """True when new operations record gradient edges (the default).
+
+    >>> import ngrad
+    >>> ngrad.is_grad_enabled()
+    True
+    >>> with ngrad.no_grad():
+    ...     ngrad.is_grad_enabled()
+    False
+    """
+    return state.enabled
+
+
+class _Mode:
+    """A context manager that is also a decorator, with or without parentheses."""
+
+    _mode = True
+
+    def __new__(cls, func=None):
+        self = super().__new__(cls)
+        self._prev = []
+        if func is not None and callable(func) and cls is not set_grad_enabled:
+            return self(func)
+        return self
+
+    def __enter__(self):
+        self._prev.append(state.enabled)
+        state.enabled = self._mode
+
+    def __exit__(self, *exc):
+        state.enabled = self._prev.pop()
+        return False
+
+    def __call__(self, func):
+        if inspect.isclass(func):
+            raise TypeError(f"{type(self).__name__} can only decorate functions")
+        mode = self._mode
+        cls = type(self)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            ctx = object.__new__(cls)
+            ctx._prev, ctx._mode = [], mode
+            with ctx:
+                return func(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_Mode):
+    """Context manager and decorator that disables gradient recording.
+
+    >>> import ngrad
+    >>> x = ngrad.tensor([1.0], requires_grad=True)
+    >>> with ngrad.no_grad():
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    >>> @ngrad.no_grad
+    ... def double(t):
+    ...     return t * 2
+    >>> double(x).requires_grad
+    False
+    """
+
+    _mode = False
+
+
+class enable_grad(_Mode):
+    """Context manager and decorator that enables gradient recording (inside ``no_grad``).
+
+    >>> import ngrad
+    >>> x = ngrad.tensor([1.0], requires_grad=True)
+    >>> with ngrad.no_grad():
+    ...     with ngrad.enable_grad():
+    ...         y = x * 2
+    >>> y.requires_grad
+    True
+    """
+
+    _mode = True
+
+
+class set_grad_enabled(_Mode):
+    """Set grad mode on or off: as a call it takes effect at once, as a context manager it
+    restores the previous mode on exit.
+
+    >>> import ngrad
+    >>> with ngrad.set_grad_enabled(False):
+    ...     ngrad.is_grad_enabled()
+    False
+    >>> ngrad.is_grad_enabled()
+    True
+    """
+
+    def __new__(cls, mode):
+        self = object.__new__(cls)
+        self._prev = [state.enabled]
+        self._mode = bool(mode)
+        state.enabled = self._mode
+        return self
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        state.enabled = self._prev.pop() if self._prev else True
+        return False

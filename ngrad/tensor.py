@@ -1,0 +1,1624 @@
+"""The facade: ``ngrad.Tensor`` and the operations on it, with PyTorch's semantics.
+
+An operation computes nothing: it checks its operands, infers the result's shape and dtype
+(so errors are raised at the line that caused them), and records a ``Node`` of the lazy graph.
+Values are computed when something needs them (``.numpy()``, ``.item()``, ``repr``,
+``backward()``...). Composite operations (``sigmoid``-free ones such as ``mean``, ``softmax``,
+``norm``) are written in primitives; the last node of a composite carries PyTorch's grad_fn
+name. This module imports the engine; the engine never imports it.
+"""
+import math
+import numbers
+import weakref
+from collections import namedtuple
+
+import numpy as np
+
+from . import grad_mode as _grad_mode
+from ._format import format_tensor
+from .engine import dtypes as D
+from .engine.graph import Node, source
+from .engine.realize import realize
+
+__all__ = ["Tensor", "Size", "device"]
+
+_gm = _grad_mode.state
+_nodes_new = Node
+_MAX = namedtuple("max", ["values", "indices"])
+_MIN = namedtuple("min", ["values", "indices"])
+
+
+class Size(tuple):
+    """The shape of a tensor: a tuple that prints as ``ngrad.Size([2, 3])``."""
+
+    def __repr__(self):
+        return f"ngrad.Size({list(self)})"
+
+    def numel(self):
+        return math.prod(self)
+
+
+class device:
+    """Where a tensor lives. Only ``'cpu'`` exists in this build.
+
+    >>> import ngrad
+    >>> ngrad.device("cpu")
+    device(type='cpu')
+    """
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type="cpu", index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        if type != "cpu":
+            raise RuntimeError(f"Expected one of cpu device type at start of device string: {type}. "
+                               "ngrad's CUDA target is not available in this build.")
+        self.type, self.index = type, index
+
+    def __repr__(self):
+        return f"device(type='{self.type}')"
+
+    def __str__(self):
+        return self.type
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and other.type == self.type
+
+    def __hash__(self):
+        return hash(self.type)
+
+
+_CPU = device("cpu")
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def _is_num(v):
+    return isinstance(v, (int, float, np.number, np.bool_)) and not isinstance(v, np.ndarray)
+
+
+def _scalar_dtype(v):
+    if isinstance(v, (bool, np.bool_)):
+        return D.bool_
+    if isinstance(v, (int, np.integer)):
+        return D.int64
+    if isinstance(v, (float, np.floating)):
+        return D.get_default_dtype()
+    raise TypeError(f"unsupported scalar type {type(v).__name__}")
+
+
+def _wrap(node):
+    t = object.__new__(Tensor)
+    t._node = node
+    t._grad = None
+    t._retains_grad = False
+    return t
+
+
+def _new(op, srcs, params, shape, dtype, name):
+    """Record ``op`` on source nodes; gradients flow when grad mode is on and a source needs them."""
+    rg = False
+    if _gm.enabled and dtype.is_floating_point:
+        for s in srcs:
+            if s.requires_grad:
+                rg = True
+                break
+    n = _nodes_new(op, srcs, params, shape, dtype, rg)
+    if rg:
+        n.name = name
+    return _wrap(n)
+
+
+def _scalar_node(v, dtype):
+    return source(dtype.np.type(v), dtype, scalar=True)
+
+
+def _const_node(v, dtype):
+    """A literal that is part of the program (it is in the tape and its cache key)."""
+    v = {0: bool, 1: int}.get(dtype.category, float)(v)
+    return Node("const", (), {"value": v, "dtype": dtype.short}, (), dtype)
+
+
+def _cast_node(n, dtype):
+    if n.dtype is dtype:
+        return n
+    rg = _gm.enabled and n.requires_grad and dtype.is_floating_point
+    out = Node("cast", (n,), {"dtype": dtype.short}, n.shape, dtype, rg)
+    if rg:
+        out.name = "ToCopyBackward0"
+    return out
+
+
+def _broadcast(a, b):
+    if a == b:
+        return a
+    la, lb = len(a), len(b)
+    n = la if la > lb else lb
+    out = []
+    for i in range(n):
+        x = a[i - n + la] if i - n + la >= 0 else 1
+        y = b[i - n + lb] if i - n + lb >= 0 else 1
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                               f"non-singleton dimension {i} (shapes {list(a)} and {list(b)})")
+    return tuple(out)
+
+
+def _as_tensor(v, dtype=None):
+    return v if isinstance(v, Tensor) else tensor(v, dtype=dtype)
+
+
+def _operands(a, b):
+    """Nodes of two operands after PyTorch's type promotion, and the common dtype."""
+    if isinstance(b, Tensor):
+        na, nb = a._node, b._node
+        if na.dtype is nb.dtype:
+            return na, nb, na.dtype
+        tiers = ([], [])
+        for n in (na, nb):
+            tiers[0 if n.shape else 1].append(n.dtype)
+        d = D.result_type(*tiers)
+        return _cast_node(na, d), _cast_node(nb, d), d
+    if _is_num(b):
+        na = a._node
+        sd = _scalar_dtype(b)
+        d = na.dtype if sd.category <= na.dtype.category else sd
+        return _cast_node(na, d), _scalar_node(b, d), d
+    if isinstance(b, (list, tuple, np.ndarray)):
+        return _operands(a, tensor(b))
+    raise TypeError(f"unsupported operand type for a tensor operation: {type(b).__name__}")
+
+
+def _binary(op, a, b, name, reverse=False):
+    na, nb, d = _operands(a, b)
+    if reverse:
+        na, nb = nb, na
+    shape = na.shape if na.shape == nb.shape else _broadcast(na.shape, nb.shape)
+    return _new(op, (na, nb), None, shape, d, name)
+
+
+def _float_binary(op, a, b, name, reverse=False):
+    """Like ``_binary`` but integer operands are promoted to the default float (true division)."""
+    na, nb, d = _operands(a, b)
+    if not d.is_floating_point:
+        d = D.get_default_dtype()
+        na, nb = _cast_node(na, d), _cast_node(nb, d)
+    if reverse:
+        na, nb = nb, na
+    shape = na.shape if na.shape == nb.shape else _broadcast(na.shape, nb.shape)
+    return _new(op, (na, nb), None, shape, d, name)
+
+
+def _compare(op, a, b):
+    na, nb, _ = _operands(a, b)
+    shape = na.shape if na.shape == nb.shape else _broadcast(na.shape, nb.shape)
+    return _wrap(Node(op, (na, nb), None, shape, D.bool_))
+
+
+def _float_node(n):
+    return n if n.dtype.is_floating_point else _cast_node(n, D.get_default_dtype())
+
+
+def _unary(op, t, name):
+    n = _float_node(t._node)
+    return _new(op, (n,), None, n.shape, n.dtype, name)
+
+
+def _named(t, name):
+    if t._node.requires_grad:
+        t._node.name = name
+    return t
+
+
+def _dim(d, ndim):
+    if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+        raise TypeError(f"dim must be an int, got {type(d).__name__}")
+    lo, hi = (-ndim, ndim - 1) if ndim else (-1, 0)
+    if not lo <= d <= hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {d})")
+    return int(d) % ndim if ndim else 0
+
+
+def _dims(dim, ndim):
+    """Normalize ``dim`` (None, int or sequence) to a sorted tuple of axes."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return tuple(range(ndim))
+        axes = [_dim(d, ndim) for d in dim]
+        if len(set(axes)) != len(axes):
+            raise RuntimeError(f"dim {axes[0]} appears multiple times in the list of dims")
+        return tuple(sorted(axes)) if ndim else ()
+    return (_dim(dim, ndim),) if ndim else ()
+
+
+def _reduce(op, t, dim, keepdim, name, node=None):
+    n = node or t._node
+    axes = _dims(dim, len(n.shape))
+    shape = tuple((1 if i in axes else s) for i, s in enumerate(n.shape) if keepdim or i not in axes)
+    return _new(op, (n,), {"axes": axes, "keepdim": bool(keepdim)}, shape, n.dtype, name)
+
+
+def _shape_arg(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, Size)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, Tensor):
+            s = s.item()
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+            raise TypeError(f"size must be a sequence of ints, got {type(s).__name__}")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _reshape_node(n, shape, name="ViewBackward0"):
+    if tuple(shape) == n.shape:
+        return n
+    rg = _gm.enabled and n.requires_grad
+    out = Node("reshape", (n,), {"shape": tuple(shape)}, tuple(shape), n.dtype, rg)
+    if rg:
+        out.name = name
+    return out
+
+
+def _expand_node(n, shape, name="ExpandBackward0"):
+    shape = tuple(shape)
+    if n.shape == shape:
+        return n
+    if len(n.shape) < len(shape):
+        n = _reshape_node(n, (1,) * (len(shape) - len(n.shape)) + n.shape)
+    rg = _gm.enabled and n.requires_grad
+    out = Node("expand", (n,), {"shape": shape}, shape, n.dtype, rg)
+    if rg:
+        out.name = name
+    return out
+
+
+def _value(t):
+    return realize([t._node])[0]
+
+
+def _index_source(arr):
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    return source(arr, D.int64)
+
+
+# --- the tensor ------------------------------------------------------------------------------------
+
+class Tensor:
+    """A multi-dimensional array that records operations for automatic differentiation.
+
+    Tensors are made by factories (``ngrad.tensor``, ``ngrad.zeros``, ``ngrad.randn`` ...) or
+    by operations on other tensors. Operations are recorded lazily and computed when a value
+    is needed.
+
+    >>> import ngrad
+    >>> x = ngrad.tensor([1.0, 2.0], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad
+    tensor([2., 4.])
+    """
+
+    __slots__ = ("_node", "_grad", "_retains_grad", "__weakref__")
+    __array_ufunc__ = None  # NumPy defers to the reflected operators: ndarray * Tensor -> Tensor
+    __array_priority__ = 1000
+
+    def __new__(cls, *args):
+        if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+            return tensor(args[0], dtype=D.get_default_dtype())
+        from .factories import zeros
+        return zeros(*args)
+
+    # metadata ---------------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return Size(self._node.shape)
+
+    def size(self, dim=None):
+        """The shape, or the size of one dimension."""
+        s = self._node.shape
+        return Size(s) if dim is None else s[_dim(dim, len(s))]
+
+    @property
+    def dtype(self):
+        return self._node.dtype
+
+    @property
+    def device(self):
+        return _CPU
+
+    is_cuda = False
+
+    @property
+    def ndim(self):
+        return len(self._node.shape)
+
+    def dim(self):
+        return len(self._node.shape)
+
+    def numel(self):
+        return math.prod(self._node.shape)
+
+    nelement = numel
+
+    def is_floating_point(self):
+        return self._node.dtype.is_floating_point
+
+    def __len__(self):
+        if not self._node.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._node.shape[0]
+
+    # autograd metadata ------------------------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._node.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        """Make this leaf record operations for gradients (in place); returns self."""
+        n = self._node
+        if n.differentiable:
+            if not requires_grad:
+                raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want "
+                                   "to use a computed variable in a subgraph that doesn't require "
+                                   "differentiation use var_no_grad = var.detach().")
+            return self
+        if requires_grad and not n.dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        n.requires_grad = bool(requires_grad)
+        n.owner = weakref.ref(self) if requires_grad else None
+        return self
+
+    @property
+    def is_leaf(self):
+        return not self._node.differentiable
+
+    @property
+    def grad_fn(self):
+        n = self._node
+        return BackwardNode(n) if n.differentiable else None
+
+    @property
+    def grad(self):
+        if self._node.differentiable and not self._retains_grad:
+            import warnings
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
+                          "Its .grad attribute won't be populated during autograd.backward(). If you "
+                          "indeed want the .grad field to be populated for a non-leaf Tensor, use "
+                          ".retain_grad() on the non-leaf Tensor.", UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
+                                f"{type(value).__name__}")
+            if value.dtype is not self.dtype:
+                raise RuntimeError(f"assigned grad has data of a different type ({value.dtype} vs {self.dtype})")
+            if value._node.shape != self._node.shape:
+                raise RuntimeError(f"assigned grad has data of a different size ({list(value.shape)} vs "
+                                   f"{list(self.shape)})")
+        self._grad = value
+
+    def retain_grad(self):
+        """Keep this non-leaf tensor's gradient in ``.grad`` during ``backward`` (no-op on leaves)."""
+        n = self._node
+        if not n.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if n.differentiable:
+            self._retains_grad = True
+            n.owner = weakref.ref(self)
+
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate the gradient of this tensor into the ``.grad`` of graph leaves.
+
+        See ``ngrad.autograd.backward``; ``gradient`` is needed unless this tensor has one element.
+        """
+        from .autograd.reverse import backward
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def detach(self):
+        """A tensor with the same value that is cut from the graph (never requires grad)."""
+        n = self._node
+        if n.value is not None:
+            return _wrap(source(n.value, n.dtype))
+        return _wrap(Node("detach", (n,), None, n.shape, n.dtype))
+
+    def detach_(self):
+        if self._node.differentiable:
+            self._node = self.detach()._node
+        return self
+
+    @property
+    def data(self):
+        return self.detach()
+
+    @data.setter
+    def data(self, other):
+        v = _value(_as_tensor(other))
+        n = self._node
+        if n.differentiable:
+            raise RuntimeError("setting .data is only supported on leaf tensors")
+        new = source(v, D.from_numpy_dtype(v.dtype))
+        new.requires_grad, new.owner = n.requires_grad, n.owner
+        self._node = new
+
+    # values -------------------------------------------------------------------------------------
+    def numpy(self, *, force=False):
+        """The value as a NumPy array (realizing it if needed).
+
+        >>> import ngrad
+        >>> ngrad.tensor([1, 2]).numpy()
+        array([1, 2])
+        """
+        if self._node.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return np.asarray(_value(self))
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        return _value(self).reshape(()).item()
+
+    def tolist(self):
+        return _value(self).tolist()
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.category != 1 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __iter__(self):
+        if not self._node.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._node.shape[0]))
+
+    def __repr__(self):
+        n = self._node
+        suffixes = []
+        default = D.get_default_dtype() if n.dtype.is_floating_point else D.int64
+        if n.dtype is not default and n.dtype is not D.bool_:
+            suffixes.append(f"dtype={n.dtype!r}")
+        if n.differentiable:
+            suffixes.append(f"grad_fn=<{BackwardNode(n).name()}>")
+        elif n.requires_grad:
+            suffixes.append("requires_grad=True")
+        return format_tensor(np.asarray(_value(self)), suffixes)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return format(repr(self), spec)
+
+    __hash__ = object.__hash__
+
+    def __reduce_ex__(self, protocol):
+        return (tensor, (_value(self), self.dtype, None, self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               "deepcopy protocol at the moment.")
+        out = _wrap(source(np.array(_value(self)), self.dtype))
+        if self.requires_grad:
+            out.requires_grad_()
+        memo[id(self)] = out
+        return out
+
+    # conversion ---------------------------------------------------------------------------------
+    def to(self, *args, **kwargs):
+        """Convert dtype (``t.to(ngrad.float64)``, ``t.to(other)``); ``'cpu'`` keeps the device."""
+        dtype = kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, D.DType):
+                dtype = a
+            elif isinstance(a, Tensor):
+                dtype = a.dtype
+            elif isinstance(a, (str, device)):
+                device(a)
+        if "device" in kwargs and kwargs["device"] is not None:
+            device(kwargs["device"])
+        if dtype is None or dtype is self.dtype:
+            return self
+        return _wrap_cast(self, dtype)
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return {"f32": "ngrad.FloatTensor", "f64": "ngrad.DoubleTensor", "i64": "ngrad.LongTensor",
+                    "i32": "ngrad.IntTensor", "b8": "ngrad.BoolTensor"}[self.dtype.short]
+        return self.to(dtype)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    def float(self):
+        return self.to(D.float32)
+
+    def double(self):
+        return self.to(D.float64)
+
+    def long(self):
+        return self.to(D.int64)
+
+    def int(self):
+        return self.to(D.int32)
+
+    def bool(self):
+        return self.to(D.bool_)
+
+    def cpu(self):
+        return self
+
+    def contiguous(self):
+        return self
+
+    def clone(self):
+        """A copy with its own storage; gradients flow through it."""
+        n = self._node
+        if not n.requires_grad and n.value is not None:
+            return _wrap(source(np.array(n.value), n.dtype))
+        return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")
+
+    # arithmetic ---------------------------------------------------------------------------------
+    def __add__(self, other):
+        return _binary("add", self, other, "AddBackward0")
+
+    def __radd__(self, other):
+        return _binary("add", self, other, "AddBackward0", reverse=True)
+
+    def __sub__(self, other):
+        if self.dtype is D.bool_ and not isinstance(other, Tensor):
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported.")
+        return _binary("sub", self, other, "SubBackward0")
+
+    def __rsub__(self, other):
+        return _binary("sub", self, other, "RsubBackward1", reverse=True)
+
+    def __mul__(self, other):
+        return _binary("mul", self, other, "MulBackward0")
+
+    def __rmul__(self, other):
+        return _binary("mul", self, other, "MulBackward0", reverse=True)
+
+    def __truediv__(self, other):
+        return _float_binary("div", self, other, "DivBackward0")
+
+    def __rtruediv__(self, other):
+        return _float_binary("div", self, other, "DivBackward0", reverse=True)
+
+    def __pow__(self, exponent):
+        return pow(self, exponent)
+
+    def __rpow__(self, base):
+        n, e, d = _operands(self, base)
+        return _new("pow", (e, n), None, n.shape, d, "PowBackward2")
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return matmul(_as_tensor(other), self)
+
+    def __neg__(self):
+        if self.dtype is D.bool_:
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported.")
+        n = self._node
+        return _new("neg", (n,), None, n.shape, n.dtype, "NegBackward0")
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def add(self, other, *, alpha=1):
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, *, alpha=1):
+        return self - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other):
+        return self * other
+
+    multiply = mul
+
+    def div(self, other, *, rounding_mode=None):
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode not in ("trunc", "floor"):
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+        q = self / other
+        if rounding_mode == "floor":
+            q = q.floor()
+        else:
+            q = q.sign() * q.abs().floor()
+        na, _, d = _operands(self, other)
+        return q.to(d) if not d.is_floating_point else q
+
+    divide = true_divide = div
+
+    def pow(self, exponent):
+        return pow(self, exponent)
+
+    def neg(self):
+        return -self
+
+    negative = neg
+
+    def __floordiv__(self, other):
+        return self.div(other, rounding_mode="floor")
+
+    # comparisons and logic --------------------------------------------------------------------------
+    def __lt__(self, other):
+        return _compare("lt", self, other)
+
+    def __le__(self, other):
+        return _compare("le", self, other)
+
+    def __gt__(self, other):
+        return _compare("gt", self, other)
+
+    def __ge__(self, other):
+        return _compare("ge", self, other)
+
+    def __eq__(self, other):
+        if other is None:
+            return False
+        return _compare("eq", self, other)
+
+    def __ne__(self, other):
+        if other is None:
+            return True
+        return _compare("ne", self, other)
+
+    lt, le, gt, ge, eq, ne = __lt__, __le__, __gt__, __ge__, __eq__, __ne__
+    less, less_equal, greater, greater_equal, not_equal = lt, le, gt, ge, ne
+
+    def _logical(self, op, other):
+        other = _as_tensor(other)
+        if self.dtype is not D.bool_ or other.dtype is not D.bool_:
+            raise TypeError(f"{op} is only supported on bool tensors here, got {self.dtype} and {other.dtype}")
+        a, b = self._node, other._node
+        return _wrap(Node(op, (a, b), None, _broadcast(a.shape, b.shape), D.bool_))
+
+    def __and__(self, other):
+        return self._logical("logical_and", other)
+
+    def __or__(self, other):
+        return self._logical("logical_or", other)
+
+    def __xor__(self, other):
+        return self._logical("ne", other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __invert__(self):
+        if self.dtype is not D.bool_:
+            raise TypeError("~ is only supported on bool tensors here")
+        return self.logical_not()
+
+    def logical_not(self):
+        n = self._node if self.dtype is D.bool_ else (self != 0)._node
+        return _wrap(Node("logical_not", (n,), None, n.shape, D.bool_))
+
+    def logical_and(self, other):
+        return self.bool()._logical("logical_and", _as_tensor(other).bool())
+
+    def logical_or(self, other):
+        return self.bool()._logical("logical_or", _as_tensor(other).bool())
+
+    def isnan(self):
+        n = self._node
+        if not n.dtype.is_floating_point:
+            return _wrap(source(np.zeros(n.shape, bool), D.bool_)) if n.value is not None else self != self
+        return _wrap(Node("isnan", (n,), None, n.shape, D.bool_))
+
+    def any(self, dim=None, keepdim=False):
+        return (self.bool().long().sum(dim, keepdim=keepdim) > 0)
+
+    def all(self, dim=None, keepdim=False):
+        return (self.logical_not().long().sum(dim, keepdim=keepdim) == 0)
+
+    # elementwise math ---------------------------------------------------------------------------------
+    def exp(self):
+        return _unary("exp", self, "ExpBackward0")
+
+    def log(self):
+        return _unary("log", self, "LogBackward0")
+
+    def log1p(self):
+        return _unary("log1p", self, "Log1PBackward0")
+
+    def expm1(self):
+        return _unary("expm1", self, "Expm1Backward0")
+
+    def log2(self):
+        return _named(self.log() * (1 / math.log(2)), "Log2Backward0")
+
+    def log10(self):
+        return _named(self.log() * (1 / math.log(10)), "Log10Backward0")
+
+    def sqrt(self):
+        return _unary("sqrt", self, "SqrtBackward0")
+
+    def rsqrt(self):
+        return _named(1 / self.sqrt(), "RsqrtBackward0")
+
+    def reciprocal(self):
+        return _named(1 / _wrap(_float_node(self._node)), "ReciprocalBackward0")
+
+    def square(self):
+        return _named(self * self, "PowBackward0")
+
+    def sin(self):
+        return _unary("sin", self, "SinBackward0")
+
+    def cos(self):
+        return _unary("cos", self, "CosBackward0")
+
+    def tan(self):
+        return _unary("tan", self, "TanBackward0")
+
+    def asin(self):
+        return _unary("asin", self, "AsinBackward0")
+
+    def acos(self):
+        return _unary("acos", self, "AcosBackward0")
+
+    def atan(self):
+        return _unary("atan", self, "AtanBackward0")
+
+    arcsin, arccos, arctan = asin, acos, atan
+
+    def sinh(self):
+        return _unary("sinh", self, "SinhBackward0")
+
+    def cosh(self):
+        return _unary("cosh", self, "CoshBackward0")
+
+    def tanh(self):
+        return _unary("tanh", self, "TanhBackward0")
+
+    def sigmoid(self):
+        return _unary("sigmoid", self, "SigmoidBackward0")
+
+    def erf(self):
+        return _unary("erf", self, "ErfBackward0")
+
+    def relu(self):
+        n = self._node
+        zero = _const_node(0, n.dtype)
+        mask = Node("gt", (n, zero), None, n.shape, D.bool_)
+        return _new("where", (mask, n, zero), None, n.shape, n.dtype, "ReluBackward0")
+
+    def softplus(self, beta=1.0, threshold=20.0):
+        x = self if beta == 1 else self * beta
+        n = _float_node(x._node)
+        soft = _new("softplus", (n,), None, n.shape, n.dtype, "SoftplusBackward0")
+        if beta != 1:
+            soft = soft / beta
+        return _named(where(x > threshold, self, soft), "SoftplusBackward0")
+
+    def abs(self):
+        n = self._node
+        return _new("abs", (n,), None, n.shape, n.dtype, "AbsBackward0")
+
+    absolute = abs
+
+    def sign(self):
+        n = self._node
+        return _new("sign", (n,), None, n.shape, n.dtype, "SignBackward0")
+
+    def _rounding(self, op, name):
+        n = self._node
+        if not n.dtype.is_floating_point:
+            return self.clone()
+        return _new(op, (n,), None, n.shape, n.dtype, name)
+
+    def floor(self):
+        return self._rounding("floor", "FloorBackward0")
+
+    def ceil(self):
+        return self._rounding("ceil", "CeilBackward0")
+
+    def round(self):
+        return self._rounding("round", "RoundBackward0")
+
+    def maximum(self, other):
+        return _binary("maximum", self, _as_tensor(other), "MaximumBackward0")
+
+    def minimum(self, other):
+        return _binary("minimum", self, _as_tensor(other), "MinimumBackward0")
+
+    def clamp(self, min=None, max=None):
+        """Clamp into ``[min, max]``; the gradient passes where ``min <= x <= max`` (bounds inclusive)."""
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        # nested wheres, not maximum/minimum: the bounds are inclusive for the gradient
+        out = self
+        if min is not None:
+            out = where(out < min, min, out)
+        if max is not None:
+            out = where(out > max, max, out)
+        return _named(out, "ClampBackward1")
+
+    clip = clamp
+
+    def clamp_min(self, min):
+        return self.clamp(min=min)
+
+    def clamp_max(self, max):
+        return self.clamp(max=max)
+
+    # reductions -----------------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim=False, *, dtype=None):
+        n = self._node
+        if dtype is not None:
+            n = _cast_node(n, dtype)
+        elif n.dtype.category < 2:
+            n = _cast_node(n, D.int64)
+        return _reduce("sum", self, dim, keepdim, "SumBackward0" if dim is None else "SumBackward1", n)
+
+    def mean(self, dim=None, keepdim=False, *, dtype=None):
+        n = self._node if dtype is None else _cast_node(self._node, dtype)
+        if not n.dtype.is_floating_point:
+            raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating "
+                               f"point or complex dtype. Got: {n.dtype.name.capitalize()}")
+        axes = _dims(dim, len(n.shape))
+        count = math.prod(n.shape[a] for a in axes)
+        s = _reduce("sum", self, dim, keepdim, "SumBackward1", n)
+        return _named(s / count if count else s * float("nan"), "MeanBackward0" if dim is None else "MeanBackward1")
+
+    def prod(self, dim=None, keepdim=False, *, dtype=None):
+        n = self._node
+        if dtype is not None:
+            n = _cast_node(n, dtype)
+        elif n.dtype.category < 2:
+            n = _cast_node(n, D.int64)
+        return _reduce("prod", self, dim, keepdim, "ProdBackward0" if dim is None else "ProdBackward1", n)
+
+    def _extreme(self, op, dim, keepdim, name):
+        n = self._node
+        axes = _dims(dim, len(n.shape))
+        if any(n.shape[a] == 0 for a in axes) or (not axes and 0 in n.shape):
+            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        return _reduce(op, self, dim, keepdim, name)
+
+    def amax(self, dim=(), keepdim=False):
+        return self._extreme("amax", dim, keepdim, "AmaxBackward0")
+
+    def amin(self, dim=(), keepdim=False):
+        return self._extreme("amin", dim, keepdim, "AminBackward0")
+
+    def _arg_extreme(self, op, dim, keepdim):
+        n = self._node
+        if dim is None:
+            n = _reshape_node(n, (math.prod(n.shape),))
+            axis, keepdim = 0, False
+        else:
+            axis = _dim(dim, len(n.shape))
+        if not n.shape:
+            n = _reshape_node(n, (1,))
+            axis = 0
+        if n.shape[axis] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {axis} to have non-zero size.")
+        shape = tuple((1 if i == axis else s) for i, s in enumerate(n.shape) if keepdim or i != axis)
+        if dim is not None and not self._node.shape:
+            shape = ()
+        return _wrap(Node(op, (n,), {"axis": axis, "keepdim": bool(keepdim)}, shape, D.int64))
+
+    def argmax(self, dim=None, keepdim=False):
+        return self._arg_extreme("argmax", dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return self._arg_extreme("argmin", dim, keepdim)
+
+    def _max_min(self, op, dim, keepdim, other, name, tup):
+        if isinstance(dim, Tensor) and other is None:
+            dim, other = None, dim
+        if other is not None:
+            return self.maximum(other) if op == "amax" else self.minimum(other)
+        if dim is None:
+            return self._extreme(op, None, False, name + "1")
+        idx = self._arg_extreme("argmax" if op == "amax" else "argmin", dim, True)
+        axis = _dim(dim, max(self.ndim, 1))
+        vals = self.gather(axis, idx) if self.ndim else self
+        if not keepdim and self.ndim:
+            vals, idx = vals.squeeze(axis), idx.squeeze(axis)
+        return tup(_named(vals, name + "0"), idx)
+
+    def max(self, dim=None, keepdim=False, other=None):
+        """Full reduction (ties share the gradient evenly), or ``(values, indices)`` along ``dim``."""
+        return self._max_min("amax", dim, keepdim, other, "MaxBackward", _MAX)
+
+    def min(self, dim=None, keepdim=False, other=None):
+        return self._max_min("amin", dim, keepdim, other, "MinBackward", _MIN)
+
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _named(self._var(dim, unbiased, keepdim, correction), "VarBackward0")
+
+    def _var(self, dim, unbiased, keepdim, correction):
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        if correction is None:
+            correction = 1 if unbiased is None or unbiased else 0
+        x = _wrap(_float_node(self._node))
+        axes = _dims(dim, x.ndim)
+        n = math.prod(x._node.shape[a] for a in axes)
+        centered = x - x.mean(axes, keepdim=True)
+        return (centered * centered).sum(axes, keepdim=keepdim) / max(0, n - correction)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _named(self._var(dim, unbiased, keepdim, correction).sqrt(), "StdBackward0")
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        """Vector p-norm over ``dim`` (all elements by default); the gradient at 0 is 0."""
+        x = _wrap(_float_node(self._node))
+        if p == "fro" or p is None:
+            p = 2
+        if isinstance(p, str):
+            raise RuntimeError(f"norm: unsupported p={p!r}")
+        p = float(p)
+        axes = _dims(dim, x.ndim)
+        if p == math.inf:
+            out = x.abs().amax(axes, keepdim)
+        elif p == -math.inf:
+            out = x.abs().amin(axes, keepdim)
+        elif p == 0:
+            out = (x != 0).to(x.dtype).sum(axes, keepdim)
+        elif p == 1:
+            out = x.abs().sum(axes, keepdim)
+        else:
+            s = (x * x).sum(axes, keepdim) if p == 2 else (x.abs() ** p).sum(axes, keepdim)
+            # the double-where keeps the derivative at s == 0 finite (PyTorch gives 0 there)
+            zero = s == 0
+            safe = where(zero, 1.0, s)
+            out = where(zero, 0.0, safe.sqrt() if p == 2 else safe ** (1.0 / p))
+        return _named(out, "LinalgVectorNormBackward0")
+
+    def logsumexp(self, dim, keepdim=False):
+        x = _wrap(_float_node(self._node))
+        axes = _dims(dim, x.ndim)
+        m = x.detach().amax(axes, keepdim=True) if x.numel() else zeros_like_node(x, axes)
+        m = where(m.abs() == math.inf, 0.0, m)
+        out = (x - m).exp().sum(axes, keepdim=True).log() + m
+        if not keepdim:
+            out = out.squeeze(axes)
+        return _named(out, "LogsumexpBackward0")
+
+    def softmax(self, dim):
+        x = _wrap(_float_node(self._node))
+        axis = _dim(dim, x.ndim)
+        e = (x - x.detach().amax(axis, keepdim=True)).exp()
+        return _named(e / e.sum(axis, keepdim=True), "SoftmaxBackward0")
+
+    def log_softmax(self, dim):
+        x = _wrap(_float_node(self._node))
+        return _named(x - x.logsumexp(dim, keepdim=True), "LogSoftmaxBackward0")
+
+    def cumsum(self, dim, *, dtype=None):
+        n = self._node
+        if dtype is not None:
+            n = _cast_node(n, dtype)
+        elif n.dtype.category < 2:
+            n = _cast_node(n, D.int64)
+        if not n.shape:
+            return _wrap(n) if n is not self._node else self.clone()
+        return _new("cumsum", (n,), {"axis": _dim(dim, len(n.shape))}, n.shape, n.dtype, "CumsumBackward0")
+
+    # shape and movement ---------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = _shape_arg(shape)
+        n = self._node
+        total = math.prod(n.shape)
+        if shape.count(-1) > 1:
+            raise RuntimeError("only one dimension can be inferred")
+        if -1 in shape:
+            rest = math.prod(s for s in shape if s != -1)
+            if rest == 0 or total % rest:
+                raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {total}")
+            shape = tuple(total // rest if s == -1 else s for s in shape)
+        if any(s < 0 for s in shape) or math.prod(shape) != total:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {total}")
+        if shape == n.shape:
+            return _new("reshape", (n,), {"shape": shape}, shape, n.dtype, "ViewBackward0")
+        return _wrap(_reshape_node(n, shape))
+
+    view = reshape
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    reshape_as = view_as
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        nd = self.ndim
+        if nd == 0:
+            return self.reshape(1)
+        s, e = _dim(start_dim, nd), _dim(end_dim, nd)
+        if s > e:
+            raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+        if s == e:
+            return self
+        shape = self.shape
+        return self.reshape(shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+
+    def squeeze(self, dim=None):
+        shape = self._node.shape
+        axes = set(_dims(dim, len(shape))) if dim is not None else set(range(len(shape)))
+        new = tuple(s for i, s in enumerate(shape) if not (i in axes and s == 1))
+        return _named(self.reshape(new), "SqueezeBackward0")
+
+    def unsqueeze(self, dim):
+        shape = self._node.shape
+        d = _dim(dim, len(shape) + 1)
+        return _named(self.reshape(shape[:d] + (1,) + shape[d:]), "UnsqueezeBackward0")
+
+    def permute(self, *dims):
+        dims = _shape_arg(dims)
+        n = self._node
+        nd = len(n.shape)
+        if len(dims) != nd:
+            raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match "
+                               f"the length of the desired ordering of dimensions i.e. input.dim() = {nd} is "
+                               f"not equal to len(dims) = {len(dims)}")
+        perm = tuple(_dim(d, nd) for d in dims)
+        if len(set(perm)) != nd:
+            raise RuntimeError("permute(): duplicate dims are not allowed.")
+        if perm == tuple(range(nd)):
+            return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "PermuteBackward0")
+        return _new("permute", (n,), {"perm": perm}, tuple(n.shape[p] for p in perm), n.dtype,
+                    "PermuteBackward0")
+
+    def transpose(self, dim0, dim1):
+        nd = self.ndim
+        if nd == 0:
+            return self
+        a, b = _dim(dim0, nd), _dim(dim1, nd)
+        perm = list(range(nd))
+        perm[a], perm[b] = perm[b], perm[a]
+        return _named(self.permute(perm), "TransposeBackward0")
+
+    swapaxes = swapdims = transpose
+
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+        return _named(self.transpose(0, 1) if self.ndim == 2 else self.reshape(self.shape), "TBackward0")
+
+    @property
+    def T(self):
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self):
+        if self.ndim < 2:
+            raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
+        return self.transpose(-2, -1)
+
+    def expand(self, *sizes):
+        sizes = _shape_arg(sizes)
+        shape = self._node.shape
+        if len(sizes) < len(shape):
+            raise RuntimeError(f"expand(torch.FloatTensor{{{list(shape)}}}, size=[{len(sizes)}]): the number of "
+                               "sizes provided must be greater or equal to the number of dimensions in the tensor")
+        lead = len(sizes) - len(shape)
+        out = []
+        for i, s in enumerate(sizes):
+            cur = shape[i - lead] if i >= lead else None
+            if s == -1:
+                if cur is None:
+                    raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+                s = cur
+            if cur is not None and cur != s and cur != 1:
+                raise RuntimeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) "
+                                   f"at non-singleton dimension {i}.  Target sizes: {list(sizes)}.  Tensor "
+                                   f"sizes: {list(shape)}")
+            out.append(s)
+        n = self._node
+        if tuple(out) == shape:
+            return _new("reshape", (n,), {"shape": shape}, shape, n.dtype, "ExpandBackward0")
+        return _wrap(_expand_node(n, out))
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def broadcast_to(self, *shape):
+        return self.expand(*shape)
+
+    def repeat(self, *sizes):
+        sizes = _shape_arg(sizes)
+        shape = self._node.shape
+        if len(sizes) < len(shape):
+            raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of "
+                               "dimensions of tensor")
+        shape = (1,) * (len(sizes) - len(shape)) + shape
+        inter = tuple(v for s in shape for v in (1, s))
+        big = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
+        out = self.reshape(inter).expand(big).reshape(tuple(r * s for r, s in zip(sizes, shape)))
+        return _named(out, "RepeatBackward0")
+
+    def flip(self, *dims):
+        dims = _shape_arg(dims)
+        n = self._node
+        axes = _dims(dims, len(n.shape)) if dims else ()
+        if not axes:
+            return self.clone()
+        return _new("flip", (n,), {"axes": axes}, n.shape, n.dtype, "FlipBackward0")
+
+    def roll(self, shifts, dims=None):
+        if dims is None:
+            return _named(self.flatten().roll(shifts, 0).reshape(self.shape), "RollBackward0")
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+        out = self
+        for s, d in zip(shifts, dims):
+            d = _dim(d, self.ndim)
+            size = self.shape[d]
+            if size == 0 or s % size == 0:
+                continue
+            s %= size
+            out = cat([out.narrow(d, size - s, s), out.narrow(d, 0, size - s)], d)
+        return _named(out if out is not self else self.clone(), "RollBackward0")
+
+    def narrow(self, dim, start, length):
+        d = _dim(dim, self.ndim)
+        key = [slice(None)] * d + [slice(start, start + length)]
+        return self[tuple(key)]
+
+    def split(self, split_size_or_sections, dim=0):
+        d = _dim(dim, self.ndim)
+        size = self.shape[d]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step <= 0:
+                raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {size}")
+            sections = [min(step, size - i) for i in range(0, size, step)] or [0]
+        else:
+            sections = list(split_size_or_sections)
+            if sum(sections) != size:
+                raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's "
+                                   f"size at dimension {d}), but got split_sizes={sections}")
+        out, start = [], 0
+        for s in sections:
+            out.append(_named(self.narrow(d, start, s), "SplitBackward0"))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks, dim=0):
+        if chunks <= 0:
+            raise RuntimeError("chunk expects `chunks` to be greater than 0")
+        size = self.shape[_dim(dim, self.ndim)]
+        return self.split(max(1, -(-size // chunks)), dim)
+
+    def unbind(self, dim=0):
+        d = _dim(dim, self.ndim)
+        return tuple(self.select(d, i) for i in range(self.shape[d]))
+
+    def select(self, dim, index):
+        d = _dim(dim, self.ndim)
+        return self[(slice(None),) * d + (index,)]
+
+    def gather(self, dim, index):
+        """``out[i][j] = self[index[i][j]][j]`` for ``dim=0`` (and so on); gradients scatter-add back."""
+        n, idx = self._node, _as_tensor(index)
+        axis = _dim(dim, max(len(n.shape), 1))
+        if idx.dtype is not D.int64:
+            raise RuntimeError("gather(): Expected dtype int64 for index")
+        if idx.ndim != len(n.shape):
+            raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+        for d, (a, b) in enumerate(zip(idx.shape, n.shape)):
+            if d != axis and a > b:
+                raise RuntimeError(f"Size does not match at dimension {d} expected index {list(idx.shape)} to be "
+                                   f"no larger than self {list(n.shape)} apart from dimension {axis}")
+        iv = _value(idx)
+        if iv.size and (iv.min() < -n.shape[axis] or iv.max() >= n.shape[axis]):
+            raise RuntimeError(f"index {int(iv.max() if iv.max() >= n.shape[axis] else iv.min())} is out of "
+                               f"bounds for dimension {axis} with size {n.shape[axis]}")
+        iv = np.where(iv < 0, iv + n.shape[axis], iv)
+        x = self
+        if any(d != axis and a != b for d, (a, b) in enumerate(zip(idx.shape, n.shape))):
+            x = self[tuple(slice(0, a) if d != axis else slice(None) for d, a in enumerate(idx.shape))]
+        xn = x._node
+        return _new("gather", (xn, _index_source(iv)), {"axis": axis}, tuple(idx.shape), xn.dtype, "GatherBackward0")
+
+    def index_select(self, dim, index):
+        idx = _as_tensor(index)
+        if idx.ndim > 1:
+            raise IndexError("index_select(): Index is supposed to be a vector")
+        if idx.dtype.category != 1:
+            raise RuntimeError("index_select(): Expected dtype int32/int64 for index")
+        d = _dim(dim, max(self.ndim, 1))
+        out = self._advanced(d, [_value(idx).reshape(-1)])
+        return _named(out, "IndexSelectBackward0")
+
+    def _advanced(self, axis, arrays):
+        """Integer-array indexing of consecutive axes starting at ``axis`` (arrays broadcast)."""
+        n = self._node
+        arrays = np.broadcast_arrays(*[np.asarray(a) for a in arrays])
+        fixed = []
+        for k, a in enumerate(arrays):
+            size = n.shape[axis + k]
+            if a.size and (a.min() < -size or a.max() >= size):
+                bad = int(a.max() if a.max() >= size else a.min())
+                raise IndexError(f"index {bad} is out of bounds for dimension {axis + k} with size {size}")
+            fixed.append(_index_source(np.where(a < 0, a + size, a)))
+        shape = n.shape[:axis] + arrays[0].shape + n.shape[axis + len(arrays):]
+        return _new("index", (n, *fixed), {"axis": axis}, shape, n.dtype, "IndexBackward0")
+
+    def __getitem__(self, key):
+        return _getitem(self, key)
+
+    # linear algebra ---------------------------------------------------------------------------------------
+    def matmul(self, other):
+        return matmul(self, other)
+
+    def mm(self, other):
+        if self.ndim != 2 or _as_tensor(other).ndim != 2:
+            raise RuntimeError("mm: both arguments must be 2-D")
+        return matmul(self, other)
+
+    def bmm(self, other):
+        if self.ndim != 3 or _as_tensor(other).ndim != 3:
+            raise RuntimeError("bmm: both arguments must be 3-D")
+        return matmul(self, other)
+
+    def mv(self, vec):
+        return matmul(self, vec)
+
+    def dot(self, other):
+        if self.ndim != 1 or _as_tensor(other).ndim != 1:
+            raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {_as_tensor(other).ndim}D tensors")
+        return matmul(self, other)
+
+    def outer(self, other):
+        return self.reshape(-1, 1) * _as_tensor(other).reshape(1, -1)
+
+
+def zeros_like_node(x, axes):
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    return _wrap(source(np.zeros(shape, x.dtype.np), x.dtype))
+
+
+def _wrap_cast(t, dtype):
+    return _wrap(_cast_node(t._node, dtype))
+
+
+# --- functions with no single owning method ---------------------------------------------------------------
+
+def pow(input, exponent):
+    """``input ** exponent``; a Python-number exponent is part of the program (``x**2`` -> ``x*x``-able).
+
+    The derivative in the base is 0 where the exponent is 0; in the exponent, 0 where the base
+    is 0 and the exponent is non-negative (as in PyTorch).
+    """
+    if not isinstance(input, Tensor):
+        return _as_tensor(exponent).__rpow__(input)
+    n = input._node
+    if _is_num(exponent):
+        sd = _scalar_dtype(exponent)
+        d = n.dtype if sd.category <= n.dtype.category else sd
+        n = _cast_node(n, d)
+        if n.dtype.category == 1 and exponent < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        return _new("pow", (n, _const_node(exponent, d)), None, n.shape, d, "PowBackward0")
+    return _binary("pow", input, _as_tensor(exponent), "PowBackward1")
+
+
+def where(condition, input=None, other=None):
+    """Elementwise ``input if condition else other``, broadcasting all three.
+
+    With only ``condition``, the indices of its non-zero entries (``nonzero(as_tuple=True)``).
+    """
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    cond = _as_tensor(condition)
+    if cond.dtype is not D.bool_:
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                           f"{cond.dtype.name.capitalize()}")
+    if isinstance(input, Tensor):
+        a, b, d = _operands(input, other)
+    elif isinstance(other, Tensor):
+        b, a, d = _operands(other, input)
+    else:
+        d = D.result_type((), (), (_scalar_dtype(input), _scalar_dtype(other)))
+        a, b = _scalar_node(input, d), _scalar_node(other, d)
+    c = cond._node
+    shape = _broadcast(_broadcast(c.shape, a.shape), b.shape)
+    return _new("where", (c, a, b), None, shape, d, "WhereBackward0")
+
+
+def nonzero(input, *, as_tuple=False):
+    """Indices of the non-zero entries (computed at once: the result's size depends on values)."""
+    v = _value(_as_tensor(input))
+    idx = np.nonzero(v) if v.ndim else np.nonzero(v.reshape(1))
+    if as_tuple:
+        return tuple(_wrap(_index_source(i)) for i in idx)
+    return _wrap(_index_source(np.stack(idx, axis=1) if idx else np.zeros((0, 0))))
+
+
+def matmul(input, other):
+    """Matrix product with NumPy/PyTorch rules for 1-D operands and broadcast batch dimensions."""
+    a, b = _as_tensor(input), _as_tensor(other)
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype}")
+    sa, sb = a.shape, b.shape
+    an = a._node if a.ndim > 1 else _reshape_node(a._node, (1,) + sa)
+    bn = b._node if b.ndim > 1 else _reshape_node(b._node, sb + (1,))
+    if an.shape[-1] != bn.shape[-2]:
+        if a.ndim == 1 and b.ndim == 1:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{sa[0]}] and src [{sb[0]}] to have "
+                               f"the same number of elements, but got {sa[0]} and {sb[0]} elements respectively")
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, an.shape[-2:]))} and "
+                           f"{'x'.join(map(str, bn.shape[-2:]))}) (operand shapes {list(sa)} and {list(sb)})")
+    batch = _broadcast(an.shape[:-2], bn.shape[:-2])
+    an = _expand_node(an, batch + an.shape[-2:])
+    bn = _expand_node(bn, batch + bn.shape[-2:])
+    shape = batch + (an.shape[-2], bn.shape[-1])
+    name = "DotBackward0" if a.ndim == b.ndim == 1 else ("MmBackward0" if a.ndim == b.ndim == 2 else (
+        "MvBackward0" if a.ndim == 2 and b.ndim == 1 else "BmmBackward0" if a.ndim == b.ndim == 3 else
+        "MatmulBackward0"))
+    out = _new("matmul", (an, bn), None, shape, an.dtype, name)
+    final = shape
+    if a.ndim == 1:
+        final = final[:-2] + final[-1:]
+    if b.ndim == 1:
+        final = final[:-1]
+    return _named(out.reshape(final), name) if final != shape else out
+
+
+def cat(tensors, dim=0):
+    """Concatenate along an existing dimension (dtypes promote as in PyTorch)."""
+    tensors = [_as_tensor(t) for t in tensors]
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    ref = tensors[0]
+    d = _dim(dim, ref.ndim)
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = D.promote(dtype, t.dtype)
+    for i, t in enumerate(tensors):
+        if t.ndim != ref.ndim:
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}")
+        for k, (a, b) in enumerate(zip(ref.shape, t.shape)):
+            if k != d and a != b:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size {a} but "
+                                   f"got size {b} for tensor number {i} in the list.")
+    nodes = tuple(_cast_node(t._node, dtype) for t in tensors)
+    if len(nodes) == 1:
+        return _new("reshape", nodes, {"shape": nodes[0].shape}, nodes[0].shape, dtype, "CatBackward0")
+    shape = ref.shape[:d] + (sum(t.shape[d] for t in tensors),) + ref.shape[d + 1:]
+    return _new("cat", nodes, {"axis": d}, shape, dtype, "CatBackward0")
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    """Join tensors of one shape along a new dimension."""
+    tensors = [_as_tensor(t) for t in tensors]
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    for i, t in enumerate(tensors):
+        if t.shape != tensors[0].shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} at "
+                               f"entry 0 and {list(t.shape)} at entry {i}")
+    d = _dim(dim, tensors[0].ndim + 1)
+    return _named(cat([t.unsqueeze(d) for t in tensors], d), "StackBackward0")
+
+
+def _getitem(t, key):
+    if not isinstance(key, tuple):
+        key = (key,)
+    items = []
+    for k in key:
+        if isinstance(k, Tensor):
+            if k.dtype is D.bool_:
+                items.append(("mask", _value(k)))
+            elif k.dtype.category == 1:
+                items.append(("adv", _value(k)))
+            else:
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        elif isinstance(k, (list, np.ndarray)):
+            a = np.asarray(k)
+            if a.dtype == np.bool_:
+                items.append(("mask", a))
+            elif a.dtype.kind in "iu" or a.size == 0:
+                items.append(("adv", a.astype(np.int64)))
+            else:
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        elif k is None or k is Ellipsis or isinstance(k, slice):
+            items.append((k,))
+        elif isinstance(k, (bool, np.bool_)):
+            items.append(("mask", np.asarray(k)))
+        elif isinstance(k, (int, np.integer)):
+            items.append(("int", int(k)))
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
+                             f"are valid indices (got {type(k).__name__})")
+    shape = t._node.shape
+    used = sum(1 if it[0] in ("int", "adv") or isinstance(it[0], slice) else
+               (it[1].ndim if it[0] == "mask" else 0) for it in items)
+    if used > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    ell = [i for i, it in enumerate(items) if it[0] is Ellipsis]
+    if len(ell) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    fill = [(slice(None),)] * (len(shape) - used)
+    items = items[:ell[0]] + fill + items[ell[0] + 1:] if ell else items + fill
+
+    starts, stops, steps = [], [], []
+    new_shape, adv_pos, adv_arrays = [], [], []
+    dim = 0
+    name = "SliceBackward0"
+    for it in items:
+        kind = it[0]
+        if kind is None:
+            new_shape.append(1)
+            continue
+        if kind == "mask":
+            m = it[1]
+            if m.ndim == 0:
+                new_shape.append(1)
+                if not m:
+                    adv_pos.append(len(new_shape) - 1)
+                    adv_arrays.append(np.zeros(0, np.int64))
+                continue
+            if m.shape != shape[dim:dim + m.ndim]:
+                for j, (a, b) in enumerate(zip(m.shape, shape[dim:])):
+                    if a != b:
+                        raise IndexError(f"The shape of the mask {list(m.shape)} at index {j} does not match the "
+                                         f"shape of the indexed tensor {list(shape)} at index {dim + j}")
+            for j, arr in enumerate(np.nonzero(m)):
+                starts.append(0), stops.append(shape[dim]), steps.append(1)
+                adv_pos.append(len(new_shape))
+                adv_arrays.append(arr)
+                new_shape.append(shape[dim])
+                dim += 1
+            continue
+        n = shape[dim]
+        if kind == "int":
+            i = it[1] + n if it[1] < 0 else it[1]
+            if not 0 <= i < n:
+                raise IndexError(f"index {it[1]} is out of bounds for dimension {dim} with size {n}")
+            starts.append(i), stops.append(i + 1), steps.append(1)
+            name = "SelectBackward0"
+        elif kind == "adv":
+            starts.append(0), stops.append(n), steps.append(1)
+            adv_pos.append(len(new_shape))
+            adv_arrays.append(it[1])
+            new_shape.append(n)
+        else:
+            a, b, c = kind.indices(n)
+            if c <= 0:
+                raise ValueError("step must be greater than zero")
+            starts.append(a), stops.append(max(a, b)), steps.append(c)
+            new_shape.append(len(range(a, b, c)))
+        dim += 1
+    out = t
+    n = t._node
+    if any(a != 0 or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):
+        sl_shape = tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
+        out = _new("slice", (n,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
+                   sl_shape, n.dtype, name)
+    if tuple(new_shape) != out._node.shape:
+        out = _named(out.reshape(tuple(new_shape)), name)
+    elif out is t:
+        out = _named(t.reshape(t.shape), "AliasBackward0")
+    if adv_arrays:
+        if adv_pos == list(range(adv_pos[0], adv_pos[0] + len(adv_pos))):
+            out = out._advanced(adv_pos[0], adv_arrays)
+        else:
+            rest = [i for i in range(len(new_shape)) if i not in adv_pos]
+            out = out.permute(adv_pos + rest)._advanced(0, adv_arrays)
+        out = _named(out, "IndexBackward0")
+    return out
+
+
+# --- the grad_fn view -------------------------------------------------------------------------------------
+
+class BackwardNode:
+    """What ``tensor.grad_fn`` returns: a view of one recorded operation of the graph."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node):
+        self._node = node
+
+    def name(self):
+        n = self._node
+        return n.name or (n.op.capitalize() + "Backward0")
+
+    @property
+    def next_functions(self):
+        out = []
+        for s in self._node.srcs:
+            if s.differentiable:
+                out.append((BackwardNode(s), 0))
+            elif s.requires_grad:
+                out.append((AccumulateGrad(s), 0))
+            else:
+                out.append((None, 0))
+        return tuple(out)
+
+    @property
+    def metadata(self):
+        return {}
+
+    def __eq__(self, other):
+        return isinstance(other, BackwardNode) and other._node is self._node
+
+    def __hash__(self):
+        return id(self._node)
+
+    def __repr__(self):
+        return f"<{self.name()} object at {hex(id(self._node))}>"
+
+
+class AccumulateGrad(BackwardNode):
+    """The ``next_functions`` entry of a leaf: gradients are accumulated into its ``.grad``."""
+
+    __slots__ = ()
+
+    def name(self):
+        return "torch::autograd::AccumulateGrad"
+
+    @property
+    def variable(self):
+        return self._node.owner() if self._node.owner else None
+
+    @property
+    def next_functions(self):
+        return ()
+
+    def __repr__(self):
+        return f"<AccumulateGrad object at {hex(id(self._node))}>"
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    from .factories import tensor as make
+    return make(data, dtype=dtype, device=device, requires_grad=requires_grad)
