@@ -134,7 +134,7 @@ class NumpyMath:
         return np.asarray(value, dtype=np_dtype(dtype))
 
 
-NUMPY = NumpyMath()
+NUMPY = NumpyMath  # the class itself: plain attribute access never binds self
 
 
 def _last_uses(tape):

@@ -1,0 +1,103 @@
+"""Shared oracles: central finite differences in float64, at the tape and the facade level."""
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine.differentiate import vjp
+from ngrad.engine.interpret import interpret
+from ngrad.engine.tape import Builder
+
+EPS = 1e-6
+
+
+def _short(a):
+    return {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64",
+            np.dtype(np.bool_): "b8", np.dtype(np.int32): "i32"}[a.dtype]
+
+
+def prim_tape(name, args, params):
+    b = Builder()
+    vs = [b.input(a.shape, _short(a)) for a in args]
+    out = b.emit(name, vs, params)
+    return b.finish([out]).verify(), vs
+
+
+def _fd(f, args, i, u):
+    plus = [a.copy() for a in args]
+    minus = [a.copy() for a in args]
+    plus[i] = plus[i] + EPS * u
+    minus[i] = minus[i] - EPS * u
+    return (f(plus) - f(minus)) / (2 * EPS)
+
+
+def dot_check(tape, wrt_pos, args, rng, rtol=1e-5, atol=1e-7):
+    """<u, J^T v> against <v, J u> by central differences for each input in ``wrt_pos``."""
+    joint = vjp(tape, [tape.inputs[i] for i in wrt_pos])
+    joint.tape.verify()
+    outs = interpret(tape, args)
+    vs = [rng.standard_normal(o.shape) for o in outs]
+    res = interpret(joint.tape, list(args) + vs)
+    for k, i in enumerate(wrt_pos):
+        u = rng.standard_normal(args[i].shape)
+        pos = joint.grads[k]
+        analytic = 0.0 if pos is None else float(np.sum(u * res[pos]))
+
+        def f(a):
+            return sum(float(np.sum(v * o)) for v, o in zip(vs, interpret(tape, a)))
+        numeric = _fd(f, args, i, u)
+        assert np.isclose(analytic, numeric, rtol=rtol, atol=atol), (i, analytic, numeric)
+    return joint
+
+
+def second_order_tape(tape, wrt_pos):
+    """The tape of h(x, v, w) = <w, J^T(x) v>: differentiating it checks second derivatives."""
+    joint = vjp(tape, [tape.inputs[i] for i in wrt_pos])
+    b = Builder(joint.tape)
+    total = None
+    for k, i in enumerate(wrt_pos):
+        pos = joint.grads[k]
+        if pos is None:
+            continue
+        g = b.var(joint.tape.outputs[pos])
+        w = b.input(g.shape, g.dtype)
+        term = (g * w).sum(axes=tuple(range(len(g.shape))), keepdim=False)
+        total = term if total is None else total + term
+    return b.finish([total]).verify()
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch")
+
+
+def tensor_fd_check(fn, inputs, rng, rtol=1e-5, atol=1e-7, second=True):
+    """Check ngrad.autograd.grad of ``fn`` (float64 tensors in, tensor out) by finite differences,
+    and its second derivative through create_graph=True."""
+    xs = [ngrad.tensor(a, dtype=ngrad.float64, requires_grad=True) for a in inputs]
+    out = fn(*xs)
+    v = rng.standard_normal(tuple(out.shape))
+    vt = ngrad.tensor(v)
+    grads = ngrad.autograd.grad(out, xs, vt, create_graph=second, allow_unused=True)
+
+    def f(arrs):
+        with ngrad.no_grad():
+            return float(np.sum(v * fn(*[ngrad.tensor(a) for a in arrs]).numpy()))
+    for i, g in enumerate(grads):
+        u = rng.standard_normal(inputs[i].shape)
+        analytic = 0.0 if g is None else float(np.sum(u * g.detach().numpy()))
+        numeric = _fd(f, [np.asarray(a, np.float64) for a in inputs], i, u)
+        assert np.isclose(analytic, numeric, rtol=rtol, atol=atol), (i, analytic, numeric)
+    if second:
+        ws = [rng.standard_normal(inputs[i].shape) for i in range(len(inputs))]
+        h = sum((g * ngrad.tensor(w)).sum() for g, w in zip(grads, ws) if g is not None and g.requires_grad)
+        if isinstance(h, ngrad.Tensor) and h.requires_grad:
+            hg = ngrad.autograd.grad(h, xs, allow_unused=True)
+
+            def hf(arrs):
+                zs = [ngrad.tensor(a, requires_grad=True) for a in arrs]
+                gs = ngrad.autograd.grad(fn(*zs), zs, vt, allow_unused=True)
+                return sum(float(np.sum(g.numpy() * w)) for g, w in zip(gs, ws) if g is not None)
+            for i, g in enumerate(hg):
+                u = rng.standard_normal(inputs[i].shape)
+                analytic = 0.0 if g is None else float(np.sum(u * g.numpy()))
+                numeric = _fd(hf, [np.asarray(a, np.float64) for a in inputs], i, u)
+                assert np.isclose(analytic, numeric, rtol=1e-4, atol=1e-6), ("second", i, analytic, numeric)

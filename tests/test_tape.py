@@ -1,0 +1,135 @@
+"""The tape IR: verify, canonical printing, parsing, and the batching transform."""
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine.batch import batch
+from ngrad.engine.differentiate import vjp
+from ngrad.engine.graph import lower
+from ngrad.engine.interpret import interpret
+from ngrad.engine.tape import Builder, Instr, TapeError, parse
+
+GOLDEN = """\
+in %0 : f64[3]
+in %1 : f64[] scalar
+%2 = reshape(%1; shape=(1,)) : f64[1]
+%3 = expand(%2; shape=(3,)) : f64[3]
+%4 = mul(%0, %3) : f64[3]
+%5 = exp(%4) : f64[3]
+%6 = sum(%5; axes=(0,), keepdim=False) : f64[]
+out %6"""
+
+
+def _facade_tape():
+    x = ngrad.tensor([1.0, 2.0, 3.0], dtype=ngrad.float64, requires_grad=True)
+    y = (x * 0.5).exp().sum()
+    return lower([y._node], grad=True).tape
+
+
+def test_lowered_tape_is_golden():
+    assert _facade_tape().verify().format() == GOLDEN
+
+
+def test_print_parse_round_trip():
+    tape = _facade_tape()
+    joint = vjp(tape, [tape.inputs[0]]).tape
+    for t in (tape, joint):
+        text = t.format()
+        again = parse(text).verify()
+        assert again.format() == text
+        vals = [np.array([1.0, 2.0, 3.0]), 0.5] + [np.ones(t.shapes[s]) for s in t.inputs[2:]]
+        for a, b in zip(interpret(t, vals), interpret(again, vals)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_parse_all_param_kinds():
+    text = """\
+in %0 : f32[4,3]
+in %1 : i64[2]
+%2 = const(; dtype='f32', value=1.5) : f32[]
+%3 = slice(%0; starts=(0, 1), steps=(2, 1), stops=(4, 3)) : f32[2,2]
+%4 = index(%0, %1; axis=0) : f32[2,3]
+%5 = cast(%4; dtype='f64') : f64[2,3]
+out %3 %5 %2"""
+    t = parse(text).verify()
+    assert parse(t.format()).format() == t.format()
+
+
+@pytest.mark.parametrize("mutate,phrase", [
+    (lambda t: t.instrs.__setitem__(0, Instr(t.instrs[0].out, "nope", t.instrs[0].args, {})), "unknown primitive"),
+    (lambda t: t.shapes.__setitem__(t.instrs[-1].out, (7,)), "rule gives"),
+    (lambda t: t.instrs.insert(0, t.instrs[-1]), "before it is defined"),
+    (lambda t: t.instrs.append(t.instrs[0]), "written twice"),
+    (lambda t: t.outputs.append(99), "never defined"),
+])
+def test_verify_rejects_broken_tapes(mutate, phrase):
+    tape = _facade_tape()
+    tape.shapes.append(())
+    tape.dtypes.append("f64")
+    mutate(tape)
+    with pytest.raises(TapeError, match=phrase):
+        tape.verify()
+
+
+def test_builder_rejects_bad_shapes():
+    b = Builder()
+    x, y = b.input((3,), "f64"), b.input((4,), "f64")
+    with pytest.raises(TapeError, match="must match exactly"):
+        x + y
+    with pytest.raises(TapeError, match="cannot reshape"):
+        x.reshape(shape=(2, 2))
+    with pytest.raises(TapeError, match="do not fit"):
+        x.reshape(shape=(3, 1)).matmul(y.reshape(shape=(4, 1)))
+
+
+def _batched_equals_loop(tape, seeds, size, rng, base):
+    btape, flags = batch(tape, set(seeds), size)
+    btape.verify()
+    stacks = {s: rng.standard_normal((size,) + tape.shapes[s]) for s in seeds}
+
+    def inputs(k):
+        it = iter(base)
+        return [stacks[s][k] if s in seeds else next(it) for s in tape.inputs]
+
+    it = iter(base)
+    bin_ = [stacks[s] if s in seeds else next(it) for s in tape.inputs]
+    together = interpret(btape, bin_)
+    for k in range(size):
+        single = interpret(tape, inputs(k))
+        for out, one, flag in zip(together, single, flags):
+            np.testing.assert_allclose(out[k] if flag else out, one, rtol=1e-12, atol=1e-12)
+
+
+def test_batch_of_reverse_passes_equals_a_loop(rng):
+    x = ngrad.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+    w = ngrad.tensor(rng.standard_normal((3, 5)), requires_grad=True)
+    idx = ngrad.tensor([2, 0, 0])
+    y = ((x @ w).tanh().cumsum(1)[:, 1:].flip(0) * x.sum(1, keepdim=True)).softmax(1)
+    y = ngrad.cat([y, x[idx].amax(1, keepdim=True).expand(3, 4)], 0).gather(1, ngrad.tensor([[1, 0]] * 7))
+    low = lower([y._node], grad=True)
+    joint = vjp(low.tape, list(low.tape.inputs))
+    _batched_equals_loop(joint.tape, joint.seeds, 3, rng, [n.value for n in low.sources])
+
+
+def test_batch_with_batched_indices(rng):
+    b = Builder()
+    x = b.input((4, 5, 2), "f64")
+    i = b.input((3,), "i64")
+    j = b.input((3,), "i64")
+    g = b.input((4, 3, 2), "f64")
+    y = x.index(i, j, axis=1)  # (4, 3): two index tensors, one batched
+    z = x.index(i, axis=1)  # (4, 3, 2)
+    u = g.unindex(i, axis=1, shape=(4, 5, 2))
+    tape = b.finish([y, z, u]).verify()
+    # batch the index tensor itself: each batch member uses its own indices
+    btape, flags = batch(tape, {x.slot, i.slot, g.slot}, 2)
+    btape.verify()
+    xs = rng.standard_normal((2, 4, 5, 2))
+    gs = rng.standard_normal((2, 4, 3, 2))
+    iv = np.array([[0, 4, 4], [1, 2, 3]])
+    jv = np.zeros(3, np.int64)
+    outs = interpret(btape, [xs, iv, jv, gs])
+    for k in range(2):
+        single = interpret(tape, [xs[k], iv[k], jv, gs[k]])
+        for o, s in zip(outs, single):
+            np.testing.assert_allclose(o[k], s)
