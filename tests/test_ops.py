@@ -1,0 +1,108 @@
+"""Every facade operation: gradients by finite differences (first and second order) and,
+where PyTorch is installed, values and gradients against PyTorch (float64, rtol 1e-6).
+
+Each case is written once as ``fn(lib, *xs)`` and runs with ``lib`` = ngrad or torch.
+"""
+import numpy as np
+import pytest
+
+import ngrad
+
+from .oracles import tensor_fd_check
+
+R = np.random.default_rng(3)
+
+
+def r(*shape):
+    return R.standard_normal(shape)
+
+
+def p(*shape):
+    return R.uniform(0.5, 2.0, shape)
+
+
+def u(*shape):
+    return R.uniform(-0.8, 0.8, shape)
+
+
+CASES = {
+    "add_broadcast": (lambda L, a, b: a + b, [r(3, 1), r(4)]),
+    "sub_scalar": (lambda L, a: 2.5 - a - 1, [r(3)]),
+    "mul_broadcast": (lambda L, a, b: a * b * 3, [r(2, 3, 1), r(3, 4)]),
+    "div": (lambda L, a, b: a / b / 2 + 1 / b, [r(3, 4), p(4)]),
+    "pow_scalar": (lambda L, a: a ** 2 + a ** 3 - a ** 0.5, [p(5)]),
+    "pow_tensor": (lambda L, a, b: a ** b, [p(5), r(5)]),
+    "rpow": (lambda L, a: 2.0 ** a, [r(5)]),
+    "neg_abs": (lambda L, a: -a.abs() + abs(a), [r(5)]),
+    "exp_log": (lambda L, a: a.exp() + a.abs().log() + a.exp().log1p() + a.expm1(), [r(5)]),
+    "sqrt_rsqrt": (lambda L, a: a.sqrt() + a.rsqrt() + a.reciprocal() + a.square(), [p(5)]),
+    "trig": (lambda L, a: a.sin() + a.cos() + a.tan() + a.atan(), [u(6)]),
+    "inverse_trig": (lambda L, a: a.asin() + a.acos(), [u(6)]),
+    "hyperbolic": (lambda L, a: a.sinh() + a.cosh() + a.tanh(), [r(6)]),
+    "sigmoid_relu": (lambda L, a: a.sigmoid() + a.relu() * 2, [r(6)]),
+    "softplus": (lambda L, a: L.nn.functional.softplus(a) + L.nn.functional.softplus(a * 10, beta=2, threshold=5),
+                 [r(6)]),
+    "erf": (lambda L, a: a.erf(), [r(6)]),
+    "rounding": (lambda L, a: a.floor() + a.ceil() + a.round() + a.sign() + a, [r(6) * 3 + 0.25]),
+    "maximum_minimum": (lambda L, a, b: L.maximum(a, b) * 2 + L.minimum(a, b), [r(3, 4), r(4)]),
+    "clamp": (lambda L, a: a.clamp(-0.5, 0.7) + a.clamp(min=0.1) + a.clamp(max=-0.2), [r(8)]),
+    "clamp_tensor": (lambda L, a, lo, hi: a.clamp(lo, hi), [r(8), r(8) - 1, r(8) + 1]),
+    "where": (lambda L, a, b: L.where(a > 0, a * 2, b), [r(3, 4), r(4)]),
+    "sum_dims": (lambda L, a: a.sum() + a.sum(1).sum() + a.sum((0, 2), keepdim=True).sum(), [r(2, 3, 4)]),
+    "mean_dims": (lambda L, a: a.mean((-1, 0)) * a.mean(), [r(2, 3, 4)]),
+    "prod": (lambda L, a: a.prod(1) + a.prod(), [r(3, 4)]),
+    "amax_amin": (lambda L, a: a.amax(1) + a.amin((0, 1), keepdim=True).sum() + a.amax(), [r(3, 4)]),
+    "max_min_dim": (lambda L, a: a.max(1)[0] + a.min(0, keepdim=True)[0].sum() + a.max() + a.min(), [r(3, 4)]),
+    "var_std": (lambda L, a: a.var() + a.var(1, correction=0) + a.std(0).sum() + a.std(1, keepdim=True).sum(),
+                [r(3, 4)]),
+    "norm": (lambda L, a: a.norm() + a.norm(1) + a.norm(3, dim=1).sum() + a.norm(float("inf"), 0).sum(), [r(3, 4)]),
+    "logsumexp": (lambda L, a: a.logsumexp(1) + a.logsumexp((0, 1)), [r(3, 4)]),
+    "softmax": (lambda L, a: a.softmax(1) * a.log_softmax(0), [r(3, 4)]),
+    "cumsum": (lambda L, a: a.cumsum(1) * a.cumsum(0), [r(3, 4)]),
+    "matmul_2d": (lambda L, a, b: a @ b, [r(3, 4), r(4, 2)]),
+    "matmul_vectors": (lambda L, a, b, c: (a @ b) * c + (b @ c).sum(), [r(4), r(4, 3), r(3)]),
+    "matmul_batched": (lambda L, a, b: L.matmul(a, b), [r(2, 1, 3, 4), r(5, 4, 2)]),
+    "dot_mm": (lambda L, a, b: a.dot(b) + a.outer(b).sum(), [r(4), r(4)]),
+    "reshape_view": (lambda L, a: a.reshape(4, -1).view(2, 2, 3).flatten(1) * 2, [r(3, 4)]),
+    "squeeze_unsqueeze": (lambda L, a: a.unsqueeze(0).unsqueeze(-1).squeeze() * a.squeeze(1).unsqueeze(1), [r(3, 1)]),
+    "transpose_permute": (lambda L, a: a.transpose(0, 2).permute(1, 0, 2) * 2 + a.permute(0, 2, 1).T, [r(2, 3, 4)]),
+    "t_mT": (lambda L, a: a.t() @ a + a.mT @ a, [r(3, 2)]),
+    "expand_repeat": (lambda L, a: a.expand(2, 3, 4) * a.repeat(2, 1, 4), [r(3, 1)]),
+    "slicing": (lambda L, a: a[1:, ::2] * 2 + a[0, 0:5:2] + a[..., -1:].sum() + a[None, :, 1][0, 1:3].sum(),
+                [r(3, 5)]),
+    "int_indexing": (lambda L, a: a[[0, 2, 2]] + a[L.tensor([1, 0, 0])], [r(3, 4)]),
+    "mixed_indexing": (lambda L, a: a[:, [1, 1, 2]].sum() + a[[0, 1], :, [2, 0]].sum() + a[1, [0, 2]].sum(),
+                       [r(2, 3, 4)]),
+    "bool_indexing": (lambda L, a: a[a > 0].sum() + a[L.tensor([True, False, True])].sum(), [r(3, 4)]),
+    "cat_stack": (lambda L, a, b: L.cat([a, b, a], 1).sum(0) + L.stack([a, a * 2], 2).sum((0, 2)).sum(),
+                  [r(2, 3), r(2, 1)]),
+    "split_chunk": (lambda L, a: a.split(2, 1)[1].sum() + a.split([1, 3], 1)[1].sum() + a.chunk(2)[0].sum(),
+                    [r(3, 4)]),
+    "flip_roll": (lambda L, a: a.flip(0) * a.roll(1, 1) + a.roll(2), [r(3, 4)]),
+    "gather_index_select": (lambda L, a: a.gather(1, L.tensor([[0, 0], [3, 1], [2, 2]])).sum()
+                            + a.index_select(0, L.tensor([2, 0, 2])).sum() * a.sum(), [r(3, 4)]),
+    "unbind_select": (lambda L, a: a.unbind(1)[2] * a.select(0, 1).sum(), [r(3, 4)]),
+    "mse_loss": (lambda L, a, b: L.nn.functional.mse_loss(a, b), [r(5), r(5)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradients_match_finite_differences(name, rng):
+    fn, inputs = CASES[name]
+    tensor_fd_check(lambda *xs: fn(ngrad, *xs), inputs, rng)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_pytorch(name):
+    torch = pytest.importorskip("torch")
+    fn, inputs = CASES[name]
+    ng = [ngrad.tensor(a, dtype=ngrad.float64, requires_grad=True) for a in inputs]
+    th = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in inputs]
+    out_n, out_t = fn(ngrad, *ng), fn(torch, *th)
+    assert tuple(out_n.shape) == tuple(out_t.shape)
+    np.testing.assert_allclose(out_n.detach().numpy(), out_t.detach().numpy(), rtol=1e-6, atol=1e-12)
+    v = np.random.default_rng(0).standard_normal(tuple(out_t.shape))
+    out_n.backward(ngrad.tensor(v))
+    out_t.backward(torch.tensor(v))
+    for a, b in zip(ng, th):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-6, atol=1e-12)
