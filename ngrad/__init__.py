@@ -7,6 +7,7 @@
 >>> x.grad
 tensor([ 0.9182,  1.3818, -0.0770], dtype=ngrad.float64)
 """
+import builtins as _builtins
 import functools as _functools
 
 from . import autograd, nn
@@ -56,12 +57,12 @@ subtract = sub
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """True when all values agree within ``atol + rtol * |other|``."""
     import numpy as np
-    return bool(np.allclose(input.detach().numpy(), other.detach().numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
+    return _builtins.bool(np.allclose(input.detach().numpy(), other.detach().numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def equal(input, other):
     """True when shapes and all values are equal."""
-    return input.shape == other.shape and bool((input == other).all())
+    return input.shape == other.shape and _builtins.bool((input == other).all())
 
 
 def result_type(tensor1, tensor2):

@@ -35,16 +35,15 @@ class _Formatter:
             self.width = max((len(self._plain(v)) for v in values), default=1)
             return
         finite = values[np.isfinite(values)]
-        nonzero = np.abs(finite[finite != 0])
+        signed = finite[finite != 0]
+        nonzero = np.abs(signed)
         if finite.size and np.any(finite != np.ceil(finite)):
             self.int_mode = False
         if nonzero.size:
             hi, lo = float(nonzero.max()), float(nonzero.min())
-            if self.int_mode:
-                self.sci = hi > 1e8
-            else:
-                self.sci = hi / lo > 1000.0 or hi > 1e8 or lo < 1e-4
-        self.width = max((len(self._fmt(v)) for v in values), default=1)
+            self.sci = hi / lo > 1000.0 or hi > 1e8 or (not self.int_mode and lo < 1e-4)
+        # PyTorch pads to the widest nonzero finite value; inf/nan/0 never widen a column
+        self.width = max((len(self._fmt(v)) for v in signed), default=1)
 
     def _plain(self, v):
         if v.dtype == np.bool_:
@@ -75,7 +74,7 @@ def _render(a, fmt, indent):
         cut = a.size > 0 and n > 2 * EDGEITEMS and _render.summarize
         items = [fmt(v) for v in (list(a[:EDGEITEMS]) + list(a[-EDGEITEMS:]) if cut else a)]
         if cut:
-            items = items[:EDGEITEMS] + ["..."] + items[EDGEITEMS:]
+            items = items[:EDGEITEMS] + [" ..."] + items[EDGEITEMS:]
         per_line = max(1, (LINEWIDTH - indent) // (fmt.width + 2))
         lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"

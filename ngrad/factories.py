@@ -1,4 +1,5 @@
 """Tensor factories (``tensor``, ``zeros``, ``randn`` ...) and the random generator."""
+import collections
 import math
 
 import numpy as np
@@ -47,15 +48,15 @@ def _infer(data):
 
 
 def _check_ragged(data):
-    stack = [(data, 0)]
+    queue = collections.deque([(data, 0)])  # breadth first, in order: the first list seen sets the length
     lengths = {}
-    while stack:
-        x, depth = stack.pop()
+    while queue:
+        x, depth = queue.popleft()
         if isinstance(x, (list, tuple)):
             if depth in lengths and lengths[depth] != len(x):
                 raise ValueError(f"expected sequence of length {lengths[depth]} at dim {depth} (got {len(x)})")
             lengths[depth] = len(x)
-            stack.extend((y, depth + 1) for y in x)
+            queue.extend((y, depth + 1) for y in x)
         elif depth in lengths and lengths[depth] is not None:
             raise ValueError(f"expected sequence of length {lengths[depth]} at dim {depth} (got a scalar)")
         else:

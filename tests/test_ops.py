@@ -65,7 +65,7 @@ CASES = {
     "dot_mm": (lambda L, a, b: a.dot(b) + a.outer(b).sum(), [r(4), r(4)]),
     "reshape_view": (lambda L, a: a.reshape(4, -1).view(2, 2, 3).flatten(1) * 2, [r(3, 4)]),
     "squeeze_unsqueeze": (lambda L, a: a.unsqueeze(0).unsqueeze(-1).squeeze() * a.squeeze(1).unsqueeze(1), [r(3, 1)]),
-    "transpose_permute": (lambda L, a: a.transpose(0, 2).permute(1, 0, 2) * 2 + a.permute(0, 2, 1).T, [r(2, 3, 4)]),
+    "transpose_permute": (lambda L, a: a.transpose(0, 2).permute(1, 0, 2) * 2 + a.permute(0, 2, 1).permute(2, 1, 0), [r(2, 3, 4)]),
     "t_mT": (lambda L, a: a.t() @ a + a.mT @ a, [r(3, 2)]),
     "expand_repeat": (lambda L, a: a.expand(2, 3, 4) * a.repeat(2, 1, 4), [r(3, 1)]),
     "slicing": (lambda L, a: a[1:, ::2] * 2 + a[0, 0:5:2] + a[..., -1:].sum() + a[None, :, 1][0, 1:3].sum(),
