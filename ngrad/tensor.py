@@ -23,6 +23,7 @@ from .engine.realize import realize
 __all__ = ["Tensor", "Size", "device"]
 
 _gm = _grad_mode.state
+_object_new = object.__new__
 _nodes_new = Node
 _MAX = namedtuple("max", ["values", "indices"])
 _MIN = namedtuple("min", ["values", "indices"])
@@ -76,25 +77,38 @@ _CPU = device("cpu")
 
 # --- helpers -------------------------------------------------------------------------------------
 
+_PY_CATEGORY = {float: 2, int: 1, bool: 0}
+_SCALAR = {"scalar": True}
+
+
+def _category(v):
+    """0/1/2 for a bool/int/float scalar (Python or NumPy), None for anything else."""
+    c = _PY_CATEGORY.get(type(v))
+    if c is not None:
+        return c
+    if isinstance(v, (bool, np.bool_)):
+        return 0
+    if isinstance(v, (int, np.integer)):
+        return 1
+    if isinstance(v, (float, np.floating)):
+        return 2
+    return None
+
+
 def _is_num(v):
-    return isinstance(v, (int, float, np.number, np.bool_)) and not isinstance(v, np.ndarray)
+    return _category(v) is not None
 
 
 def _scalar_dtype(v):
-    if isinstance(v, (bool, np.bool_)):
-        return D.bool_
-    if isinstance(v, (int, np.integer)):
-        return D.int64
-    if isinstance(v, (float, np.floating)):
-        return D.get_default_dtype()
-    raise TypeError(f"unsupported scalar type {type(v).__name__}")
+    c = _category(v)
+    if c is None:
+        raise TypeError(f"unsupported scalar type {type(v).__name__}")
+    return (D.bool_, D.int64, D.get_default_dtype())[c]
 
 
 def _wrap(node):
-    t = object.__new__(Tensor)
+    t = _object_new(Tensor)
     t._node = node
-    t._grad = None
-    t._retains_grad = False
     return t
 
 
@@ -113,13 +127,31 @@ def _new(op, srcs, params, shape, dtype, name):
 
 
 def _scalar_node(v, dtype):
-    return source(dtype.np.type(v), dtype, scalar=True)
+    """A runtime scalar input: its value is an argument of the program, not part of its key."""
+    return _nodes_new("input", (), _SCALAR, (), dtype, False, v)
+
+
+_PY_TYPE = (bool, int, float)
+_ALL_AXES = [tuple(range(i)) for i in range(65)]
+
+
+_CONSTS = {}
 
 
 def _const_node(v, dtype):
-    """A literal that is part of the program (it is in the tape and its cache key)."""
-    v = {0: bool, 1: int}.get(dtype.category, float)(v)
-    return Node("const", (), {"value": v, "dtype": dtype.short}, (), dtype)
+    """A literal that is part of the program (it is in the tape and its cache key).
+
+    Nodes are shared per (value, dtype); lowering dedupes literals by value as well, so the
+    tape is the same whether or not a node came from this cache.
+    """
+    v = _PY_TYPE[dtype.category](v)
+    key = (type(v), v, dtype)
+    n = _CONSTS.get(key)
+    if n is None:
+        if len(_CONSTS) > 4096:
+            _CONSTS.clear()
+        n = _CONSTS[key] = Node("const", (), {"value": v, "dtype": dtype.short}, (), dtype)
+    return n
 
 
 def _cast_node(n, dtype):
@@ -133,8 +165,10 @@ def _cast_node(n, dtype):
 
 
 def _broadcast(a, b):
-    if a == b:
+    if a == b or not b:
         return a
+    if not a:
+        return b
     la, lb = len(a), len(b)
     n = la if la > lb else lb
     out = []
@@ -166,22 +200,44 @@ def _operands(a, b):
             tiers[0 if n.shape else 1].append(n.dtype)
         d = D.result_type(*tiers)
         return _cast_node(na, d), _cast_node(nb, d), d
-    if _is_num(b):
+    c = _category(b)
+    if c is not None:
         na = a._node
-        sd = _scalar_dtype(b)
-        d = na.dtype if sd.category <= na.dtype.category else sd
-        return _cast_node(na, d), _scalar_node(b, d), d
+        d = na.dtype
+        if c > d.category:
+            d = (D.bool_, D.int64, D.get_default_dtype())[c]
+            na = _cast_node(na, d)
+        return na, _nodes_new("input", (), _SCALAR, (), d, False, b), d
     if isinstance(b, (list, tuple, np.ndarray)):
         return _operands(a, tensor(b))
     raise TypeError(f"unsupported operand type for a tensor operation: {type(b).__name__}")
 
 
 def _binary(op, a, b, name, reverse=False):
-    na, nb, d = _operands(a, b)
+    na = a._node
+    if type(b) is Tensor and b._node.dtype is na.dtype:
+        nb, d = b._node, na.dtype
+    else:
+        c = _PY_CATEGORY.get(type(b))
+        if c is None:
+            na, nb, d = _operands(a, b)
+        else:  # the common case: tensor op Python number, inlined because it is the hot path
+            d = na.dtype
+            if c > d.category:
+                d = (D.bool_, D.int64, D.get_default_dtype())[c]
+                na = _cast_node(na, d)
+            nb = _nodes_new("input", (), _SCALAR, (), d, False, b)
     if reverse:
         na, nb = nb, na
-    shape = na.shape if na.shape == nb.shape else _broadcast(na.shape, nb.shape)
-    return _new(op, (na, nb), None, shape, d, name)
+    sa, sb = na.shape, nb.shape
+    shape = sa if sa == sb or not sb else (sb if not sa else _broadcast(sa, sb))
+    rg = (na.requires_grad or nb.requires_grad) and d.is_floating_point and _gm.enabled
+    n = _nodes_new(op, (na, nb), None, shape, d, rg)
+    if rg:
+        n.name = name
+    t = _object_new(Tensor)
+    t._node = n
+    return t
 
 
 def _float_binary(op, a, b, name, reverse=False):
@@ -309,7 +365,10 @@ class Tensor:
     tensor([2., 4.])
     """
 
-    __slots__ = ("_node", "_grad", "_retains_grad", "__weakref__")
+    # _grad/_retains_grad default at class level: most tensors never get either
+    __slots__ = ("_node", "__dict__", "__weakref__")
+    _grad = None
+    _retains_grad = False
     __array_ufunc__ = None  # NumPy defers to the reflected operators: ndarray * Tensor -> Tensor
     __array_priority__ = 1000
 
@@ -895,6 +954,9 @@ class Tensor:
             n = _cast_node(n, dtype)
         elif n.dtype.category < 2:
             n = _cast_node(n, D.int64)
+        if dim is None and not keepdim:  # the full sum of a loss: the hot path
+            return _new("sum", (n,), {"axes": _ALL_AXES[len(n.shape)], "keepdim": False}, (), n.dtype,
+                        "SumBackward0")
         return _reduce("sum", self, dim, keepdim, "SumBackward0" if dim is None else "SumBackward1", n)
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):
@@ -1336,11 +1398,13 @@ def pow(input, exponent):
     if not isinstance(input, Tensor):
         return _as_tensor(exponent).__rpow__(input)
     n = input._node
-    if _is_num(exponent):
-        sd = _scalar_dtype(exponent)
-        d = n.dtype if sd.category <= n.dtype.category else sd
-        n = _cast_node(n, d)
-        if n.dtype.category == 1 and exponent < 0:
+    c = _category(exponent)
+    if c is not None:
+        d = n.dtype
+        if c > d.category:
+            d = (D.bool_, D.int64, D.get_default_dtype())[c]
+            n = _cast_node(n, d)
+        if d.category == 1 and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
         return _new("pow", (n, _const_node(exponent, d)), None, n.shape, d, "PowBackward0")
     return _binary("pow", input, _as_tensor(exponent), "PowBackward1")
@@ -1381,6 +1445,13 @@ def nonzero(input, *, as_tuple=False):
 def matmul(input, other):
     """Matrix product with NumPy/PyTorch rules for 1-D operands and broadcast batch dimensions."""
     a, b = _as_tensor(input), _as_tensor(other)
+    na, nb = a._node, b._node
+    sa, sb = na.shape, nb.shape
+    if len(sa) == 2 and len(sb) in (1, 2) and na.dtype is nb.dtype and sa[1] == sb[0]:  # the common case
+        if len(sb) == 2:
+            return _new("matmul", (na, nb), None, (sa[0], sb[1]), na.dtype, "MmBackward0")
+        out = _new("matmul", (na, _reshape_node(nb, (sb[0], 1))), None, (sa[0], 1), na.dtype, "MvBackward0")
+        return _wrap(_reshape_node(out._node, (sa[0],), "MvBackward0"))
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
     if a.dtype is not b.dtype:
@@ -1407,7 +1478,7 @@ def matmul(input, other):
         final = final[:-2] + final[-1:]
     if b.ndim == 1:
         final = final[:-1]
-    return _named(out.reshape(final), name) if final != shape else out
+    return _wrap(_reshape_node(out._node, final, name)) if final != shape else out
 
 
 def cat(tensors, dim=0):
@@ -1451,9 +1522,59 @@ def stack(tensors, dim=0):
     return _named(cat([t.unsqueeze(d) for t in tensors], d), "StackBackward0")
 
 
+def _basic_getitem(n, key):
+    """Ints and slices only (the common case): one slice node and at most one reshape, or None."""
+    shape = n.shape
+    if len(key) > len(shape):
+        return None
+    starts, stops, steps, sl_shape, new_shape = [], [], [], [], []
+    for k, size in zip(key, shape):
+        tk = type(k)
+        if tk is int:
+            i = k + size if k < 0 else k
+            if not 0 <= i < size:
+                return None
+            starts.append(i)
+            stops.append(i + 1)
+            steps.append(1)
+            sl_shape.append(1)
+        elif tk is slice:
+            a, b, c = k.indices(size)
+            if c <= 0:
+                return None
+            if b < a:
+                b = a
+            m = len(range(a, b, c))
+            starts.append(a)
+            stops.append(b)
+            steps.append(c)
+            sl_shape.append(m)
+            new_shape.append(m)
+        else:
+            return None
+    rest = shape[len(key):]
+    if rest:
+        starts.extend([0] * len(rest))
+        stops.extend(rest)
+        steps.extend([1] * len(rest))
+        sl_shape.extend(rest)
+        new_shape.extend(rest)
+    sl_shape, new_shape = tuple(sl_shape), tuple(new_shape)
+    name = "SelectBackward0" if len(new_shape) < len(shape) else "SliceBackward0"
+    if sl_shape == shape:
+        out = _new("reshape", (n,), {"shape": shape}, shape, n.dtype, "AliasBackward0")
+    else:
+        out = _new("slice", (n,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
+                   sl_shape, n.dtype, name)
+    return out if new_shape == sl_shape else _wrap(_reshape_node(out._node, new_shape, name))
+
+
 def _getitem(t, key):
     if not isinstance(key, tuple):
         key = (key,)
+    fast = _basic_getitem(t._node, key)
+    if fast is not None:
+        return fast
     items = []
     for k in key:
         if isinstance(k, Tensor):

@@ -22,8 +22,12 @@ class Node:
     """One recorded operation or value source. ``requires_grad``: gradients flow into it;
     ``differentiable``: its gradient flows on into ``srcs`` (False for leaves and constants)."""
 
+    # name/freed/owner are rarely set: class-level defaults keep recording cheap
     __slots__ = ("op", "srcs", "params", "shape", "dtype", "value", "requires_grad", "differentiable",
-                 "name", "freed", "owner", "__weakref__")
+                 "__dict__", "__weakref__")
+    name = None
+    freed = False
+    owner = None
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op
@@ -32,11 +36,7 @@ class Node:
         self.shape = shape
         self.dtype = dtype
         self.value = value
-        self.requires_grad = requires_grad
-        self.differentiable = requires_grad
-        self.name = None
-        self.freed = False
-        self.owner = None
+        self.requires_grad = self.differentiable = requires_grad
 
     def __repr__(self):
         return f"Node({self.op}, {self.dtype.short}{list(self.shape)})"
@@ -83,6 +83,10 @@ def lower(roots, grad=False):
             continue
         if n.op == "input":
             raise RuntimeError("a source node lost its value (it was freed) and cannot be recomputed")
+        if n.op == "const":  # one literal per value and dtype, however many nodes spell it
+            c = b.full(n.params["value"], (), n.params["dtype"])
+            slot_of[n] = c.slot
+            continue
         args = [b.var(slot_of[s]) for s in n.srcs]
         if PRIMS[n.op].kind in ELEMENTWISE and n.op != "cast":
             shape = n.shape
