@@ -5,7 +5,7 @@
 >>> y = (x.sin() * x).sum()
 >>> y.backward()
 >>> x.grad
-tensor([ 0.9182,  1.3818, -0.0770], dtype=ngrad.float64)
+tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 """
 import builtins as _builtins
 import functools as _functools

@@ -223,11 +223,24 @@ class Builder:
     def __init__(self, tape=None):
         self.tape = Tape()
         self._consts = {}
+        self._literals = {}
         if tape is not None:
             t = self.tape
             t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
             t.inputs, t.kinds = list(tape.inputs), list(tape.kinds)
             t.instrs = list(tape.instrs)
+            for ins in t.instrs:
+                self._note_literal(ins)
+
+    def _note_literal(self, ins):
+        if ins.prim == "const":
+            self._literals[ins.out] = ins.params["value"]
+        elif ins.prim in ("reshape", "expand") and ins.args[0] in self._literals:
+            self._literals[ins.out] = self._literals[ins.args[0]]
+
+    def literal(self, v):
+        """The Python value of ``v`` if it is a literal broadcast to its shape, else None."""
+        return self._literals.get(v.slot)
 
     def _new(self, shape, dtype):
         t = self.tape
@@ -248,7 +261,9 @@ class Builder:
         params = params or {}
         shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
         s = self._new(shape, dtype)
-        self.tape.instrs.append(Instr(s, prim, [a.slot for a in args], params))
+        ins = Instr(s, prim, [a.slot for a in args], params)
+        self.tape.instrs.append(ins)
+        self._note_literal(ins)
         return Var(self, s, shape, dtype)
 
     def full(self, value, shape, dtype):

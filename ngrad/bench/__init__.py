@@ -1,0 +1,1 @@
+"""``ngrad bench``: benchmark problems and the runner that times them against peers."""
