@@ -438,6 +438,10 @@ class Tensor:
             return self
         if requires_grad and not n.dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if requires_grad and n.value is None:
+            # a leaf holds a value: computing it now also cuts its history (an optimizer loop's
+            # `w = (w - lr * g).requires_grad_()` must not chain every past step into the graph)
+            realize([n])
         n.requires_grad = bool(requires_grad)
         n.owner = weakref.ref(self) if requires_grad else None
         return self

@@ -335,3 +335,13 @@ def test_deep_no_grad_chain_realized_step_by_step_keeps_no_history():
         y = y * 0.999
         y.item()
     assert y._node.srcs == ()
+
+
+def test_optimizer_style_rebinding_keeps_no_history():
+    w = ngrad.tensor([1.0, 2.0], dtype=ngrad.float64, requires_grad=True)
+    for _ in range(50):
+        (g,) = grad((w * w).sum(), w)
+        with ngrad.no_grad():
+            w = (w - 0.1 * g).requires_grad_()
+        assert w.is_leaf and w._node.srcs == ()
+    np.testing.assert_allclose(w.detach().numpy(), np.array([1.0, 2.0]) * 0.8 ** 50)
