@@ -971,7 +971,9 @@ class Tensor:
         axes = _dims(dim, len(n.shape))
         count = math.prod(n.shape[a] for a in axes)
         s = _reduce("sum", self, dim, keepdim, "SumBackward1", n)
-        return _named(s / count if count else s * float("nan"), "MeanBackward0" if dim is None else "MeanBackward1")
+        out = _named(s / count if count else s * float("nan"), "MeanBackward0" if dim is None else "MeanBackward1")
+        out._node.saves = False  # PyTorch's MeanBackward saves no tensor: a second backward works
+        return out
 
     def prod(self, dim=None, keepdim=False, *, dtype=None):
         n = self._node

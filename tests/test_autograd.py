@@ -71,7 +71,7 @@ def test_retain_graph_and_freed_saved_values():
     with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
         y.backward()
     # graphs whose backward needs no saved value can be run again (as in PyTorch)
-    z = (x + 1).sum() * 2
+    z = (x + 1).sum() + x.sum()
     z.backward()
     z.backward()
     # retain_graph keeps them
@@ -85,12 +85,43 @@ def test_retain_graph_and_freed_saved_values():
         (a * 2).sum().backward()
 
 
-def test_scalar_multiplication_saves_no_tensor():
+SECOND_BACKWARD = {  # what PyTorch 2.13 does on a second backward without retain_graph
+    "x*2": (lambda x: (x * 2).sum(), False), "x+1": (lambda x: (x + 1).sum(), True),
+    "x/2": (lambda x: (x / 2).sum(), False), "2/x": (lambda x: (2 / x).sum(), False),
+    "x**2": (lambda x: (x ** 2).sum(), False), "mean": (lambda x: x.mean(), True),
+    "x.sum()*2": (lambda x: x.sum() * 2, False), "relu": (lambda x: x.relu().sum(), False),
+    "reshape": (lambda x: x.reshape(2, 1).sum(), True), "x[0]": (lambda x: x[0], True),
+    "x[[0]]": (lambda x: x[[0]].sum(), False), "cat": (lambda x: ngrad.cat([x, x]).sum(), True),
+    "expand": (lambda x: x.expand(3, 2).sum(), True), "clamp": (lambda x: x.clamp(0, 1.5).sum(), False),
+    "max": (lambda x: x.max(), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_BACKWARD))
+def test_second_backward_fails_exactly_when_pytorch_does(name):
+    fn, ok = SECOND_BACKWARD[name]
     x = leaf([1.0, 2.0])
-    y = (x * 2).sum()
+    y = fn(x)
     y.backward()
-    y.backward()
-    np.testing.assert_allclose(x.grad.numpy(), [4.0, 4.0])
+    if ok:
+        y.backward()
+        assert x.grad is not None
+    else:
+        with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+            y.backward()
+
+
+def test_second_backward_table_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    for name, (fn, ok) in SECOND_BACKWARD.items():
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = fn(x) if name != "cat" else torch.cat([x, x]).sum()
+        y.backward()
+        try:
+            y.backward()
+            assert ok, name
+        except RuntimeError:
+            assert not ok, name
 
 
 def test_retain_graph_defaults_to_create_graph():

@@ -91,7 +91,7 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
     joint = vjp(low.tape, present)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
-        if n is not None and n.freed:
+        if n is not None and n.freed and n.saves:
             raise RuntimeError(_FREED)
 
     pos = dict(zip(present, joint.grads))

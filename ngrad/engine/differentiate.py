@@ -37,7 +37,9 @@ def vjp(tape, wrt):
     floating = ("f32", "f64")
     wrt_set = set(wrt)
     active = {s for s in wrt if tape.dtypes[s] in floating}
-    literal = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"}
+    # literals of the program are not "saved tensors"; runtime scalars are (PyTorch saves the
+    # wrapped number of `x * 2`, so a second backward through it fails there too)
+    literal = set()
     for ins in tape.instrs:
         if ins.out in active:
             continue

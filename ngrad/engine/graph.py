@@ -28,6 +28,7 @@ class Node:
     name = None
     freed = False
     owner = None
+    saves = True  # False for composites whose PyTorch counterpart saves no tensor (mean)
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op
