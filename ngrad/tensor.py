@@ -821,26 +821,11 @@ class Tensor:
         return (self.logical_not().long().sum(dim, keepdim=keepdim) == 0)
 
     # elementwise math ---------------------------------------------------------------------------------
-    def exp(self):
-        return _unary("exp", self, "ExpBackward0")
-
-    def log(self):
-        return _unary("log", self, "LogBackward0")
-
-    def log1p(self):
-        return _unary("log1p", self, "Log1PBackward0")
-
-    def expm1(self):
-        return _unary("expm1", self, "Expm1Backward0")
-
     def log2(self):
         return _named(self.log() * (1 / math.log(2)), "Log2Backward0")
 
     def log10(self):
         return _named(self.log() * (1 / math.log(10)), "Log10Backward0")
-
-    def sqrt(self):
-        return _unary("sqrt", self, "SqrtBackward0")
 
     def rsqrt(self):
         return _named(1 / self.sqrt(), "RsqrtBackward0")
@@ -850,41 +835,6 @@ class Tensor:
 
     def square(self):
         return _named(self * self, "PowBackward0")
-
-    def sin(self):
-        return _unary("sin", self, "SinBackward0")
-
-    def cos(self):
-        return _unary("cos", self, "CosBackward0")
-
-    def tan(self):
-        return _unary("tan", self, "TanBackward0")
-
-    def asin(self):
-        return _unary("asin", self, "AsinBackward0")
-
-    def acos(self):
-        return _unary("acos", self, "AcosBackward0")
-
-    def atan(self):
-        return _unary("atan", self, "AtanBackward0")
-
-    arcsin, arccos, arctan = asin, acos, atan
-
-    def sinh(self):
-        return _unary("sinh", self, "SinhBackward0")
-
-    def cosh(self):
-        return _unary("cosh", self, "CoshBackward0")
-
-    def tanh(self):
-        return _unary("tanh", self, "TanhBackward0")
-
-    def sigmoid(self):
-        return _unary("sigmoid", self, "SigmoidBackward0")
-
-    def erf(self):
-        return _unary("erf", self, "ErfBackward0")
 
     def relu(self):
         n = self._node
@@ -1382,6 +1332,26 @@ class Tensor:
 
     def outer(self, other):
         return self.reshape(-1, 1) * _as_tensor(other).reshape(1, -1)
+
+
+# elementwise math on floats (integers are promoted to the default float): method, grad_fn name
+_UNARY = {"exp": "ExpBackward0", "log": "LogBackward0", "log1p": "Log1PBackward0", "expm1": "Expm1Backward0",
+          "sqrt": "SqrtBackward0", "sin": "SinBackward0", "cos": "CosBackward0", "tan": "TanBackward0",
+          "asin": "AsinBackward0", "acos": "AcosBackward0", "atan": "AtanBackward0", "sinh": "SinhBackward0",
+          "cosh": "CoshBackward0", "tanh": "TanhBackward0", "sigmoid": "SigmoidBackward0", "erf": "ErfBackward0"}
+
+
+def _unary_method(op, name):
+    def method(self):
+        return _unary(op, self, name)
+    method.__name__ = method.__qualname__ = op
+    method.__doc__ = f"Elementwise ``{op}`` (integer tensors are promoted to the default float)."
+    return method
+
+
+for _op, _name in _UNARY.items():
+    setattr(Tensor, _op, _unary_method(_op, _name))
+Tensor.arcsin, Tensor.arccos, Tensor.arctan = Tensor.asin, Tensor.acos, Tensor.atan
 
 
 def zeros_like_node(x, axes):

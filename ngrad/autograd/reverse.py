@@ -83,6 +83,23 @@ def _check_outputs(outputs):
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
 
 
+def _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph, batched):
+    """Shared argument handling of ``backward`` and ``grad``: outputs, seeds, inputs, retain_graph."""
+    outs = _as_tuple(outputs, "tensors")
+    gos = _as_tuple(grad_outputs, "grad_tensors") if grad_outputs is not None else (None,) * len(outs)
+    _check_outputs(outs)
+    seeds = _seeds(outs, gos, batched)
+    ins = None
+    if inputs is not None:
+        ins = _as_tuple(inputs, "inputs")
+        for t in ins:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"inputs must be Tensors, got {type(t).__name__}")
+            if not t.requires_grad:
+                raise RuntimeError("One of the differentiated Tensors does not require grad")
+    return outs, seeds, ins, create_graph if retain_graph is None else retain_graph
+
+
 def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
     """Cotangents of ``targets`` (nodes); None for a target not on a differentiable path."""
     low = lower([o._node for o in outputs], grad=True)
@@ -152,23 +169,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     """
     if grad_variables is not None:
         grad_tensors = grad_variables
-    outputs = _as_tuple(tensors, "tensors")
-    if inputs is not None:
-        inputs = _as_tuple(inputs, "inputs")
-        if len(inputs) == 0:
-            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-    grads = _as_tuple(grad_tensors, "grad_tensors") if grad_tensors is not None else (None,) * len(outputs)
-    if retain_graph is None:
-        retain_graph = create_graph
-    _check_outputs(outputs)
-    seeds = _seeds(outputs, grads, False)
-    if inputs is not None:
-        for t in inputs:
-            if not t.requires_grad:
-                raise RuntimeError("One of the differentiated Tensors does not require grad")
-        owners = list(inputs)
-    else:
-        owners = None
+    if inputs is not None and len(_as_tuple(inputs, "inputs")) == 0:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    outputs, seeds, owners, retain_graph = _prepare(tensors, grad_tensors, inputs, retain_graph, create_graph, False)
     if owners is None:
         low_nodes = _leaves_and_retained(outputs)
         owners = [n.owner() for n in low_nodes]
@@ -226,20 +229,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     keys = None
     if isinstance(inputs, dict):
         keys, inputs = list(inputs.keys()), list(inputs.values())
-    outs = _as_tuple(outputs, "outputs")
-    ins = _as_tuple(inputs, "inputs")
-    if len(ins) == 0:
+    if len(_as_tuple(inputs, "inputs")) == 0:
         raise RuntimeError("grad requires non-empty inputs.")
-    for t in ins:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"inputs must be Tensors, got {type(t).__name__}")
-        if not t.requires_grad:
-            raise RuntimeError("One of the differentiated Tensors does not require grad")
-    gos = _as_tuple(grad_outputs, "grad_outputs") if grad_outputs is not None else (None,) * len(outs)
-    if retain_graph is None:
-        retain_graph = create_graph
-    _check_outputs(outs)
-    seeds = _seeds(outs, gos, is_grads_batched)
+    outs, seeds, ins, retain_graph = _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph,
+                                              is_grads_batched)
     with grad_mode.set_grad_enabled(create_graph):
         result = _reverse(outs, seeds, [t._node for t in ins], retain_graph, create_graph, is_grads_batched)
     res = []
