@@ -20,7 +20,7 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 float = float32  # noqa: A001
 double = float64

@@ -1,19 +1,32 @@
 """The runtime: the one entry point that executes tapes.
 
 Contract: ``run(tape, values)`` checks every input against the tape's slot (shape, dtype,
-kind) before anything executes, runs the tape, and returns fresh, writable, C-contiguous
-arrays that share memory with no input. Today every tape runs on the NumPy interpreter;
-the compiled targets plug in here, behind the same checks. ``NGRAD_DEBUG=1`` prints each
-tape before it runs.
+kind) before anything executes (Numba does not check bounds: kernels never see unchecked
+input), runs the tape, and returns fresh, writable, C-contiguous arrays that share memory with
+no input.
+
+Tiering, so a one-shot script never waits on a compiler (``NGRAD_JIT``):
+``never`` runs every tape on the NumPy interpreter; ``always`` compiles every tape; ``auto``
+(the default) compiles a tape structure once it has been seen ``NGRAD_JIT_THRESHOLD`` times
+(default 2), or at once when its kernels are already in the disk cache. Compiled tapes run as a
+plan of fused Numba kernels and NumPy glue (``fuse``, ``codegen``, ``compile``).
+
+``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
+also per-kernel compile and run times.
 """
 import os
 import sys
+import time
 
 import numpy as np
 
-from .interpret import interpret, np_dtype
+from .interpret import NUMPY, _last_uses, interpret, np_dtype
+from .prims import PRIMS
 
-__all__ = ["run", "debug_level"]
+__all__ = ["run", "debug_level", "jit_mode"]
+
+_plans = {}
+_seen = {}
 
 
 def debug_level():
@@ -21,6 +34,20 @@ def debug_level():
         return int(os.environ.get("NGRAD_DEBUG", "0") or 0)
     except ValueError:
         return 0
+
+
+def jit_mode():
+    mode = os.environ.get("NGRAD_JIT", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"NGRAD_JIT must be one of auto, always, never (got {mode!r})")
+    return mode
+
+
+def _threshold():
+    try:
+        return max(1, int(os.environ.get("NGRAD_JIT_THRESHOLD", "2")))
+    except ValueError:
+        return 2
 
 
 def _check(tape, values):
@@ -38,12 +65,139 @@ def _check(tape, values):
                              f"got {v.dtype}{list(v.shape)}")
 
 
+class _Compiled:
+    """A tape's fused plan with its generated sources and compiled kernels."""
+
+    __slots__ = ("plan", "sources", "kernels", "dead")
+
+    def __init__(self, tape):
+        from .codegen import render
+        from .fuse import Kernel, fuse
+        self.plan = fuse(tape)
+        self.sources = [render(s, tape) if isinstance(s, Kernel) else None for s in self.plan.steps]
+        self.kernels = None
+        self.dead = _dead_after_steps(tape, self.plan)
+
+    def on_disk(self):
+        from .compile import on_disk
+        return all(s is None or on_disk(s.text) for s in self.sources)
+
+    def compile(self):
+        if self.kernels is None:
+            from .compile import kernel
+            self.kernels = [None if s is None else kernel(s.text) for s in self.sources]
+
+
+def _dead_after_steps(tape, plan):
+    from .fuse import Glue
+    last = {}
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, Glue):
+            reads = step.instr.args
+        else:
+            reads = [r[1] for r in step.reads.values() if r[0] != "literal"]
+        for a in reads:
+            last[a] = i
+    keep = set(tape.outputs)
+    dead = [[] for _ in plan.steps]
+    for s, i in last.items():
+        if s not in keep:
+            dead[i].append(s)
+    return dead
+
+
+_IDENT = {"sum": 0, "prod": 1}
+
+
+def _accumulator(ins, tape, shape):
+    dt = np_dtype(tape.dtypes[ins.out])
+    keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(shape)) or (1,)
+    if ins.prim in _IDENT:
+        return np.full(keep, _IDENT[ins.prim], dt)
+    if dt.kind == "f":
+        return np.full(keep, -np.inf if ins.prim == "amax" else np.inf, dt)
+    info = np.iinfo(dt) if dt.kind in "iu" else None
+    fill = (info.min if ins.prim == "amax" else info.max) if info else ins.prim != "amax"
+    return np.full(keep, fill, dt)
+
+
+def _execute(comp, tape, values):
+    from .fuse import Glue
+    debug = debug_level()
+    env = {}
+    for s, k, v in zip(tape.inputs, tape.kinds, values):
+        env[s] = np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
+    for step, src, fn, gone in zip(comp.plan.steps, comp.sources, comp.kernels, comp.dead):
+        if isinstance(step, Glue):
+            ins = step.instr
+            with np.errstate(all="ignore"):
+                r = PRIMS[ins.prim].fwd(NUMPY, *[env[a] for a in ins.args], **ins.params)
+            if type(r) is not np.ndarray or r.dtype != np_dtype(tape.dtypes[ins.out]):
+                r = np.asarray(r, dtype=np_dtype(tape.dtypes[ins.out]))
+            env[ins.out] = r
+        else:
+            sizes = step.shape or (1,)
+            args = list(sizes)
+            for a in src.arrays:
+                arr = env[a]
+                if not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr)
+                args.append(arr.reshape(sizes) if not step.shape else arr)
+            for s in src.scalars:
+                args.append(env[s].reshape(-1)[0])
+            outs = [np.empty(sizes, np_dtype(tape.dtypes[s])) for s in src.stores]
+            accs = [_accumulator(ins, tape, step.shape) for ins in src.reductions]
+            t = time.perf_counter()
+            fn(*args, *outs, *accs)
+            if debug >= 3:
+                print(f"ngrad: kernel {fn.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
+                      file=sys.stderr)
+            for s, o in zip(src.stores, outs):
+                env[s] = o.reshape(tape.shapes[s])
+            for ins, c in zip(src.reductions, accs):
+                env[ins.out] = c.reshape(tape.shapes[ins.out])
+        for s in gone:
+            env.pop(s, None)
+    return [env[s] for s in tape.outputs]
+
+
+def _compiled_for(tape, mode):
+    """The compiled plan to run ``tape`` with, or None to interpret it."""
+    if mode == "never" or not tape.instrs:
+        return None
+    key = tape.format()
+    comp = _plans.get(key)
+    if comp is None:
+        n = _seen[key] = _seen.get(key, 0) + 1
+        if mode == "auto" and n < _threshold():
+            probe = _Compiled(tape)
+            if not probe.on_disk():
+                return None
+            comp = probe
+        else:
+            comp = _Compiled(tape)
+        _plans[key] = comp
+        _seen.pop(key, None)
+        if debug_level() >= 2:
+            for s in comp.sources:
+                if s is not None:
+                    print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
+    if comp.kernels is None:
+        t = time.perf_counter()
+        comp.compile()
+        if debug_level() >= 3:
+            print(f"ngrad: prepared {len([k for k in comp.kernels if k])} kernels in "
+                  f"{(time.perf_counter() - t) * 1e3:.1f} ms", file=sys.stderr)
+    return comp
+
+
 def run(tape, values):
     """Execute ``tape`` on ``values`` after validating them; return owned output arrays."""
     _check(tape, values)
     if debug_level() >= 1:
         print(f"ngrad: running tape ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
-    outs = interpret(tape, values)
+    comp = _compiled_for(tape, jit_mode())
+    outs = interpret(tape, values) if comp is None else _execute(comp, tape, values)
     ids = {id(v) for v in values}
     res = []
     for o in outs:

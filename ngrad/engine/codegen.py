@@ -1,0 +1,246 @@
+"""Codegen: a fused ``Kernel`` becomes readable Python source for Numba's ``njit``.
+
+Contract: ``render(kernel, tape)`` returns ``Source``: the text of one module-level function
+``kernel`` and the order of its arguments (loop sizes, input arrays, scalars, output arrays,
+reduction accumulators). Elementwise expressions come from the primitive table's forward rows,
+evaluated against ``SourceMath`` (which builds expression text instead of numbers), so the
+interpreter and the compiled code share one definition. Every generated line carries the
+tape instruction it came from as a comment. Sizes are arguments and never appear in the text,
+so one kernel serves every batch size; literals are typed to the dtype they are used with
+(float32 code stays float32). The text imports ``math`` and ``numpy`` only: this module never
+imports Numba.
+"""
+from .prims import PRIMS
+from .tape import format_instr
+
+__all__ = ["render", "Source", "CODEGEN_VERSION"]
+
+CODEGEN_VERSION = 1
+
+_NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
+
+
+class Expr:
+    """Source text of a scalar expression of a known dtype; operators build bigger expressions."""
+
+    __slots__ = ("text", "dtype")
+
+    def __init__(self, text, dtype):
+        self.text, self.dtype = text, dtype
+
+    def _bin(self, op, other):
+        return Expr(f"({self.text} {op} {other.text})", self.dtype)
+
+    def __add__(self, o):
+        return self._bin("+", o)
+
+    def __sub__(self, o):
+        return self._bin("-", o)
+
+    def __mul__(self, o):
+        return self._bin("*", o)
+
+    def __truediv__(self, o):
+        return self._bin("/", o)
+
+    def __neg__(self):
+        return Expr(f"(-{self.text})", self.dtype)
+
+    def __lt__(self, o):
+        return Expr(f"({self.text} < {o.text})", "b8")
+
+    def __le__(self, o):
+        return Expr(f"({self.text} <= {o.text})", "b8")
+
+    def __gt__(self, o):
+        return Expr(f"({self.text} > {o.text})", "b8")
+
+    def __ge__(self, o):
+        return Expr(f"({self.text} >= {o.text})", "b8")
+
+    def __eq__(self, o):
+        return Expr(f"({self.text} == {o.text})", "b8")
+
+    def __ne__(self, o):
+        return Expr(f"({self.text} != {o.text})", "b8")
+
+    __hash__ = None
+
+
+def _typed(value, dtype):
+    if dtype == "b8":
+        return "True" if value else "False"
+    if dtype[0] == "i":
+        return f"{_NP_TYPE[dtype]}({int(value)})"
+    return f"{_NP_TYPE[dtype]}({float(value)!r})"
+
+
+def _f(name):
+    return lambda x: Expr(f"{name}({x.text})", x.dtype)
+
+
+class SourceMath:
+    """The math namespace of the primitive table, producing Numba-compatible source text."""
+
+    exp, log, log1p, expm1, sqrt = _f("math.exp"), _f("math.log"), _f("math.log1p"), _f("math.expm1"), _f("math.sqrt")
+    sin, cos, tan, asin, acos, atan = (_f("math.sin"), _f("math.cos"), _f("math.tan"), _f("math.asin"),
+                                       _f("math.acos"), _f("math.atan"))
+    sinh, cosh, tanh, erf = _f("math.sinh"), _f("math.cosh"), _f("math.tanh"), _f("math.erf")
+    floor, ceil, round, sign = _f("np.floor"), _f("np.ceil"), _f("np.rint"), _f("np.sign")
+
+    @staticmethod
+    def abs(x):
+        return Expr(f"abs({x.text})", x.dtype)
+
+    @staticmethod
+    def sigmoid(x):
+        one = _typed(1, x.dtype)
+        return Expr(f"({one} / ({one} + math.exp(-{x.text})))", x.dtype)
+
+    @staticmethod
+    def softplus(x):
+        zero = _typed(0, x.dtype)
+        return Expr(f"(max({x.text}, {zero}) + math.log1p(math.exp(-abs({x.text}))))", x.dtype)
+
+    @staticmethod
+    def isnan(x):
+        return Expr(f"({x.text} != {x.text})", "b8")
+
+    @staticmethod
+    def pow(x, y):
+        return Expr(f"({x.text} ** {y.text})", x.dtype)
+
+    @staticmethod
+    def maximum(x, y):  # NaN propagates, ties keep x (NumPy's semantics)
+        return Expr(f"({x.text} if ({x.text} >= {y.text} or {x.text} != {x.text}) else {y.text})", x.dtype)
+
+    @staticmethod
+    def minimum(x, y):
+        return Expr(f"({x.text} if ({x.text} <= {y.text} or {x.text} != {x.text}) else {y.text})", x.dtype)
+
+    @staticmethod
+    def where(c, x, y):
+        return Expr(f"({x.text} if {c.text} else {y.text})", x.dtype)
+
+    @staticmethod
+    def logical_not(x):
+        return Expr(f"(not {x.text})", "b8")
+
+    @staticmethod
+    def logical_and(x, y):
+        return Expr(f"({x.text} and {y.text})", "b8")
+
+    @staticmethod
+    def logical_or(x, y):
+        return Expr(f"({x.text} or {y.text})", "b8")
+
+    @staticmethod
+    def cast(x, dtype):
+        if dtype == "b8":
+            return Expr(f"({x.text} != 0)", dtype)
+        return Expr(f"{_NP_TYPE[dtype]}({x.text})", dtype)
+
+
+class Source:
+    """Generated kernel text and its calling convention."""
+
+    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank")
+
+    def __init__(self, text, arrays, scalars, stores, reductions, rank):
+        self.text, self.arrays, self.scalars = text, arrays, scalars
+        self.stores, self.reductions, self.rank = stores, reductions, rank
+
+
+def _pow_literal(x, value):
+    """``x ** c`` for a literal ``c``: multiplications and sqrt instead of a pow call."""
+    t = x.text
+    if value == 2:
+        return f"({t} * {t})"
+    if value == 3:
+        return f"({t} * {t} * {t})"
+    if value == 1:
+        return t
+    if value == 0.5:
+        return f"math.sqrt({t})"
+    if value == -1:
+        return f"({_typed(1, x.dtype)} / {t})"
+    return None
+
+
+_IDENTITY = {"sum": 0, "prod": 1}
+
+
+def render(kernel, tape):
+    """The source text of one fused kernel (see the module docstring)."""
+    rank = max(1, len(kernel.shape))
+    idx = [f"i{d}" for d in range(rank)]
+    arrays, scalars = [], []
+    names = {}
+    lines_pre, lines_body = [], []
+
+    def value(slot):
+        return names[slot]
+
+    for slot in sorted(kernel.reads):
+        r = kernel.reads[slot]
+        dtype = tape.dtypes[slot]
+        if r[0] == "literal":
+            names[slot] = Expr(_typed(r[1], dtype), dtype)
+        elif r[0] == "scalar":
+            if r[1] not in scalars:
+                scalars.append(r[1])
+            names[slot] = Expr(f"s{scalars.index(r[1])}", dtype)
+        else:
+            src, pattern = r[1], r[2]
+            if src not in arrays:
+                arrays.append(src)
+            a = f"a{arrays.index(src)}"
+            ix = ", ".join("0" if (pattern and pattern[d]) else idx[d] for d in range(rank))
+            v = f"r{slot}"
+            lines_body.append(f"{v} = {a}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
+            names[slot] = Expr(v, dtype)
+    m = SourceMath
+    for ins in kernel.body:
+        args = [value(a) for a in ins.args]
+        text = None
+        if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
+            text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
+        if text is None:
+            e = PRIMS[ins.prim].fwd(m, *args, **ins.params)
+            text = e.text
+        v = f"v{ins.out}"
+        lines_body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
+        names[ins.out] = Expr(v, tape.dtypes[ins.out])
+    stores = list(kernel.stores)
+    full = ", ".join(idx)
+    for k, s in enumerate(stores):
+        lines_body.append(f"o{k}[{full}] = {value(s).text}  # store %{s}")
+    for k, ins in enumerate(kernel.reductions):
+        axes = ins.params["axes"]
+        ix = ", ".join("0" if d in axes else idx[d] for d in range(len(kernel.shape))) or "0"
+        x = value(ins.args[0]).text
+        acc = f"c{k}[{ix}]"
+        if ins.prim == "sum":
+            line = f"{acc} += {x}"
+        elif ins.prim == "prod":
+            line = f"{acc} *= {x}"
+        elif ins.prim == "amax":
+            line = f"if {x} > {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
+        else:
+            line = f"if {x} < {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
+        lines_body.append(f"{line}  # %{ins.out} = {format_instr(ins)}")
+    params = ([f"n{d}" for d in range(rank)] + [f"a{k}" for k in range(len(arrays))]
+              + [f"s{k}" for k in range(len(scalars))] + [f"o{k}" for k in range(len(stores))]
+              + [f"c{k}" for k in range(len(kernel.reductions))])
+    out = [f"def kernel({', '.join(params)}):"]
+    out += ["    " + ln for ln in lines_pre]
+    ind = "    "
+    for d in range(rank):
+        out.append(f"{ind}for i{d} in range(n{d}):")
+        ind += "    "
+    for ln in lines_body:
+        out.append(ind + ln.replace("{ind}", ind))
+    if not lines_body:
+        out.append(ind + "pass")
+    text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
+    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank)

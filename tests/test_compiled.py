@@ -1,0 +1,146 @@
+"""Compiled tapes (fused Numba kernels) against the NumPy interpreter: every primitive, float32
+and float64, the op corpus with gradients, and fusion decisions."""
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine import runtime
+from ngrad.engine.codegen import render
+from ngrad.engine.fuse import Glue, Kernel, fuse
+from ngrad.engine.graph import lower
+from ngrad.engine.interpret import interpret
+from ngrad.engine.differentiate import vjp
+
+from . import test_ops, test_prims
+from .oracles import prim_tape
+
+
+@pytest.fixture(autouse=True)
+def _jit_always(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+
+
+def compiled(tape, values):
+    comp = runtime._Compiled(tape)
+    comp.compile()
+    return runtime._execute(comp, tape, values)
+
+
+def assert_same(tape, values, rtol):
+    ref = interpret(tape, values)
+    got = compiled(tape, values)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(test_prims.CASES))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_primitive_with_its_vjp(name, dtype, rng):
+    args, params, wrt = test_prims.CASES[name]
+    args = [a.astype(dtype) if a.dtype.kind == "f" else a for a in args]
+    if name == "cast":
+        params = {"dtype": "f64" if dtype == np.float32 else "f32"}
+    tape, _ = prim_tape(name, args, params)
+    joint = vjp(tape, [tape.inputs[i] for i in wrt])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(joint.tape.dtypes[s] == "f32" and np.float32 or np.float64)
+             for s in joint.seeds]
+    assert_same(joint.tape, list(args) + seeds, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("name", ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not",
+                                  "isnan", "argmax", "argmin"])
+def test_non_differentiable_primitives(name):
+    x = np.array([[1.0, np.nan, 3.0], [2.0, 2.0, -1.0]])
+    y = np.array([[1.0, 0.0, 4.0], [np.nan, 2.0, 0.0]])
+    if name.startswith("logical"):
+        args = [x > 1, y > 1][:1 if name == "logical_not" else 2]
+        params = {}
+    elif name in ("argmax", "argmin"):
+        args, params = [np.nan_to_num(x)], {"axis": 1, "keepdim": False}
+    elif name == "isnan":
+        args, params = [x], {}
+    else:
+        args, params = [x, y], {}
+    tape, _ = prim_tape(name, args, params)
+    assert_same(tape, args, 0)
+
+
+@pytest.mark.parametrize("name", sorted(test_ops.CASES))
+def test_op_corpus_values_and_gradients(name, rng):
+    fn, inputs = test_ops.CASES[name]
+    xs = [ngrad.tensor(a, requires_grad=True) for a in inputs]
+    out = fn(ngrad, *xs)
+    low = lower([out._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
+    assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-10)
+
+
+def test_nan_and_inf_semantics_survive_compilation():
+    x = np.array([np.nan, 1.0, -np.inf, 0.0])
+    y = np.array([1.0, np.nan, 2.0, 0.0])
+    for name in ("maximum", "minimum"):
+        tape, _ = prim_tape(name, [x, y], {})
+        assert_same(tape, [x, y], 0)
+    for name in ("amax", "amin"):
+        tape, _ = prim_tape(name, [np.array([[1.0, np.nan], [3.0, -1.0]])], {"axes": (1,), "keepdim": False})
+        assert_same(tape, [np.array([[1.0, np.nan], [3.0, -1.0]])], 0)
+    tape, _ = prim_tape("div", [np.array([1.0, -1.0, 0.0]), np.zeros(3)], {})
+    assert_same(tape, [np.array([1.0, -1.0, 0.0]), np.zeros(3)], 0)
+
+
+def test_broadcast_then_reduce_is_one_kernel_without_temporary():
+    x = ngrad.tensor(np.random.default_rng(0).standard_normal((5, 3)), requires_grad=True)
+    y = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    plan = fuse(lower([y._node]).tape)
+    (k,) = plan.kernels()
+    assert k.shape == (5, 5, 3) and k.stores == [] and len(k.reductions) == 1
+    assert "(broadcast)" in render(k, plan.tape).text
+
+
+def test_generated_source_names_its_tape_instructions():
+    x = ngrad.tensor([1.0, 2.0], requires_grad=True)
+    tape = lower([(x.exp() * 2).sum()._node]).tape
+    plan = fuse(tape)
+    text = render(plan.kernels()[0], tape).text
+    assert "math.exp" in text and "# %" in text and "= exp(%0)" in text
+    assert "2" not in text.split("def kernel")[1].split(":")[0]  # no size in the signature or loops
+
+
+def test_sizes_are_not_in_the_kernel():
+    texts = []
+    for n in (3, 1000):
+        x = ngrad.ones(n, requires_grad=True)
+        tape = lower([(x.sin() * x).sum()._node]).tape
+        texts.append([render(k, tape).text for k in fuse(tape).kernels()])
+    assert texts[0] == texts[1]
+
+
+def test_facade_uses_the_compiler(monkeypatch):
+    from ngrad.engine import compile as comp
+    before = len(comp._memory)
+    x = ngrad.tensor(np.linspace(-1, 1, 7), requires_grad=True)
+    y = (x.tanh() * x).sum()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.tanh(x.detach().numpy()) + x.detach().numpy() / np.cosh(x.detach().numpy()) ** 2)
+    assert len(comp._memory) > before
+
+
+def test_jit_never_interprets(monkeypatch):
+    monkeypatch.setenv("NGRAD_JIT", "never")
+    tape, _ = prim_tape("exp", [np.ones(3)], {})
+    assert runtime._compiled_for(tape, runtime.jit_mode()) is None
+
+
+def test_auto_tier_compiles_on_repeat(monkeypatch):
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_JIT_THRESHOLD", "2")
+    tape, _ = prim_tape("mul", [np.ones(4) * 3.25, np.ones(4)], {})
+    runtime._plans.pop(tape.format(), None)
+    assert runtime._compiled_for(tape, "auto") is None or runtime._Compiled(tape).on_disk()
+    assert runtime._compiled_for(tape, "auto") is not None
