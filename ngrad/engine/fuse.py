@@ -10,7 +10,9 @@ else (movement, indexing, scans, matmul through BLAS) is a ``Glue`` step run by 
 
 An elementwise instruction joins the latest kernel of its shape when all its operands are
 available at that kernel's position (computed before it, or by it, but not by one of its
-reductions, which are complete only after the loop).
+reductions, which are complete only after the loop). A value another kernel computed is
+rematerialized rather than stored and reloaded when that is cheaper: broadcast reads are re-read
+from their source, and short chains of cheap arithmetic (``CHEAP``) are recomputed.
 """
 from .prims import PRIMS
 
@@ -18,6 +20,11 @@ __all__ = ["fuse", "Plan", "Kernel", "Glue"]
 
 FUSED = ("unary", "binary", "compare", "logical", "where", "cast")
 EPILOGUES = ("sum", "prod", "amax", "amin")
+# recomputed in a later kernel rather than stored and reloaded: a few cycles each, while a
+# libm call (exp, sin, tanh: 3-20 ns) costs more than the memory traffic it would save
+CHEAP = {"neg", "add", "sub", "mul", "div", "abs", "sign", "cast", "detach", "lt", "le", "gt", "ge", "eq", "ne",
+         "logical_and", "logical_or", "logical_not", "where", "maximum", "minimum", "sqrt", "isnan"}
+REMAT_BUDGET = 16
 
 
 class Glue:
@@ -60,30 +67,72 @@ def _ones(shape):
 
 def fuse(tape):
     """Partition ``tape`` into kernels and glue steps; see the module docstring."""
-    steps = []
-    where = {s: (-1, False) for s in tape.inputs}  # slot -> (step, produced by an epilogue)
+    # Every step has a position: kernel n is (n,); a glue step runs right after the latest of
+    # its operands, (that position) + (sequence,). Sorting by position gives the execution order
+    # and lets a view of an input run before every kernel instead of splitting one.
+    steps = []  # (position, step)
+    where = {s: ((-1,), False) for s in tape.inputs}  # slot -> (position of its step, by an epilogue)
     literal = {}
-    latest = {}  # shape -> index of the latest kernel of that shape
+    latest = {}  # shape -> (position, kernel)
+    defs = {}  # slot -> how a kernel computed it: ("read", read) or ("instr", instr)
+    seq = [0]
 
-    def available(slot, k):
-        step, epi = where[slot]
-        return step < k or (step == k and not epi)
+    def available(slot, pos):
+        p, epi = where[slot]
+        return p < pos or (p == pos and not epi)
+
+    def new_kernel(shape):
+        pos = (len([1 for _, st in steps if isinstance(st, Kernel)]),)
+        kern = Kernel(shape)
+        steps.append((pos, kern))
+        latest[shape] = (pos, kern)
+        return pos, kern
 
     def kernel_for(shape, deps):
-        k = latest.get(shape)
-        if k is not None and all(d in literal or available(d, k) for d in deps):
-            return k
-        steps.append(Kernel(shape))
-        latest[shape] = len(steps) - 1
-        return len(steps) - 1
+        hit = latest.get(shape)
+        if hit is not None and all(d in literal or available(d, hit[0]) for d in deps):
+            return hit
+        return new_kernel(shape)
 
-    def read(kern, k, slot):
-        """Make ``slot`` (of the kernel's shape) readable inside kernel ``k``."""
+    def glue(ins):
+        pos = max([where[a][0] for a in ins.args] + [(-1,)])
+        seq[0] += 1
+        pos = pos + (seq[0],)
+        steps.append((pos, Glue(ins)))
+        where[ins.out] = (pos, False)
+
+    def remat(kern, pos, slot, budget):
+        """Define ``slot`` inside the kernel at ``pos`` by recomputing it; False if not worth it."""
+        d = defs.get(slot)
+        if d is None or budget[0] <= 0:
+            return False
+        if d[0] == "read":
+            r = d[1]
+            if r[0] == "literal" or available(r[1], pos):
+                kern.reads[slot] = r
+                kern.defined.add(slot)
+                return True
+            return False
+        ins = d[1]
+        if ins.prim not in CHEAP:
+            return False
+        budget[0] -= 1
+        for a in ins.args:
+            if a not in kern.defined and a not in literal and not available(a, pos) and not remat(kern, pos, a, budget):
+                return False
+        for a in ins.args:
+            read(kern, pos, a)
+        kern.body.append(ins)
+        kern.defined.add(slot)
+        return True
+
+    def read(kern, pos, slot):
+        """Make ``slot`` (of the kernel's shape) readable inside the kernel at ``pos``."""
         if slot in kern.defined:
             return
         if slot in literal:
             kern.reads[slot] = ("literal", literal[slot])
-        else:
+        elif where[slot][0] == pos or not remat(kern, pos, slot, [REMAT_BUDGET]):
             kern.reads[slot] = ("array", slot, tuple(False for _ in kern.shape))
         kern.defined.add(slot)
 
@@ -96,43 +145,40 @@ def fuse(tape):
             literal[ins.out] = literal[ins.args[0]]
         if ins.prim == "expand" and ins.args[0] not in literal:
             src = ins.args[0]
-            k = kernel_for(shape, [src])
-            kern = steps[k]
+            pos, kern = kernel_for(shape, [src])
             if _ones(tape.shapes[src]):
                 kern.reads[ins.out] = ("scalar", src)
             else:
                 kern.reads[ins.out] = ("array", src, tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape)))
             kern.defined.add(ins.out)
-            where[ins.out] = (k, False)
-        elif ins.out in literal and ins.prim != "const":
-            where[ins.out] = (-1, False)  # a broadcast literal: kernels inline it, glue steps rebuild it
-            steps.append(Glue(ins))
-            where[ins.out] = (len(steps) - 1, False)
+            defs[ins.out] = ("read", kern.reads[ins.out])
+            where[ins.out] = (pos, False)
         elif prim.kind in FUSED:
-            k = kernel_for(shape, ins.args)
-            kern = steps[k]
+            pos, kern = kernel_for(shape, ins.args)
             for a in ins.args:
-                read(kern, k, a)
+                read(kern, pos, a)
             kern.body.append(ins)
             kern.defined.add(ins.out)
-            where[ins.out] = (k, False)
+            defs[ins.out] = ("instr", ins)
+            where[ins.out] = (pos, False)
         elif ins.prim in EPILOGUES:
             src = ins.args[0]
-            k, _ = where[src]
-            kern = steps[k] if k >= 0 and isinstance(steps[k], Kernel) else None
-            if kern is None or src not in kern.defined or kern.shape != tape.shapes[src] or where[src][1]:
-                k = kernel_for(tape.shapes[src], [src])
-                kern = steps[k]
-                read(kern, k, src)
+            spos, epi = where[src]
+            hit = latest.get(tape.shapes[src])
+            if hit is not None and hit[0] == spos and src in hit[1].defined and not epi:
+                pos, kern = hit
+            else:
+                pos, kern = kernel_for(tape.shapes[src], [src])
+                read(kern, pos, src)
             kern.reductions.append(ins)
-            where[ins.out] = (k, True)
+            where[ins.out] = (pos, True)
         else:
-            steps.append(Glue(ins))
-            where[ins.out] = (len(steps) - 1, False)
+            glue(ins)
 
+    steps = [st for _, st in sorted(steps, key=lambda ps: ps[0])]
     # a value defined in a kernel is stored when anything outside that kernel reads it
     needed = set(tape.outputs)
-    for i, step in enumerate(steps):
+    for step in steps:
         if isinstance(step, Glue):
             needed.update(step.instr.args)
         else:
