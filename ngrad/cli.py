@@ -21,7 +21,20 @@ def build_parser():
     b.add_argument("--repeat", type=int, default=20, help="timed calls per system after the first (default 20)")
     b.add_argument("--json", dest="json_path", default=None, help="write machine-readable results here")
     b.add_argument("--list", action="store_true", help="list the problems and exit")
+    c = sub.add_parser("cache", help="the compiled-kernel cache (NGRAD_CACHE_DIR)")
+    c.add_argument("action", choices=["info", "clear"])
     return parser
+
+
+def cache(args):
+    from .engine.compile import cache_clear, cache_info
+    if args.action == "info":
+        info = cache_info()
+        print(f"cache root: {info['root']}\nthis version: {info['folder']}\n"
+              f"kernels: {info['kernels']}\nsize: {info['bytes'] / 1e6:.2f} MB")
+    else:
+        print(f"removed {cache_clear()} files")
+    return 0
 
 
 def _fmt(seconds):
@@ -88,6 +101,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "bench":
         return bench(args)
+    if args.command == "cache":
+        return cache(args)
     return 2
 
 

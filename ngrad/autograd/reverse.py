@@ -105,7 +105,7 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
     low = lower([o._node for o in outputs], grad=True)
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
-    joint = vjp(low.tape, present)
+    joint = _joint(low.tape, present)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
         if n is not None and n.freed and n.saves:
@@ -139,6 +139,22 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
             if n is not None:
                 n.freed = True
     return result
+
+
+_JOINTS = {}
+
+
+def _joint(tape, wrt):
+    """The joint tape of ``tape`` (memoized by structure: an optimizer loop differentiates the
+    same tape structure on every step). Slot numbers of equal-keyed tapes are equal, because
+    lowering numbers slots deterministically."""
+    key = (tape.key(), tuple(wrt))
+    j = _JOINTS.get(key)
+    if j is None:
+        if len(_JOINTS) > 512:
+            _JOINTS.clear()
+        j = _JOINTS[key] = vjp(tape, wrt)
+    return j
 
 
 def _accumulate(t, g, create_graph):

@@ -165,7 +165,7 @@ def _compiled_for(tape, mode):
     """The compiled plan to run ``tape`` with, or None to interpret it."""
     if mode == "never" or not tape.instrs:
         return None
-    key = tape.format()
+    key = tape.key()
     comp = _plans.get(key)
     if comp is None:
         n = _seen[key] = _seen.get(key, 0) + 1

@@ -52,6 +52,17 @@ class Tape:
     def __len__(self):
         return len(self.instrs)
 
+    def key(self):
+        """A hashable structural key, cheaper than ``format()``. Raw slot numbers are part of it,
+        so tapes with equal keys are identical (memoized results keyed by it can refer to slots)."""
+        parts = [tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))]
+        for ins in self.instrs:
+            p = ins.params
+            parts.append((ins.out, ins.prim, tuple(ins.args), tuple(sorted(p.items())) if p else (),
+                          self.shapes[ins.out], self.dtypes[ins.out]))
+        parts.append(tuple(self.outputs))
+        return tuple(parts)
+
     def verify(self):
         """Check SSA form and every instruction against its primitive's rule; return self."""
         defined = set()
@@ -256,6 +267,13 @@ class Builder:
         self.tape.inputs.append(s)
         self.tape.kinds.append(kind)
         return self.var(s)
+
+    def emit_known(self, prim, args, params, shape, dtype):
+        """Append an instruction whose result type is already known (lowering trusts the graph,
+        whose nodes inferred it when recorded; ``Tape.verify`` re-derives it)."""
+        s = self._new(shape, dtype)
+        self.tape.instrs.append(Instr(s, prim, [a.slot for a in args], params))
+        return Var(self, s, shape, dtype)
 
     def emit(self, prim, args, params=None):
         params = params or {}

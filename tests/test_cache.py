@@ -1,0 +1,58 @@
+"""The kernel cache: a fresh process with a warm disk cache compiles nothing; corrupt or
+half-written entries are detected and rebuilt; the CLI reports and clears it."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from ngrad.cli import main
+
+PROGRAM = r"""
+import json, numpy as np, ngrad
+from ngrad.engine import compile as c
+x = ngrad.tensor(np.linspace(-2, 2, 11), dtype=ngrad.float64, requires_grad=True)
+y = (x.sin() * x.exp() + (x * x).sum()).sum()
+y.backward()
+print(json.dumps({"value": y.item(), "grad": x.grad.tolist(), "compiled": c.stats["compiled"],
+                  "loaded": c.stats["loaded"]}))
+"""
+
+
+def _run(cache):
+    env = dict(os.environ, NGRAD_CACHE_DIR=str(cache), NGRAD_JIT="auto", NGRAD_JIT_THRESHOLD="1")
+    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_warm_cache_compiles_nothing_and_corruption_is_rebuilt(tmp_path):
+    cold = _run(tmp_path)
+    assert cold["compiled"] >= 1
+    warm = _run(tmp_path)
+    assert warm["compiled"] == 0 and warm["loaded"] == cold["compiled"]
+    assert warm["grad"] == cold["grad"]
+
+    # corrupt Numba's cached machine code and index: detected, rebuilt, same results
+    for p in glob.glob(str(tmp_path / "*" / "__pycache__" / "*")):
+        with open(p, "wb") as f:
+            f.write(b"\x00garbage")
+    again = _run(tmp_path)
+    assert again["grad"] == cold["grad"] and again["value"] == cold["value"]
+
+    # a half-written generated module: detected by comparing its text, rewritten
+    for p in glob.glob(str(tmp_path / "*" / "k*.py")):
+        with open(p, "w") as f:
+            f.write("def kernel(")
+    again = _run(tmp_path)
+    assert again["grad"] == cold["grad"]
+    assert _run(tmp_path)["compiled"] == 0
+
+
+def test_cache_cli(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    _run(tmp_path)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out and "kernels" in out
+    assert main(["cache", "clear"]) == 0
+    assert not glob.glob(str(tmp_path / "*" / "k*.py"))
