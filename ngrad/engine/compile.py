@@ -19,13 +19,39 @@ import threading
 import time
 
 import numba
+from numba import types
+from numba.extending import intrinsic
 
 from .._version import __version__ as _ngrad_version
+from . import vmath
 from .codegen import CODEGEN_VERSION
 
 __all__ = ["kernel", "cache_dir", "cache_info", "cache_clear", "stats"]
 
 FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+
+
+@intrinsic
+def _i64_as_f64(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _f64_as_i64(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
+
+
+# The vectorisable math helpers, compiled once. No "reassoc" here: it would let LLVM fold the
+# rounding trick (x + SHIFT) - SHIFT into x. They are not inlined at Numba level (that would put
+# them under the kernel's flags); LLVM inlines them with their own per-instruction flags.
+_MATH_FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+vmath.i64_as_f64, vmath.f64_as_i64 = _i64_as_f64, _f64_as_i64
+vmath.scale2 = numba.njit(**_MATH_FLAGS)(vmath.scale2)
+HELPERS = {"_vexp": numba.njit(**_MATH_FLAGS)(vmath.exp64)}
 _memory = {}
 _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}
@@ -82,6 +108,7 @@ def _load(key, text):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    module.__dict__.update(HELPERS)
     return numba.njit(**FLAGS)(module.kernel)
 
 
