@@ -144,3 +144,40 @@ def test_auto_tier_compiles_on_repeat(monkeypatch):
     runtime._plans.pop(tape.format(), None)
     assert runtime._compiled_for(tape, "auto") is None or runtime._Compiled(tape).on_disk()
     assert runtime._compiled_for(tape, "auto") is not None
+
+
+# Hypothesis: random programs (the generator of test_random_graphs) compiled against interpreted,
+# values and gradients. Few examples: each distinct program compiles new kernels.
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from .test_random_graphs import SHAPES, build, program  # noqa: E402
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(program, st.integers(0, 2 ** 32 - 1))
+@example(ops=[("u", 0, 0, 0)] * 5 + [("r", 50, 0, 0)], seed=0)  # found by Hypothesis: a no-op expand
+def test_random_programs_compiled_equal_interpreted(ops, seed):
+    rng = np.random.default_rng(seed)
+    xs = [ngrad.tensor(rng.uniform(-1.5, 1.5, s), requires_grad=True) for s in SHAPES[:3]]
+    out = build(ops, *xs)
+    low = lower([out._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
+    seeds = [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
+    assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-10)
+
+
+def test_no_op_movements_inside_a_kernel():
+    """Regression (found by Hypothesis): an expand to its own shape inside a fused loop."""
+    from ngrad.engine.tape import parse
+    tape = parse("""\
+in %0 : f64[3,1]
+in %1 : f64[] scalar
+%2 = reshape(%1; shape=(1, 1)) : f64[1,1]
+%3 = expand(%2; shape=(3, 1)) : f64[3,1]
+%4 = expand(%3; shape=(3, 1)) : f64[3,1]
+%5 = mul(%4, %0) : f64[3,1]
+%6 = reshape(%5; shape=(3, 1)) : f64[3,1]
+out %6 %3""")
+    assert_same(tape.verify(), [np.arange(3.0).reshape(3, 1), 2.0], rtol=0)

@@ -212,6 +212,8 @@ def render(kernel, tape):
         text = None
         if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
             text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
+        if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
+            text = args[0].text
         if text is None:
             e = PRIMS[ins.prim].fwd(m, *args, **ins.params)
             text = e.text

@@ -22,7 +22,7 @@ FUSED = ("unary", "binary", "compare", "logical", "where", "cast")
 EPILOGUES = ("sum", "prod", "amax", "amin")
 # recomputed in a later kernel rather than stored and reloaded: a few cycles each, while a
 # libm call (exp, sin, tanh: 3-20 ns) costs more than the memory traffic it would save
-CHEAP = {"neg", "add", "sub", "mul", "div", "abs", "sign", "cast", "detach", "lt", "le", "gt", "ge", "eq", "ne",
+CHEAP = {"reshape", "expand", "neg", "add", "sub", "mul", "div", "abs", "sign", "cast", "detach", "lt", "le", "gt", "ge", "eq", "ne",
          "logical_and", "logical_or", "logical_not", "where", "maximum", "minimum", "sqrt", "isnan"}
 REMAT_BUDGET = 16
 
@@ -143,7 +143,15 @@ def fuse(tape):
             literal[ins.out] = ins.params["value"]
         elif ins.prim in ("reshape", "expand") and ins.args[0] in literal:
             literal[ins.out] = literal[ins.args[0]]
-        if ins.prim == "expand" and ins.args[0] not in literal:
+        noop = ins.prim in ("reshape", "expand") and tape.shapes[ins.args[0]] == shape
+        if noop and ins.args[0] not in literal:  # an identity: computed in the loop like elementwise
+            pos, kern = kernel_for(shape, ins.args)
+            read(kern, pos, ins.args[0])
+            kern.body.append(ins)
+            kern.defined.add(ins.out)
+            defs[ins.out] = ("instr", ins)
+            where[ins.out] = (pos, False)
+        elif ins.prim == "expand" and ins.args[0] not in literal:
             src = ins.args[0]
             pos, kern = kernel_for(shape, [src])
             if _ones(tape.shapes[src]):
