@@ -17,9 +17,9 @@ def ulp_error(got, ref):
     return np.max(np.abs(got[ok] - ref[ok]) / np.spacing(np.abs(ref[ok]).astype(ref.dtype)))
 
 
-def _compiled_exp(x, monkeypatch, tmp_path):
+def _compiled_exp(x, monkeypatch, tmp_path, prim="exp"):
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
-    tape, _ = prim_tape("exp", [x], {})
+    tape, _ = prim_tape(prim, [x], {})
     comp = runtime._Compiled(tape)
     comp.compile()
     return runtime._execute(comp, tape, [x])[0], comp
@@ -69,3 +69,47 @@ def test_exp_loop_vectorises_without_libm(monkeypatch, tmp_path):
 def test_helper_direct_calls():
     assert VEXP(0.0) == 1.0 and VEXP(1.0) == pytest.approx(np.e, rel=1e-15)
     assert VEXP(-np.inf) == 0.0 and VEXP(np.inf) == np.inf and np.isnan(VEXP(np.nan))
+
+
+R = np.random.default_rng(5)
+# (primitive, NumPy reference, float64 inputs, ULP bound for float64)
+FUNCS = {
+    "log": (np.log, np.concatenate([np.exp(R.uniform(-700, 700, 100_000)), R.uniform(0.5, 2, 100_000),
+                                    np.array([5e-324, 1e-310, 2.2250738585072014e-308])]), 5),
+    "tanh": (np.tanh, np.concatenate([R.uniform(-25, 25, 100_000), R.uniform(-1e-6, 1e-6, 10_000)]), 5),
+    "expm1": (np.expm1, np.concatenate([R.uniform(-3, 3, 100_000), R.uniform(-1e-8, 1e-8, 10_000)]), 6),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), R.uniform(-700, 700, 100_000), 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_float64_ulp(name, monkeypatch, tmp_path):
+    ref_fn, x, bound = FUNCS[name]
+    got, comp = _compiled_exp(x, monkeypatch, tmp_path, name)
+    with np.errstate(all="ignore"):
+        assert ulp_error(got, ref_fn(x)) <= bound
+    asm = "\n".join(a for k in comp.kernels if k is not None for a in k.fn.inspect_asm().values())
+    assert "ymm" in asm or "zmm" in asm or "pd\t%xmm" in asm
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_float32_within_one_ulp(name, monkeypatch, tmp_path):
+    ref_fn, x, _ = FUNCS[name]
+    x32 = x[np.abs(x) < 80].astype(np.float32) if name != "log" else x[(x > 1e-37) & (x < 1e37)].astype(np.float32)
+    got, _ = _compiled_exp(x32, monkeypatch, tmp_path, name)
+    assert got.dtype == np.float32
+    with np.errstate(all="ignore"):
+        assert ulp_error(got, ref_fn(x32.astype(np.float64)).astype(np.float32)) <= 1
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_special_values(name, monkeypatch, tmp_path):
+    ref_fn, _, _ = FUNCS[name]
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-310, -1e-310, 5e-324, 1.0, -1.0, 710.0, -746.0])
+    got, _ = _compiled_exp(x, monkeypatch, tmp_path, name)
+    with np.errstate(all="ignore"):
+        ref = ref_fn(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)])
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=2e-15, atol=0)

@@ -15,7 +15,7 @@ from .tape import format_instr
 
 __all__ = ["render", "Source", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 2  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 3  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 
@@ -79,20 +79,23 @@ def _f(name):
     return lambda x: Expr(f"{name}({x.text})", x.dtype)
 
 
+def _v(name):
+    def f(x):
+        if x.dtype == "f32":
+            return Expr(f"np.float32({name}(np.float64({x.text})))", x.dtype)
+        return Expr(f"{name}({x.text})", x.dtype)
+    return staticmethod(f)
+
+
 class SourceMath:
     """The math namespace of the primitive table, producing Numba-compatible source text."""
 
-    log, log1p, expm1, sqrt = _f("math.log"), _f("math.log1p"), _f("math.expm1"), _f("math.sqrt")
-
-    @staticmethod
-    def exp(x):
-        """The vectorisable exp of engine/vmath.py (float32 evaluates in float64, rounds once)."""
-        if x.dtype == "f32":
-            return Expr(f"np.float32(_vexp(np.float64({x.text})))", x.dtype)
-        return Expr(f"_vexp({x.text})", x.dtype)
+    log1p, sqrt = _f("math.log1p"), _f("math.sqrt")
+    # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once)
+    exp, expm1, log, tanh = _v("_vexp"), _v("_vexpm1"), _v("_vlog"), _v("_vtanh")
     sin, cos, tan, asin, acos, atan = (_f("math.sin"), _f("math.cos"), _f("math.tan"), _f("math.asin"),
                                        _f("math.acos"), _f("math.atan"))
-    sinh, cosh, tanh, erf = _f("math.sinh"), _f("math.cosh"), _f("math.tanh"), _f("math.erf")
+    sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _f("math.erf")
     floor, ceil, round, sign = _f("np.floor"), _f("np.ceil"), _f("np.rint"), _f("np.sign")
 
     @staticmethod
@@ -101,8 +104,9 @@ class SourceMath:
 
     @staticmethod
     def sigmoid(x):
-        one = _typed(1, x.dtype)
-        return Expr(f"({one} / ({one} + {SourceMath.exp(Expr(f'(-{x.text})', x.dtype)).text}))", x.dtype)
+        if x.dtype == "f32":  # evaluate in float64 and round once
+            return Expr(f"np.float32(1.0 / (1.0 + _vexp(-np.float64({x.text}))))", x.dtype)
+        return Expr(f"(1.0 / (1.0 + _vexp(-{x.text})))", x.dtype)
 
     @staticmethod
     def softplus(x):

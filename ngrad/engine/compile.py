@@ -51,7 +51,10 @@ def _f64_as_i64(typingctx, x):
 _MATH_FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 vmath.i64_as_f64, vmath.f64_as_i64 = _i64_as_f64, _f64_as_i64
 vmath.scale2 = numba.njit(**_MATH_FLAGS)(vmath.scale2)
-HELPERS = {"_vexp": numba.njit(**_MATH_FLAGS)(vmath.exp64)}
+vmath.exp64 = numba.njit(**_MATH_FLAGS)(vmath.exp64)
+vmath.expm1_64 = numba.njit(**_MATH_FLAGS)(vmath.expm1_64)
+HELPERS = {"_vexp": vmath.exp64, "_vexpm1": vmath.expm1_64, "_vtanh": numba.njit(**_MATH_FLAGS)(vmath.tanh64),
+           "_vlog": numba.njit(**_MATH_FLAGS)(vmath.log64)}
 _memory = {}
 _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}
