@@ -79,6 +79,9 @@ FUNCS = {
     "tanh": (np.tanh, np.concatenate([R.uniform(-25, 25, 100_000), R.uniform(-1e-6, 1e-6, 10_000)]), 5),
     "expm1": (np.expm1, np.concatenate([R.uniform(-3, 3, 100_000), R.uniform(-1e-8, 1e-8, 10_000)]), 6),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), R.uniform(-700, 700, 100_000), 4),
+    "sin": (np.sin, np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000),
+                                    R.uniform(-1e-5, 1e-5, 10_000)]), 2),
+    "cos": (np.cos, np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000)]), 2),
 }
 
 
@@ -113,3 +116,16 @@ def test_special_values(name, monkeypatch, tmp_path):
     finite = np.isfinite(ref)
     np.testing.assert_array_equal(got[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)])
     np.testing.assert_allclose(got[finite], ref[finite], rtol=2e-15, atol=0)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_huge_trig_arguments_fall_back_to_the_exact_interpreter(name, monkeypatch, tmp_path):
+    x = np.array([0.5, 1e7, -3e300, 2.0, 1e6 + 1])
+    got, comp = _compiled_exp(x, monkeypatch, tmp_path, name)
+    assert any(s is not None and s.guard for s in comp.sources)
+    np.testing.assert_array_equal(got, getattr(np, name)(x))
+
+
+def test_sin_keeps_the_sign_of_zero(monkeypatch, tmp_path):
+    got, _ = _compiled_exp(np.array([-0.0, 0.0]), monkeypatch, tmp_path, "sin")
+    assert np.signbit(got[0]) and not np.signbit(got[1])

@@ -15,7 +15,7 @@ from .tape import format_instr
 
 __all__ = ["render", "Source", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 3  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 7  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 
@@ -93,8 +93,8 @@ class SourceMath:
     log1p, sqrt = _f("math.log1p"), _f("math.sqrt")
     # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once)
     exp, expm1, log, tanh = _v("_vexp"), _v("_vexpm1"), _v("_vlog"), _v("_vtanh")
-    sin, cos, tan, asin, acos, atan = (_f("math.sin"), _f("math.cos"), _f("math.tan"), _f("math.asin"),
-                                       _f("math.acos"), _f("math.atan"))
+    sin, cos = _v("_vsin"), _v("_vcos")  # guarded: see GUARDED and render()
+    tan, asin, acos, atan = _f("math.tan"), _f("math.asin"), _f("math.acos"), _f("math.atan")
     sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _f("math.erf")
     floor, ceil, round, sign = _f("np.floor"), _f("np.ceil"), _f("np.rint"), _f("np.sign")
 
@@ -152,14 +152,22 @@ class SourceMath:
         return Expr(f"{_NP_TYPE[dtype]}({x.text})", dtype)
 
 
+# Primitives whose vectorised version is accurate only for |x| <= TRIG_LIMIT: the kernel ORs a
+# flag over its arguments (a reduction LLVM vectorises) and the runtime re-runs the tape on the
+# interpreter when it is set, so a huge argument costs time, never accuracy.
+GUARDED = ("sin", "cos")
+TRIG_LIMIT = 1.0e6
+
+
 class Source:
-    """Generated kernel text and its calling convention."""
+    """Generated kernel text and its calling convention (``guard``: the last argument is a
+    one-element bool array set when an argument left the range of a guarded primitive)."""
 
-    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank")
+    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank", "guard")
 
-    def __init__(self, text, arrays, scalars, stores, reductions, rank):
+    def __init__(self, text, arrays, scalars, stores, reductions, rank, guard):
         self.text, self.arrays, self.scalars = text, arrays, scalars
-        self.stores, self.reductions, self.rank = stores, reductions, rank
+        self.stores, self.reductions, self.rank, self.guard = stores, reductions, rank, guard
 
 
 def _pow_literal(x, value):
@@ -211,6 +219,7 @@ def render(kernel, tape):
             lines_body.append(f"{v} = {a}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
             names[slot] = Expr(v, dtype)
     m = SourceMath
+    guard = False
     for ins in kernel.body:
         args = [value(a) for a in ins.args]
         text = None
@@ -222,17 +231,28 @@ def render(kernel, tape):
             e = PRIMS[ins.prim].fwd(m, *args, **ins.params)
             text = e.text
         v = f"v{ins.out}"
+        if ins.prim in GUARDED:
+            guard = True
+            lines_body.append(f"bad |= abs({args[0].text}) > {TRIG_LIMIT!r}  # range guard of %{ins.out}")
         lines_body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
         names[ins.out] = Expr(v, tape.dtypes[ins.out])
     stores = list(kernel.stores)
     full = ", ".join(idx)
     for k, s in enumerate(stores):
         lines_body.append(f"o{k}[{full}] = {value(s).text}  # store %{s}")
+    after = []
     for k, ins in enumerate(kernel.reductions):
         axes = ins.params["axes"]
         ix = ", ".join("0" if d in axes else idx[d] for d in range(len(kernel.shape))) or "0"
         x = value(ins.args[0]).text
         acc = f"c{k}[{ix}]"
+        if len(axes) == len(kernel.shape):
+            # a full reduction accumulates in a local: a store to memory on every iteration (the
+            # arrays might alias) would keep LLVM from vectorising the whole loop
+            acc = f"acc{k}"
+            origin = ", ".join("0" for _ in range(rank))
+            lines_pre.append(f"{acc} = c{k}[{origin}]")
+            after.append(f"c{k}[{origin}] = {acc}")
         if ins.prim == "sum":
             line = f"{acc} += {x}"
         elif ins.prim == "prod":
@@ -244,8 +264,10 @@ def render(kernel, tape):
         lines_body.append(f"{line}  # %{ins.out} = {format_instr(ins)}")
     params = ([f"n{d}" for d in range(rank)] + [f"a{k}" for k in range(len(arrays))]
               + [f"s{k}" for k in range(len(scalars))] + [f"o{k}" for k in range(len(stores))]
-              + [f"c{k}" for k in range(len(kernel.reductions))])
+              + [f"c{k}" for k in range(len(kernel.reductions))] + (["flag"] if guard else []))
     out = [f"def kernel({', '.join(params)}):"]
+    if guard:
+        lines_pre.append("bad = False")
     out += ["    " + ln for ln in lines_pre]
     ind = "    "
     for d in range(rank):
@@ -255,5 +277,8 @@ def render(kernel, tape):
         out.append(ind + ln.replace("{ind}", ind))
     if not lines_body:
         out.append(ind + "pass")
+    out += ["    " + ln for ln in after]
+    if guard:
+        out.append("    flag[0] = bad")
     text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
-    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank)
+    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank, guard)

@@ -48,13 +48,22 @@ def _f64_as_i64(typingctx, x):
 # The vectorisable math helpers, compiled once. No "reassoc" here: it would let LLVM fold the
 # rounding trick (x + SHIFT) - SHIFT into x. They are not inlined at Numba level (that would put
 # them under the kernel's flags); LLVM inlines them with their own per-instruction flags.
-_MATH_FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+# cache=False: Numba keys a function's cache on its own bytecode only, so a helper cached beside
+# vmath.py could go stale when a helper it calls changes. A kernel's cache entry already holds the
+# helper code it links in, so warm processes still compile nothing. (Kernels themselves live in a
+# folder versioned by CODEGEN_VERSION: bump it whenever vmath.py changes.)
+_MATH_FLAGS = dict(cache=False, nogil=True, error_model="numpy", fastmath={"contract"})
 vmath.i64_as_f64, vmath.f64_as_i64 = _i64_as_f64, _f64_as_i64
-vmath.scale2 = numba.njit(**_MATH_FLAGS)(vmath.scale2)
-vmath.exp64 = numba.njit(**_MATH_FLAGS)(vmath.exp64)
-vmath.expm1_64 = numba.njit(**_MATH_FLAGS)(vmath.expm1_64)
-HELPERS = {"_vexp": vmath.exp64, "_vexpm1": vmath.expm1_64, "_vtanh": numba.njit(**_MATH_FLAGS)(vmath.tanh64),
-           "_vlog": numba.njit(**_MATH_FLAGS)(vmath.log64)}
+_PLAIN = {name: getattr(vmath, name) for name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "exp64",
+                                                   "expm1_64", "tanh64", "log64", "sin64", "cos64")}
+# Helpers that other helpers call are inlined at Numba level (same flags, so that is safe); the
+# versions kernels call are flat functions LLVM inlines into the loop, which then vectorises.
+for _name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "exp64", "expm1_64"):
+    setattr(vmath, _name, numba.njit(inline="always", **_MATH_FLAGS)(_PLAIN[_name]))
+HELPERS = {alias: numba.njit(**_MATH_FLAGS)(_PLAIN[name]) for alias, name in (
+    ("_vexp", "exp64"), ("_vexpm1", "expm1_64"), ("_vtanh", "tanh64"), ("_vlog", "log64"),
+    ("_vsin", "sin64"), ("_vcos", "cos64"))}
+
 _memory = {}
 _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}

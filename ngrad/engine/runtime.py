@@ -147,8 +147,12 @@ def _execute(comp, tape, values):
                 args.append(env[s].reshape(-1)[0])
             outs = [np.empty(sizes, np_dtype(tape.dtypes[s])) for s in src.stores]
             accs = [_accumulator(ins, tape, step.shape) for ins in src.reductions]
+            flag = [np.zeros(1, np.bool_)] if src.guard else []
             t = time.perf_counter()
-            fn(*args, *outs, *accs)
+            fn(*args, *outs, *accs, *flag)
+            if src.guard and flag[0][0]:
+                # an argument outside the range of a vectorised sin/cos: the interpreter is exact
+                return interpret(tape, values)
             if debug >= 3:
                 print(f"ngrad: kernel {fn.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
                       file=sys.stderr)

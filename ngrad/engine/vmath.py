@@ -104,3 +104,59 @@ def log64(x):
     y = -math.inf if x == 0.0 else y
     y = math.inf if x == math.inf else y
     return math.nan if (x < 0.0 or x != x) else y
+
+
+# sin / cos: Cody-Waite reduction by pi/2 in three 33-bit parts (exact products for |n| < 2**20),
+# so results are accurate while |x| <= TRIG_LIMIT; kernels flag larger arguments and the runtime
+# then runs that tape on the NumPy interpreter instead (see codegen's guards).
+TRIG_LIMIT = 1.0e6
+INV_PIO2 = 0.6366197723675814
+PIO2_1 = 1.57079632673412561417e+00
+PIO2_2 = 6.07710050630396597660e-11
+PIO2_3 = 2.02226624871116645580e-21
+PIO2_3T = 8.47842766036889956997e-32
+
+
+def _sin_poly(y):
+    z = y * y
+    z2 = z * z
+    z4 = z2 * z2
+    a = (-0.16666666666666666 + 0.008333333333333333 * z) + (-0.0001984126984126984 + 2.7557319223985893e-06 * z) * z2
+    b = (-2.505210838544172e-08 + 1.6059043836821613e-10 * z) + (-7.647163731819816e-13 + 2.8114572543455206e-15 * z) * z2
+    return y + y * z * (a + b * z4)
+
+
+def _cos_poly(y):
+    z = y * y
+    z2 = z * z
+    z4 = z2 * z2
+    a = (-0.5 + 0.041666666666666664 * z) + (-0.001388888888888889 + 2.48015873015873e-05 * z) * z2
+    b = (-2.755731922398589e-07 + 2.08767569878681e-09 * z) + (-1.1470745597729725e-11 + 4.779477332387385e-14 * z) * z2
+    return 1.0 + z * (a + b * z4)
+
+
+def _reduce(x):
+    nf = (x * INV_PIO2 + SHIFT) - SHIFT
+    y = ((x - nf * PIO2_1) - nf * PIO2_2) - nf * PIO2_3
+    y = y - nf * PIO2_3T
+    q = f64_as_i64(nf + SHIFT) & 3
+    return y, q
+
+
+def sin64(x):
+    """sin(x) for |x| <= TRIG_LIMIT (larger arguments are flagged by the kernel, see codegen)."""
+    y, q = _reduce(x)
+    s = _sin_poly(y)
+    c = _cos_poly(y)
+    r = s if (q & 1) == 0 else c
+    r = -r if (q & 2) != 0 else r
+    return x if x == 0.0 else r  # keeps the sign of zero
+
+
+def cos64(x):
+    """cos(x) for |x| <= TRIG_LIMIT (larger arguments are flagged by the kernel, see codegen)."""
+    y, q = _reduce(x)
+    s = _sin_poly(y)
+    c = _cos_poly(y)
+    r = c if (q & 1) == 0 else s
+    return -r if ((q + 1) & 2) != 0 else r
