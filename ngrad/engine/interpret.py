@@ -137,13 +137,14 @@ class NumpyMath:
 NUMPY = NumpyMath  # the class itself: plain attribute access never binds self
 
 
-def _last_uses(tape):
+def dead_after(reads, keep):
+    """For steps that read the given slots, the slots that can be dropped after each step
+    (read for the last time there and not in ``keep``)."""
     last = {}
-    for i, ins in enumerate(tape.instrs):
-        for a in ins.args:
+    for i, slots in enumerate(reads):
+        for a in slots:
             last[a] = i
-    keep = set(tape.outputs)
-    dead = [[] for _ in tape.instrs]
+    dead = [[] for _ in reads]
     for s, i in last.items():
         if s not in keep:
             dead[i].append(s)
@@ -155,7 +156,7 @@ def interpret(tape, values):
     env = {}
     for s, k, v in zip(tape.inputs, tape.kinds, values):
         env[s] = np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
-    dead = _last_uses(tape)
+    dead = dead_after([ins.args for ins in tape.instrs], set(tape.outputs))
     m = NUMPY
     with np.errstate(all="ignore"):
         for ins, gone in zip(tape.instrs, dead):

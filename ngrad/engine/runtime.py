@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .interpret import NUMPY, _last_uses, interpret, np_dtype
+from .interpret import NUMPY, dead_after, interpret, np_dtype
 from .prims import PRIMS
 
 __all__ = ["run", "debug_level", "jit_mode"]
@@ -90,20 +90,9 @@ class _Compiled:
 
 def _dead_after_steps(tape, plan):
     from .fuse import Glue
-    last = {}
-    for i, step in enumerate(plan.steps):
-        if isinstance(step, Glue):
-            reads = step.instr.args
-        else:
-            reads = [r[1] for r in step.reads.values() if r[0] != "literal"]
-        for a in reads:
-            last[a] = i
-    keep = set(tape.outputs)
-    dead = [[] for _ in plan.steps]
-    for s, i in last.items():
-        if s not in keep:
-            dead[i].append(s)
-    return dead
+    reads = [step.instr.args if isinstance(step, Glue) else [r[1] for r in step.reads.values() if r[0] != "literal"]
+             for step in plan.steps]
+    return dead_after(reads, set(tape.outputs))
 
 
 _IDENT = {"sum": 0, "prod": 1}
