@@ -376,3 +376,13 @@ def test_optimizer_style_rebinding_keeps_no_history():
             w = (w - 0.1 * g).requires_grad_()
         assert w.is_leaf and w._node.srcs == ()
     np.testing.assert_allclose(w.detach().numpy(), np.array([1.0, 2.0]) * 0.8 ** 50)
+
+
+def test_second_backward_fails_when_the_rule_reuses_a_forward_value():
+    """sin's VJP needs cos(x); here the forward pass computed cos(x) too, and common-subexpression
+    elimination reuses it: it is still a saved value, as in PyTorch (SinBackward0 saves x)."""
+    x = leaf([0.3, 0.7])
+    y = (x.sin() + x.cos()).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        y.backward()

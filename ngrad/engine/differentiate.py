@@ -49,6 +49,7 @@ def vjp(tape, wrt):
         if ins.prim == "const" or (ins.prim in ("reshape", "expand", "cast") and ins.args[0] in literal):
             literal.add(ins.out)
 
+    n_forward = len(tape.shapes)
     b = Builder(tape)
     ct = {}
     seeds = []
@@ -70,9 +71,10 @@ def vjp(tape, wrt):
         first = len(b.tape.instrs)
         cts = PRIMS[ins.prim].vjp(need, g, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
         ran.append(i)
-        primal = {ins.out, *ins.args} - literal
-        if any(a in primal for new in b.tape.instrs[first:] for a in new.args) or any(
-                c is not None and c.slot in primal for c in cts):
+        # any forward value the rule reads is a "saved tensor" (with common-subexpression
+        # elimination the rule's cos(x) may be the forward pass's own cos(x))
+        if any(a < n_forward and a not in literal for new in b.tape.instrs[first:] for a in new.args) or any(
+                c is not None and c.slot < n_forward and c.slot not in literal for c in cts):
             reads_saved.add(i)
         for a, n, c in zip(ins.args, need, cts):
             if n and c is not None:

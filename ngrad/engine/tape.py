@@ -225,8 +225,13 @@ for _name in PRIMS:
         setattr(Var, _name, _method(_name))
 
 
+def _instr_key(prim, args, params):
+    return prim, tuple(args), tuple(sorted(params.items())) if params else ()
+
+
 class Builder:
-    """Appends instructions to a tape, inferring each result's shape and dtype.
+    """Appends instructions to a tape, inferring each result's shape and dtype; an instruction
+    equal to one already on the tape is not written again (common-subexpression elimination).
 
     ``Builder(tape)`` continues an existing tape (the forward part of a joint tape).
     """
@@ -235,6 +240,7 @@ class Builder:
         self.tape = Tape()
         self._consts = {}
         self._literals = {}
+        self._seen = {}  # (prim, args, params) -> slot: every primitive is pure, so equal means same
         if tape is not None:
             t = self.tape
             t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
@@ -242,6 +248,7 @@ class Builder:
             t.instrs = list(tape.instrs)
             for ins in t.instrs:
                 self._note_literal(ins)
+                self._seen.setdefault(_instr_key(ins.prim, ins.args, ins.params), ins.out)
 
     def _note_literal(self, ins):
         if ins.prim == "const":
@@ -279,11 +286,16 @@ class Builder:
         params = params or {}
         if prim in ("reshape", "expand") and tuple(params["shape"]) == args[0].shape:
             return args[0]  # a no-op movement is never written down
+        key = _instr_key(prim, [a.slot for a in args], params)
+        hit = self._seen.get(key)
+        if hit is not None:  # common subexpression: a VJP re-deriving cos(x) reuses the forward's
+            return self.var(hit)
         shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
         s = self._new(shape, dtype)
         ins = Instr(s, prim, [a.slot for a in args], params)
         self.tape.instrs.append(ins)
         self._note_literal(ins)
+        self._seen[key] = s
         return Var(self, s, shape, dtype)
 
     def full(self, value, shape, dtype):
