@@ -10,6 +10,7 @@ Broadcasting is not handled by any row: elementwise rows require equal shapes an
 and the single ``expand`` row broadcasts (its VJP sums back).
 """
 import math
+import operator
 
 __all__ = ["Prim", "PRIMS", "TapeError", "ELEMENTWISE"]
 
@@ -342,8 +343,8 @@ P("maximum", "binary", _ew, lambda m, x, y: m.maximum(x, y),
   per_arg(lambda g, out, x, y: g * _tie_weight(x, y), lambda g, out, x, y: g * _tie_weight(y, x)))
 P("minimum", "binary", _ew, lambda m, x, y: m.minimum(x, y),
   per_arg(lambda g, out, x, y: g * _tie_weight(y, x), lambda g, out, x, y: g * _tie_weight(x, y)))
-for _name, _op in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="), ("ne", "!=")):
-    P(_name, "compare", _compare, eval(f"lambda m, x, y: x {_op} y"))
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    P(_name, "compare", _compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))
 P("logical_and", "logical", _logical, lambda m, x, y: m.logical_and(x, y))
 P("logical_or", "logical", _logical, lambda m, x, y: m.logical_or(x, y))
 P("where", "where", _where, lambda m, c, x, y: m.where(c, x, y),
