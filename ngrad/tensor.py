@@ -145,7 +145,7 @@ def _const_node(v, dtype):
     tape is the same whether or not a node came from this cache.
     """
     v = _PY_TYPE[dtype.category](v)
-    key = (type(v), v, dtype)
+    key = (repr(v), dtype)  # repr, not ==: -0.0 is a different literal from 0.0
     n = _CONSTS.get(key)
     if n is None:
         if len(_CONSTS) > 4096:

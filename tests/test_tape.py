@@ -133,3 +133,16 @@ def test_batch_with_batched_indices(rng):
         single = interpret(tape, [xs[k], iv[k], jv, gs[k]])
         for o, s in zip(outs, single):
             np.testing.assert_allclose(o[k], s)
+
+
+def test_structural_keys_and_cse_keep_signed_zeros_apart():
+    def tape_with(v):
+        b = Builder()
+        x = b.input((2,), "f64")
+        return b.finish([x * b.full(v, (2,), "f64")])
+    assert tape_with(0.0).key() != tape_with(-0.0).key()
+    assert tape_with(1.5).key() == tape_with(1.5).key()
+    b = Builder()
+    zero = b.emit("const", (), {"value": 0.0, "dtype": "f64"})
+    negzero = b.emit("const", (), {"value": -0.0, "dtype": "f64"})
+    assert zero.slot != negzero.slot and b.full(0.0, (), "f64").slot == zero.slot

@@ -57,8 +57,7 @@ class Tape:
         so tapes with equal keys are identical (memoized results keyed by it can refer to slots)."""
         parts = [tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))]
         for ins in self.instrs:
-            p = ins.params
-            parts.append((ins.out, ins.prim, tuple(ins.args), tuple(sorted(p.items())) if p else (),
+            parts.append((ins.out, ins.prim, tuple(ins.args), params_key(ins.params),
                           self.shapes[ins.out], self.dtypes[ins.out]))
         parts.append(tuple(self.outputs))
         return tuple(parts)
@@ -111,6 +110,12 @@ class Tape:
 
     def __str__(self):
         return self.format()
+
+
+def params_key(params):
+    """A hashable form of params in which equal keys mean identical literals: values compare by
+    ``repr``, so -0.0 is not 0.0 and 1 is not 1.0 or True (``==`` would merge them)."""
+    return tuple((k, repr(params[k])) for k in sorted(params)) if params else ()
 
 
 def format_params(params):
@@ -226,7 +231,7 @@ for _name in PRIMS:
 
 
 def _instr_key(prim, args, params):
-    return prim, tuple(args), tuple(sorted(params.items())) if params else ()
+    return prim, tuple(args), params_key(params)
 
 
 class Builder:
@@ -238,7 +243,6 @@ class Builder:
 
     def __init__(self, tape=None):
         self.tape = Tape()
-        self._consts = {}
         self._literals = {}
         self._seen = {}  # (prim, args, params) -> slot: every primitive is pure, so equal means same
         if tape is not None:
@@ -299,12 +303,10 @@ class Builder:
         return Var(self, s, shape, dtype)
 
     def full(self, value, shape, dtype):
-        """``value`` broadcast to ``shape`` (one const per literal and dtype, then expand)."""
+        """``value`` broadcast to ``shape``: a const (one per literal and dtype, by ``emit``'s
+        common-subexpression elimination), then expand."""
         value = {"b8": bool, "i32": int, "i64": int}.get(dtype, float)(value)
-        key = (value, dtype, repr(value))
-        c = self._consts.get(key)
-        if c is None:
-            c = self._consts[key] = self.emit("const", (), {"value": value, "dtype": dtype})
+        c = self.emit("const", (), {"value": value, "dtype": dtype})
         if not shape:
             return c
         return c.reshape(shape=(1,) * len(shape)).expand(shape=tuple(shape))
