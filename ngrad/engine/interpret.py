@@ -151,19 +151,27 @@ def dead_after(reads, keep):
     return dead
 
 
+def bind(tape, values):
+    """The environment of a run: input slot -> value (runtime scalars as 0-d arrays)."""
+    return {s: np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
+            for s, k, v in zip(tape.inputs, tape.kinds, values)}
+
+
+def evaluate(tape, ins, env):
+    """One instruction with NumPy, as an array of exactly its slot's dtype (callers set errstate)."""
+    r = PRIMS[ins.prim].fwd(NUMPY, *[env[a] for a in ins.args], **ins.params)
+    if type(r) is not np.ndarray or r.dtype != _NP[tape.dtypes[ins.out]]:
+        r = np.asarray(r, dtype=np_dtype(tape.dtypes[ins.out]))
+    return r
+
+
 def interpret(tape, values):
     """Run ``tape`` on ``values`` (one per input slot) with NumPy; return the output arrays."""
-    env = {}
-    for s, k, v in zip(tape.inputs, tape.kinds, values):
-        env[s] = np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
+    env = bind(tape, values)
     dead = dead_after([ins.args for ins in tape.instrs], set(tape.outputs))
-    m = NUMPY
     with np.errstate(all="ignore"):
         for ins, gone in zip(tape.instrs, dead):
-            r = PRIMS[ins.prim].fwd(m, *[env[a] for a in ins.args], **ins.params)
-            if type(r) is not np.ndarray or r.dtype != _NP[tape.dtypes[ins.out]]:
-                r = np.asarray(r, dtype=np_dtype(tape.dtypes[ins.out]))
-            env[ins.out] = r
+            env[ins.out] = evaluate(tape, ins, env)
             for s in gone:
                 del env[s]
     return [env[s] for s in tape.outputs]

@@ -20,13 +20,11 @@ import time
 
 import numpy as np
 
-from .interpret import NUMPY, dead_after, interpret, np_dtype
-from .prims import PRIMS
+from .interpret import bind, dead_after, evaluate, interpret, np_dtype
 
 __all__ = ["run", "debug_level", "jit_mode"]
 
 _plans = {}
-_seen = {}
 
 
 def debug_level():
@@ -68,7 +66,7 @@ def _check(tape, values):
 class _Compiled:
     """A tape's fused plan with its generated sources and compiled kernels."""
 
-    __slots__ = ("plan", "sources", "kernels", "dead")
+    __slots__ = ("plan", "sources", "kernels", "dead", "seen", "cached")
 
     def __init__(self, tape):
         from .codegen import render
@@ -77,6 +75,7 @@ class _Compiled:
         self.sources = [render(s, tape) if isinstance(s, Kernel) else None for s in self.plan.steps]
         self.kernels = None
         self.dead = _dead_after_steps(tape, self.plan)
+        self.seen, self.cached = 0, False
 
     def on_disk(self):
         from .compile import on_disk
@@ -113,17 +112,11 @@ def _accumulator(ins, tape, shape):
 def _execute(comp, tape, values):
     from .fuse import Glue
     debug = debug_level()
-    env = {}
-    for s, k, v in zip(tape.inputs, tape.kinds, values):
-        env[s] = np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
+    env = bind(tape, values)
     for step, src, fn, gone in zip(comp.plan.steps, comp.sources, comp.kernels, comp.dead):
         if isinstance(step, Glue):
-            ins = step.instr
             with np.errstate(all="ignore"):
-                r = PRIMS[ins.prim].fwd(NUMPY, *[env[a] for a in ins.args], **ins.params)
-            if type(r) is not np.ndarray or r.dtype != np_dtype(tape.dtypes[ins.out]):
-                r = np.asarray(r, dtype=np_dtype(tape.dtypes[ins.out]))
-            env[ins.out] = r
+                env[step.instr.out] = evaluate(tape, step.instr, env)
         else:
             sizes = step.shape or (1,)
             args = list(sizes)
@@ -160,22 +153,17 @@ def _compiled_for(tape, mode):
         return None
     key = tape.key()
     comp = _plans.get(key)
-    if comp is None:
-        n = _seen[key] = _seen.get(key, 0) + 1
-        if mode == "auto" and n < _threshold():
-            probe = _Compiled(tape)
-            if not probe.on_disk():
-                return None
-            comp = probe
-        else:
-            comp = _Compiled(tape)
-        _plans[key] = comp
-        _seen.pop(key, None)
+    if comp is None:  # fused and rendered once per tape structure; compiled when it is due
+        comp = _plans[key] = _Compiled(tape)
+        comp.cached = mode == "auto" and comp.on_disk()
         if debug_level() >= 2:
             for s in comp.sources:
                 if s is not None:
                     print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
     if comp.kernels is None:
+        comp.seen += 1
+        if mode == "auto" and comp.seen < _threshold() and not comp.cached:
+            return None
         t = time.perf_counter()
         comp.compile()
         if debug_level() >= 3:
