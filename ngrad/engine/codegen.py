@@ -15,7 +15,7 @@ from .tape import format_instr
 
 __all__ = ["render", "Source", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 8  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 9  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 

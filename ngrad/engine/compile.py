@@ -54,11 +54,11 @@ def _f64_as_i64(typingctx, x):
 # folder versioned by CODEGEN_VERSION: bump it whenever vmath.py changes.)
 _MATH_FLAGS = dict(cache=False, nogil=True, error_model="numpy", fastmath={"contract"})
 vmath.i64_as_f64, vmath.f64_as_i64 = _i64_as_f64, _f64_as_i64
-_PLAIN = {name: getattr(vmath, name) for name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "exp64",
-                                                   "expm1_64", "tanh64", "log64", "sin64", "cos64")}
+_PLAIN = {name: getattr(vmath, name) for name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "_quadrant_sin",
+                                                   "exp64", "expm1_64", "tanh64", "log64", "sin64", "cos64")}
 # Helpers that other helpers call are inlined at Numba level (same flags, so that is safe); the
 # versions kernels call are flat functions LLVM inlines into the loop, which then vectorises.
-for _name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "exp64", "expm1_64"):
+for _name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "_quadrant_sin", "exp64", "expm1_64"):
     setattr(vmath, _name, numba.njit(inline="always", **_MATH_FLAGS)(_PLAIN[_name]))
 HELPERS = {alias: numba.njit(**_MATH_FLAGS)(_PLAIN[name]) for alias, name in (
     ("_vexp", "exp64"), ("_vexpm1", "expm1_64"), ("_vtanh", "tanh64"), ("_vlog", "log64"),

@@ -143,20 +143,22 @@ def _reduce(x):
     return y, q
 
 
-def sin64(x):
-    """sin(x) for |x| <= TRIG_LIMIT (larger arguments are flagged by the kernel, see codegen)."""
+def _quadrant_sin(x, turn):
+    """sin(x + turn * pi/2): the reduced argument's sin or cos, signed by the quadrant."""
     y, q = _reduce(x)
-    s = _sin_poly(y)
+    q = q + turn
+    s = _sin_poly(y)  # both polynomials, then a select: branch-free, so the loop vectorises
     c = _cos_poly(y)
     r = s if (q & 1) == 0 else c
-    r = -r if (q & 2) != 0 else r
+    return -r if (q & 2) != 0 else r
+
+
+def sin64(x):
+    """sin(x) for |x| <= TRIG_LIMIT (larger arguments are flagged by the kernel, see codegen)."""
+    r = _quadrant_sin(x, 0)
     return x if x == 0.0 else r  # keeps the sign of zero
 
 
 def cos64(x):
-    """cos(x) for |x| <= TRIG_LIMIT (larger arguments are flagged by the kernel, see codegen)."""
-    y, q = _reduce(x)
-    s = _sin_poly(y)
-    c = _cos_poly(y)
-    r = c if (q & 1) == 0 else s
-    return -r if ((q + 1) & 2) != 0 else r
+    """cos(x) = sin(x + pi/2), for |x| <= TRIG_LIMIT (larger arguments are flagged, see codegen)."""
+    return _quadrant_sin(x, 1)
