@@ -74,6 +74,7 @@ def fuse(tape):
     where = {s: ((-1,), False) for s in tape.inputs}  # slot -> (position of its step, by an epilogue)
     literal = {}
     latest = {}  # shape -> (position, kernel)
+    latest_all = []  # every kernel, in creation order: kernel n has position (n,)
     defs = {}  # slot -> how a kernel computed it: ("read", read) or ("instr", instr)
     seq = [0]
 
@@ -82,8 +83,9 @@ def fuse(tape):
         return p < pos or (p == pos and not epi)
 
     def new_kernel(shape):
-        pos = (len([1 for _, st in steps if isinstance(st, Kernel)]),)
+        pos = (len(latest_all),)
         kern = Kernel(shape)
+        latest_all.append(kern)
         steps.append((pos, kern))
         latest[shape] = (pos, kern)
         return pos, kern
