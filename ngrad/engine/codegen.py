@@ -15,7 +15,7 @@ from .tape import format_instr
 
 __all__ = ["render", "Source", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 9  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 10  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 
@@ -90,9 +90,10 @@ def _v(name):
 class SourceMath:
     """The math namespace of the primitive table, producing Numba-compatible source text."""
 
-    log1p, sqrt = _f("math.log1p"), _f("math.sqrt")
+    sqrt = _f("math.sqrt")
     # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once)
-    exp, expm1, log, tanh = _v("_vexp"), _v("_vexpm1"), _v("_vlog"), _v("_vtanh")
+    exp, expm1, log, log1p, tanh = _v("_vexp"), _v("_vexpm1"), _v("_vlog"), _v("_vlog1p"), _v("_vtanh")
+    sigmoid, softplus = _v("_vsigmoid"), _v("_vsoftplus")
     sin, cos = _v("_vsin"), _v("_vcos")  # guarded: see GUARDED and render()
     tan, asin, acos, atan = _f("math.tan"), _f("math.asin"), _f("math.acos"), _f("math.atan")
     sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _f("math.erf")
@@ -101,17 +102,6 @@ class SourceMath:
     @staticmethod
     def abs(x):
         return Expr(f"abs({x.text})", x.dtype)
-
-    @staticmethod
-    def sigmoid(x):
-        if x.dtype == "f32":  # evaluate in float64 and round once
-            return Expr(f"np.float32(1.0 / (1.0 + _vexp(-np.float64({x.text}))))", x.dtype)
-        return Expr(f"(1.0 / (1.0 + _vexp(-{x.text})))", x.dtype)
-
-    @staticmethod
-    def softplus(x):
-        zero = _typed(0, x.dtype)
-        return Expr(f"(max({x.text}, {zero}) + math.log1p(math.exp(-abs({x.text}))))", x.dtype)
 
     @staticmethod
     def isnan(x):

@@ -19,6 +19,7 @@ import threading
 import time
 
 import numba
+from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
@@ -31,38 +32,98 @@ __all__ = ["kernel", "cache_dir", "cache_info", "cache_clear", "stats"]
 FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
 
-@intrinsic
-def _i64_as_f64(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
+class _IR:
+    """A value inside a kernel being compiled: operators emit LLVM instructions (see ``_IRMath``)."""
+
+    __slots__ = ("b", "v")
+
+    def __init__(self, builder, value):
+        self.b, self.v = builder, value
+
+    def _coerce(self, other):
+        if isinstance(other, _IR):
+            return other.v
+        if isinstance(self.v.type, ir.DoubleType):
+            return ir.Constant(_F64, float(other))
+        return ir.Constant(self.v.type, int(other))
+
+    def _op(self, fop, iop, other, swap=False):
+        a, c = self.v, self._coerce(other)
+        a, c = (c, a) if swap else (a, c)
+        return _IR(self.b, getattr(self.b, fop if isinstance(self.v.type, ir.DoubleType) else iop)(a, c))
+
+    def _cmp(self, op, other):
+        if isinstance(self.v.type, ir.DoubleType):  # ordered, except != (true for NaN, like Python's)
+            cmp = self.b.fcmp_unordered if op == "!=" else self.b.fcmp_ordered
+            return _IR(self.b, cmp(op, self.v, self._coerce(other)))
+        return _IR(self.b, self.b.icmp_signed(op, self.v, self._coerce(other)))
+
+    def __add__(self, o): return self._op("fadd", "add", o)
+    def __radd__(self, o): return self._op("fadd", "add", o, True)
+    def __sub__(self, o): return self._op("fsub", "sub", o)
+    def __rsub__(self, o): return self._op("fsub", "sub", o, True)
+    def __mul__(self, o): return self._op("fmul", "mul", o)
+    def __rmul__(self, o): return self._op("fmul", "mul", o, True)
+    def __truediv__(self, o): return self._op("fdiv", None, o)
+    def __rtruediv__(self, o): return self._op("fdiv", None, o, True)
+    def __and__(self, o): return self._op(None, "and_", o)
+    def __or__(self, o): return self._op(None, "or_", o)
+    def __lshift__(self, o): return self._op(None, "shl", o)
+    def __neg__(self): return _IR(self.b, self.b.fneg(self.v))
+    def __lt__(self, o): return self._cmp("<", o)
+    def __le__(self, o): return self._cmp("<=", o)
+    def __gt__(self, o): return self._cmp(">", o)
+    def __ge__(self, o): return self._cmp(">=", o)
+    def __eq__(self, o): return self._cmp("==", o)
+    def __ne__(self, o): return self._cmp("!=", o)
+    __hash__ = None
 
 
-@intrinsic
-def _f64_as_i64(typingctx, x):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-    return types.int64(types.float64), codegen
+class _IRMath:
+    """vmath's backend inside a Numba intrinsic: the helper's operations become the caller's own
+    straight-line IR, so the loop around it sees no call and vectorises."""
+
+    def __init__(self, builder):
+        self.b = builder
+
+    def _llvm(self, name, *args):
+        fn = self.b.module.declare_intrinsic(name, [_F64], ir.FunctionType(_F64, [_F64] * len(args)))
+        return _IR(self.b, self.b.call(fn, [a.v for a in args]))
+
+    def select(self, c, x, y):
+        f = lambda v: v if isinstance(v, _IR) else _IR(self.b, ir.Constant(_F64, float(v)))
+        return _IR(self.b, self.b.select(c.v, f(x).v, f(y).v))
+
+    def rint(self, x): return self._llvm("llvm.rint", x)
+    def abs(self, x): return self._llvm("llvm.fabs", x)
+    def copysign(self, x, y): return self._llvm("llvm.copysign", x, y)
+    def minimum(self, x, c): return self.select(x < c, x, c)
+    def maximum(self, x, c): return self.select(x > c, x, c)
+    def bits(self, x): return _IR(self.b, self.b.bitcast(x.v, _I64))
+    def float(self, i): return _IR(self.b, self.b.bitcast(i.v, _F64))
+    def lshr(self, i, n): return _IR(self.b, self.b.lshr(i.v, ir.Constant(_I64, n)))
 
 
-# The vectorisable math helpers, compiled once. No "reassoc" here: it would let LLVM fold the
-# rounding trick (x + SHIFT) - SHIFT into x. They are not inlined at Numba level (that would put
-# them under the kernel's flags); LLVM inlines them with their own per-instruction flags.
-# cache=False: Numba keys a function's cache on its own bytecode only, so a helper cached beside
-# vmath.py could go stale when a helper it calls changes. A kernel's cache entry already holds the
-# helper code it links in, so warm processes still compile nothing. (Kernels themselves live in a
-# folder versioned by CODEGEN_VERSION: bump it whenever vmath.py changes.)
-_MATH_FLAGS = dict(cache=False, nogil=True, error_model="numpy", fastmath={"contract"})
-vmath.i64_as_f64, vmath.f64_as_i64 = _i64_as_f64, _f64_as_i64
-_PLAIN = {name: getattr(vmath, name) for name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "_quadrant_sin",
-                                                   "exp64", "expm1_64", "tanh64", "log64", "sin64", "cos64")}
-# Helpers that other helpers call are inlined at Numba level (same flags, so that is safe); the
-# versions kernels call are flat functions LLVM inlines into the loop, which then vectorises.
-for _name in ("scale2", "_sin_poly", "_cos_poly", "_reduce", "_quadrant_sin", "exp64", "expm1_64"):
-    setattr(vmath, _name, numba.njit(inline="always", **_MATH_FLAGS)(_PLAIN[_name]))
-HELPERS = {alias: numba.njit(**_MATH_FLAGS)(_PLAIN[name]) for alias, name in (
-    ("_vexp", "exp64"), ("_vexpm1", "expm1_64"), ("_vtanh", "tanh64"), ("_vlog", "log64"),
-    ("_vsin", "sin64"), ("_vcos", "cos64"))}
+_F64, _I64 = ir.DoubleType(), ir.IntType(64)
+
+
+def _helper(fn):
+    """A Numba intrinsic computing ``fn`` (a vmath function) on a float64, emitted inline."""
+    @intrinsic
+    def helper(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer, types.Boolean)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            v = context.cast(builder, args[0], signature.args[0], types.float64)
+            return fn(_IRMath(builder), _IR(builder, v)).v
+        return types.float64(x), codegen
+    return helper
+
+
+# The math helpers kernels call (codegen's SourceMath writes their names). A change to vmath.py
+# must bump codegen.CODEGEN_VERSION: the kernel cache folder is versioned by it.
+HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 
 _memory = {}
 _lock = threading.Lock()

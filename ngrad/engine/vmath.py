@@ -1,97 +1,118 @@
 """Vectorisable math for compiled kernels: transcendentals LLVM can auto-vectorise.
 
-Numba calls libm once per element for ``math.exp``, which no loop vectoriser can widen; these
-versions use only arithmetic, comparisons, selects and integer bit operations, so a fused loop
-around them compiles to packed SIMD code (AVX2 on these machines: no AVX-512 is needed, and no
-float<->int64 conversion, which AVX2 lacks). The functions are plain Python over two bit-cast
-helpers (``i64_as_f64``, ``f64_as_i64``) that ``compile`` injects as Numba intrinsics before
-compiling them, so this module never imports Numba. Float32 callers evaluate in float64 and round
-once, which keeps them within 1 ULP.
+Numba calls libm once per element for ``math.exp``, which no loop vectoriser can widen. The
+functions here use only arithmetic, comparisons, selects, ``rint``/``abs``/``copysign`` and 64-bit
+integer bit operations, so a fused loop around them compiles to packed SIMD code (AVX2 on these
+machines: no AVX-512 is needed, and no float<->int64 conversion, which AVX2 lacks).
 
+Contract: every public function takes a math backend ``m`` and a float64 value ``x`` and returns
+the result as the backend's value; it is straight-line code (``m.select``, never ``if``). Two
+backends run the same text:
+
+- ``compile`` emits each operation as one LLVM instruction inside a Numba intrinsic, so a kernel
+  calling ``_vexp(x)`` contains the whole algorithm inline: no call, nothing for Numba's front end
+  to compile, nothing that could keep the loop from vectorising;
+- ``NumpyBackend`` below evaluates it on float64 arrays (tests and debugging).
+
+Float32 callers evaluate in float64 and round once, which keeps them within 1 ULP.
 Accuracy (tests/test_vmath.py), float64 against NumPy: ``exp`` 3 ULP over [-745, 710], ``log``
 5 ULP over the whole positive range including subnormals, ``tanh`` 5 ULP, ``expm1`` 6 ULP,
-``sigmoid`` 4 ULP; special values (+-inf, nan, +-0, overflow, underflow) exact. Float32: 1 ULP.
+``log1p`` and ``sigmoid`` 4 ULP, ``softplus`` 5 ULP, ``sin``/``cos`` 2 ULP; special values
+(+-inf, nan, +-0, overflow, underflow) exact.
 """
-import math
+import numpy as np
 
-SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer kept in the low mantissa bits
+__all__ = ["FUNCTIONS", "NumpyBackend", "TRIG_LIMIT"]
+
+INF = float("inf")
+NAN = float("nan")
+SHIFT = 6755399441055744.0  # 1.5 * 2**52: for an integer-valued k, the bits of k + SHIFT hold k
+SHIFT_BITS = 0x4338000000000000  # the bits of SHIFT
 LOG2E = 1.4426950408889634
-LN2_HI = 0.6931471803691238
+LN2_HI = 0.6931471803691238  # ln 2 in 32 bits: k * LN2_HI is exact for |k| < 2**20
 LN2_LO = 1.9082149292705877e-10
 EXP_OVERFLOW = 709.782712893384
 EXP_UNDERFLOW = -745.1332191019412
-
-
-def i64_as_f64(bits):  # replaced by a Numba intrinsic (a bit cast) in compile.py
-    raise NotImplementedError("vmath functions only run compiled")
-
-
-def f64_as_i64(x):  # replaced by a Numba intrinsic (a bit cast) in compile.py
-    raise NotImplementedError("vmath functions only run compiled")
-
-
-def scale2(kf):
-    """2 ** kf for an integer-valued float kf in [-1022, 1023], with no float<->int conversion."""
-    return i64_as_f64((f64_as_i64(kf + SHIFT) + 1023) << 52)
-
-
-def exp64(x):
-    """exp(x): x = k ln2 + r with |r| <= ln2/2, exp(r) by a degree-13 polynomial in Estrin form
-    (short dependency chains), 2**k applied as two factors so subnormal results stay exact."""
-    xc = min(max(x, -745.2), 709.8)
-    kf = (xc * LOG2E + SHIFT) - SHIFT
-    r = (xc - kf * LN2_HI) - kf * LN2_LO
-    r2 = r * r
-    r4 = r2 * r2
-    r8 = r4 * r4
-    s0 = (1.0 + r) + (0.5 + 0.16666666666666666 * r) * r2
-    s1 = (0.041666666666666664 + 0.008333333333333333 * r) + (0.001388888888888889 + 0.0001984126984126984 * r) * r2
-    s2 = (2.48015873015873e-05 + 2.7557319223985893e-06 * r) + (2.755731922398589e-07 + 2.505210838544172e-08 * r) * r2
-    p = (s0 + s1 * r4) + (s2 + 2.08767569878681e-09 * r4) * r8
-    k1 = math.floor(kf * 0.5)
-    y = p * scale2(k1) * scale2(kf - k1)
-    y = math.inf if x > EXP_OVERFLOW else y
-    y = 0.0 if x < EXP_UNDERFLOW else y
-    return x if x != x else y
-
-
-TWO52 = 4503599627370496.0  # 2**52
+TWO52 = 4503599627370496.0
 SQRT2 = 1.4142135623730951
 
 
-def expm1_64(x):
-    """exp(x) - 1 with full relative accuracy near 0: a degree-16 series for |x| < 0.5, else exp - 1."""
-    r2 = x * x
+def _int(m, kf):
+    """The integer k of an integer-valued float kf (|k| < 2**51) as an int64, by bits alone."""
+    return m.bits(kf + SHIFT) - SHIFT_BITS
+
+
+def _pow2(m, ki):
+    """2.0 ** ki for an int64 ki in [-1022, 1023]."""
+    return m.float((ki + 1023) << 52)
+
+
+def _exp_poly(m, r):
+    """exp(r) - 1 for |r| <= ln2/2: Taylor to degree 13 in Estrin form (short dependency chains)."""
+    r2 = r * r
     r4 = r2 * r2
     r8 = r4 * r4
-    a = (1.0 + 0.5 * x) + (0.16666666666666666 + 0.041666666666666664 * x) * r2
-    b = (0.008333333333333333 + 0.001388888888888889 * x) + (0.0001984126984126984 + 2.48015873015873e-05 * x) * r2
-    c = (2.7557319223985893e-06 + 2.755731922398589e-07 * x) + (2.505210838544172e-08 + 2.08767569878681e-09 * x) * r2
-    d = (1.6059043836821613e-10 + 1.1470745597729725e-11 * x) + (7.647163731819816e-13 + 4.779477332387385e-14 * x) * r2
-    small = x * ((a + b * r4) + (c + d * r4) * r8)
-    return small if abs(x) < 0.5 else exp64(x) - 1.0
+    s0 = r + (0.5 + 0.16666666666666666 * r) * r2
+    s1 = (0.041666666666666664 + 0.008333333333333333 * r) + (0.001388888888888889 + 0.0001984126984126984 * r) * r2
+    s2 = (2.48015873015873e-05 + 2.7557319223985893e-06 * r) + (2.755731922398589e-07 + 2.505210838544172e-08 * r) * r2
+    return (s0 + s1 * r4) + (s2 + (2.08767569878681e-09 + 1.6059043836821613e-10 * r) * r4) * r8
 
 
-def tanh64(x):
-    """tanh(x) = e / (e + 2) with e = expm1(2x): no cancellation near 0, +-1 beyond |x| > 22."""
-    e = expm1_64(2.0 * min(max(x, -22.0), 22.0))
-    y = e / (e + 2.0)
-    return x if x != x else y
+def _reduce_ln2(m, x):
+    """x = k ln2 + r with |r| <= ln2/2 (Cody-Waite, exact products): (k as float, r)."""
+    kf = m.rint(x * LOG2E)
+    return kf, (x - kf * LN2_HI) - kf * LN2_LO
 
 
-def log64(x):
-    """log(x): x = 2**k * m with m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh((m-1)/(m+1)) by its
-    series; exponent and mantissa taken apart with integer bit operations (no int->float conversion)."""
+def exp64(m, x):
+    """exp(x); 2**k is applied as two factors so subnormal results are rounded once."""
+    kf, r = _reduce_ln2(m, m.minimum(m.maximum(x, -745.2), 709.8))
+    ki = _int(m, kf)
+    half = m.lshr(ki + 2048, 1) - 1024  # floor(k / 2), without an arithmetic shift (AVX2 has none)
+    y = (_exp_poly(m, r) + 1.0) * _pow2(m, half) * _pow2(m, ki - half)
+    y = m.select(x > EXP_OVERFLOW, INF, y)
+    y = m.select(x < EXP_UNDERFLOW, 0.0, y)
+    return m.select(x != x, x, y)
+
+
+def _expm1_finite(m, x):
+    """exp(x) - 1 for finite x <= EXP_OVERFLOW: 2**k * p + (2**k - 1), one rounding with an FMA."""
+    kf, r = _reduce_ln2(m, m.minimum(m.maximum(x, -60.0), 709.8))  # below -60 the result is -1
+    p = _exp_poly(m, r)
+    s = _pow2(m, _int(m, m.minimum(kf, 1023.0)))
+    y = s * p + (s - 1.0)
+    return m.select(kf > 1023.0, 2.0 * (s * p + s), y)  # 2**1024 itself would overflow
+
+
+def expm1_64(m, x):
+    """exp(x) - 1 with full relative accuracy near 0."""
+    y = m.select(x > EXP_OVERFLOW, INF, _expm1_finite(m, x))
+    return m.select(x != x, x, y)
+
+
+def tanh64(m, x):
+    """tanh(x) = -e / (e + 2) with e = expm1(-2|x|): no cancellation near 0, +-1 beyond 22."""
+    e = _expm1_finite(m, -2.0 * m.minimum(m.abs(x), 22.0))
+    y = m.copysign(-e / (e + 2.0), x)
+    return m.select(x != x, x, y)
+
+
+def sigmoid64(m, x):
+    """1 / (1 + exp(-x))."""
+    return 1.0 / (1.0 + exp64(m, -x))
+
+
+def log64(m, x):
+    """log(x): x = 2**k * f with f in [sqrt(1/2), sqrt(2)), log(f) = 2 atanh((f-1)/(f+1)) by its
+    series; exponent and mantissa taken apart with integer bit operations."""
     sub = x < 2.2250738585072014e-308
-    xs = x * 18014398509481984.0 if sub else x  # 2**54 lifts subnormals into the normal range
-    bits = f64_as_i64(xs)
-    ebits = (bits & 0x7FF0000000000000) >> 52
-    m = i64_as_f64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)
-    kf = i64_as_f64(ebits | 0x4330000000000000) - TWO52 - (1077.0 if sub else 1023.0)
-    big = m > SQRT2
-    m = m * 0.5 if big else m
-    kf = kf + 1.0 if big else kf
-    s = (m - 1.0) / (m + 1.0)
+    bits = m.bits(m.select(sub, x * 18014398509481984.0, x))  # 2**54 lifts subnormals into range
+    f = m.float((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)
+    kf = m.float(m.lshr(bits, 52) & 0x7FF | 0x4330000000000000) - TWO52 - m.select(sub, 1077.0, 1023.0)
+    big = f > SQRT2
+    f = m.select(big, f * 0.5, f)
+    kf = m.select(big, kf + 1.0, kf)
+    s = (f - 1.0) / (f + 1.0)
     z = s * s
     z2 = z * z
     z4 = z2 * z2
@@ -99,11 +120,23 @@ def log64(x):
     p0 = (1.0 + 0.3333333333333333 * z) + (0.2 + 0.14285714285714285 * z) * z2
     p1 = (0.1111111111111111 + 0.09090909090909091 * z) + (0.07692307692307693 + 0.06666666666666667 * z) * z2
     p2 = (0.058823529411764705 + 0.05263157894736842 * z) + 0.047619047619047616 * z2
-    logm = 2.0 * s * ((p0 + p1 * z4) + p2 * z8)
-    y = kf * LN2_HI + (logm + kf * LN2_LO)
-    y = -math.inf if x == 0.0 else y
-    y = math.inf if x == math.inf else y
-    return math.nan if (x < 0.0 or x != x) else y
+    y = kf * LN2_HI + (2.0 * s * ((p0 + p1 * z4) + p2 * z8) + kf * LN2_LO)
+    y = m.select(x == 0.0, -INF, y)
+    y = m.select(x == INF, INF, y)
+    return m.select((x < 0.0) | (x != x), NAN, y)
+
+
+def log1p64(m, x):
+    """log(1 + x): log(w) for w = 1 + x, plus the first-order correction for the rounding of w."""
+    w = 1.0 + x
+    c = (x - (w - 1.0)) / w
+    c = m.select((w == 0.0) | (w == INF), 0.0, c)  # x = -1 or +inf: c would be nan
+    return log64(m, w) + c
+
+
+def softplus64(m, x):
+    """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): no overflow, no cancellation."""
+    return m.maximum(x, 0.0) + log1p64(m, exp64(m, -m.abs(x)))
 
 
 # sin / cos: Cody-Waite reduction by pi/2 in three 33-bit parts (exact products for |n| < 2**20),
@@ -117,7 +150,7 @@ PIO2_3 = 2.02226624871116645580e-21
 PIO2_3T = 8.47842766036889956997e-32
 
 
-def _sin_poly(y):
+def _sin_poly(m, y):
     z = y * y
     z2 = z * z
     z4 = z2 * z2
@@ -126,7 +159,7 @@ def _sin_poly(y):
     return y + y * z * (a + b * z4)
 
 
-def _cos_poly(y):
+def _cos_poly(m, y):
     z = y * y
     z2 = z * z
     z4 = z2 * z2
@@ -135,30 +168,52 @@ def _cos_poly(y):
     return 1.0 + z * (a + b * z4)
 
 
-def _reduce(x):
-    nf = (x * INV_PIO2 + SHIFT) - SHIFT
-    y = ((x - nf * PIO2_1) - nf * PIO2_2) - nf * PIO2_3
-    y = y - nf * PIO2_3T
-    q = f64_as_i64(nf + SHIFT) & 3
-    return y, q
-
-
-def _quadrant_sin(x, turn):
+def _quadrant_sin(m, x, turn):
     """sin(x + turn * pi/2): the reduced argument's sin or cos, signed by the quadrant."""
-    y, q = _reduce(x)
-    q = q + turn
-    s = _sin_poly(y)  # both polynomials, then a select: branch-free, so the loop vectorises
-    c = _cos_poly(y)
-    r = s if (q & 1) == 0 else c
-    return -r if (q & 2) != 0 else r
+    nf = m.rint(x * INV_PIO2)
+    y = (((x - nf * PIO2_1) - nf * PIO2_2) - nf * PIO2_3) - nf * PIO2_3T
+    q = _int(m, nf) + turn
+    r = m.select((q & 1) == 0, _sin_poly(m, y), _cos_poly(m, y))  # both, then a select: no branch
+    return m.select((q & 2) != 0, -r, r)
 
 
-def sin64(x):
+def sin64(m, x):
     """sin(x) for |x| <= TRIG_LIMIT (larger arguments are flagged by the kernel, see codegen)."""
-    r = _quadrant_sin(x, 0)
-    return x if x == 0.0 else r  # keeps the sign of zero
+    return m.select(x == 0.0, x, _quadrant_sin(m, x, 0))  # keeps the sign of zero
 
 
-def cos64(x):
+def cos64(m, x):
     """cos(x) = sin(x + pi/2), for |x| <= TRIG_LIMIT (larger arguments are flagged, see codegen)."""
-    return _quadrant_sin(x, 1)
+    return _quadrant_sin(m, x, 1)
+
+
+# The names kernels call them by (codegen's SourceMath writes these).
+FUNCTIONS = {"_vexp": exp64, "_vexpm1": expm1_64, "_vtanh": tanh64, "_vsigmoid": sigmoid64, "_vlog": log64,
+             "_vlog1p": log1p64, "_vsoftplus": softplus64, "_vsin": sin64, "_vcos": cos64}
+
+
+class NumpyBackend:
+    """The backend over float64 NumPy arrays: ``fn(NumpyBackend, x)`` for any function above."""
+
+    select = staticmethod(np.where)
+    rint, abs, copysign = np.rint, np.abs, np.copysign
+
+    @staticmethod
+    def minimum(x, c):
+        return np.where(x < c, x, c)
+
+    @staticmethod
+    def maximum(x, c):
+        return np.where(x > c, x, c)
+
+    @staticmethod
+    def bits(x):
+        return np.asarray(x, np.float64).view(np.int64)
+
+    @staticmethod
+    def float(i):
+        return np.asarray(i, np.int64).view(np.float64)
+
+    @staticmethod
+    def lshr(i, n):
+        return (np.asarray(i, np.int64).view(np.uint64) >> np.uint64(n)).view(np.int64)
