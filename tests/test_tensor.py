@@ -185,3 +185,18 @@ def test_module_level_functions():
     assert ngrad.where(x > 0)[0].tolist() == [0, 1, 1]
     assert ngrad.argmax(x).item() == 3 and ngrad.argmax(x, 1).tolist() == [0, 1]
     assert ngrad.transpose(x, 0, 1).tolist() == [[1.0, 3.0], [-2.0, 4.0]]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("divisor", [2, 0.25, -8.0, 3.0, 1e-30])
+def test_division_by_a_number_is_exact(dtype, divisor):
+    # a power-of-two divisor is recorded as a multiplication by its reciprocal: bitwise the same
+    x0 = np.concatenate([np.random.default_rng(0).standard_normal(50), [0.0, -0.0, np.inf, np.nan, 1e-310]]).astype(dtype)
+    x = ngrad.from_numpy(x0).requires_grad_()
+    y = x / divisor
+    assert y.grad_fn.name() == "DivBackward0"
+    with np.errstate(all="ignore"):
+        ref = x0 / dtype(divisor)
+    np.testing.assert_array_equal(y.detach().numpy(), ref)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full_like(x0, dtype(1) / dtype(divisor)))

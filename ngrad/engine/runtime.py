@@ -139,9 +139,9 @@ def _execute(comp, tape, values):
                 print(f"ngrad: kernel {fn.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
                       file=sys.stderr)
             for s, o in zip(src.stores, outs):
-                env[s] = o.reshape(tape.shapes[s])
+                env[s] = o if o.shape == tape.shapes[s] else o.reshape(tape.shapes[s])
             for ins, c in zip(src.reductions, accs):
-                env[ins.out] = c.reshape(tape.shapes[ins.out])
+                env[ins.out] = c if c.shape == tape.shapes[ins.out] else c.reshape(tape.shapes[ins.out])
         for s in gone:
             env.pop(s, None)
     return [env[s] for s in tape.outputs]
@@ -179,11 +179,19 @@ def run(tape, values):
         print(f"ngrad: running tape ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
     comp = _compiled_for(tape, jit_mode())
     outs = interpret(tape, values) if comp is None else _execute(comp, tape, values)
-    ids = {id(v) for v in values}
+    taken = {id(_root(v)) for v in values if isinstance(v, np.ndarray)}
     res = []
     for o in outs:
-        if id(o) in ids or o.base is not None or not o.flags.c_contiguous or not o.flags.writeable:
+        # an output that is (a view of) an input or of another output is copied: callers own results
+        if id(_root(o)) in taken or not o.flags.c_contiguous or not o.flags.writeable:
             o = np.array(o, order="C", copy=True)
-        ids.add(id(o))
+        taken.add(id(_root(o)))
         res.append(o)
     return res
+
+
+def _root(a):
+    """The array that owns ``a``'s memory."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
