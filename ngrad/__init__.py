@@ -17,6 +17,7 @@ from .engine.dtypes import (DType as dtype, float32, float64, get_default_dtype,
 from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, initial_seed,
                         is_tensor, linspace, manual_seed, numel, ones, ones_like, rand, rand_like, randint, randn,
                         randn_like, randperm, seed, tensor, zeros, zeros_like)
+from .engine.runtime import get_num_threads, set_num_threads
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
 

@@ -13,7 +13,7 @@ imports Numba.
 from .prims import PRIMS
 from .tape import format_instr
 
-__all__ = ["render", "Source", "CODEGEN_VERSION"]
+__all__ = ["render", "parallel_ok", "Source", "CODEGEN_VERSION"]
 
 CODEGEN_VERSION = 10  # bump whenever generated text or engine/vmath.py changes meaning
 
@@ -142,9 +142,9 @@ class SourceMath:
         return Expr(f"{_NP_TYPE[dtype]}({x.text})", dtype)
 
 
-# Primitives whose vectorised version is accurate only for |x| <= TRIG_LIMIT: the kernel ORs a
-# flag over its arguments (a reduction LLVM vectorises) and the runtime re-runs the tape on the
-# interpreter when it is set, so a huge argument costs time, never accuracy.
+# Primitives whose vectorised version is accurate only for |x| <= TRIG_LIMIT: the kernel counts
+# arguments out of range (a reduction LLVM vectorises) and the runtime re-runs the tape on the
+# interpreter when any was, so a huge argument costs time, never accuracy.
 GUARDED = ("sin", "cos")
 TRIG_LIMIT = 1.0e6
 
@@ -153,11 +153,12 @@ class Source:
     """Generated kernel text and its calling convention (``guard``: the last argument is a
     one-element bool array set when an argument left the range of a guarded primitive)."""
 
-    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank", "guard")
+    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank", "guard", "parallel")
 
-    def __init__(self, text, arrays, scalars, stores, reductions, rank, guard):
+    def __init__(self, text, arrays, scalars, stores, reductions, rank, guard, parallel):
         self.text, self.arrays, self.scalars = text, arrays, scalars
         self.stores, self.reductions, self.rank, self.guard = stores, reductions, rank, guard
+        self.parallel = parallel
 
 
 def _pow_literal(x, value):
@@ -179,8 +180,20 @@ def _pow_literal(x, value):
 _IDENTITY = {"sum": 0, "prod": 1}
 
 
-def render(kernel, tape):
-    """The source text of one fused kernel (see the module docstring)."""
+def parallel_ok(kernel):
+    """Whether the kernel's outermost loop can run as ``prange``: every reduction must be one
+    Numba parallelises (a full ``sum``/``prod`` into a local) or must keep axis 0 (each thread
+    then owns its own accumulator rows). A NaN-propagating ``amax``/``amin`` is neither."""
+    if not kernel.shape:
+        return False
+    full = len(kernel.shape)
+    return all(ins.prim in _IDENTITY if len(ins.params["axes"]) == full else 0 not in ins.params["axes"]
+               for ins in kernel.reductions)
+
+
+def render(kernel, tape, parallel=False):
+    """The source text of one fused kernel (see the module docstring); with ``parallel``, the
+    outermost loop is a ``prange`` (only for kernels where ``parallel_ok``)."""
     rank = max(1, len(kernel.shape))
     idx = [f"i{d}" for d in range(rank)]
     arrays, scalars = [], []
@@ -209,7 +222,7 @@ def render(kernel, tape):
             lines_body.append(f"{v} = {a}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
             names[slot] = Expr(v, dtype)
     m = SourceMath
-    guard = False
+    guards = []  # arguments of guarded primitives, checked by one line (one reduction) per element
     for ins in kernel.body:
         args = [value(a) for a in ins.args]
         text = None
@@ -221,11 +234,14 @@ def render(kernel, tape):
             e = PRIMS[ins.prim].fwd(m, *args, **ins.params)
             text = e.text
         v = f"v{ins.out}"
-        if ins.prim in GUARDED:
-            guard = True
-            lines_body.append(f"bad |= abs({args[0].text}) > {TRIG_LIMIT!r}  # range guard of %{ins.out}")
+        if ins.prim in GUARDED and args[0].text not in guards:
+            guards.append(args[0].text)
         lines_body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
         names[ins.out] = Expr(v, tape.dtypes[ins.out])
+    guard = bool(guards)
+    if guard:
+        test = " | ".join(f"(abs({g}) > {TRIG_LIMIT!r})" for g in guards)
+        lines_body.append(f"bad += {test}  # range guard of sin/cos")
     stores = list(kernel.stores)
     full = ", ".join(idx)
     for k, s in enumerate(stores):
@@ -257,11 +273,12 @@ def render(kernel, tape):
               + [f"c{k}" for k in range(len(kernel.reductions))] + (["flag"] if guard else []))
     out = [f"def kernel({', '.join(params)}):"]
     if guard:
-        lines_pre.append("bad = False")
+        lines_pre.append("bad = 0")  # a count, not a bool: Numba parallelises += reductions
     out += ["    " + ln for ln in lines_pre]
     ind = "    "
     for d in range(rank):
-        out.append(f"{ind}for i{d} in range(n{d}):")
+        loop = "prange" if parallel and d == 0 else "range"
+        out.append(f"{ind}for i{d} in {loop}(n{d}):")
         ind += "    "
     for ln in lines_body:
         out.append(ind + ln.replace("{ind}", ind))
@@ -269,6 +286,6 @@ def render(kernel, tape):
         out.append(ind + "pass")
     out += ["    " + ln for ln in after]
     if guard:
-        out.append("    flag[0] = bad")
+        out.append("    flag[0] = bad > 0")
     text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
-    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank, guard)
+    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank, guard, parallel)

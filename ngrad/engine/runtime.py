@@ -22,7 +22,7 @@ import numpy as np
 
 from .interpret import bind, dead_after, evaluate, interpret, np_dtype
 
-__all__ = ["run", "debug_level", "jit_mode"]
+__all__ = ["run", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
 
 _plans = {}
 
@@ -64,27 +64,69 @@ def _check(tape, values):
 
 
 class _Compiled:
-    """A tape's fused plan with its generated sources and compiled kernels."""
+    """A tape's fused plan with its generated sources and compiled kernels. Each kernel step has
+    a serial source and, where ``codegen.parallel_ok`` and the loop is big enough to pay for
+    threads, a parallel one; the parallel kernels are compiled the first time threads are on."""
 
-    __slots__ = ("plan", "sources", "kernels", "dead", "seen", "cached")
+    __slots__ = ("plan", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached")
 
     def __init__(self, tape):
-        from .codegen import render
+        from .codegen import parallel_ok, render
         from .fuse import Kernel, fuse
         self.plan = fuse(tape)
-        self.sources = [render(s, tape) if isinstance(s, Kernel) else None for s in self.plan.steps]
-        self.kernels = None
+        steps = self.plan.steps
+        self.sources = [render(s, tape) if isinstance(s, Kernel) else None for s in steps]
+        self.parallel = [render(s, tape, parallel=True)
+                         if isinstance(s, Kernel) and _numel(s.shape) >= PARALLEL_MIN and parallel_ok(s) else None
+                         for s in steps]
+        self.kernels = self.pkernels = None
         self.dead = _dead_after_steps(tape, self.plan)
         self.seen, self.cached = 0, False
 
     def on_disk(self):
         from .compile import on_disk
-        return all(s is None or on_disk(s.text) for s in self.sources)
+        srcs = self.sources if _threads == 1 else [p or s for s, p in zip(self.sources, self.parallel)]
+        return all(s is None or on_disk(s.text) for s in srcs)
 
     def compile(self):
+        from .compile import kernel
         if self.kernels is None:
-            from .compile import kernel
             self.kernels = [None if s is None else kernel(s.text) for s in self.sources]
+        if _threads > 1 and self.pkernels is None:
+            self.pkernels = [None if s is None else kernel(s.text) for s in self.parallel]
+
+
+# Loops smaller than this stay serial when threads are on: waking threads costs microseconds.
+PARALLEL_MIN = 1 << 15
+_threads = 1
+
+
+def set_num_threads(n):
+    """Use ``n`` threads for large fused loops (1, the default, keeps every kernel serial).
+
+    >>> import ngrad
+    >>> ngrad.set_num_threads(2); ngrad.get_num_threads()
+    2
+    >>> ngrad.set_num_threads(1)
+    """
+    global _threads
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_num_threads expects an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"Number of threads must be positive, got {n}")
+    _threads = int(n)
+
+
+def get_num_threads():
+    """The number of threads large fused loops use (see ``set_num_threads``)."""
+    return _threads
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _dead_after_steps(tape, plan):
@@ -113,7 +155,11 @@ def _execute(comp, tape, values):
     from .fuse import Glue
     debug = debug_level()
     env = bind(tape, values)
-    for step, src, fn, gone in zip(comp.plan.steps, comp.sources, comp.kernels, comp.dead):
+    threads = _threads
+    pkernels = comp.pkernels if threads > 1 else None
+    for k, (step, src, fn, gone) in enumerate(zip(comp.plan.steps, comp.sources, comp.kernels, comp.dead)):
+        if pkernels is not None and pkernels[k] is not None:
+            src, fn = comp.parallel[k], pkernels[k]
         if isinstance(step, Glue):
             with np.errstate(all="ignore"):
                 env[step.instr.out] = evaluate(tape, step.instr, env)
@@ -131,7 +177,13 @@ def _execute(comp, tape, values):
             accs = [_accumulator(ins, tape, step.shape) for ins in src.reductions]
             flag = [np.zeros(1, np.bool_)] if src.guard else []
             t = time.perf_counter()
-            fn(*args, *outs, *accs, *flag)
+            if src.parallel:
+                from .compile import parallel_lock, use_threads
+                with parallel_lock:
+                    use_threads(threads)
+                    fn(*args, *outs, *accs, *flag)
+            else:
+                fn(*args, *outs, *accs, *flag)
             if src.guard and flag[0][0]:
                 # an argument outside the range of a vectorised sin/cos: the interpreter is exact
                 return interpret(tape, values)
@@ -160,7 +212,7 @@ def _compiled_for(tape, mode):
             for s in comp.sources:
                 if s is not None:
                     print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
-    if comp.kernels is None:
+    if comp.kernels is None or (_threads > 1 and comp.pkernels is None):
         comp.seen += 1
         if mode == "auto" and comp.seen < _threshold() and not comp.cached:
             return None

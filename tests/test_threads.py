@@ -1,0 +1,121 @@
+"""``ngrad.set_num_threads``: parallel (prange) kernels agree with the interpreter, run only where
+their reductions allow it, and survive fork and concurrent Python threads."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine import runtime
+from ngrad.engine.codegen import parallel_ok
+from ngrad.engine.fuse import Kernel, fuse
+from ngrad.engine.graph import lower
+
+N = runtime.PARALLEL_MIN * 2
+
+
+@pytest.fixture(autouse=True)
+def _jit_always(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+    yield
+    ngrad.set_num_threads(1)
+
+
+def _program(x, w):
+    # an elementwise chain with sin/cos (range guard), a full sum, a row sum keeping axis 0
+    # (parallel), a column sum over axis 0 and an amax (both serial)
+    y = (x.sin() * w + (x * 0.5).exp()).tanh()
+    return y.sum() + y.sum(1).pow(2).sum() + y.sum(0).abs().sum() + y.amax()
+
+
+def _chain(x, w):
+    return (x.sin() * (-(x * x) / 2).exp() + x.tanh() * x * w).sum()
+
+
+def _value_and_grad(fn, x0, w0, threads, monkeypatch, jit="always"):
+    monkeypatch.setenv("NGRAD_JIT", jit)
+    ngrad.set_num_threads(threads)
+    x = ngrad.from_numpy(x0).requires_grad_()
+    y = fn(x, ngrad.from_numpy(w0))
+    y.backward()
+    return y.item(), x.grad.numpy()
+
+
+@pytest.mark.parametrize("fn", [_program, _chain])
+def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypatch):
+    rng = np.random.default_rng(0)
+    x0, w0 = rng.uniform(-3, 3, (N // 64, 64)), rng.standard_normal(64)
+    before = len(runtime._plans)
+    par = _value_and_grad(fn, x0, w0, 2, monkeypatch)
+    assert any(c.pkernels is not None and any(p is not None for p in c.parallel)
+               for c in list(runtime._plans.values())[before:] or runtime._plans.values())
+    ser = _value_and_grad(fn, x0, w0, 1, monkeypatch)
+    ref = _value_and_grad(fn, x0, w0, 1, monkeypatch, jit="never")
+    for got in (par, ser):
+        assert got[0] == pytest.approx(ref[0], rel=1e-12)
+        np.testing.assert_allclose(got[1], ref[1], rtol=1e-11, atol=1e-14)
+
+
+def test_which_kernels_may_run_in_parallel():
+    x = ngrad.randn(N // 64, 64)
+    kinds = {}
+    for name, y in {"full sum": x.exp().sum(), "rows": x.exp().sum(1), "columns": x.exp().sum(0),
+                    "amax": x.exp().amax()}.items():
+        tape = lower([y._node]).tape
+        (k,) = [s for s in fuse(tape).steps if isinstance(s, Kernel)]
+        kinds[name] = parallel_ok(k)
+    assert kinds == {"full sum": True, "rows": True, "columns": False, "amax": False}
+
+
+def test_huge_trig_argument_in_a_parallel_kernel_falls_back():
+    x0 = np.linspace(-1, 1, N)
+    x0[N // 3] = 3e7
+    ngrad.set_num_threads(2)
+    y = ngrad.from_numpy(x0).sin().sum()
+    assert y.item() == pytest.approx(np.sin(x0).sum(), rel=1e-13)
+
+
+def test_set_num_threads_errors():
+    with pytest.raises(ValueError, match="positive"):
+        ngrad.set_num_threads(0)
+    with pytest.raises(TypeError):
+        ngrad.set_num_threads(2.0)
+    ngrad.set_num_threads(3)
+    assert ngrad.get_num_threads() == 3
+
+
+SAFETY = r"""
+import os, sys, threading, numpy as np, ngrad
+ngrad.set_num_threads(2)
+x0 = np.linspace(-1, 1, {n})
+def step():
+    x = ngrad.from_numpy(x0).requires_grad_()
+    y = (x.exp() * x).sum()
+    y.backward()
+    return y.item(), float(x.grad.numpy().sum())
+ref = step()
+pid = os.fork()  # a child forked after a parallel kernel ran must be able to run one too
+if pid == 0:
+    os._exit(0 if step() == ref else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+results = []
+threads = [threading.Thread(target=lambda: results.extend(step() for _ in range(5))) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert len(results) == 20 and all(abs(r[0] - ref[0]) < 1e-9 * abs(ref[0]) for r in results), results
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_parallel_kernels_survive_fork_and_concurrent_threads(tmp_path):
+    env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always")
+    env.pop("NUMBA_THREADING_LAYER", None)
+    out = subprocess.run([sys.executable, "-c", SAFETY.format(n=N)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok")
