@@ -1,5 +1,7 @@
 """ngrad's vectorisable math: accuracy in ULP over wide ranges and special values, and that the
 loops around it really compile to packed SIMD code without libm calls."""
+import math
+
 import numpy as np
 import pytest
 
@@ -63,7 +65,7 @@ def test_exp_loop_vectorises_without_libm(monkeypatch, tmp_path):
     assert "@exp" not in asm and "callq\texp" not in asm
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sin"])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sin", "erf"])
 def test_both_backends_run_one_algorithm(name, monkeypatch, tmp_path):
     # the NumPy backend evaluates vmath's text on arrays; compiled, LLVM may fuse a multiply-add
     # (one rounding less), so the two agree to a few ULP, not bitwise
@@ -87,6 +89,8 @@ FUNCS = {
                                                                  R.uniform(-700, 700, 10_000)]), 5),
     "sin": (np.sin, np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000),
                                     R.uniform(-1e-5, 1e-5, 10_000)]), 2),
+    "erf": (np.vectorize(math.erf), np.concatenate([R.uniform(-7, 7, 100_000), R.uniform(-1e-8, 1e-8, 10_000),
+                                                    R.uniform(0.8, 0.9, 10_000)]), 2),
     "cos": (np.cos, np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000)]), 2),
 }
 

@@ -15,7 +15,7 @@ from .tape import format_instr
 
 __all__ = ["render", "parallel_ok", "Source", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 10  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 11  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 
@@ -96,7 +96,7 @@ class SourceMath:
     sigmoid, softplus = _v("_vsigmoid"), _v("_vsoftplus")
     sin, cos = _v("_vsin"), _v("_vcos")  # guarded: see GUARDED and render()
     tan, asin, acos, atan = _f("math.tan"), _f("math.asin"), _f("math.acos"), _f("math.atan")
-    sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _f("math.erf")
+    sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _v("_verf")
     floor, ceil, round, sign = _f("np.floor"), _f("np.ceil"), _f("np.rint"), _f("np.sign")
 
     @staticmethod
