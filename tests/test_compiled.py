@@ -181,3 +181,51 @@ in %1 : f64[] scalar
 %6 = reshape(%5; shape=(3, 1)) : f64[3,1]
 out %6 %3""")
     assert_same(tape.verify(), [np.arange(3.0).reshape(3, 1), 2.0], rtol=0)
+
+
+@pytest.mark.parametrize("axes", [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)])
+@pytest.mark.parametrize("op", ["sum", "amax", "prod"])
+def test_reductions_over_an_unrolled_short_axis(axes, op, rng):
+    # the trailing extent 3 is unrolled in the source; each reduction keeps its own accumulators
+    x0 = rng.uniform(0.5, 1.5, (6, 5, 3))
+    tape = lower([_reduce(ngrad.from_numpy(x0).exp(), op, axes)._node]).tape
+    k = fuse(tape).kernels()[0]
+    assert "_2 = " in render(k, tape).text  # three copies of the body
+    assert_same(tape, [x0], rtol=1e-12)
+
+
+def _reduce(t, op, axes):
+    if op == "sum":
+        return t.sum(axes)
+    if op == "amax":
+        return t.amax(axes)
+    for a in sorted(axes, reverse=True):
+        t = t.prod(a)
+    return t
+
+
+def test_one_element_kernels_run_early_so_big_loops_fuse():
+    # the seed times 1/2 is computed before the (N, N) loops: forward and reverse share one loop
+    x = ngrad.randn(40, 3, dtype=ngrad.float64, requires_grad=True)
+    d = x[:, None, :] - x[None, :, :]
+    r2 = (d * d).sum(-1) + ngrad.eye(40, dtype=ngrad.float64)
+    e = ((1 / r2) ** 3).sum() / 2
+    low = lower([e._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    plan = fuse(joint.tape)
+    assert [k.shape for k in plan.kernels()].count((40, 40)) == 1
+
+
+def test_results_never_share_the_plan_buffers(rng):
+    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)
+    x = ngrad.from_numpy(x0).requires_grad_()
+    y = (x.exp() * x).sin()
+    (y * 2).sum().backward()
+    value, grad = y.detach().numpy(), x.grad.numpy()
+    kept = value.copy(), grad.copy()
+    for _ in range(2):  # the same plan again, on other data: its pooled buffers are reused
+        z = ngrad.from_numpy(x0 * 2).requires_grad_()
+        w = (z.exp() * z).sin()
+        (w * 2).sum().backward()
+    np.testing.assert_array_equal(value, kept[0])
+    np.testing.assert_array_equal(grad, kept[1])

@@ -10,13 +10,18 @@ so one kernel serves every batch size; literals are typed to the dtype they are 
 (float32 code stays float32). The text imports ``math`` and ``numpy`` only: this module never
 imports Numba.
 """
+import math
+
+import numpy as np
+
 from .prims import PRIMS
 from .tape import format_instr
 
 __all__ = ["render", "parallel_ok", "Source", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 11  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 12  # bump whenever generated text or engine/vmath.py changes meaning
 
+_NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 
 
@@ -72,7 +77,9 @@ def _typed(value, dtype):
         return "True" if value else "False"
     if dtype[0] == "i":
         return f"{_NP_TYPE[dtype]}({int(value)})"
-    return f"{_NP_TYPE[dtype]}({float(value)!r})"
+    v = float(value)
+    text = repr(v) if math.isfinite(v) else ("np.nan" if v != v else "np.inf" if v > 0 else "-np.inf")
+    return f"{_NP_TYPE[dtype]}({text})"
 
 
 def _f(name):
@@ -153,12 +160,12 @@ class Source:
     """Generated kernel text and its calling convention (``guard``: the last argument is a
     one-element bool array set when an argument left the range of a guarded primitive)."""
 
-    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank", "guard", "parallel")
+    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank", "guard", "parallel", "fresh")
 
-    def __init__(self, text, arrays, scalars, stores, reductions, rank, guard, parallel):
+    def __init__(self, text, arrays, scalars, stores, reductions, rank, guard, parallel, fresh):
         self.text, self.arrays, self.scalars = text, arrays, scalars
         self.stores, self.reductions, self.rank, self.guard = stores, reductions, rank, guard
-        self.parallel = parallel
+        self.parallel, self.fresh = parallel, fresh
 
 
 def _pow_literal(x, value):
@@ -180,6 +187,22 @@ def _pow_literal(x, value):
 _IDENTITY = {"sum": 0, "prod": 1}
 
 
+def _identity(prim, dtype):
+    """The value a reduction starts from: its result over no elements."""
+    if prim in _IDENTITY:
+        return _IDENTITY[prim]
+    if dtype == "b8":
+        return prim == "amin"
+    if dtype[0] == "i":
+        info = np.iinfo(_NP_INFO[dtype])
+        return info.min if prim == "amax" else info.max
+    return -math.inf if prim == "amax" else math.inf
+# Inner loop extents up to this are written into the kernel as literals (and unrolled by LLVM):
+# a (N, N, 3) loop of coordinates runs twice as fast. The kernel is then specific to that extent;
+# outer extents (batch sizes) never are.
+SMALL_DIM = 4
+
+
 def parallel_ok(kernel):
     """Whether the kernel's outermost loop can run as ``prange``: every reduction must be one
     Numba parallelises (a full ``sum``/``prod`` into a local) or must keep axis 0 (each thread
@@ -195,97 +218,115 @@ def render(kernel, tape, parallel=False):
     """The source text of one fused kernel (see the module docstring); with ``parallel``, the
     outermost loop is a ``prange`` (only for kernels where ``parallel_ok``)."""
     rank = max(1, len(kernel.shape))
-    idx = [f"i{d}" for d in range(rank)]
+    shape = kernel.shape or (1,)
+    # A short innermost extent (xyz coordinates) is unrolled here: its copies of the body become
+    # straight-line code, and a reduction along another axis gets one local per copy.
+    unroll = shape[-1] if rank > 1 and shape[-1] <= SMALL_DIM else 0
+    loop_dims = rank - 1 if unroll else rank
     arrays, scalars = [], []
-    names = {}
-    lines_pre, lines_body = [], []
-
-    def value(slot):
-        return names[slot]
-
-    for slot in sorted(kernel.reads):
-        r = kernel.reads[slot]
-        dtype = tape.dtypes[slot]
-        if r[0] == "literal":
-            names[slot] = Expr(_typed(r[1], dtype), dtype)
-        elif r[0] == "scalar":
-            if r[1] not in scalars:
-                scalars.append(r[1])
-            names[slot] = Expr(f"s{scalars.index(r[1])}", dtype)
-        else:
-            src, pattern = r[1], r[2]
-            if src not in arrays:
-                arrays.append(src)
-            a = f"a{arrays.index(src)}"
-            ix = ", ".join("0" if (pattern and pattern[d]) else idx[d] for d in range(rank))
-            v = f"r{slot}"
-            lines_body.append(f"{v} = {a}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
-            names[slot] = Expr(v, dtype)
-    m = SourceMath
+    body = []
     guards = []  # arguments of guarded primitives, checked by one line (one reduction) per element
-    for ins in kernel.body:
-        args = [value(a) for a in ins.args]
-        text = None
-        if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
-            text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
-        if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
-            text = args[0].text
-        if text is None:
-            e = PRIMS[ins.prim].fwd(m, *args, **ins.params)
-            text = e.text
-        v = f"v{ins.out}"
-        if ins.prim in GUARDED and args[0].text not in guards:
-            guards.append(args[0].text)
-        lines_body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
-        names[ins.out] = Expr(v, tape.dtypes[ins.out])
+    # A reduction accumulates in a local inside the deepest loop its accumulator index depends on
+    # (outside the whole nest for a full reduction): a load and store per element (the arrays
+    # might alias) would keep LLVM from vectorising and from keeping the sum in a register. Such
+    # an accumulator starts from the reduction's identity, so its array needs no initial fill.
+    pre = {d: [] for d in range(-1, rank)}  # lines run inside loop d, before loop d + 1 starts
+    post = {d: [] for d in range(-1, rank)}  # lines run inside loop d, after loop d + 1 ends
+    fresh = [True] * len(kernel.reductions)  # accumulator arrays the kernel overwrites whole
+
+    for copy in range(max(unroll, 1)):
+        idx = [f"i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
+        tag = f"_{copy}" if unroll else ""
+        names = {}
+        for slot in sorted(kernel.reads):
+            r = kernel.reads[slot]
+            dtype = tape.dtypes[slot]
+            if r[0] == "literal":
+                names[slot] = Expr(_typed(r[1], dtype), dtype)
+            elif r[0] == "scalar":
+                if r[1] not in scalars:
+                    scalars.append(r[1])
+                names[slot] = Expr(f"s{scalars.index(r[1])}", dtype)
+            else:
+                src, pattern = r[1], r[2]
+                if src not in arrays:
+                    arrays.append(src)
+                ix = ", ".join("0" if (pattern and pattern[d]) else idx[d] for d in range(rank))
+                v = f"r{slot}{tag}"
+                body.append(f"{v} = a{arrays.index(src)}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
+                names[slot] = Expr(v, dtype)
+        for ins in kernel.body:
+            args = [names[a] for a in ins.args]
+            text = None
+            if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
+                text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
+            if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
+                text = args[0].text
+            if text is None:
+                text = PRIMS[ins.prim].fwd(SourceMath, *args, **ins.params).text
+            if ins.prim in GUARDED and args[0].text not in guards:
+                guards.append(args[0].text)
+            v = f"v{ins.out}{tag}"
+            body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
+            names[ins.out] = Expr(v, tape.dtypes[ins.out])
+        for k, slot in enumerate(kernel.stores):
+            body.append(f"o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
+        for k, ins in enumerate(kernel.reductions):
+            axes = ins.params["axes"]
+            ix = ", ".join("0" if d in axes else idx[d] for d in range(len(kernel.shape))) or "0"
+            x = names[ins.args[0]].text
+            depth = max([d for d in range(loop_dims) if d not in axes and d < len(kernel.shape)], default=-1)
+            across = unroll and rank - 1 in axes  # the unrolled copies add into one local
+            acc = f"c{k}[{ix}]"
+            if depth < loop_dims - 1 or across:
+                acc = f"acc{k}" + (tag if unroll and not across else "")
+                whole = all(d > depth for d in axes)  # the local sees every term of its element
+                fresh[k] = fresh[k] and whole
+                if copy == 0 or not across:
+                    start = _typed(_identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"c{k}[{ix}]"
+                    pre[depth].append(f"{acc} = {start}")
+                    post[depth].append(f"c{k}[{ix}] = {acc}")
+            else:
+                fresh[k] = False
+            if ins.prim == "sum":
+                line = f"{acc} += {x}"
+            elif ins.prim == "prod":
+                line = f"{acc} *= {x}"
+            elif ins.prim == "amax":
+                line = f"if {x} > {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
+            else:
+                line = f"if {x} < {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
+            body.append(f"{line}  # %{ins.out} = {format_instr(ins)}")
     guard = bool(guards)
     if guard:
         test = " | ".join(f"(abs({g}) > {TRIG_LIMIT!r})" for g in guards)
-        lines_body.append(f"bad += {test}  # range guard of sin/cos")
+        body.append(f"bad += {test}  # range guard of sin/cos")
+        pre[-1].append("bad = 0")  # a count, not a bool: Numba parallelises += reductions
+        post[-1].append("flag[0] = bad > 0")
     stores = list(kernel.stores)
-    full = ", ".join(idx)
-    for k, s in enumerate(stores):
-        lines_body.append(f"o{k}[{full}] = {value(s).text}  # store %{s}")
-    after = []
-    for k, ins in enumerate(kernel.reductions):
-        axes = ins.params["axes"]
-        ix = ", ".join("0" if d in axes else idx[d] for d in range(len(kernel.shape))) or "0"
-        x = value(ins.args[0]).text
-        acc = f"c{k}[{ix}]"
-        if len(axes) == len(kernel.shape):
-            # a full reduction accumulates in a local: a store to memory on every iteration (the
-            # arrays might alias) would keep LLVM from vectorising the whole loop
-            acc = f"acc{k}"
-            origin = ", ".join("0" for _ in range(rank))
-            lines_pre.append(f"{acc} = c{k}[{origin}]")
-            after.append(f"c{k}[{origin}] = {acc}")
-        if ins.prim == "sum":
-            line = f"{acc} += {x}"
-        elif ins.prim == "prod":
-            line = f"{acc} *= {x}"
-        elif ins.prim == "amax":
-            line = f"if {x} > {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
-        else:
-            line = f"if {x} < {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
-        lines_body.append(f"{line}  # %{ins.out} = {format_instr(ins)}")
     params = ([f"n{d}" for d in range(rank)] + [f"a{k}" for k in range(len(arrays))]
               + [f"s{k}" for k in range(len(scalars))] + [f"o{k}" for k in range(len(stores))]
               + [f"c{k}" for k in range(len(kernel.reductions))] + (["flag"] if guard else []))
     out = [f"def kernel({', '.join(params)}):"]
-    if guard:
-        lines_pre.append("bad = 0")  # a count, not a bool: Numba parallelises += reductions
-    out += ["    " + ln for ln in lines_pre]
     ind = "    "
-    for d in range(rank):
-        loop = "prange" if parallel and d == 0 else "range"
-        out.append(f"{ind}for i{d} in {loop}(n{d}):")
+    for d in range(loop_dims):
+        out += [ind + ln for ln in pre[d - 1]]
+        if parallel and d == 0:
+            loop = f"prange(n{d})"
+        elif d > 0 and shape[d] <= SMALL_DIM:
+            loop = f"range({shape[d]})"  # a short extent LLVM unrolls
+        else:
+            loop = f"range(n{d})"
+        out.append(f"{ind}for i{d} in {loop}:")
         ind += "    "
-    for ln in lines_body:
+    out += [ind + ln for ln in pre[loop_dims - 1]]
+    for ln in body:
         out.append(ind + ln.replace("{ind}", ind))
-    if not lines_body:
+    if not body:
         out.append(ind + "pass")
-    out += ["    " + ln for ln in after]
-    if guard:
-        out.append("    flag[0] = bad > 0")
+    out += [ind + ln for ln in post[loop_dims - 1]]
+    for d in range(loop_dims - 1, -1, -1):
+        ind = ind[:-4]
+        out += [ind + ln for ln in post[d - 1]]
     text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
-    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank, guard, parallel)
+    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank, guard, parallel, fresh)

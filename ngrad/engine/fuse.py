@@ -67,14 +67,15 @@ def _ones(shape):
 
 def fuse(tape):
     """Partition ``tape`` into kernels and glue steps; see the module docstring."""
-    # Every step has a position: kernel n is (n,); a glue step runs right after the latest of
-    # its operands, (that position) + (sequence,). Sorting by position gives the execution order
-    # and lets a view of an input run before every kernel instead of splitting one.
+    # Every step has a position; sorting by position gives the execution order. Loop kernel n is
+    # (n,); a glue step or a one-element kernel runs right after the latest of its operands,
+    # (that position) + (sequence,), so a view of an input runs before every kernel instead of
+    # splitting one.
     steps = []  # (position, step)
     where = {s: ((-1,), False) for s in tape.inputs}  # slot -> (position of its step, by an epilogue)
     literal = {}
     latest = {}  # shape -> (position, kernel)
-    latest_all = []  # every kernel, in creation order: kernel n has position (n,)
+    loops = [0]  # loop kernels made so far
     defs = {}  # slot -> how a kernel computed it: ("read", read) or ("instr", instr)
     seq = [0]
 
@@ -82,24 +83,32 @@ def fuse(tape):
         p, epi = where[slot]
         return p < pos or (p == pos and not epi)
 
-    def new_kernel(shape):
-        pos = (len(latest_all),)
-        kern = Kernel(shape)
-        latest_all.append(kern)
-        steps.append((pos, kern))
-        latest[shape] = (pos, kern)
-        return pos, kern
+    def after(deps):
+        """A new position right after the latest of ``deps``: a step runs as early as it can."""
+        seq[0] += 1
+        return max([where[d][0] for d in deps if d not in literal] + [(-1,)]) + (seq[0],)
 
     def kernel_for(shape, deps):
         hit = latest.get(shape)
         if hit is not None and all(d in literal or available(d, hit[0]) for d in deps):
-            return hit
-        return new_kernel(shape)
+            early = _ones(shape) and hit[0] > max([where[d][0] for d in deps if d not in literal] + [(-1,)])
+            if not early:
+                return hit
+        # Loop kernel n runs at (n,), after every view of the inputs. A kernel of one element
+        # runs right after its operands instead: computed from inputs (the seed times a
+        # constant), it runs before the big loops, so they can all use it and fuse together.
+        if _ones(shape):
+            pos = after(deps)
+        else:
+            pos = (loops[0],)
+            loops[0] += 1
+        kern = Kernel(shape)
+        steps.append((pos, kern))
+        latest[shape] = (pos, kern)
+        return pos, kern
 
     def glue(ins):
-        pos = max([where[a][0] for a in ins.args] + [(-1,)])
-        seq[0] += 1
-        pos = pos + (seq[0],)
+        pos = after(ins.args)
         steps.append((pos, Glue(ins)))
         where[ins.out] = (pos, False)
 

@@ -68,7 +68,7 @@ class _Compiled:
     a serial source and, where ``codegen.parallel_ok`` and the loop is big enough to pay for
     threads, a parallel one; the parallel kernels are compiled the first time threads are on."""
 
-    __slots__ = ("plan", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached")
+    __slots__ = ("plan", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached", "pool")
 
     def __init__(self, tape):
         from .codegen import parallel_ok, render
@@ -82,6 +82,7 @@ class _Compiled:
         self.kernels = self.pkernels = None
         self.dead = _dead_after_steps(tape, self.plan)
         self.seen, self.cached = 0, False
+        self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
 
     def on_disk(self):
         from .compile import on_disk
@@ -139,16 +140,45 @@ def _dead_after_steps(tape, plan):
 _IDENT = {"sum": 0, "prod": 1}
 
 
-def _accumulator(ins, tape, shape):
+def _accumulator(ins, tape, shape, fresh, take):
+    """The array a kernel reduces into: filled with the identity, unless the kernel writes every
+    element itself (``fresh``, see codegen)."""
     dt = np_dtype(tape.dtypes[ins.out])
     keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(shape)) or (1,)
+    acc = take(keep, dt)
+    if fresh:
+        return acc
     if ins.prim in _IDENT:
-        return np.full(keep, _IDENT[ins.prim], dt)
-    if dt.kind == "f":
-        return np.full(keep, -np.inf if ins.prim == "amax" else np.inf, dt)
-    info = np.iinfo(dt) if dt.kind in "iu" else None
-    fill = (info.min if ins.prim == "amax" else info.max) if info else ins.prim != "amax"
-    return np.full(keep, fill, dt)
+        acc.fill(_IDENT[ins.prim])
+    elif dt.kind == "f":
+        acc.fill(-np.inf if ins.prim == "amax" else np.inf)
+    else:
+        info = np.iinfo(dt) if dt.kind in "iu" else None
+        acc.fill((info.min if ins.prim == "amax" else info.max) if info else ins.prim != "amax")
+    return acc
+
+
+# Intermediate arrays of at least this many bytes are kept by their plan for its next run: a new
+# big array costs a page fault per 4 KiB on first touch (about 0.5 ms per 8 MB here, more when
+# threads fault together), which a loop calling the same gradient thousands of times would pay
+# on every call. Results handed to callers are always fresh arrays.
+POOL_MIN_BYTES = 1 << 20
+
+
+def _taker(pool, made):
+    def take(shape, dt):
+        free = pool.get((shape, dt))
+        arr = free.pop() if free else np.empty(shape, dt)
+        made.append(arr)
+        return arr
+    return take
+
+
+def _recycle(pool, made, results):
+    keep = {id(_root(r)) for r in results}
+    for arr in made:
+        if id(arr) not in keep and arr.nbytes >= POOL_MIN_BYTES:
+            pool.setdefault((arr.shape, arr.dtype), []).append(arr)
 
 
 def _execute(comp, tape, values):
@@ -157,6 +187,8 @@ def _execute(comp, tape, values):
     env = bind(tape, values)
     threads = _threads
     pkernels = comp.pkernels if threads > 1 else None
+    made = []
+    take = _taker(comp.pool, made)
     for k, (step, src, fn, gone) in enumerate(zip(comp.plan.steps, comp.sources, comp.kernels, comp.dead)):
         if pkernels is not None and pkernels[k] is not None:
             src, fn = comp.parallel[k], pkernels[k]
@@ -173,8 +205,8 @@ def _execute(comp, tape, values):
                 args.append(arr.reshape(sizes) if not step.shape else arr)
             for s in src.scalars:
                 args.append(env[s].reshape(-1)[0])
-            outs = [np.empty(sizes, np_dtype(tape.dtypes[s])) for s in src.stores]
-            accs = [_accumulator(ins, tape, step.shape) for ins in src.reductions]
+            outs = [take(sizes, np_dtype(tape.dtypes[s])) for s in src.stores]
+            accs = [_accumulator(ins, tape, step.shape, fresh, take) for ins, fresh in zip(src.reductions, src.fresh)]
             flag = [np.zeros(1, np.bool_)] if src.guard else []
             t = time.perf_counter()
             if src.parallel:
@@ -186,6 +218,7 @@ def _execute(comp, tape, values):
                 fn(*args, *outs, *accs, *flag)
             if src.guard and flag[0][0]:
                 # an argument outside the range of a vectorised sin/cos: the interpreter is exact
+                _recycle(comp.pool, made, ())
                 return interpret(tape, values)
             if debug >= 3:
                 print(f"ngrad: kernel {fn.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
@@ -196,7 +229,9 @@ def _execute(comp, tape, values):
                 env[ins.out] = c if c.shape == tape.shapes[ins.out] else c.reshape(tape.shapes[ins.out])
         for s in gone:
             env.pop(s, None)
-    return [env[s] for s in tape.outputs]
+    results = [env[s] for s in tape.outputs]
+    _recycle(comp.pool, made, results)
+    return results
 
 
 def _compiled_for(tape, mode):
