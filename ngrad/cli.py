@@ -21,6 +21,8 @@ def build_parser():
     b.add_argument("--repeat", type=int, default=20, help="timed calls per system after the first (default 20)")
     b.add_argument("--json", dest="json_path", default=None, help="write machine-readable results here")
     b.add_argument("--list", action="store_true", help="list the problems and exit")
+    b.add_argument("--threads", type=int, default=None,
+                   help="ngrad.set_num_threads for the run (default: every core, as PyTorch and JAX use)")
     c = sub.add_parser("cache", help="the compiled-kernel cache (NGRAD_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     return parser
@@ -63,6 +65,24 @@ def bench(args):
         console.print(f"[red]unknown problem(s): {', '.join(unknown)}; choose from {', '.join(PROBLEMS)}[/red]")
         return 2
     sizes = [int(float(s)) for s in args.sizes.split(",")] if args.sizes else None
+    import os
+
+    import ngrad
+    threads = args.threads or os.cpu_count() or 1
+    before = ngrad.get_num_threads()
+    ngrad.set_num_threads(threads)
+    try:
+        return _bench(args, console, names, sizes, threads)
+    finally:
+        ngrad.set_num_threads(before)
+
+
+def _bench(args, console, names, sizes, threads):
+    from rich.table import Table
+
+    from .bench.problems import PROBLEMS
+    from .bench.runner import machine_info, run_suite
+
     results = []
     with console.status("benchmarking") as status:
         for name in names:
@@ -70,8 +90,10 @@ def bench(args):
             results += run_suite([name], prob_sizes, args.repeat, budget=0.5 if args.quick else 2.0,
                                  progress=lambda msg: status.update(f"benchmarking {msg}"))
     info = machine_info()
+    info["ngrad_threads"] = threads
     console.print(f"value + gradient, float64, {info['platform']}; numpy {info['numpy']}, "
-                  f"torch {info['torch'] or 'not installed'}, jax {info['jax'] or 'not installed'}")
+                  f"torch {info['torch'] or 'not installed'}, jax {info['jax'] or 'not installed'}; "
+                  f"ngrad on {threads} thread{'s' if threads > 1 else ''}")
     for name in names:
         rows = [r for r in results if r["problem"] == name]
         table = Table(title=f"{name}: {PROBLEMS[name].doc}")

@@ -229,3 +229,20 @@ def test_results_never_share_the_plan_buffers(rng):
         (w * 2).sum().backward()
     np.testing.assert_array_equal(value, kept[0])
     np.testing.assert_array_equal(grad, kept[1])
+
+
+def test_consecutive_loops_compile_to_one_function(rng):
+    # forward (N, N, 3), fused forward+reverse (N, N) and reverse (N, N, 3) loops: one function,
+    # one call; the loss's output scaling (NumPy glue) is moved after them
+    x0 = rng.standard_normal((30, 3)) * 2
+    x = ngrad.from_numpy(x0).requires_grad_()
+    d = x[:, None, :] - x[None, :, :]
+    r2 = (d * d).sum(-1) + ngrad.eye(30, dtype=ngrad.float64)
+    e = ((1 / r2) ** 3 * (1 - ngrad.eye(30, dtype=ngrad.float64))).sum() / 2
+    low = lower([e._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    comp = runtime._Compiled(joint.tape)
+    (src,) = [s for s in comp.sources if s is not None]
+    assert len(src.parts) == 3 and "# loop 2" in src.text
+    seeds = [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
+    assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-12)

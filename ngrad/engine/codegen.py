@@ -1,8 +1,9 @@
 """Codegen: a fused ``Kernel`` becomes readable Python source for Numba's ``njit``.
 
-Contract: ``render(kernel, tape)`` returns ``Source``: the text of one module-level function
-``kernel`` and the order of its arguments (loop sizes, input arrays, scalars, output arrays,
-reduction accumulators). Elementwise expressions come from the primitive table's forward rows,
+Contract: ``program(kernels, tape, parallel)`` returns ``Source``: the text of one module-level
+function ``kernel`` running the kernels' loop nests in order, and each kernel's calling
+convention (loop sizes, input arrays, scalars, output arrays, reduction accumulators);
+``render(kernel, tape)`` is the one-kernel case. Elementwise expressions come from the primitive table's forward rows,
 evaluated against ``SourceMath`` (which builds expression text instead of numbers), so the
 interpreter and the compiled code share one definition. Every generated line carries the
 tape instruction it came from as a comment. Sizes are arguments and never appear in the text,
@@ -17,9 +18,9 @@ import numpy as np
 from .prims import PRIMS
 from .tape import format_instr
 
-__all__ = ["render", "parallel_ok", "Source", "CODEGEN_VERSION"]
+__all__ = ["render", "program", "parallel_ok", "Source", "Part", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 12  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 13  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -156,16 +157,27 @@ GUARDED = ("sin", "cos")
 TRIG_LIMIT = 1.0e6
 
 
+class Part:
+    """One kernel's calling convention inside a generated function: loop sizes, input arrays (by
+    slot), scalars (one-element arrays, by slot), stored slots, reductions (their accumulator
+    arrays), and ``guard``: a last one-element bool array set when an argument left the range of
+    a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself."""
+
+    __slots__ = ("arrays", "scalars", "stores", "reductions", "guard", "fresh", "parallel")
+
+    def __init__(self, arrays, scalars, stores, reductions, guard, fresh, parallel):
+        self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
+        self.guard, self.fresh, self.parallel = guard, fresh, parallel
+
+
 class Source:
-    """Generated kernel text and its calling convention (``guard``: the last argument is a
-    one-element bool array set when an argument left the range of a guarded primitive)."""
+    """Generated text of one function and the ``Part`` of each kernel it runs, in order."""
 
-    __slots__ = ("text", "arrays", "scalars", "stores", "reductions", "rank", "guard", "parallel", "fresh")
+    __slots__ = ("text", "parts", "parallel")
 
-    def __init__(self, text, arrays, scalars, stores, reductions, rank, guard, parallel, fresh):
-        self.text, self.arrays, self.scalars = text, arrays, scalars
-        self.stores, self.reductions, self.rank, self.guard = stores, reductions, rank, guard
-        self.parallel, self.fresh = parallel, fresh
+    def __init__(self, text, parts):
+        self.text, self.parts = text, parts
+        self.parallel = any(p.parallel for p in parts)
 
 
 def _pow_literal(x, value):
@@ -214,9 +226,8 @@ def parallel_ok(kernel):
                for ins in kernel.reductions)
 
 
-def render(kernel, tape, parallel=False):
-    """The source text of one fused kernel (see the module docstring); with ``parallel``, the
-    outermost loop is a ``prange`` (only for kernels where ``parallel_ok``)."""
+def _loops(kernel, tape, parallel, p):
+    """The parameters and lines of one kernel's loop nest, every name prefixed with ``p``."""
     rank = max(1, len(kernel.shape))
     shape = kernel.shape or (1,)
     # A short innermost extent (xyz coordinates) is unrolled here: its copies of the body become
@@ -235,7 +246,7 @@ def render(kernel, tape, parallel=False):
     fresh = [True] * len(kernel.reductions)  # accumulator arrays the kernel overwrites whole
 
     for copy in range(max(unroll, 1)):
-        idx = [f"i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
+        idx = [f"{p}i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
         tag = f"_{copy}" if unroll else ""
         names = {}
         for slot in sorted(kernel.reads):
@@ -246,14 +257,14 @@ def render(kernel, tape, parallel=False):
             elif r[0] == "scalar":
                 if r[1] not in scalars:
                     scalars.append(r[1])
-                names[slot] = Expr(f"s{scalars.index(r[1])}", dtype)
+                names[slot] = Expr(f"{p}s{scalars.index(r[1])}", dtype)
             else:
                 src, pattern = r[1], r[2]
                 if src not in arrays:
                     arrays.append(src)
                 ix = ", ".join("0" if (pattern and pattern[d]) else idx[d] for d in range(rank))
-                v = f"r{slot}{tag}"
-                body.append(f"{v} = a{arrays.index(src)}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
+                v = f"{p}r{slot}{tag}"
+                body.append(f"{v} = {p}a{arrays.index(src)}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
                 names[slot] = Expr(v, dtype)
         for ins in kernel.body:
             args = [names[a] for a in ins.args]
@@ -266,26 +277,26 @@ def render(kernel, tape, parallel=False):
                 text = PRIMS[ins.prim].fwd(SourceMath, *args, **ins.params).text
             if ins.prim in GUARDED and args[0].text not in guards:
                 guards.append(args[0].text)
-            v = f"v{ins.out}{tag}"
+            v = f"{p}v{ins.out}{tag}"
             body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
             names[ins.out] = Expr(v, tape.dtypes[ins.out])
         for k, slot in enumerate(kernel.stores):
-            body.append(f"o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
+            body.append(f"{p}o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
         for k, ins in enumerate(kernel.reductions):
             axes = ins.params["axes"]
             ix = ", ".join("0" if d in axes else idx[d] for d in range(len(kernel.shape))) or "0"
             x = names[ins.args[0]].text
             depth = max([d for d in range(loop_dims) if d not in axes and d < len(kernel.shape)], default=-1)
             across = unroll and rank - 1 in axes  # the unrolled copies add into one local
-            acc = f"c{k}[{ix}]"
+            acc = f"{p}c{k}[{ix}]"
             if depth < loop_dims - 1 or across:
-                acc = f"acc{k}" + (tag if unroll and not across else "")
+                acc = f"{p}acc{k}" + (tag if unroll and not across else "")
                 whole = all(d > depth for d in axes)  # the local sees every term of its element
                 fresh[k] = fresh[k] and whole
                 if copy == 0 or not across:
-                    start = _typed(_identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"c{k}[{ix}]"
+                    start = _typed(_identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"{p}c{k}[{ix}]"
                     pre[depth].append(f"{acc} = {start}")
-                    post[depth].append(f"c{k}[{ix}] = {acc}")
+                    post[depth].append(f"{p}c{k}[{ix}] = {acc}")
             else:
                 fresh[k] = False
             if ins.prim == "sum":
@@ -300,24 +311,26 @@ def render(kernel, tape, parallel=False):
     guard = bool(guards)
     if guard:
         test = " | ".join(f"(abs({g}) > {TRIG_LIMIT!r})" for g in guards)
-        body.append(f"bad += {test}  # range guard of sin/cos")
-        pre[-1].append("bad = 0")  # a count, not a bool: Numba parallelises += reductions
-        post[-1].append("flag[0] = bad > 0")
+        body.append(f"{p}bad += {test}  # range guard of sin/cos")
+        pre[-1].append(f"{p}bad = 0")  # a count, not a bool: Numba parallelises += reductions
+        post[-1].append(f"{p}flag[0] = {p}bad > 0")
     stores = list(kernel.stores)
-    params = ([f"n{d}" for d in range(rank)] + [f"a{k}" for k in range(len(arrays))]
-              + [f"s{k}" for k in range(len(scalars))] + [f"o{k}" for k in range(len(stores))]
-              + [f"c{k}" for k in range(len(kernel.reductions))] + (["flag"] if guard else []))
-    out = [f"def kernel({', '.join(params)}):"]
-    ind = "    "
+    params = ([f"{p}n{d}" for d in range(rank)] + [f"{p}a{k}" for k in range(len(arrays))]
+              + [f"{p}S{k}" for k in range(len(scalars))] + [f"{p}o{k}" for k in range(len(stores))]
+              + [f"{p}c{k}" for k in range(len(kernel.reductions))] + ([f"{p}flag"] if guard else []))
+    # scalars arrive as one-element arrays: in a program of several loops, one may be the result
+    # of an earlier loop of the same call
+    out = [f"{p}s{k} = {p}S{k}[0]" for k in range(len(scalars))]
+    ind = ""
     for d in range(loop_dims):
         out += [ind + ln for ln in pre[d - 1]]
         if parallel and d == 0:
-            loop = f"prange(n{d})"
+            loop = f"prange({p}n{d})"
         elif d > 0 and shape[d] <= SMALL_DIM:
             loop = f"range({shape[d]})"  # a short extent LLVM unrolls
         else:
-            loop = f"range(n{d})"
-        out.append(f"{ind}for i{d} in {loop}:")
+            loop = f"range({p}n{d})"
+        out.append(f"{ind}for {p}i{d} in {loop}:")
         ind += "    "
     out += [ind + ln for ln in pre[loop_dims - 1]]
     for ln in body:
@@ -328,5 +341,28 @@ def render(kernel, tape, parallel=False):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
+    return params, out, Part(arrays, scalars, stores, list(kernel.reductions), guard, fresh, parallel)
+
+
+def render(kernel, tape, parallel=False):
+    """The source text of one fused kernel (see the module docstring); with ``parallel``, the
+    outermost loop is a ``prange`` (only for kernels where ``parallel_ok``)."""
+    return program([kernel], tape, [parallel])
+
+
+def program(kernels, tape, parallel):
+    """One function running several kernels' loops in order (``parallel[j]``: kernel j's
+    outermost loop is a ``prange``). One compile instead of one per kernel: Numba spends about
+    0.2 s on every function whatever its size. Kernel j's names carry the prefix ``k{j}_``."""
+    params, lines, parts = [], [], []
+    for j, (kern, par) in enumerate(zip(kernels, parallel)):
+        p = f"k{j}_" if len(kernels) > 1 else ""
+        ps, ls, part = _loops(kern, tape, par, p)
+        params += ps
+        if len(kernels) > 1:
+            lines.append(f"# loop {j}")
+        lines += ls
+        parts.append(part)
+    out = [f"def kernel({', '.join(params)}):"] + ["    " + ln for text in lines for ln in text.split("\n")]
     text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
-    return Source(text, arrays, scalars, stores, list(kernel.reductions), rank, guard, parallel, fresh)
+    return Source(text, parts)

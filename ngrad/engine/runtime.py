@@ -64,23 +64,34 @@ def _check(tape, values):
 
 
 class _Compiled:
-    """A tape's fused plan with its generated sources and compiled kernels. Each kernel step has
-    a serial source and, where ``codegen.parallel_ok`` and the loop is big enough to pay for
-    threads, a parallel one; the parallel kernels are compiled the first time threads are on."""
+    """A tape's fused plan, cut into segments, with their generated sources and compiled
+    functions. A segment is a run of kernels (and reshapes between them) that compiles to ONE
+    function (``codegen.program``): Numba spends ~0.2 s per function whatever its size, and one
+    call replaces several. Glue that computes something (matmul, gather, one-element NumPy
+    arithmetic) runs between segments. Each segment has a serial source and, where a kernel in it
+    is ``codegen.parallel_ok`` and big enough to pay for threads, a parallel one, compiled the
+    first time threads are on."""
 
-    __slots__ = ("plan", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached", "pool")
+    __slots__ = ("plan", "segments", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached", "pool")
 
     def __init__(self, tape):
-        from .codegen import parallel_ok, render
+        from .codegen import parallel_ok, program
         from .fuse import Kernel, fuse
         self.plan = fuse(tape)
-        steps = self.plan.steps
-        self.sources = [render(s, tape) if isinstance(s, Kernel) else None for s in steps]
-        self.parallel = [render(s, tape, parallel=True)
-                         if isinstance(s, Kernel) and _numel(s.shape) >= PARALLEL_MIN and parallel_ok(s) else None
-                         for s in steps]
+        self.segments = _segments(self.plan.steps)
+        self.sources, self.parallel = [], []
+        for seg in self.segments:
+            kerns = [self.plan.steps[k] for k in seg if isinstance(self.plan.steps[k], Kernel)]
+            if not kerns:
+                self.sources.append(None)
+                self.parallel.append(None)
+                continue
+            par = [_numel(kn.shape) >= PARALLEL_MIN and parallel_ok(kn) for kn in kerns]
+            self.sources.append(program(kerns, tape, [False] * len(kerns)))
+            self.parallel.append(program(kerns, tape, par) if any(par) else None)
         self.kernels = self.pkernels = None
-        self.dead = _dead_after_steps(tape, self.plan)
+        dead = _dead_after_steps(tape, self.plan)
+        self.dead = [[s for k in seg for s in dead[k]] for seg in self.segments]
         self.seen, self.cached = 0, False
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
 
@@ -95,6 +106,31 @@ class _Compiled:
             self.kernels = [None if s is None else kernel(s.text) for s in self.sources]
         if _threads > 1 and self.pkernels is None:
             self.pkernels = [None if s is None else kernel(s.text) for s in self.parallel]
+
+
+def _segments(steps):
+    """Step indices grouped into segments: maximal runs of kernels with the reshapes between
+    them (views, so they can be taken before the loops fill their buffers), and single steps."""
+    from .fuse import Glue, Kernel
+    segs, run = [], []
+
+    def close():
+        tail = []
+        while run and isinstance(steps[run[-1]], Glue):  # a trailing reshape runs on its own
+            tail.append([run.pop()])
+        if run:
+            segs.append(list(run))
+        segs.extend(reversed(tail))
+        run.clear()
+
+    for k, step in enumerate(steps):
+        if isinstance(step, Kernel) or (run and step.instr.prim == "reshape"):
+            run.append(k)
+        else:
+            close()
+            segs.append([k])
+    close()
+    return segs
 
 
 # Loops smaller than this stay serial when threads are on: waking threads costs microseconds.
@@ -189,44 +225,58 @@ def _execute(comp, tape, values):
     pkernels = comp.pkernels if threads > 1 else None
     made = []
     take = _taker(comp.pool, made)
-    for k, (step, src, fn, gone) in enumerate(zip(comp.plan.steps, comp.sources, comp.kernels, comp.dead)):
-        if pkernels is not None and pkernels[k] is not None:
-            src, fn = comp.parallel[k], pkernels[k]
-        if isinstance(step, Glue):
+    steps = comp.plan.steps
+    for k, (seg, src, fn, gone) in enumerate(zip(comp.segments, comp.sources, comp.kernels, comp.dead)):
+        if src is None:  # one glue step
             with np.errstate(all="ignore"):
-                env[step.instr.out] = evaluate(tape, step.instr, env)
+                env[steps[seg[0]].instr.out] = evaluate(tape, steps[seg[0]].instr, env)
         else:
-            sizes = step.shape or (1,)
-            args = list(sizes)
-            for a in src.arrays:
-                arr = env[a]
-                if not arr.flags.c_contiguous:
-                    arr = np.ascontiguousarray(arr)
-                args.append(arr.reshape(sizes) if not step.shape else arr)
-            for s in src.scalars:
-                args.append(env[s].reshape(-1)[0])
-            outs = [take(sizes, np_dtype(tape.dtypes[s])) for s in src.stores]
-            accs = [_accumulator(ins, tape, step.shape, fresh, take) for ins, fresh in zip(src.reductions, src.fresh)]
-            flag = [np.zeros(1, np.bool_)] if src.guard else []
+            if pkernels is not None and pkernels[k] is not None:
+                src, fn = comp.parallel[k], pkernels[k]
+            # every buffer of the segment is allocated (and every reshape taken) before its loops
+            # run, so later loops of the same call can be handed the arrays earlier loops fill
+            args, flags, parts = [], [], iter(src.parts)
+            for j in seg:
+                step = steps[j]
+                if isinstance(step, Glue):
+                    env[step.instr.out] = evaluate(tape, step.instr, env)
+                    continue
+                part = next(parts)
+                sizes = step.shape or (1,)
+                args += sizes
+                for a in part.arrays:
+                    arr = env[a]
+                    if not arr.flags.c_contiguous:
+                        arr = np.ascontiguousarray(arr)
+                    args.append(arr.reshape(sizes) if not step.shape else arr)
+                args += [env[s].reshape(-1) for s in part.scalars]
+                for s in part.stores:
+                    o = take(sizes, np_dtype(tape.dtypes[s]))
+                    args.append(o)
+                    env[s] = o if o.shape == tape.shapes[s] else o.reshape(tape.shapes[s])
+                for ins, fresh in zip(part.reductions, part.fresh):
+                    c = _accumulator(ins, tape, step.shape, fresh, take)
+                    args.append(c)
+                    env[ins.out] = c if c.shape == tape.shapes[ins.out] else c.reshape(tape.shapes[ins.out])
+                if part.guard:
+                    flags.append(np.zeros(1, np.bool_))
+                    args.append(flags[-1])
             t = time.perf_counter()
             if src.parallel:
                 from .compile import parallel_lock, use_threads
                 with parallel_lock:
                     use_threads(threads)
-                    fn(*args, *outs, *accs, *flag)
+                    fn(*args)
             else:
-                fn(*args, *outs, *accs, *flag)
-            if src.guard and flag[0][0]:
+                fn(*args)
+            if any(f[0] for f in flags):
                 # an argument outside the range of a vectorised sin/cos: the interpreter is exact
                 _recycle(comp.pool, made, ())
                 return interpret(tape, values)
             if debug >= 3:
-                print(f"ngrad: kernel {fn.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
+                shapes = ", ".join(str(steps[j].shape) for j in seg if not isinstance(steps[j], Glue))
+                print(f"ngrad: kernel {fn.key} over {shapes}: {(time.perf_counter() - t) * 1e3:.3f} ms",
                       file=sys.stderr)
-            for s, o in zip(src.stores, outs):
-                env[s] = o if o.shape == tape.shapes[s] else o.reshape(tape.shapes[s])
-            for ins, c in zip(src.reductions, accs):
-                env[ins.out] = c if c.shape == tape.shapes[ins.out] else c.reshape(tape.shapes[ins.out])
         for s in gone:
             env.pop(s, None)
     results = [env[s] for s in tape.outputs]
