@@ -72,7 +72,8 @@ class _Compiled:
     is ``codegen.parallel_ok`` and big enough to pay for threads, a parallel one, compiled the
     first time threads are on."""
 
-    __slots__ = ("plan", "segments", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached", "pool")
+    __slots__ = ("plan", "segments", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached", "pool",
+                 "consts")
 
     def __init__(self, tape):
         from .codegen import parallel_ok, program
@@ -94,6 +95,13 @@ class _Compiled:
         self.dead = [[s for k in seg for s in dead[k]] for seg in self.segments]
         self.seen, self.cached = 0, False
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
+        # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
+        self.consts, known = {}, set()
+        for step in self.plan.steps:
+            if not isinstance(step, Kernel) and (step.instr.prim == "const" or (step.instr.args and all(
+                    a in known for a in step.instr.args))):
+                known.add(step.instr.out)
+                self.consts[step.instr.out] = None
 
     def on_disk(self):
         from .compile import on_disk
@@ -228,8 +236,16 @@ def _execute(comp, tape, values):
     steps = comp.plan.steps
     for k, (seg, src, fn, gone) in enumerate(zip(comp.segments, comp.sources, comp.kernels, comp.dead)):
         if src is None:  # one glue step
-            with np.errstate(all="ignore"):
-                env[steps[seg[0]].instr.out] = evaluate(tape, steps[seg[0]].instr, env)
+            ins = steps[seg[0]].instr
+            if ins.out in comp.consts:
+                value = comp.consts[ins.out]
+                if value is None:
+                    with np.errstate(all="ignore"):
+                        value = comp.consts[ins.out] = evaluate(tape, ins, env)
+                env[ins.out] = value
+            else:
+                with np.errstate(all="ignore"):
+                    env[ins.out] = evaluate(tape, ins, env)
         else:
             if pkernels is not None and pkernels[k] is not None:
                 src, fn = comp.parallel[k], pkernels[k]
@@ -279,7 +295,7 @@ def _execute(comp, tape, values):
                       file=sys.stderr)
         for s in gone:
             env.pop(s, None)
-    results = [env[s] for s in tape.outputs]
+    results = [env[s].copy() if s in comp.consts else env[s] for s in tape.outputs]
     _recycle(comp.pool, made, results)
     return results
 

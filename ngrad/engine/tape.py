@@ -42,12 +42,13 @@ class Tape:
     out %2
     """
 
-    __slots__ = ("shapes", "dtypes", "inputs", "kinds", "instrs", "outputs")
+    __slots__ = ("shapes", "dtypes", "inputs", "kinds", "instrs", "outputs", "_key")
 
     def __init__(self):
         self.shapes, self.dtypes = [], []
         self.inputs, self.kinds = [], []
         self.instrs, self.outputs = [], []
+        self._key = None  # (sizes it was computed at, key): a memoized joint tape is keyed per run
 
     def __len__(self):
         return len(self.instrs)
@@ -55,12 +56,16 @@ class Tape:
     def key(self):
         """A hashable structural key, cheaper than ``format()``. Raw slot numbers are part of it,
         so tapes with equal keys are identical (memoized results keyed by it can refer to slots)."""
+        at = (len(self.instrs), len(self.inputs), len(self.outputs))
+        if self._key is not None and self._key[0] == at:
+            return self._key[1]
         parts = [tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))]
         for ins in self.instrs:
             parts.append((ins.out, ins.prim, tuple(ins.args), params_key(ins.params),
                           self.shapes[ins.out], self.dtypes[ins.out]))
         parts.append(tuple(self.outputs))
-        return tuple(parts)
+        self._key = (at, tuple(parts))
+        return self._key[1]
 
     def verify(self):
         """Check SSA form and every instruction against its primitive's rule; return self."""
