@@ -1,5 +1,6 @@
-"""``ngrad.set_num_threads``: parallel (prange) kernels agree with the interpreter, run only where
-their reductions allow it, and survive fork and concurrent Python threads."""
+"""``ngrad.set_num_threads``: kernels run in chunks of rows on several threads agree with the
+serial kernels and the interpreter (reductions over every axis included), and survive fork and
+concurrent Python threads."""
 import os
 import subprocess
 import sys
@@ -9,7 +10,6 @@ import pytest
 
 import ngrad
 from ngrad.engine import runtime
-from ngrad.engine.codegen import parallel_ok
 from ngrad.engine.fuse import Kernel, fuse
 from ngrad.engine.graph import lower
 
@@ -50,7 +50,7 @@ def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypat
     x0, w0 = rng.uniform(-3, 3, (N // 64, 64)), rng.standard_normal(64)
     before = len(runtime._plans)
     par = _value_and_grad(fn, x0, w0, 2, monkeypatch)
-    assert any(c.pkernels is not None and any(p is not None for p in c.parallel)
+    assert any(c.threaded.kernels is not None and any(c.threaded.chunked)
                for c in list(runtime._plans.values())[before:] or runtime._plans.values())
     ser = _value_and_grad(fn, x0, w0, 1, monkeypatch)
     ref = _value_and_grad(fn, x0, w0, 1, monkeypatch, jit="never")
@@ -59,15 +59,15 @@ def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypat
         np.testing.assert_allclose(got[1], ref[1], rtol=1e-11, atol=1e-14)
 
 
-def test_which_kernels_may_run_in_parallel():
-    x = ngrad.randn(N // 64, 64)
-    kinds = {}
-    for name, y in {"full sum": x.exp().sum(), "rows": x.exp().sum(1), "columns": x.exp().sum(0),
-                    "amax": x.exp().amax()}.items():
-        tape = lower([y._node]).tape
-        (k,) = [s for s in fuse(tape).steps if isinstance(s, Kernel)]
-        kinds[name] = parallel_ok(k)
-    assert kinds == {"full sum": True, "rows": True, "columns": False, "amax": False}
+def test_big_kernels_get_their_own_functions_when_threads_are_on():
+    x = ngrad.from_numpy(np.random.default_rng(0).standard_normal((N // 64, 64)))
+    tape = lower([((x.exp().sum(0) * 2).sum() + x.sin().amax())._node]).tape
+    comp = runtime._Compiled(tape)
+    serial = [s for s in comp.serial.sources if s is not None]
+    threaded = [s for s in comp.threaded.sources if s is not None]
+    assert len(serial) < len(threaded) and all(len(s.parts) == 1 for s, c in
+                                               zip(comp.threaded.sources, comp.threaded.chunked) if c)
+    assert any(comp.threaded.chunked)
 
 
 def test_huge_trig_argument_in_a_parallel_kernel_falls_back():

@@ -1,6 +1,6 @@
 """Codegen: a fused ``Kernel`` becomes readable Python source for Numba's ``njit``.
 
-Contract: ``program(kernels, tape, parallel)`` returns ``Source``: the text of one module-level
+Contract: ``program(kernels, tape)`` returns ``Source``: the text of one module-level
 function ``kernel`` running the kernels' loop nests in order, and each kernel's calling
 convention (loop sizes, input arrays, scalars, output arrays, reduction accumulators);
 ``render(kernel, tape)`` is the one-kernel case. Elementwise expressions come from the primitive table's forward rows,
@@ -18,7 +18,7 @@ import numpy as np
 from .prims import PRIMS
 from .tape import format_instr
 
-__all__ = ["render", "program", "parallel_ok", "Source", "Part", "CODEGEN_VERSION"]
+__all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
 
 CODEGEN_VERSION = 13  # bump whenever generated text or engine/vmath.py changes meaning
 
@@ -161,23 +161,24 @@ class Part:
     """One kernel's calling convention inside a generated function: loop sizes, input arrays (by
     slot), scalars (one-element arrays, by slot), stored slots, reductions (their accumulator
     arrays), and ``guard``: a last one-element bool array set when an argument left the range of
-    a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself."""
+    a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself.
+    ``rows[k]``: input array k is indexed by the outermost loop variable (True), read at row 0
+    only (False), or both (None): what the runtime needs to run the loop in chunks of rows."""
 
-    __slots__ = ("arrays", "scalars", "stores", "reductions", "guard", "fresh", "parallel")
+    __slots__ = ("arrays", "scalars", "stores", "reductions", "guard", "fresh", "rows")
 
-    def __init__(self, arrays, scalars, stores, reductions, guard, fresh, parallel):
+    def __init__(self, arrays, scalars, stores, reductions, guard, fresh, rows):
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
-        self.guard, self.fresh, self.parallel = guard, fresh, parallel
+        self.guard, self.fresh, self.rows = guard, fresh, rows
 
 
 class Source:
     """Generated text of one function and the ``Part`` of each kernel it runs, in order."""
 
-    __slots__ = ("text", "parts", "parallel")
+    __slots__ = ("text", "parts")
 
     def __init__(self, text, parts):
         self.text, self.parts = text, parts
-        self.parallel = any(p.parallel for p in parts)
 
 
 def _pow_literal(x, value):
@@ -215,18 +216,7 @@ def _identity(prim, dtype):
 SMALL_DIM = 4
 
 
-def parallel_ok(kernel):
-    """Whether the kernel's outermost loop can run as ``prange``: every reduction must be one
-    Numba parallelises (a full ``sum``/``prod`` into a local) or must keep axis 0 (each thread
-    then owns its own accumulator rows). A NaN-propagating ``amax``/``amin`` is neither."""
-    if not kernel.shape:
-        return False
-    full = len(kernel.shape)
-    return all(ins.prim in _IDENTITY if len(ins.params["axes"]) == full else 0 not in ins.params["axes"]
-               for ins in kernel.reductions)
-
-
-def _loops(kernel, tape, parallel, p):
+def _loops(kernel, tape, p):
     """The parameters and lines of one kernel's loop nest, every name prefixed with ``p``."""
     rank = max(1, len(kernel.shape))
     shape = kernel.shape or (1,)
@@ -312,7 +302,7 @@ def _loops(kernel, tape, parallel, p):
     if guard:
         test = " | ".join(f"(abs({g}) > {TRIG_LIMIT!r})" for g in guards)
         body.append(f"{p}bad += {test}  # range guard of sin/cos")
-        pre[-1].append(f"{p}bad = 0")  # a count, not a bool: Numba parallelises += reductions
+        pre[-1].append(f"{p}bad = 0")
         post[-1].append(f"{p}flag[0] = {p}bad > 0")
     stores = list(kernel.stores)
     params = ([f"{p}n{d}" for d in range(rank)] + [f"{p}a{k}" for k in range(len(arrays))]
@@ -324,9 +314,7 @@ def _loops(kernel, tape, parallel, p):
     ind = ""
     for d in range(loop_dims):
         out += [ind + ln for ln in pre[d - 1]]
-        if parallel and d == 0:
-            loop = f"prange({p}n{d})"
-        elif d > 0 and shape[d] <= SMALL_DIM:
+        if d > 0 and shape[d] <= SMALL_DIM:
             loop = f"range({shape[d]})"  # a short extent LLVM unrolls
         else:
             loop = f"range({p}n{d})"
@@ -341,23 +329,26 @@ def _loops(kernel, tape, parallel, p):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
-    return params, out, Part(arrays, scalars, stores, list(kernel.reductions), guard, fresh, parallel)
+    rows = []
+    for src in arrays:
+        seen = {not (r[2] and r[2][0]) for r in kernel.reads.values() if r[0] == "array" and r[1] == src}
+        rows.append(seen.pop() if len(seen) == 1 else None)
+    return params, out, Part(arrays, scalars, stores, list(kernel.reductions), guard, fresh, rows)
 
 
-def render(kernel, tape, parallel=False):
-    """The source text of one fused kernel (see the module docstring); with ``parallel``, the
-    outermost loop is a ``prange`` (only for kernels where ``parallel_ok``)."""
-    return program([kernel], tape, [parallel])
+def render(kernel, tape):
+    """The source text of one fused kernel (see the module docstring)."""
+    return program([kernel], tape)
 
 
-def program(kernels, tape, parallel):
-    """One function running several kernels' loops in order (``parallel[j]``: kernel j's
-    outermost loop is a ``prange``). One compile instead of one per kernel: Numba spends about
-    0.2 s on every function whatever its size. Kernel j's names carry the prefix ``k{j}_``."""
+def program(kernels, tape):
+    """One function running several kernels' loops in order. One compile instead of one per
+    kernel: Numba spends about 0.2 s on every function whatever its size. Kernel j's names
+    carry the prefix ``k{j}_``."""
     params, lines, parts = [], [], []
-    for j, (kern, par) in enumerate(zip(kernels, parallel)):
+    for j, kern in enumerate(kernels):
         p = f"k{j}_" if len(kernels) > 1 else ""
-        ps, ls, part = _loops(kern, tape, par, p)
+        ps, ls, part = _loops(kern, tape, p)
         params += ps
         if len(kernels) > 1:
             lines.append(f"# loop {j}")

@@ -31,21 +31,6 @@ __all__ = ["kernel", "cache_dir", "cache_info", "cache_clear", "stats"]
 
 FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
-# Parallel kernels (``prange``, see codegen) run on Numba's "workqueue" threading layer: unlike
-# "omp" (libgomp), a process forked after a parallel call survives; it needs no extra library,
-# unlike "tbb". It is not reentrant, so parallel kernels run one at a time (``parallel_lock``):
-# concurrent Python threads wait instead of aborting the process. A layer the user chose through
-# NUMBA_THREADING_LAYER is respected.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
-parallel_lock = threading.Lock()
-MAX_THREADS = numba.config.NUMBA_NUM_THREADS
-
-
-def use_threads(n):
-    """Run the calling thread's next parallel kernels on ``n`` threads (at most MAX_THREADS)."""
-    numba.set_num_threads(max(1, min(int(n), MAX_THREADS)))
-
 
 class _IR:
     """A value inside a kernel being compiled: operators emit LLVM instructions (see ``_IRMath``)."""
@@ -196,8 +181,8 @@ def _load(key, text):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    module.__dict__.update(HELPERS, prange=numba.prange)
-    return numba.njit(parallel="prange(" in text, **FLAGS)(module.kernel)
+    module.__dict__.update(HELPERS)
+    return numba.njit(**FLAGS)(module.kernel)
 
 
 class Kernel:

@@ -14,8 +14,10 @@ plan of fused Numba kernels and NumPy glue (``fuse``, ``codegen``, ``compile``).
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
 """
+import concurrent.futures
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -63,36 +65,49 @@ def _check(tape, values):
                              f"got {v.dtype}{list(v.shape)}")
 
 
-class _Compiled:
-    """A tape's fused plan, cut into segments, with their generated sources and compiled
-    functions. A segment is a run of kernels (and reshapes between them) that compiles to ONE
-    function (``codegen.program``): Numba spends ~0.2 s per function whatever its size, and one
-    call replaces several. Glue that computes something (matmul, gather, one-element NumPy
-    arithmetic) runs between segments. Each segment has a serial source and, where a kernel in it
-    is ``codegen.parallel_ok`` and big enough to pay for threads, a parallel one, compiled the
-    first time threads are on."""
+class _Layout:
+    """The plan cut into segments, each compiled to one function (``codegen.program``) or one
+    glue step; ``chunked[k]``: segment k is one big kernel that threads run in chunks of rows."""
 
-    __slots__ = ("plan", "segments", "sources", "parallel", "kernels", "pkernels", "dead", "seen", "cached", "pool",
-                 "consts")
+    __slots__ = ("segments", "sources", "dead", "chunked", "kernels")
+
+    def __init__(self, plan, tape, dead, split):
+        from .codegen import program
+        from .fuse import Kernel
+        steps = plan.steps
+        self.segments = []
+        for seg in _segments(steps):
+            if split and any(isinstance(steps[k], Kernel) and _big(steps[k]) for k in seg):
+                self.segments += [[k] for k in seg]
+            else:
+                self.segments.append(seg)
+        self.sources = [None if not any(isinstance(steps[k], Kernel) for k in seg)
+                        else program([steps[k] for k in seg if isinstance(steps[k], Kernel)], tape)
+                        for seg in self.segments]
+        self.chunked = [split and len(seg) == 1 and isinstance(steps[seg[0]], Kernel) and _big(steps[seg[0]])
+                        and all(r is not None for r in src.parts[0].rows)
+                        for seg, src in zip(self.segments, self.sources)]
+        self.dead = [[s for k in seg for s in dead[k]] for seg in self.segments]
+        self.kernels = None
+
+
+class _Compiled:
+    """A tape's fused plan with its generated sources and compiled functions. A run of kernels
+    (and the reshapes between them) compiles to ONE function: Numba spends ~0.2 s per function
+    whatever its size, and one call replaces several. Glue that computes something (matmul,
+    gather, one-element NumPy arithmetic) runs between segments. With threads on, big kernels
+    get functions of their own instead (the ``threaded`` layout, compiled the first time threads
+    are on), so that threads can run each in chunks of rows."""
+
+    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pool", "consts")
 
     def __init__(self, tape):
-        from .codegen import parallel_ok, program
         from .fuse import Kernel, fuse
         self.plan = fuse(tape)
-        self.segments = _segments(self.plan.steps)
-        self.sources, self.parallel = [], []
-        for seg in self.segments:
-            kerns = [self.plan.steps[k] for k in seg if isinstance(self.plan.steps[k], Kernel)]
-            if not kerns:
-                self.sources.append(None)
-                self.parallel.append(None)
-                continue
-            par = [_numel(kn.shape) >= PARALLEL_MIN and parallel_ok(kn) for kn in kerns]
-            self.sources.append(program(kerns, tape, [False] * len(kerns)))
-            self.parallel.append(program(kerns, tape, par) if any(par) else None)
-        self.kernels = self.pkernels = None
         dead = _dead_after_steps(tape, self.plan)
-        self.dead = [[s for k in seg for s in dead[k]] for seg in self.segments]
+        self.serial = _Layout(self.plan, tape, dead, split=False)
+        big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
+        self.threaded = _Layout(self.plan, tape, dead, split=True) if big else self.serial
         self.seen, self.cached = 0, False
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
@@ -103,17 +118,30 @@ class _Compiled:
                 known.add(step.instr.out)
                 self.consts[step.instr.out] = None
 
+    def layout(self):
+        return self.threaded if _threads > 1 else self.serial
+
+    @property
+    def sources(self):
+        return self.layout().sources
+
+    @property
+    def kernels(self):
+        return self.layout().kernels
+
     def on_disk(self):
         from .compile import on_disk
-        srcs = self.sources if _threads == 1 else [p or s for s, p in zip(self.sources, self.parallel)]
-        return all(s is None or on_disk(s.text) for s in srcs)
+        return all(s is None or on_disk(s.text) for s in self.layout().sources)
 
     def compile(self):
         from .compile import kernel
-        if self.kernels is None:
-            self.kernels = [None if s is None else kernel(s.text) for s in self.sources]
-        if _threads > 1 and self.pkernels is None:
-            self.pkernels = [None if s is None else kernel(s.text) for s in self.parallel]
+        lay = self.layout()
+        if lay.kernels is None:
+            lay.kernels = [None if s is None else kernel(s.text) for s in lay.sources]
+
+
+def _big(kernel):
+    return len(kernel.shape) > 0 and kernel.shape[0] >= 2 and _numel(kernel.shape) >= PARALLEL_MIN
 
 
 def _segments(steps):
@@ -165,6 +193,74 @@ def set_num_threads(n):
 def get_num_threads():
     """The number of threads large fused loops use (see ``set_num_threads``)."""
     return _threads
+
+
+# Threads: a big kernel runs in chunks of its outermost loop, one chunk per thread, each a call
+# of the same serial kernel (compiled ``nogil``) on row slices of its arrays; reductions over
+# axis 0 get a private accumulator per chunk, combined afterwards. No parallel compile (Numba's
+# ``parallel=True`` doubles compile time) and no Numba threading layer: a plain Python pool,
+# safe with concurrent Python threads, and rebuilt in a child after ``fork``.
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _workers(n):
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers != n:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="ngrad")
+        return _pool
+
+
+def _forget_pool():  # after fork the pool's threads do not exist in the child
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+_COMBINE = {"sum": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
+
+
+def _run_chunked(fn, step, part, args, threads, tape):
+    """Call the one-kernel function ``fn`` on ``threads`` chunks of rows of ``step``'s loop."""
+    n0 = step.shape[0]
+    rank = len(step.shape)
+    bounds = np.linspace(0, n0, min(threads, n0) + 1).astype(int)
+    # args: sizes, arrays, scalars, stores, accumulators, flag (see codegen.Part)
+    na, ns, no, nc = len(part.arrays), len(part.scalars), len(part.stores), len(part.reductions)
+    arrays = args[rank:rank + na]
+    scalars = args[rank + na:rank + na + ns]
+    stores = args[rank + na + ns:rank + na + ns + no]
+    accs = args[rank + na + ns + no:rank + na + ns + no + nc]
+    across = [0 in ins.params["axes"] for ins in part.reductions]
+    calls, partials = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        mine = [_accumulator(ins, tape, step.shape, fresh, lambda shape, dt: np.empty(shape, dt)) if x else c[lo:hi]
+                for ins, fresh, x, c in zip(part.reductions, part.fresh, across, accs)]
+        partials.append(mine)
+        flag = [np.zeros(1, np.bool_)] if part.guard else []
+        calls.append([hi - lo, *step.shape[1:], *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
+                      *scalars, *[o[lo:hi] for o in stores], *mine, *flag])
+    first = calls[0]
+    if not fn.ready:  # the first call compiles (or loads from disk): once, in this thread
+        fn(*first)
+        first = None
+    futures = [_workers(threads).submit(fn, *c) for c in calls[1:]]
+    if first is not None:
+        fn(*first)  # the calling thread takes a chunk too
+    for f in futures:
+        f.result()
+    for k, (ins, x) in enumerate(zip(part.reductions, across)):
+        if x:
+            out = partials[0][k]
+            for p in partials[1:]:
+                _COMBINE[ins.prim](out, p[k], out=out)
+            accs[k][...] = out
+    return any(c[-1][0] for c in calls) if part.guard else False
 
 
 def _numel(shape):
@@ -230,11 +326,11 @@ def _execute(comp, tape, values):
     debug = debug_level()
     env = bind(tape, values)
     threads = _threads
-    pkernels = comp.pkernels if threads > 1 else None
+    lay = comp.threaded if threads > 1 else comp.serial
     made = []
     take = _taker(comp.pool, made)
     steps = comp.plan.steps
-    for k, (seg, src, fn, gone) in enumerate(zip(comp.segments, comp.sources, comp.kernels, comp.dead)):
+    for seg, src, fn, gone, chunked in zip(lay.segments, lay.sources, lay.kernels, lay.dead, lay.chunked):
         if src is None:  # one glue step
             ins = steps[seg[0]].instr
             if ins.out in comp.consts:
@@ -247,8 +343,6 @@ def _execute(comp, tape, values):
                 with np.errstate(all="ignore"):
                     env[ins.out] = evaluate(tape, ins, env)
         else:
-            if pkernels is not None and pkernels[k] is not None:
-                src, fn = comp.parallel[k], pkernels[k]
             # every buffer of the segment is allocated (and every reshape taken) before its loops
             # run, so later loops of the same call can be handed the arrays earlier loops fill
             args, flags, parts = [], [], iter(src.parts)
@@ -278,20 +372,19 @@ def _execute(comp, tape, values):
                     flags.append(np.zeros(1, np.bool_))
                     args.append(flags[-1])
             t = time.perf_counter()
-            if src.parallel:
-                from .compile import parallel_lock, use_threads
-                with parallel_lock:
-                    use_threads(threads)
-                    fn(*args)
+            if chunked:
+                bad = _run_chunked(fn, steps[seg[0]], src.parts[0], args, threads, tape)
             else:
                 fn(*args)
-            if any(f[0] for f in flags):
+                bad = any(f[0] for f in flags)
+            if bad:
                 # an argument outside the range of a vectorised sin/cos: the interpreter is exact
                 _recycle(comp.pool, made, ())
                 return interpret(tape, values)
             if debug >= 3:
                 shapes = ", ".join(str(steps[j].shape) for j in seg if not isinstance(steps[j], Glue))
-                print(f"ngrad: kernel {fn.key} over {shapes}: {(time.perf_counter() - t) * 1e3:.3f} ms",
+                how = f" in {threads} chunks" if chunked else ""
+                print(f"ngrad: kernel {fn.key} over {shapes}{how}: {(time.perf_counter() - t) * 1e3:.3f} ms",
                       file=sys.stderr)
         for s in gone:
             env.pop(s, None)
@@ -313,7 +406,7 @@ def _compiled_for(tape, mode):
             for s in comp.sources:
                 if s is not None:
                     print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
-    if comp.kernels is None or (_threads > 1 and comp.pkernels is None):
+    if comp.layout().kernels is None:
         comp.seen += 1
         if mode == "auto" and comp.seen < _threshold() and not comp.cached:
             return None
