@@ -25,6 +25,7 @@ EPILOGUES = ("sum", "prod", "amax", "amin")
 CHEAP = {"reshape", "expand", "neg", "add", "sub", "mul", "div", "abs", "sign", "cast", "detach", "lt", "le", "gt", "ge", "eq", "ne",
          "logical_and", "logical_or", "logical_not", "where", "maximum", "minimum", "sqrt", "isnan"}
 REMAT_BUDGET = 16
+SMALL_LOOP = 1 << 15  # elements; the runtime's threshold for running a loop on threads
 
 
 class Glue:
@@ -59,6 +60,13 @@ class Plan:
 
     def kernels(self):
         return [s for s in self.steps if isinstance(s, Kernel)]
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _ones(shape):
@@ -205,11 +213,12 @@ def fuse(tape):
             glue(ins)
 
     steps = [st for _, st in sorted(steps, key=lambda ps: ps[0])]
-    # A loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is compiled.
+    # A small loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is
+    # compiled. A big one stays a kernel: it can run on threads and write into a reused buffer.
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
     for step in steps:
-        if isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions:
+        if isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions and _size(step.shape) < SMALL_LOOP:
             flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items()) if r[0] != "literal" and r[1] != slot]
             flat.append(Glue(step.body[0]))
         else:

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from .fuse import SMALL_LOOP
 from .interpret import bind, dead_after, evaluate, interpret, np_dtype
 
 __all__ = ["run", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
@@ -170,7 +171,7 @@ def _segments(steps):
 
 
 # Loops smaller than this stay serial when threads are on: waking threads costs microseconds.
-PARALLEL_MIN = 1 << 15
+PARALLEL_MIN = SMALL_LOOP
 _threads = 1
 
 
@@ -229,7 +230,8 @@ def _run_chunked(fn, step, part, args, threads, tape):
     """Call the one-kernel function ``fn`` on ``threads`` chunks of rows of ``step``'s loop."""
     n0 = step.shape[0]
     rank = len(step.shape)
-    bounds = np.linspace(0, n0, min(threads, n0) + 1).astype(int)
+    k = min(threads, n0)
+    bounds = [n0 * i // k for i in range(k + 1)]
     # args: sizes, arrays, scalars, stores, accumulators, flag (see codegen.Part)
     na, ns, no, nc = len(part.arrays), len(part.scalars), len(part.stores), len(part.reductions)
     arrays = args[rank:rank + na]

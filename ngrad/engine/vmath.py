@@ -65,13 +65,12 @@ def _reduce_ln2(m, x):
 
 
 def exp64(m, x):
-    """exp(x); 2**k is applied as two factors so subnormal results are rounded once."""
-    kf, r = _reduce_ln2(m, m.minimum(m.maximum(x, -745.2), 709.8))
+    """exp(x); 2**k is applied as two factors so subnormal results are rounded once. Clamped to
+    [-746, 710], overflow to inf and underflow to 0 come out of the arithmetic itself."""
+    kf, r = _reduce_ln2(m, m.minimum(m.maximum(x, -746.0), 710.0))
     ki = _int(m, kf)
     half = m.lshr(ki + 2048, 1) - 1024  # floor(k / 2), without an arithmetic shift (AVX2 has none)
     y = (_exp_poly(m, r) + 1.0) * _pow2(m, half) * _pow2(m, ki - half)
-    y = m.select(x > EXP_OVERFLOW, INF, y)
-    y = m.select(x < EXP_UNDERFLOW, 0.0, y)
     return m.select(x != x, x, y)
 
 
