@@ -44,14 +44,27 @@ def _value_and_grad(fn, x0, w0, threads, monkeypatch, jit="always"):
     return y.item(), x.grad.numpy()
 
 
-@pytest.mark.parametrize("fn", [_program, _chain])
+def _pairs(x, w):
+    # three loops over (n, n, 3) and (n, n) in one function, each reading the previous by rows
+    d = x[:, None, :] - x[None, :, :]
+    r2 = (d * d).sum(-1) + 1
+    return ((1 / r2) ** 3 * w[None, :]).sum() / 2
+
+
+@pytest.mark.parametrize("fn", [_program, _chain, _pairs])
 def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypatch):
     rng = np.random.default_rng(0)
-    x0, w0 = rng.uniform(-3, 3, (N // 64, 64)), rng.standard_normal(64)
+    if fn is _pairs:
+        x0, w0 = rng.uniform(-3, 3, (120, 3)), rng.standard_normal(120)
+    else:
+        x0, w0 = rng.uniform(-3, 3, (N // 64, 64)), rng.standard_normal(64)
     before = len(runtime._plans)
     par = _value_and_grad(fn, x0, w0, 2, monkeypatch)
     assert any(c.threaded.kernels is not None and any(c.threaded.chunked)
                for c in list(runtime._plans.values())[before:] or runtime._plans.values())
+    if fn is _pairs:  # one function for all its loops, run in chunks of rows
+        comp = list(runtime._plans.values())[-1]
+        assert any(c and len(src.parts) >= 3 for c, src in zip(comp.threaded.chunked, comp.threaded.sources))
     ser = _value_and_grad(fn, x0, w0, 1, monkeypatch)
     ref = _value_and_grad(fn, x0, w0, 1, monkeypatch, jit="never")
     for got in (par, ser):

@@ -68,7 +68,7 @@ def _check(tape, values):
 
 class _Layout:
     """The plan cut into segments, each compiled to one function (``codegen.program``) or one
-    glue step; ``chunked[k]``: segment k is one big kernel that threads run in chunks of rows."""
+    glue step; ``chunked[k]``: threads run segment k in chunks of rows (see ``_row_local``)."""
 
     __slots__ = ("segments", "sources", "dead", "chunked", "kernels")
 
@@ -76,20 +76,61 @@ class _Layout:
         from .codegen import program
         from .fuse import Kernel
         steps = plan.steps
-        self.segments = []
+        self.segments, self.sources, self.chunked = [], [], []
         for seg in _segments(steps):
-            if split and any(isinstance(steps[k], Kernel) and _big(steps[k]) for k in seg):
-                self.segments += [[k] for k in seg]
+            kerns = [steps[k] for k in seg if isinstance(steps[k], Kernel)]
+            src = program(kerns, tape) if kerns else None
+            big = split and any(_big(kn) for kn in kerns)
+            if big and not _row_local(seg, steps, src, tape):
+                for k in seg:  # each loop on its own, so each can be chunked (or not) alone
+                    one = program([steps[k]], tape) if isinstance(steps[k], Kernel) else None
+                    self.segments.append([k])
+                    self.sources.append(one)
+                    self.chunked.append(one is not None and _big(steps[k]) and _row_local([k], steps, one, tape))
             else:
                 self.segments.append(seg)
-        self.sources = [None if not any(isinstance(steps[k], Kernel) for k in seg)
-                        else program([steps[k] for k in seg if isinstance(steps[k], Kernel)], tape)
-                        for seg in self.segments]
-        self.chunked = [split and len(seg) == 1 and isinstance(steps[seg[0]], Kernel) and _big(steps[seg[0]])
-                        and all(r is not None for r in src.parts[0].rows)
-                        for seg, src in zip(self.segments, self.sources)]
+                self.sources.append(src)
+                self.chunked.append(big)
         self.dead = [[s for k in seg for s in dead[k]] for seg in self.segments]
         self.kernels = None
+
+
+def _row_local(seg, steps, src, tape):
+    """Whether the segment's loops can run in chunks of rows: every loop has the same outermost
+    extent, and a loop reads values made earlier in the segment only by rows (a reduction over
+    axis 0 is complete only after the chunks are combined, so nothing in the segment may read it)."""
+    from .fuse import Glue
+    kerns = [steps[k] for k in seg if not isinstance(steps[k], Glue)]
+    if not kerns or any(len(kn.shape) == 0 for kn in kerns):
+        return False
+    n0 = kerns[0].shape[0]
+    if n0 < 2 or any(kn.shape[0] != n0 for kn in kerns):
+        return False
+    made, whole = set(), set()  # slots made in the segment; those complete only after combining
+    parts = iter(src.parts)
+    for k in seg:
+        step = steps[k]
+        if isinstance(step, Glue):  # a reshape of a value made here
+            if step.instr.args[0] in made:
+                made.add(step.instr.out)
+                shape = tape.shapes[step.instr.out]
+                if step.instr.args[0] in whole or not shape or shape[0] != n0:
+                    whole.add(step.instr.out)
+            continue
+        part = next(parts)
+        if any(r is None for r in part.rows):
+            return False
+        for a, rows in zip(part.arrays, part.rows):
+            if a in made and (a in whole or not rows):
+                return False
+        if any(sc in made for sc in part.scalars):
+            return False
+        made.update(part.stores)
+        for ins in part.reductions:
+            made.add(ins.out)
+            if 0 in ins.params["axes"]:
+                whole.add(ins.out)
+    return True
 
 
 class _Compiled:
@@ -226,27 +267,39 @@ if hasattr(os, "register_at_fork"):
 _COMBINE = {"sum": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
 
 
-def _run_chunked(fn, step, part, args, threads, tape):
-    """Call the one-kernel function ``fn`` on ``threads`` chunks of rows of ``step``'s loop."""
-    n0 = step.shape[0]
-    rank = len(step.shape)
+def _run_chunked(fn, kernels, src, args, threads, tape):
+    """Call ``fn`` (the function of a row-local segment) on ``threads`` chunks of rows."""
+    n0 = kernels[0].shape[0]
     k = min(threads, n0)
     bounds = [n0 * i // k for i in range(k + 1)]
-    # args: sizes, arrays, scalars, stores, accumulators, flag (see codegen.Part)
-    na, ns, no, nc = len(part.arrays), len(part.scalars), len(part.stores), len(part.reductions)
-    arrays = args[rank:rank + na]
-    scalars = args[rank + na:rank + na + ns]
-    stores = args[rank + na + ns:rank + na + ns + no]
-    accs = args[rank + na + ns + no:rank + na + ns + no + nc]
-    across = [0 in ins.params["axes"] for ins in part.reductions]
-    calls, partials = [], []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        mine = [_accumulator(ins, tape, step.shape, fresh, lambda shape, dt: np.empty(shape, dt)) if x else c[lo:hi]
-                for ins, fresh, x, c in zip(part.reductions, part.fresh, across, accs)]
-        partials.append(mine)
-        flag = [np.zeros(1, np.bool_)] if part.guard else []
-        calls.append([hi - lo, *step.shape[1:], *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
-                      *scalars, *[o[lo:hi] for o in stores], *mine, *flag])
+    calls = [[] for _ in bounds[1:]]
+    flags = []
+    combine = []  # (full accumulator, primitive, its private copy in each chunk)
+    at = 0
+    for step, part in zip(kernels, src.parts):
+        # a part's arguments: sizes, arrays, scalars, stores, accumulators, flag (codegen.Part)
+        rank = len(step.shape)
+        na, ns, no, nc = len(part.arrays), len(part.scalars), len(part.stores), len(part.reductions)
+        arrays = args[at + rank:at + rank + na]
+        scalars = args[at + rank + na:at + rank + na + ns]
+        stores = args[at + rank + na + ns:at + rank + na + ns + no]
+        accs = args[at + rank + na + ns + no:at + rank + na + ns + no + nc]
+        at += rank + na + ns + no + nc + (1 if part.guard else 0)
+        privates = []
+        for ins, fresh, c in zip(part.reductions, part.fresh, accs):
+            if 0 in ins.params["axes"]:
+                mine = [_accumulator(ins, tape, step.shape, fresh, lambda shape, dt: np.empty(shape, dt))
+                        for _ in calls]
+                combine.append((c, ins.prim, mine))
+                privates.append(mine)
+            else:
+                privates.append([c[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
+        for j, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            calls[j] += [hi - lo, *step.shape[1:], *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
+                         *scalars, *[o[lo:hi] for o in stores], *[p[j] for p in privates]]
+            if part.guard:
+                flags.append(np.zeros(1, np.bool_))
+                calls[j].append(flags[-1])
     first = calls[0]
     if not fn.ready:  # the first call compiles (or loads from disk): once, in this thread
         fn(*first)
@@ -256,13 +309,12 @@ def _run_chunked(fn, step, part, args, threads, tape):
         fn(*first)  # the calling thread takes a chunk too
     for f in futures:
         f.result()
-    for k, (ins, x) in enumerate(zip(part.reductions, across)):
-        if x:
-            out = partials[0][k]
-            for p in partials[1:]:
-                _COMBINE[ins.prim](out, p[k], out=out)
-            accs[k][...] = out
-    return any(c[-1][0] for c in calls) if part.guard else False
+    for full, prim, mine in combine:
+        out = mine[0]
+        for p in mine[1:]:
+            _COMBINE[prim](out, p, out=out)
+        full[...] = out
+    return any(f[0] for f in flags)
 
 
 def _numel(shape):
@@ -375,7 +427,8 @@ def _execute(comp, tape, values):
                     args.append(flags[-1])
             t = time.perf_counter()
             if chunked:
-                bad = _run_chunked(fn, steps[seg[0]], src.parts[0], args, threads, tape)
+                bad = _run_chunked(fn, [steps[j] for j in seg if not isinstance(steps[j], Glue)], src, args,
+                                   threads, tape)
             else:
                 fn(*args)
                 bad = any(f[0] for f in flags)
