@@ -14,6 +14,8 @@ reductions, which are complete only after the loop). A value another kernel comp
 rematerialized rather than stored and reloaded when that is cheaper: broadcast reads are re-read
 from their source, and short chains of cheap arithmetic (``CHEAP``) are recomputed.
 """
+import math
+
 from .prims import PRIMS
 
 __all__ = ["fuse", "Plan", "Kernel", "Glue"]
@@ -60,13 +62,6 @@ class Plan:
 
     def kernels(self):
         return [s for s in self.steps if isinstance(s, Kernel)]
-
-
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _ones(shape):
@@ -218,7 +213,7 @@ def fuse(tape):
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
     for step in steps:
-        if isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions and _size(step.shape) < SMALL_LOOP:
+        if isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions and math.prod(step.shape) < SMALL_LOOP:
             flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items()) if r[0] != "literal" and r[1] != slot]
             flat.append(Glue(step.body[0]))
         else:

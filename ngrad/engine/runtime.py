@@ -15,6 +15,7 @@ plan of fused Numba kernels and NumPy glue (``fuse``, ``codegen``, ``compile``).
 also per-kernel compile and run times.
 """
 import concurrent.futures
+import math
 import os
 import sys
 import threading
@@ -183,7 +184,7 @@ class _Compiled:
 
 
 def _big(kernel):
-    return len(kernel.shape) > 0 and kernel.shape[0] >= 2 and _numel(kernel.shape) >= PARALLEL_MIN
+    return len(kernel.shape) > 0 and kernel.shape[0] >= 2 and math.prod(kernel.shape) >= PARALLEL_MIN
 
 
 def _segments(steps):
@@ -315,13 +316,6 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
             _COMBINE[prim](out, p, out=out)
         full[...] = out
     return any(f[0] for f in flags)
-
-
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _dead_after_steps(tape, plan):
