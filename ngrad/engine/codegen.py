@@ -20,7 +20,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 14  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 15  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -158,16 +158,17 @@ TRIG_LIMIT = 1.0e6
 
 
 class Part:
-    """One kernel's calling convention inside a generated function: loop sizes, input arrays (by
-    slot), scalars (one-element arrays, by slot), stored slots, reductions (their accumulator
+    """One kernel's calling convention inside a generated function: loop extents (``dims``: the
+    axes whose extent is an argument; short inner ones are literals), input arrays (by slot), scalars (one-element arrays, by slot), stored slots, reductions (their accumulator
     arrays), and ``guard``: a last one-element bool array set when an argument left the range of
     a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself.
     ``rows[k]``: input array k is indexed by the outermost loop variable (True), read at row 0
     only (False), or both (None): what the runtime needs to run the loop in chunks of rows."""
 
-    __slots__ = ("arrays", "scalars", "stores", "reductions", "guard", "fresh", "rows")
+    __slots__ = ("dims", "arrays", "scalars", "stores", "reductions", "guard", "fresh", "rows")
 
-    def __init__(self, arrays, scalars, stores, reductions, guard, fresh, rows):
+    def __init__(self, dims, arrays, scalars, stores, reductions, guard, fresh, rows):
+        self.dims = dims
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
         self.guard, self.fresh, self.rows = guard, fresh, rows
 
@@ -305,7 +306,8 @@ def _loops(kernel, tape, p):
         pre[-1].append(f"{p}bad = 0")
         post[-1].append(f"{p}flag[0] = {p}bad > 0")
     stores = list(kernel.stores)
-    params = ([f"{p}n{d}" for d in range(rank)] + [f"{p}a{k}" for k in range(len(arrays))]
+    dims = [d for d in range(loop_dims) if d == 0 or shape[d] > SMALL_DIM]  # extents not in the text
+    params = ([f"{p}n{d}" for d in dims] + [f"{p}a{k}" for k in range(len(arrays))]
               + [f"{p}S{k}" for k in range(len(scalars))] + [f"{p}o{k}" for k in range(len(stores))]
               + [f"{p}c{k}" for k in range(len(kernel.reductions))] + ([f"{p}flag"] if guard else []))
     # scalars arrive as one-element arrays: in a program of several loops, one may be the result
@@ -333,7 +335,7 @@ def _loops(kernel, tape, p):
     for src in arrays:
         seen = {not (r[2] and r[2][0]) for r in kernel.reads.values() if r[0] == "array" and r[1] == src}
         rows.append(seen.pop() if len(seen) == 1 else None)
-    return params, out, Part(arrays, scalars, stores, list(kernel.reductions), guard, fresh, rows)
+    return params, out, Part(dims, arrays, scalars, stores, list(kernel.reductions), guard, fresh, rows)
 
 
 def render(kernel, tape):

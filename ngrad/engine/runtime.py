@@ -279,7 +279,7 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
     at = 0
     for step, part in zip(kernels, src.parts):
         # a part's arguments: sizes, arrays, scalars, stores, accumulators, flag (codegen.Part)
-        rank = len(step.shape)
+        rank = len(part.dims)
         na, ns, no, nc = len(part.arrays), len(part.scalars), len(part.stores), len(part.reductions)
         arrays = args[at + rank:at + rank + na]
         scalars = args[at + rank + na:at + rank + na + ns]
@@ -296,7 +296,8 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
             else:
                 privates.append([c[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
         for j, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-            calls[j] += [hi - lo, *step.shape[1:], *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
+            calls[j] += [*[hi - lo if d == 0 else step.shape[d] for d in part.dims],
+                         *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
                          *scalars, *[o[lo:hi] for o in stores], *[p[j] for p in privates]]
             if part.guard:
                 flags.append(np.zeros(1, np.bool_))
@@ -401,7 +402,7 @@ def _execute(comp, tape, values):
                     continue
                 part = next(parts)
                 sizes = step.shape or (1,)
-                args += sizes
+                args += [sizes[d] for d in part.dims]
                 for a in part.arrays:
                     arr = env[a]
                     if not arr.flags.c_contiguous:
