@@ -20,7 +20,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 15  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 16  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -159,16 +159,17 @@ TRIG_LIMIT = 1.0e6
 
 class Part:
     """One kernel's calling convention inside a generated function: loop extents (``dims``: the
-    axes whose extent is an argument; short inner ones are literals), input arrays (by slot), scalars (one-element arrays, by slot), stored slots, reductions (their accumulator
+    axes whose extent is an argument; short inner ones are literals), input arrays (by slot), scalars (by slot; ``late[k]``: passed as a one-element array because an
+    earlier loop of the same function makes it), stored slots, reductions (their accumulator
     arrays), and ``guard``: a last one-element bool array set when an argument left the range of
     a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself.
     ``rows[k]``: input array k is indexed by the outermost loop variable (True), read at row 0
     only (False), or both (None): what the runtime needs to run the loop in chunks of rows."""
 
-    __slots__ = ("dims", "arrays", "scalars", "stores", "reductions", "guard", "fresh", "rows")
+    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "rows")
 
-    def __init__(self, dims, arrays, scalars, stores, reductions, guard, fresh, rows):
-        self.dims = dims
+    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh, rows):
+        self.dims, self.late = dims, late
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
         self.guard, self.fresh, self.rows = guard, fresh, rows
 
@@ -217,7 +218,7 @@ def _identity(prim, dtype):
 SMALL_DIM = 4
 
 
-def _loops(kernel, tape, p):
+def _loops(kernel, tape, p, late):
     """The parameters and lines of one kernel's loop nest, every name prefixed with ``p``."""
     rank = max(1, len(kernel.shape))
     shape = kernel.shape or (1,)
@@ -308,11 +309,12 @@ def _loops(kernel, tape, p):
     stores = list(kernel.stores)
     dims = [d for d in range(loop_dims) if d == 0 or shape[d] > SMALL_DIM]  # extents not in the text
     params = ([f"{p}n{d}" for d in dims] + [f"{p}a{k}" for k in range(len(arrays))]
-              + [f"{p}S{k}" for k in range(len(scalars))] + [f"{p}o{k}" for k in range(len(stores))]
+              + [f"{p}S{k}" if sc in late else f"{p}s{k}" for k, sc in enumerate(scalars)]
+              + [f"{p}o{k}" for k in range(len(stores))]
               + [f"{p}c{k}" for k in range(len(kernel.reductions))] + ([f"{p}flag"] if guard else []))
-    # scalars arrive as one-element arrays: in a program of several loops, one may be the result
-    # of an earlier loop of the same call
-    out = [f"{p}s{k} = {p}S{k}[0]" for k in range(len(scalars))]
+    # a scalar made by an earlier loop of the same function arrives as a one-element array, read
+    # once that loop has run; any other is a plain argument
+    out = [f"{p}s{k} = {p}S{k}[0]" for k, sc in enumerate(scalars) if sc in late]
     ind = ""
     for d in range(loop_dims):
         out += [ind + ln for ln in pre[d - 1]]
@@ -335,7 +337,8 @@ def _loops(kernel, tape, p):
     for src in arrays:
         seen = {not (r[2] and r[2][0]) for r in kernel.reads.values() if r[0] == "array" and r[1] == src}
         rows.append(seen.pop() if len(seen) == 1 else None)
-    return params, out, Part(dims, arrays, scalars, stores, list(kernel.reductions), guard, fresh, rows)
+    return params, out, Part(dims, arrays, scalars, [sc in late for sc in scalars], stores, list(kernel.reductions),
+                             guard, fresh, rows)
 
 
 def render(kernel, tape):
@@ -343,14 +346,14 @@ def render(kernel, tape):
     return program([kernel], tape)
 
 
-def program(kernels, tape):
-    """One function running several kernels' loops in order. One compile instead of one per
-    kernel: Numba spends about 0.2 s on every function whatever its size. Kernel j's names
-    carry the prefix ``k{j}_``."""
+def program(kernels, tape, late=frozenset()):
+    """One function running several kernels' loops in order (``late``: the slots its own loops
+    make). One compile instead of one per kernel: Numba spends about 0.2 s on every function
+    whatever its size. Kernel j's names carry the prefix ``k{j}_``."""
     params, lines, parts = [], [], []
     for j, kern in enumerate(kernels):
         p = f"k{j}_" if len(kernels) > 1 else ""
-        ps, ls, part = _loops(kern, tape, p)
+        ps, ls, part = _loops(kern, tape, p, late)
         params += ps
         if len(kernels) > 1:
             lines.append(f"# loop {j}")

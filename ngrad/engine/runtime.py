@@ -80,7 +80,7 @@ class _Layout:
         self.segments, self.sources, self.chunked = [], [], []
         for seg in _segments(steps):
             kerns = [steps[k] for k in seg if isinstance(steps[k], Kernel)]
-            src = program(kerns, tape) if kerns else None
+            src = program(kerns, tape, _made_in(seg, steps)) if kerns else None
             big = split and any(_big(kn) for kn in kerns)
             if big and not _row_local(seg, steps, src, tape):
                 for k in seg:  # each loop on its own, so each can be chunked (or not) alone
@@ -94,6 +94,20 @@ class _Layout:
                 self.chunked.append(big)
         self.dead = [[s for k in seg for s in dead[k]] for seg in self.segments]
         self.kernels = None
+
+
+def _made_in(seg, steps):
+    """The slots a segment's own steps make."""
+    from .fuse import Glue
+    made = set()
+    for k in seg:
+        st = steps[k]
+        if isinstance(st, Glue):
+            made.add(st.instr.out)
+        else:
+            made.update(st.stores)
+            made.update(ins.out for ins in st.reductions)
+    return made
 
 
 def _row_local(seg, steps, src, tape):
@@ -408,7 +422,7 @@ def _execute(comp, tape, values):
                     if not arr.flags.c_contiguous:
                         arr = np.ascontiguousarray(arr)
                     args.append(arr.reshape(sizes) if not step.shape else arr)
-                args += [env[s].reshape(-1) for s in part.scalars]
+                args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
                 for s in part.stores:
                     o = take(sizes, np_dtype(tape.dtypes[s]))
                     args.append(o)
