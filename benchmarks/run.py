@@ -5,7 +5,6 @@ warm-cache reload time of a fresh process.
 Run: python benchmarks/run.py [--quick] [--json results.json]
 """
 import argparse
-import json
 import os
 import subprocess
 import sys

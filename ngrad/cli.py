@@ -49,10 +49,8 @@ def _fmt(seconds):
 
 def bench(args):
     from rich.console import Console
-    from rich.table import Table
 
     from .bench.problems import PROBLEMS
-    from .bench.runner import machine_info, run_suite
 
     console = Console()
     if args.list:

@@ -8,7 +8,6 @@ Values are computed when something needs them (``.numpy()``, ``.item()``, ``repr
 name. This module imports the engine; the engine never imports it.
 """
 import math
-import numbers
 import weakref
 from collections import namedtuple
 
@@ -558,7 +557,7 @@ class Tensor:
 
     def __bool__(self):
         if self.numel() != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.item())
 
     def __float__(self):

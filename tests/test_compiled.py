@@ -6,7 +6,7 @@ import pytest
 import ngrad
 from ngrad.engine import runtime
 from ngrad.engine.codegen import render
-from ngrad.engine.fuse import Glue, Kernel, fuse
+from ngrad.engine.fuse import fuse
 from ngrad.engine.graph import lower
 from ngrad.engine.interpret import interpret
 from ngrad.engine.differentiate import vjp

@@ -10,7 +10,6 @@ import pytest
 
 import ngrad
 from ngrad.engine import runtime
-from ngrad.engine.fuse import Kernel, fuse
 from ngrad.engine.graph import lower
 
 N = runtime.PARALLEL_MIN * 2

@@ -35,7 +35,6 @@ def _accumulate(ct, slot, c):
 def vjp(tape, wrt):
     """Append the reverse pass of ``tape`` with respect to the slots ``wrt``; see module doc."""
     floating = ("f32", "f64")
-    wrt_set = set(wrt)
     active = {s for s in wrt if tape.dtypes[s] in floating}
     # literals of the program are not "saved tensors"; runtime scalars are (PyTorch saves the
     # wrapped number of `x * 2`, so a second backward through it fails there too)
