@@ -119,8 +119,12 @@ class Tape:
 
 def params_key(params):
     """A hashable form of params in which equal keys mean identical literals: values compare by
-    ``repr``, so -0.0 is not 0.0 and 1 is not 1.0 or True (``==`` would merge them)."""
-    return tuple((k, repr(params[k])) for k in sorted(params)) if params else ()
+    ``repr``, so -0.0 is not 0.0 and 1 is not 1.0 or True (``==`` would merge them). Tuples of
+    ints (shapes, axes) are safe as they are and skip the ``repr`` (a tuple never equals a str)."""
+    if not params:
+        return ()
+    return tuple((k, v if type(v) is tuple and all(type(e) is int for e in v) else repr(v))
+                 for k, v in sorted(params.items()))
 
 
 def format_params(params):
