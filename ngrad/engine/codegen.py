@@ -20,7 +20,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 17  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 18  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -164,12 +164,13 @@ class Part:
     arrays), and ``guard``: a last one-element bool array set when an argument left the range of
     a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself.
     ``rows[k]``: input array k is indexed by the outermost loop variable (True), read at row 0
-    only (False), or both (None): what the runtime needs to run the loop in chunks of rows."""
+    only (False), or both (None): what the runtime needs to run the loop in chunks of rows.
+    ``whole[k]``: input array k is read only at the loop's own index (no broadcast dimension)."""
 
-    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "rows")
+    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "rows", "whole")
 
-    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh, rows):
-        self.dims, self.late = dims, late
+    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh, rows, whole):
+        self.dims, self.late, self.whole = dims, late, whole
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
         self.guard, self.fresh, self.rows = guard, fresh, rows
 
@@ -333,12 +334,14 @@ def _loops(kernel, tape, p, late):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
-    rows = []
+    rows, whole = [], []
     for src in arrays:
-        seen = {not (r[2] and r[2][0]) for r in kernel.reads.values() if r[0] == "array" and r[1] == src}
+        patterns = [r[2] for r in kernel.reads.values() if r[0] == "array" and r[1] == src]
+        seen = {not (pt and pt[0]) for pt in patterns}
         rows.append(seen.pop() if len(seen) == 1 else None)
+        whole.append(not any(any(pt) for pt in patterns))
     return params, out, Part(dims, arrays, scalars, [sc in late for sc in scalars], stores, list(kernel.reductions),
-                             guard, fresh, rows)
+                             guard, fresh, rows, whole)
 
 
 def render(kernel, tape):

@@ -96,6 +96,26 @@ class _Layout:
         self.kernels = None
 
 
+def _donors(seg, gone, part, env, made):
+    """Buffers this kernel may write its results into: arrays it reads only at its own index,
+    that die at this step, that this run allocated, and that no other live value shares. Each
+    element is read before it is overwritten, so the loop stays correct, and a gradient chain
+    then moves through memory once instead of twice."""
+    dying = set(gone)
+    ours = {id(m) for m in made}
+    out = []
+    for a, whole in zip(part.arrays, part.whole):
+        arr = env.get(a)
+        if not whole or a not in dying or arr is None or not arr.flags.c_contiguous:
+            continue
+        root = _root(arr)
+        if id(root) not in ours or any(id(_root(v)) == id(root) for k, v in env.items()
+                                       if k != a and isinstance(v, np.ndarray)):
+            continue
+        out.append(arr)
+    return out
+
+
 def _made_in(seg, steps):
     """The slots a segment's own steps make."""
     from .fuse import Glue
@@ -423,8 +443,14 @@ def _execute(comp, tape, values):
                         arr = np.ascontiguousarray(arr)
                     args.append(arr.reshape(sizes) if not step.shape else arr)
                 args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
+                donors = _donors(seg, gone, part, env, made) if len(seg) == 1 and part.stores else []
                 for s in part.stores:
-                    o = take(sizes, np_dtype(tape.dtypes[s]))
+                    dt = np_dtype(tape.dtypes[s])
+                    o = next((d for d in donors if d.dtype == dt and d.shape == sizes), None)
+                    if o is None:
+                        o = take(sizes, dt)
+                    else:
+                        donors = [d for d in donors if d is not o]
                     args.append(o)
                     env[s] = o if o.shape == tape.shapes[s] else o.reshape(tape.shapes[s])
                 for ins, fresh in zip(part.reductions, part.fresh):
