@@ -20,7 +20,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 18  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 19  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -159,12 +159,14 @@ TRIG_LIMIT = 1.0e6
 
 class Part:
     """One kernel's calling convention inside a generated function: loop extents (``dims``: the
-    axes whose extent is an argument; short inner ones are literals), input arrays (by slot), scalars (by slot; ``late[k]``: passed as a one-element array because an
+    axes whose extent is an argument; short inner ones are literals), input arrays (as (slot,
+    broadcast pattern): the array is passed without its broadcast axes), scalars (by slot; ``late[k]``: passed as a one-element array because an
     earlier loop of the same function makes it), stored slots, reductions (their accumulator
     arrays), and ``guard``: a last one-element bool array set when an argument left the range of
     a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself.
     ``rows[k]``: input array k is indexed by the outermost loop variable (True), read at row 0
-    only (False), or both (None): what the runtime needs to run the loop in chunks of rows.
+    only (False): what the runtime needs to run the loop in chunks of rows. Accumulators are
+    passed without their reduced axes.
     ``whole[k]``: input array k is read only at the loop's own index (no broadcast dimension)."""
 
     __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "rows", "whole")
@@ -252,12 +254,14 @@ def _loops(kernel, tape, p, late):
                     scalars.append(r[1])
                 names[slot] = Expr(f"{p}s{scalars.index(r[1])}", dtype)
             else:
-                src, pattern = r[1], r[2]
-                if src not in arrays:
-                    arrays.append(src)
-                ix = ", ".join("0" if (pattern and pattern[d]) else idx[d] for d in range(rank))
+                src, pattern = r[1], tuple(r[2]) or (False,)
+                if (src, pattern) not in arrays:
+                    arrays.append((src, pattern))
+                # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
+                ix = ", ".join(idx[d] for d in range(rank) if not pattern[d]) or "0"
                 v = f"{p}r{slot}{tag}"
-                body.append(f"{v} = {p}a{arrays.index(src)}[{ix}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""))
+                body.append(f"{v} = {p}a{arrays.index((src, pattern))}[{ix}]  # read %{src}"
+                            + (" (broadcast)" if any(pattern) else ""))
                 names[slot] = Expr(v, dtype)
         for ins in kernel.body:
             args = [names[a] for a in ins.args]
@@ -277,7 +281,8 @@ def _loops(kernel, tape, p, late):
             body.append(f"{p}o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
         for k, ins in enumerate(kernel.reductions):
             axes = ins.params["axes"]
-            ix = ", ".join("0" if d in axes else idx[d] for d in range(len(kernel.shape))) or "0"
+            # the accumulator arrives without its reduced axes
+            ix = ", ".join(idx[d] for d in range(len(kernel.shape)) if d not in axes) or "0"
             x = names[ins.args[0]].text
             depth = max([d for d in range(loop_dims) if d not in axes and d < len(kernel.shape)], default=-1)
             across = unroll and rank - 1 in axes  # the unrolled copies add into one local
@@ -334,12 +339,8 @@ def _loops(kernel, tape, p, late):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
-    rows, whole = [], []
-    for src in arrays:
-        patterns = [r[2] for r in kernel.reads.values() if r[0] == "array" and r[1] == src]
-        seen = {not (pt and pt[0]) for pt in patterns}
-        rows.append(seen.pop() if len(seen) == 1 else None)
-        whole.append(not any(any(pt) for pt in patterns))
+    rows = [not pattern[0] for _, pattern in arrays]
+    whole = [not any(pattern) for _, pattern in arrays]
     return params, out, Part(dims, arrays, scalars, [sc in late for sc in scalars], stores, list(kernel.reductions),
                              guard, fresh, rows, whole)
 

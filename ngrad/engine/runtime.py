@@ -104,7 +104,7 @@ def _donors(seg, gone, part, env, made):
     dying = set(gone)
     ours = {id(m) for m in made}
     out = []
-    for a, whole in zip(part.arrays, part.whole):
+    for (a, _), whole in zip(part.arrays, part.whole):
         arr = env.get(a)
         if not whole or a not in dying or arr is None or not arr.flags.c_contiguous:
             continue
@@ -155,7 +155,7 @@ def _row_local(seg, steps, src, tape):
         part = next(parts)
         if any(r is None for r in part.rows):
             return False
-        for a, rows in zip(part.arrays, part.rows):
+        for (a, _), rows in zip(part.arrays, part.rows):
             if a in made and (a in whole or not rows):
                 return False
         if any(sc in made for sc in part.scalars):
@@ -325,6 +325,7 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
             if 0 in ins.params["axes"]:
                 mine = [_accumulator(ins, tape, step.shape, fresh, lambda shape, dt: np.empty(shape, dt))
                         for _ in calls]
+                mine = [m.reshape(_kept(m.shape, ins)) for m in mine]
                 combine.append((c, ins.prim, mine))
                 privates.append(mine)
             else:
@@ -361,6 +362,16 @@ def _dead_after_steps(tape, plan):
 
 
 _IDENT = {"sum": 0, "prod": 1}
+
+
+def _squeezed(shape, pattern):
+    """``shape`` without the axes a kernel reads broadcast (codegen passes arrays that way)."""
+    return tuple(n for n, b in zip(shape, pattern) if not b) or (1,)
+
+
+def _kept(shape, ins):
+    """An accumulator's shape without the reduced axes (codegen indexes it that way)."""
+    return tuple(n for d, n in enumerate(shape) if d not in ins.params["axes"]) or (1,)
 
 
 def _accumulator(ins, tape, shape, fresh, take):
@@ -437,11 +448,11 @@ def _execute(comp, tape, values):
                 part = next(parts)
                 sizes = step.shape or (1,)
                 args += [sizes[d] for d in part.dims]
-                for a in part.arrays:
+                for a, pattern in part.arrays:
                     arr = env[a]
                     if not arr.flags.c_contiguous:
                         arr = np.ascontiguousarray(arr)
-                    args.append(arr.reshape(sizes) if not step.shape else arr)
+                    args.append(arr.reshape(_squeezed(arr.shape, pattern)))
                 args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
                 donors = _donors(seg, gone, part, env, made) if len(seg) == 1 and part.stores else []
                 for s in part.stores:
@@ -455,7 +466,7 @@ def _execute(comp, tape, values):
                     env[s] = o if o.shape == tape.shapes[s] else o.reshape(tape.shapes[s])
                 for ins, fresh in zip(part.reductions, part.fresh):
                     c = _accumulator(ins, tape, step.shape, fresh, take)
-                    args.append(c)
+                    args.append(c.reshape(_kept(c.shape, ins)))
                     env[ins.out] = c if c.shape == tape.shapes[ins.out] else c.reshape(tape.shapes[ins.out])
                 if part.guard:
                     flags.append(np.zeros(1, np.bool_))
