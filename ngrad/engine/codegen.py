@@ -20,7 +20,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 19  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 20  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}

@@ -37,6 +37,16 @@ TWO52 = 4503599627370496.0
 SQRT2 = 1.4142135623730951
 
 
+def _estrin(m, x, coefs):
+    """sum(c_k x**k) by Estrin's scheme: pairs, then pairs of pairs (short dependency chains)."""
+    terms, power = list(coefs), x
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] * power if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+        if len(terms) > 1:
+            power = power * power
+    return terms[0]
+
+
 def _int(m, kf):
     """The integer k of an integer-valued float kf (|k| < 2**51) as an int64, by bits alone."""
     return m.bits(kf + SHIFT) - SHIFT_BITS
@@ -101,6 +111,9 @@ def sigmoid64(m, x):
     return 1.0 / (1.0 + exp64(m, -x))
 
 
+LOG_C = tuple(1.0 / (2 * k + 1) for k in range(11))  # atanh series: 1, 1/3, 1/5, ..., 1/21
+
+
 def log64(m, x):
     """log(x): x = 2**k * f with f in [sqrt(1/2), sqrt(2)), log(f) = 2 atanh((f-1)/(f+1)) by its
     series; exponent and mantissa taken apart with integer bit operations."""
@@ -112,14 +125,7 @@ def log64(m, x):
     f = m.select(big, f * 0.5, f)
     kf = m.select(big, kf + 1.0, kf)
     s = (f - 1.0) / (f + 1.0)
-    z = s * s
-    z2 = z * z
-    z4 = z2 * z2
-    z8 = z4 * z4
-    p0 = (1.0 + 0.3333333333333333 * z) + (0.2 + 0.14285714285714285 * z) * z2
-    p1 = (0.1111111111111111 + 0.09090909090909091 * z) + (0.07692307692307693 + 0.06666666666666667 * z) * z2
-    p2 = (0.058823529411764705 + 0.05263157894736842 * z) + 0.047619047619047616 * z2
-    y = kf * LN2_HI + (2.0 * s * ((p0 + p1 * z4) + p2 * z8) + kf * LN2_LO)
+    y = kf * LN2_HI + (2.0 * s * _estrin(m, s * s, LOG_C) + kf * LN2_LO)
     y = m.select(x == 0.0, -INF, y)
     y = m.select(x == INF, INF, y)
     return m.select((x < 0.0) | (x != x), NAN, y)
@@ -149,22 +155,20 @@ PIO2_3 = 2.02226624871116645580e-21
 PIO2_3T = 8.47842766036889956997e-32
 
 
+SIN_C = (-0.16666666666666666, 0.008333333333333333, -0.0001984126984126984, 2.7557319223985893e-06,
+         -2.505210838544172e-08, 1.6059043836821613e-10, -7.647163731819816e-13, 2.8114572543455206e-15)
+COS_C = (-0.5, 0.041666666666666664, -0.001388888888888889, 2.48015873015873e-05,
+         -2.755731922398589e-07, 2.08767569878681e-09, -1.1470745597729725e-11, 4.779477332387385e-14)
+
+
 def _sin_poly(m, y):
     z = y * y
-    z2 = z * z
-    z4 = z2 * z2
-    a = (-0.16666666666666666 + 0.008333333333333333 * z) + (-0.0001984126984126984 + 2.7557319223985893e-06 * z) * z2
-    b = (-2.505210838544172e-08 + 1.6059043836821613e-10 * z) + (-7.647163731819816e-13 + 2.8114572543455206e-15 * z) * z2
-    return y + y * z * (a + b * z4)
+    return y + y * z * _estrin(m, z, SIN_C)
 
 
 def _cos_poly(m, y):
     z = y * y
-    z2 = z * z
-    z4 = z2 * z2
-    a = (-0.5 + 0.041666666666666664 * z) + (-0.001388888888888889 + 2.48015873015873e-05 * z) * z2
-    b = (-2.755731922398589e-07 + 2.08767569878681e-09 * z) + (-1.1470745597729725e-11 + 4.779477332387385e-14 * z) * z2
-    return 1.0 + z * (a + b * z4)
+    return 1.0 + z * _estrin(m, z, COS_C)
 
 
 def _quadrant_sin(m, x, turn):
@@ -202,15 +206,6 @@ ERF_LARGE = (
     -0.002329910040682164, -0.004759753452639884, -0.0018784260941814644, 0.005252972962933446,
     0.011688548888125937, 0.011648003334820151, 0.0068018722266903146, 0.0022464843919043575,
     0.00033751772327359153)
-
-
-def _estrin(m, x, coefs):
-    """sum(c_k x**k) by Estrin's scheme: pairs, then pairs of pairs (short dependency chains)."""
-    terms, power = list(coefs), x
-    while len(terms) > 1:
-        terms = [terms[i] + terms[i + 1] * power if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-        power = power * power
-    return terms[0]
 
 
 def erf64(m, x):
