@@ -86,16 +86,19 @@ def fuse(tape):
         p, epi = where[slot]
         return p < pos or (p == pos and not epi)
 
+    def last(deps):
+        """The position of the latest step among those computing ``deps``."""
+        return max([where[d][0] for d in deps if d not in literal] + [(-1,)])
+
     def after(deps):
         """A new position right after the latest of ``deps``: a step runs as early as it can."""
         seq[0] += 1
-        return max([where[d][0] for d in deps if d not in literal] + [(-1,)]) + (seq[0],)
+        return last(deps) + (seq[0],)
 
     def kernel_for(shape, deps):
         hit = latest.get(shape)
         if hit is not None and all(d in literal or available(d, hit[0]) for d in deps):
-            early = _ones(shape) and hit[0] > max([where[d][0] for d in deps if d not in literal] + [(-1,)])
-            if not early:
+            if not (_ones(shape) and hit[0] > last(deps)):  # else a new one-element kernel runs earlier
                 return hit
         # Loop kernel n runs at (n,), after every view of the inputs. A kernel of one element
         # runs right after its operands instead: computed from inputs (the seed times a
@@ -157,16 +160,14 @@ def fuse(tape):
     for ins in tape.instrs:
         prim = PRIMS[ins.prim]
         shape = tape.shapes[ins.out]
-        if scalar_glue and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape) and (
-                prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand")):
-            if ins.prim in ("reshape", "expand") and ins.args[0] in literal:
-                literal[ins.out] = literal[ins.args[0]]
-            glue(ins)
-            continue
         if ins.prim == "const":
             literal[ins.out] = ins.params["value"]
         elif ins.prim in ("reshape", "expand") and ins.args[0] in literal:
             literal[ins.out] = literal[ins.args[0]]
+        if scalar_glue and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape) and (
+                prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand")):
+            glue(ins)
+            continue
         noop = ins.prim in ("reshape", "expand") and tape.shapes[ins.args[0]] == shape
         if noop and ins.args[0] not in literal:  # an identity: computed in the loop like elementwise
             pos, kern = kernel_for(shape, ins.args)
@@ -222,14 +223,7 @@ def fuse(tape):
     # a value defined in a kernel is stored when anything outside that kernel reads it
     needed = set(tape.outputs)
     for step in steps:
-        if isinstance(step, Glue):
-            needed.update(step.instr.args)
-        else:
-            for slot, r in step.reads.items():
-                if r[0] != "literal":
-                    needed.add(r[1])
-            for ins in step.body:
-                needed.update(a for a in ins.args if a not in step.defined)
+        needed |= _reads(step)
     for step in steps:
         if isinstance(step, Kernel):
             step.stores = [s for s in _defined_order(step) if s in needed and s not in literal]
@@ -237,6 +231,7 @@ def fuse(tape):
 
 
 def _reads(step):
+    """The slots a step reads from outside itself."""
     if isinstance(step, Glue):
         return set(step.instr.args)
     r = {src[1] for src in step.reads.values() if src[0] != "literal"}
