@@ -18,7 +18,7 @@ import numpy as np
 from .prims import PRIMS
 from .tape import format_instr
 
-__all__ = ["render", "program", "Source", "Part", "CODEGEN_VERSION"]
+__all__ = ["render", "program", "identity", "Source", "Part", "CODEGEN_VERSION"]
 
 CODEGEN_VERSION = 20  # bump whenever generated text or engine/vmath.py changes meaning
 
@@ -160,21 +160,28 @@ TRIG_LIMIT = 1.0e6
 class Part:
     """One kernel's calling convention inside a generated function: loop extents (``dims``: the
     axes whose extent is an argument; short inner ones are literals), input arrays (as (slot,
-    broadcast pattern): the array is passed without its broadcast axes), scalars (by slot; ``late[k]``: passed as a one-element array because an
-    earlier loop of the same function makes it), stored slots, reductions (their accumulator
-    arrays), and ``guard``: a last one-element bool array set when an argument left the range of
-    a guarded primitive. ``fresh[k]``: the kernel writes all of accumulator k itself.
-    ``rows[k]``: input array k is indexed by the outermost loop variable (True), read at row 0
-    only (False): what the runtime needs to run the loop in chunks of rows. Accumulators are
-    passed without their reduced axes.
-    ``whole[k]``: input array k is read only at the loop's own index (no broadcast dimension)."""
+    broadcast pattern): the array is passed without its broadcast axes), scalars (by slot;
+    ``late[k]``: passed as a one-element array because an earlier loop of the same function makes
+    it), stored slots, reductions (their accumulator arrays, passed without their reduced axes),
+    and ``guard``: a last one-element bool array set when an argument left the range of a guarded
+    primitive. ``fresh[k]``: the kernel writes all of accumulator k itself."""
 
-    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "rows", "whole")
+    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh")
 
-    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh, rows, whole):
-        self.dims, self.late, self.whole = dims, late, whole
+    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh):
+        self.dims, self.late = dims, late
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
-        self.guard, self.fresh, self.rows = guard, fresh, rows
+        self.guard, self.fresh = guard, fresh
+
+    @property
+    def rows(self):
+        """Per input array: indexed by the outermost loop variable (else read at row 0 only)."""
+        return [not pattern[0] for _, pattern in self.arrays]
+
+    @property
+    def whole(self):
+        """Per input array: read only at the loop's own index (no broadcast axis)."""
+        return [not any(pattern) for _, pattern in self.arrays]
 
 
 class Source:
@@ -205,7 +212,7 @@ def _pow_literal(x, value):
 _IDENTITY = {"sum": 0, "prod": 1}
 
 
-def _identity(prim, dtype):
+def identity(prim, dtype):
     """The value a reduction starts from: its result over no elements."""
     if prim in _IDENTITY:
         return _IDENTITY[prim]
@@ -292,7 +299,7 @@ def _loops(kernel, tape, p, late):
                 whole = all(d > depth for d in axes)  # the local sees every term of its element
                 fresh[k] = fresh[k] and whole
                 if copy == 0 or not across:
-                    start = _typed(_identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"{p}c{k}[{ix}]"
+                    start = _typed(identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"{p}c{k}[{ix}]"
                     pre[depth].append(f"{acc} = {start}")
                     post[depth].append(f"{p}c{k}[{ix}] = {acc}")
             else:
@@ -339,10 +346,8 @@ def _loops(kernel, tape, p, late):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
-    rows = [not pattern[0] for _, pattern in arrays]
-    whole = [not any(pattern) for _, pattern in arrays]
     return params, out, Part(dims, arrays, scalars, [sc in late for sc in scalars], stores, list(kernel.reductions),
-                             guard, fresh, rows, whole)
+                             guard, fresh)
 
 
 def render(kernel, tape):

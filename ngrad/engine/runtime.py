@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from .codegen import identity
 from .fuse import SMALL_LOOP
 from .interpret import bind, dead_after, evaluate, interpret, np_dtype
 
@@ -96,7 +97,7 @@ class _Layout:
         self.kernels = None
 
 
-def _donors(seg, gone, part, env, made):
+def _donors(gone, part, env, made):
     """Buffers this kernel may write its results into: arrays it reads only at its own index,
     that die at this step, that this run allocated, and that no other live value shares. Each
     element is read before it is overwritten, so the loop stays correct, and a gradient chain
@@ -153,8 +154,6 @@ def _row_local(seg, steps, src, tape):
                     whole.add(step.instr.out)
             continue
         part = next(parts)
-        if any(r is None for r in part.rows):
-            return False
         for (a, _), rows in zip(part.arrays, part.rows):
             if a in made and (a in whole or not rows):
                 return False
@@ -361,9 +360,6 @@ def _dead_after_steps(tape, plan):
     return dead_after(reads, set(tape.outputs))
 
 
-_IDENT = {"sum": 0, "prod": 1}
-
-
 def _squeezed(shape, pattern):
     """``shape`` without the axes a kernel reads broadcast (codegen passes arrays that way)."""
     return tuple(n for n, b in zip(shape, pattern) if not b) or (1,)
@@ -380,15 +376,8 @@ def _accumulator(ins, tape, shape, fresh, take):
     dt = np_dtype(tape.dtypes[ins.out])
     keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(shape)) or (1,)
     acc = take(keep, dt)
-    if fresh:
-        return acc
-    if ins.prim in _IDENT:
-        acc.fill(_IDENT[ins.prim])
-    elif dt.kind == "f":
-        acc.fill(-np.inf if ins.prim == "amax" else np.inf)
-    else:
-        info = np.iinfo(dt) if dt.kind in "iu" else None
-        acc.fill((info.min if ins.prim == "amax" else info.max) if info else ins.prim != "amax")
+    if not fresh:
+        acc.fill(identity(ins.prim, tape.dtypes[ins.out]))
     return acc
 
 
@@ -427,15 +416,13 @@ def _execute(comp, tape, values):
     for seg, src, fn, gone, chunked in zip(lay.segments, lay.sources, lay.kernels, lay.dead, lay.chunked):
         if src is None:  # one glue step
             ins = steps[seg[0]].instr
-            if ins.out in comp.consts:
-                value = comp.consts[ins.out]
-                if value is None:
-                    with np.errstate(all="ignore"):
-                        value = comp.consts[ins.out] = evaluate(tape, ins, env)
-                env[ins.out] = value
-            else:
+            value = comp.consts.get(ins.out)
+            if value is None:
                 with np.errstate(all="ignore"):
-                    env[ins.out] = evaluate(tape, ins, env)
+                    value = evaluate(tape, ins, env)
+                if ins.out in comp.consts:
+                    comp.consts[ins.out] = value
+            env[ins.out] = value
         else:
             # every buffer of the segment is allocated (and every reshape taken) before its loops
             # run, so later loops of the same call can be handed the arrays earlier loops fill
@@ -454,7 +441,7 @@ def _execute(comp, tape, values):
                         arr = np.ascontiguousarray(arr)
                     args.append(arr.reshape(_squeezed(arr.shape, pattern)))
                 args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
-                donors = _donors(seg, gone, part, env, made) if len(seg) == 1 and part.stores else []
+                donors = _donors(gone, part, env, made) if len(seg) == 1 and part.stores else []
                 for s in part.stores:
                     dt = np_dtype(tape.dtypes[s])
                     o = next((d for d in donors if d.dtype == dt and d.shape == sizes), None)
