@@ -25,7 +25,8 @@ def _jit_always(monkeypatch, tmp_path_factory):
 
 def _program(x, w):
     # an elementwise chain with sin/cos (range guard), a full sum, a row sum keeping axis 0
-    # (parallel), a column sum over axis 0 and an amax (both serial)
+    # (each chunk writes its own rows), a column sum over axis 0 and an amax (private
+    # accumulators per chunk, combined afterwards)
     y = (x.sin() * w + (x * 0.5).exp()).tanh()
     return y.sum() + y.sum(1).pow(2).sum() + y.sum(0).abs().sum() + y.amax()
 
