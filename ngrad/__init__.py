@@ -19,6 +19,7 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
                         randn_like, randperm, seed, tensor, zeros, zeros_like)
 from .engine.runtime import get_num_threads, set_num_threads
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .trace import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
 
 from ._version import __version__
@@ -49,7 +50,7 @@ sign floor ceil round maximum minimum clamp clip clamp_min clamp_max sum mean pr
 var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes
 swapdims t flip roll narrow split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
 less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone
-broadcast_to""".split()
+broadcast_to addcmul addcdiv lerp""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
 subtract = sub

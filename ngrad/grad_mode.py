@@ -8,6 +8,7 @@ __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
 
 class _State(threading.local):
     enabled = True
+    trace = None  # the ngrad.compile trace recording on this thread, if any
 
 
 state = _State()

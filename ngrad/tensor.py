@@ -343,8 +343,81 @@ def _expand_node(n, shape, name="ExpandBackward0"):
     return out
 
 
+def _traced(n):
+    """Whether ``n`` holds an argument value of the ``ngrad.compile`` call being traced (a copy
+    of it must stay a node of the program, not become a constant)."""
+    tr = _gm.trace
+    return tr is not None and id(n) in tr.traced
+
+
+def _realize(nodes):
+    """``realize``, except while ``ngrad.compile`` traces: then a value that depends on the traced
+    arguments does not exist yet, and asking for it is an error (never a stale constant)."""
+    tr = _gm.trace
+    if tr is not None:
+        tr.check_concrete(nodes)
+    return realize(nodes)
+
+
 def _value(t):
-    return realize([t._node])[0]
+    return _realize([t._node])[0]
+
+
+# In-place operations replace a tensor's node: values are immutable, so a graph recorded before
+# the update keeps the value it was recorded with. Every replacement goes through ``_replace``,
+# which tells an active ``ngrad.compile`` trace (the update is an effect of the compiled program)
+# and marks the old node, so compiled programs that hold it as a constant notice and retrace.
+_TORCH_NAME = {"f32": "Float", "f64": "Double", "i64": "Long", "i32": "Int", "b8": "Bool"}
+replacements = [0]
+
+
+def _replace(t, node):
+    tr = _gm.trace
+    if tr is not None:
+        tr.note(t)
+    old = t._node
+    old.replaced = True
+    replacements[0] += 1
+    t._node = node
+
+
+def _leaf_update(r, n):
+    """The node of leaf ``n`` after an in-place update to value ``r``: a leaf again (same
+    requires_grad, same owner). Outside a trace the value is computed now, as for
+    ``requires_grad_``: a parameter must not chain every past update into its history."""
+    if r.value is None and _gm.trace is None:
+        _realize([r])
+    if r.value is not None and not _traced(r):
+        leaf = source(r.value, r.dtype)
+    else:
+        leaf = Node("detach", (r,), None, r.shape, r.dtype)
+    leaf.requires_grad = True
+    leaf.owner = n.owner
+    return leaf
+
+
+def _inplace(t, result):
+    """Make ``t`` hold ``result`` (a tensor of ``t``'s shape); PyTorch's rules for in-place ops."""
+    n = t._node
+    r = result._node if isinstance(result, Tensor) else tensor(result)._node
+    if r.shape != n.shape:
+        raise RuntimeError(f"output with shape {list(n.shape)} doesn't match the broadcast shape {list(r.shape)}")
+    if r.dtype is not n.dtype:
+        if r.dtype.category > n.dtype.category:
+            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.short]} can't be cast to the desired output "
+                               f"type {_TORCH_NAME[n.dtype.short]}")
+        r = _cast_node(r, n.dtype)
+    if n.requires_grad and not n.differentiable:
+        if _gm.enabled:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        r = _leaf_update(r, n)
+    elif n.requires_grad and not r.requires_grad:
+        # under no_grad a non-leaf keeps its gradient path: new value, old history
+        step = _wrap(r) - _wrap(n)
+        with _grad_mode.enable_grad():
+            r = (_wrap(n) + step.detach())._node
+    _replace(t, r)
+    return t
 
 
 def _index_source(arr):
@@ -442,9 +515,10 @@ class Tensor:
             return self
         if requires_grad and not n.dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
-        if requires_grad and n.value is None:
+        if requires_grad and n.value is None and _gm.trace is None:
             # a leaf holds a value: computing it now also cuts its history (an optimizer loop's
-            # `w = (w - lr * g).requires_grad_()` must not chain every past step into the graph)
+            # `w = (w - lr * g).requires_grad_()` must not chain every past step into the graph);
+            # while ngrad.compile traces, the program computes it
             realize([n])
         n.requires_grad = bool(requires_grad)
         n.owner = weakref.ref(self) if requires_grad else None
@@ -461,6 +535,8 @@ class Tensor:
 
     @property
     def grad(self):
+        if _gm.trace is not None:
+            _gm.trace.note_grad(self)
         if self._grad is None and self._node.differentiable and not self._retains_grad:
             import warnings
             warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
@@ -480,6 +556,8 @@ class Tensor:
             if value._node.shape != self._node.shape:
                 raise RuntimeError(f"assigned grad has data of a different size ({list(value.shape)} vs "
                                    f"{list(self.shape)})")
+        if _gm.trace is not None:
+            _gm.trace.note_grad(self)
         self._grad = value
 
     def retain_grad(self):
@@ -506,7 +584,7 @@ class Tensor:
     def detach(self):
         """A tensor with the same value that is cut from the graph (never requires grad)."""
         n = self._node
-        if n.value is not None:
+        if n.value is not None and not _traced(n):
             return _wrap(source(n.value, n.dtype))
         return _wrap(Node("detach", (n,), None, n.shape, n.dtype))
 
@@ -527,7 +605,7 @@ class Tensor:
             raise RuntimeError("setting .data is only supported on leaf tensors")
         new = source(v, D.from_numpy_dtype(v.dtype))
         new.requires_grad, new.owner = n.requires_grad, n.owner
-        self._node = new
+        _replace(self, new)
 
     # values -------------------------------------------------------------------------------------
     def numpy(self, *, force=False):
@@ -660,7 +738,7 @@ class Tensor:
     def clone(self):
         """A copy with its own storage; gradients flow through it."""
         n = self._node
-        if not n.requires_grad and n.value is not None:
+        if not n.requires_grad and n.value is not None and not _traced(n):
             return _wrap(source(np.array(n.value), n.dtype))
         return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")
 
@@ -756,6 +834,102 @@ class Tensor:
 
     def __floordiv__(self, other):
         return self.div(other, rounding_mode="floor")
+
+    # in place -------------------------------------------------------------------------------------
+    # PyTorch's in-place ops. A leaf that requires grad may be updated only under no_grad (the
+    # optimizer idiom ``w -= lr * w.grad``); it stays a leaf. Views do not alias (ngrad values are
+    # immutable): updating a tensor leaves tensors taken from it unchanged.
+    def add_(self, other, *, alpha=1):
+        """In place ``self += alpha * other``; returns self.
+
+        >>> import ngrad
+        >>> w = ngrad.ones(2, requires_grad=True)
+        >>> with ngrad.no_grad():
+        ...     w.sub_(ngrad.tensor([0.5, 1.0]), alpha=2)
+        tensor([ 0., -1.], requires_grad=True)
+        >>> w.is_leaf
+        True
+        """
+        return _inplace(self, self.add(other, alpha=alpha))
+
+    def sub_(self, other, *, alpha=1):
+        return _inplace(self, self.sub(other, alpha=alpha))
+
+    def mul_(self, other):
+        return _inplace(self, self * other)
+
+    def div_(self, other, *, rounding_mode=None):
+        return _inplace(self, self.div(other, rounding_mode=rounding_mode))
+
+    def pow_(self, exponent):
+        return _inplace(self, pow(self, exponent))
+
+    def neg_(self):
+        return _inplace(self, -self)
+
+    def zero_(self):
+        """Fill with zeros in place; returns self."""
+        return _inplace(self, _wrap(_expand_node(_const_node(0, self.dtype), self._node.shape)))
+
+    def fill_(self, value):
+        if isinstance(value, Tensor):
+            if value.dim() != 0:
+                raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                                   f"{value.dim()} dimensions.")
+            return _inplace(self, value.to(self.dtype).expand(self.shape))
+        return _inplace(self, _wrap(_expand_node(_const_node(value, self.dtype), self._node.shape)))
+
+    def copy_(self, src):
+        """Copy ``src`` (broadcast to this shape, cast to this dtype) into this tensor."""
+        src = _as_tensor(src)
+        return _inplace(self, src.to(self.dtype).expand(self.shape) * 1 if src.shape != self.shape
+                        else src.to(self.dtype).clone())
+
+    def clamp_(self, min=None, max=None):
+        return _inplace(self, self.clamp(min, max))
+
+    clip_ = clamp_
+
+    def clamp_min_(self, min):
+        return _inplace(self, self.clamp(min=min))
+
+    def clamp_max_(self, max):
+        return _inplace(self, self.clamp(max=max))
+
+    def addcmul_(self, tensor1, tensor2, *, value=1):
+        return _inplace(self, self.addcmul(tensor1, tensor2, value=value))
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1):
+        return _inplace(self, self.addcdiv(tensor1, tensor2, value=value))
+
+    def lerp_(self, end, weight):
+        return _inplace(self, self.lerp(end, weight))
+
+    def __iadd__(self, other):
+        return _inplace(self, self + other)
+
+    def __isub__(self, other):
+        return _inplace(self, self - other)
+
+    def __imul__(self, other):
+        return _inplace(self, self * other)
+
+    def __itruediv__(self, other):
+        return _inplace(self, self / other)
+
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        """``self + value * tensor1 * tensor2``, evaluated left to right as PyTorch does."""
+        one = isinstance(value, (int, float)) and value == 1
+        return self + (tensor1 * tensor2 if one else value * tensor1 * tensor2)
+
+    def addcdiv(self, tensor1, tensor2, *, value=1):
+        """``self + value * tensor1 / tensor2``, evaluated left to right as PyTorch does."""
+        one = isinstance(value, (int, float)) and value == 1
+        return self + (tensor1 / tensor2 if one else value * tensor1 / tensor2)
+
+    def lerp(self, end, weight):
+        """``self + weight * (end - self)``."""
+        return self + weight * (end - self)
 
     # comparisons and logic --------------------------------------------------------------------------
     def __lt__(self, other):

@@ -15,7 +15,7 @@ from ..engine.differentiate import vjp
 from ..engine.graph import lower, replay, source
 from ..engine.realize import realize
 from ..engine.runtime import run
-from ..tensor import Tensor, _value, _wrap
+from ..tensor import Tensor, _replace, _value, _wrap
 
 __all__ = ["backward", "grad"]
 
@@ -114,13 +114,14 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
     pos = dict(zip(present, joint.grads))
     seed_nodes = [s._node for s in seeds]
     n_out = len(outputs)
-    if create_graph:
+    if create_graph or grad_mode.state.trace is not None:
+        # recorded, not run: to differentiate again, or because ngrad.compile is tracing
         tape, known = joint.tape, {s: n for n, s in low.slot_of.items() if n.value is None or n.differentiable}
         if batched:
             tape, _ = batch(tape, set(joint.seeds), seeds[0].shape[0])
             known = None
-        with grad_mode.enable_grad():
-            nodes = replay(tape, low.sources + seed_nodes, True, known)
+        with grad_mode.set_grad_enabled(create_graph):
+            nodes = replay(tape, low.sources + seed_nodes, create_graph, known)
         result = [None if w is None or pos[w] is None else nodes[pos[w]] for w in wrt]
     else:
         tape = joint.tape
@@ -159,15 +160,20 @@ def _joint(tape, wrt):
 
 def _accumulate(t, g, create_graph):
     """Add a gradient into ``t.grad``: in place into the same object unless building a graph."""
+    trace = grad_mode.state.trace
+    if trace is not None:
+        trace.note_grad(t)
     if t._grad is None:
         t._grad = _wrap(g)
     elif create_graph:
         with grad_mode.enable_grad():
             t._grad = t._grad + _wrap(g)
+    elif trace is not None:
+        _replace(t._grad, (t._grad + _wrap(g))._node)
     else:
         old = t._grad
         total = _value(old) + realize([g])[0]
-        old._node = source(total, old.dtype)
+        _replace(old, source(total, old.dtype))
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None,

@@ -29,6 +29,7 @@ class Node:
     freed = False
     owner = None
     saves = True  # False for composites whose PyTorch counterpart saves no tensor (mean)
+    replaced = False  # a tensor held this node and was updated in place
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op

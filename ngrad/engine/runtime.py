@@ -27,7 +27,7 @@ from .codegen import identity
 from .fuse import SMALL_LOOP
 from .interpret import bind, dead_after, evaluate, interpret, np_dtype
 
-__all__ = ["run", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
+__all__ = ["run", "prepare", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
 
 _plans = {}
 
@@ -56,16 +56,21 @@ def _threshold():
 def _check(tape, values):
     if len(values) != len(tape.inputs):
         raise ValueError(f"tape takes {len(tape.inputs)} inputs, got {len(values)}")
-    for i, (s, k, v) in enumerate(zip(tape.inputs, tape.kinds, values)):
-        if k == "scalar":
-            if not isinstance(v, (int, float, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
-                raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
-            continue
-        if not isinstance(v, np.ndarray):
-            raise TypeError(f"input {i} of the tape must be an ndarray, got {type(v).__name__}")
-        if v.shape != tape.shapes[s] or v.dtype != np_dtype(tape.dtypes[s]):
-            raise ValueError(f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, "
-                             f"got {v.dtype}{list(v.shape)}")
+    for i, v in enumerate(values):
+        _check_one(tape, i, v)
+
+
+def _check_one(tape, i, v):
+    s, k = tape.inputs[i], tape.kinds[i]
+    if k == "scalar":
+        if not isinstance(v, (int, float, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
+            raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
+        return
+    if not isinstance(v, np.ndarray):
+        raise TypeError(f"input {i} of the tape must be an ndarray, got {type(v).__name__}")
+    if v.shape != tape.shapes[s] or v.dtype != np_dtype(tape.dtypes[s]):
+        raise ValueError(f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, "
+                         f"got {v.dtype}{list(v.shape)}")
 
 
 class _Layout:
@@ -522,6 +527,232 @@ def run(tape, values):
         taken.add(id(_root(o)))
         res.append(o)
     return res
+
+
+def prepare(tape):
+    """A function ``f(values)`` equal to ``run(tape, values)``, for calling many times.
+
+    The plan is compiled now (unless ``NGRAD_JIT=never``), and when every buffer is small (the
+    loop of an optimizer on a small problem) it is unrolled into a generated Python *driver*:
+    input checks, allocations and kernel calls as straight-line code with every shape a
+    literal, so a call costs little more than the kernels themselves. Big plans run through
+    ``run`` (buffer pool, threads), where per-call overhead does not matter.
+    """
+    mode = jit_mode()
+    comp = _compiled_for(tape, "always") if mode != "never" else None
+    drive = _driver(comp, tape) if comp is not None else None
+    if drive is None:
+        return lambda values: run(tape, values)
+    return drive
+
+
+# prims whose NumPy result may share memory with an operand (their results are not fresh)
+_SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
+
+
+def _glue_fn(tape, ins):
+    """One instruction as a plain function of its operand arrays (driver glue)."""
+    from .interpret import NUMPY
+    from .prims import PRIMS
+    fwd, params, dt = PRIMS[ins.prim].fwd, ins.params, np_dtype(tape.dtypes[ins.out])
+
+    def glue(*args):
+        r = fwd(NUMPY, *args, **params)
+        if type(r) is not np.ndarray or r.dtype != dt:
+            r = np.asarray(r, dtype=dt)
+        return r
+    return glue
+
+
+def _driver(comp, tape):
+    """The driver of a compiled plan (see ``prepare``), or None when the plan is too big for one:
+    a loop big enough for threads, or a buffer the pool should keep."""
+    from .fuse import Glue, Kernel
+    from .prims import PRIMS
+    steps = comp.plan.steps
+    for st in steps:
+        if isinstance(st, Kernel) and (_big(st) or any(
+                math.prod(tape.shapes[s]) * np_dtype(tape.dtypes[s]).itemsize >= POOL_MIN_BYTES
+                for s in st.stores)):
+            return None
+    lay = comp.serial
+    comp.compile()
+    g = {"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
+         "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_}
+    lines = []
+    var, fresh, root, loose = {}, set(), {}, set()  # loose: may not be C-contiguous
+
+    def dtype_name(s):
+        name = f"D{s}"
+        g[name] = np_dtype(tape.dtypes[s])
+        return name
+
+    for i, (s, kind) in enumerate(zip(tape.inputs, tape.kinds)):
+        v = var[s] = f"x{s}"
+        root[s] = v
+        if kind == "scalar":
+            lines.append(f"{v} = {dtype_name(s)}.type(values[{i}])  # in %{s} scalar")
+            g[f"{v}_is_scalar"] = True
+        else:
+            lines.append(f"{v} = values[{i}]  # in %{s}")
+            lines.append(f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
+                         f"{v}.dtype is not {dtype_name(s)} or not {v}.flags.c_contiguous:")
+            lines.append(f"    {v} = fix({i}, {v})")
+    g["fix"] = lambda i, v: _fix_input(tape, i, v)
+
+    consts = {}
+    for k, step in enumerate(steps):  # constants (literals and their reshapes) are computed once
+        if isinstance(step, Glue) and step.instr.out in comp.consts:
+            ins = step.instr
+            consts[ins.out] = evaluate(tape, ins, consts)
+
+    def glue_line(ins):
+        out = ins.out
+        v = var[out] = f"e{out}"
+        if out in consts:
+            g[f"C{out}"] = consts[out]
+            root[out] = f"C{out}"
+            return f"{v} = C{out}  # %{out} = {ins.prim} (constant)"
+        a0 = ins.args[0] if ins.args else None
+        if ins.prim in ("reshape", "detach") and g.get(f"{var[a0]}_is_scalar"):
+            # a runtime scalar stays a NumPy scalar until something needs it as an array
+            var[out] = var[a0]
+            root[out] = root[a0]
+            return f"# %{out} = {ins.prim}(%{a0}) is {var[a0]}"
+        if ins.prim == "detach":
+            var[out], root[out] = var[a0], root[a0]
+            if a0 in loose:
+                loose.add(out)
+            return f"# %{out} = detach(%{a0}) is {var[a0]}"
+        args = []
+        for a in ins.args:
+            if g.get(f"{var[a]}_is_scalar"):
+                args.append(f"asarray({var[a]})")
+            else:
+                args.append(var[a])
+        if ins.prim == "reshape":
+            expr = f"{args[0]}.reshape({ins.params['shape']!r})"
+        elif ins.prim == "slice":
+            expr = f"{args[0]}[{_index_text(ins.params)}]"
+        elif ins.prim == "unslice":
+            lines.append(f"{v} = zeros({ins.params['shape']!r}, {dtype_name(out)})  # %{out} = unslice")
+            root[out] = v
+            fresh.add(v)
+            return f"{v}[{_index_text(ins.params)}] = {args[0]}"
+        else:
+            g[f"G{out}"] = _glue_fn(tape, ins)
+            expr = f"G{out}({', '.join(args)})"
+        if ins.prim in _SHARES:
+            root[out] = root.get(ins.args[0], v)
+            if ins.prim != "reshape" or ins.args[0] in loose:
+                loose.add(out)
+        else:
+            root[out] = v
+            fresh.add(v)
+        return f"{v} = {expr}  # %{out} = {ins.prim}"
+
+    def array_arg(a, shape):
+        v = var[a]
+        if a in loose:
+            lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
+        return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
+
+    for seg, src, fn in zip(lay.segments, lay.sources, lay.kernels):
+        if src is None:
+            ins = steps[seg[0]].instr
+            line = glue_line(ins)
+            if not line.startswith("#") and ins.out not in consts and \
+                    PRIMS[ins.prim].kind not in ("movement", "index", "cast"):
+                lines.append("with errstate(all='ignore'):")
+                line = "    " + line
+            lines.append(line)
+            continue
+        args, guards, parts = [], [], iter(src.parts)
+        for j in seg:
+            step = steps[j]
+            if isinstance(step, Glue):
+                lines.append(glue_line(step.instr))
+                continue
+            part = next(parts)
+            sizes = step.shape or (1,)
+            args += [str(sizes[d]) for d in part.dims]
+            for a, pattern in part.arrays:
+                args.append(array_arg(a, _squeezed(tape.shapes[a], pattern)))
+            for s_, late in zip(part.scalars, part.late):
+                v = var[s_]
+                if g.get(f"{v}_is_scalar"):
+                    args.append(f"asarray({v}).reshape(-1)" if late else v)
+                else:
+                    args.append(f"{v}.reshape(-1)" if late else f"{v}.reshape(-1)[0]")
+            for st in part.stores:
+                o = f"o{st}"
+                lines.append(f"{o} = empty({tuple(sizes)!r}, {dtype_name(st)})  # store %{st}")
+                args.append(o)
+                fresh.add(o)
+                var[st] = o if tuple(sizes) == tuple(tape.shapes[st]) else f"{o}.reshape({tape.shapes[st]!r})"
+                root[st] = o
+            for ins, isfresh in zip(part.reductions, part.fresh):
+                c = f"r{ins.out}"
+                keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(step.shape)) or (1,)
+                dt = dtype_name(ins.out)
+                if isfresh:
+                    lines.append(f"{c} = empty({keep!r}, {dt})  # %{ins.out} = {ins.prim}")
+                else:
+                    ident = identity(ins.prim, tape.dtypes[ins.out])
+                    lines.append(f"{c} = full({keep!r}, {ident!r}, {dt})  # %{ins.out} = {ins.prim}")
+                kept = _kept(keep, ins)
+                args.append(c if kept == keep else f"{c}.reshape({kept!r})")
+                fresh.add(c)
+                var[ins.out] = c if keep == tuple(tape.shapes[ins.out]) else f"{c}.reshape({tape.shapes[ins.out]!r})"
+                root[ins.out] = c
+            if part.guard:
+                guards.append(f"b{len(guards)}_{j}")
+                lines.append(f"{guards[-1]} = zeros(1, bool_)")
+                args.append(guards[-1])
+        name = f"K{len([k for k in g if k.startswith('K')])}"
+        g[name] = _warming(fn, g, name)
+        lines.append(f"{name}({', '.join(args)})")
+        if guards:
+            # an argument outside the range of a vectorised sin/cos: the interpreter is exact
+            lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
+            lines.append("    return interpret(values)")
+    g["interpret"] = lambda values: interpret(tape, values)
+    outs, taken = [], set()
+    for s in tape.outputs:
+        v = var[s]
+        if g.get(f"{v}_is_scalar"):
+            v = f"asarray({v})"
+        elif root.get(s) not in fresh or root.get(s) in taken:  # an input, a constant, or shared
+            v = f"{v}.copy()"
+        taken.add(root.get(s))
+        outs.append(v)
+    lines.append(f"return [{', '.join(outs)}]")
+    text = "def drive(values):\n" + "\n".join("    " + line for line in lines) + "\n"
+    if debug_level() >= 2:
+        print(f"ngrad: generated driver\n{text}", file=sys.stderr)
+    exec(compile(text, f"<ngrad driver {len(tape.instrs)} instrs>", "exec"), g)
+    return g["drive"]
+
+
+def _index_text(params):
+    return ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(params["starts"], params["stops"], params["steps"]))
+
+
+def _warming(kernel, g, name):
+    """The kernel's first calls go through its wrapper (load or compile, cache repair); once it
+    is ready, the driver calls Numba's dispatcher directly."""
+    def call(*args):
+        r = kernel(*args)
+        if kernel.ready:
+            g[name] = kernel.fn
+        return r
+    return call
+
+
+def _fix_input(tape, i, v):
+    """A driver's slow path for input ``i``: a contiguous copy, or the error ``run`` raises."""
+    _check_one(tape, i, v)
+    return np.ascontiguousarray(v)
 
 
 def _root(a):

@@ -1,0 +1,490 @@
+"""``ngrad.compile``: trace a function once, then replay its compiled program.
+
+The first call with a new input signature runs the Python function on the real arguments with
+a *trace* active. Operations record lazy nodes as always; what the trace adds is bookkeeping:
+which source nodes are the call's arguments, which tensors the function updated in place
+(``w -= lr * w.grad`` under ``no_grad``, optimizer state), which ``.grad`` attributes it read or
+wrote (``backward()`` records its gradients instead of computing them), and that no value of a
+traced tensor is asked for (Python control flow on a tensor's value would be frozen into the
+program: it is an error instead). The outputs and updated values are then lowered to ONE tape,
+whose inputs are read afresh on every call: the arguments, the current values of tensors that
+require grad or that the function updates, and their ``.grad``. ``runtime.prepare`` compiles the
+tape into a driver, so a later call is: check the signature and guards, gather input arrays, run
+the driver, write back the updates.
+"""
+import functools
+import inspect
+import weakref
+
+import numpy as np
+
+from . import grad_mode as _grad_mode
+from .engine import dtypes as D
+from .engine.graph import lower, replay, source
+from .engine.realize import realize
+from .engine.runtime import prepare
+from .tensor import Tensor, _wrap, replacements
+
+__all__ = ["compile", "TraceError"]
+
+_gm = _grad_mode.state
+
+
+class TraceError(RuntimeError):
+    """What ``ngrad.compile`` cannot trace (a value needed while tracing, random numbers...)."""
+
+
+_CONCRETE = ("ngrad.compile: the value of a tensor that depends on the compiled function's arguments was "
+             "needed while tracing (.item(), float(), bool(), int(), .numpy(), .tolist(), printing, or "
+             "Python control flow such as `if loss < tol`). A compiled program cannot branch on values: "
+             "compute such values outside the compiled function, use ngrad.where, pass the number as a "
+             "static argument (static_argnums), or call the function without ngrad.compile.")
+
+
+class _Trace:
+    """What one trace learns besides the graph: see the module docstring."""
+
+    def __init__(self):
+        self.changed = {}   # id(tensor) -> (weakref to it, its node before the trace)
+        self.grads = {}     # id(tensor) -> (weakref to it, its .grad before the trace)
+        self.traced = set()  # ids of nodes that hold this call's argument values
+
+    def note(self, t):
+        """``t`` is about to get a new node (an in-place update)."""
+        if id(t) not in self.changed:
+            self.changed[id(t)] = (weakref.ref(t), t._node)
+
+    def note_grad(self, t):
+        """``t.grad`` is read or about to be written."""
+        if id(t) not in self.grads:
+            self.grads[id(t)] = (weakref.ref(t), t._grad)
+
+    def check_concrete(self, nodes):
+        """Raise unless every node's value is independent of the arguments (then it can be computed)."""
+        stack, seen = list(nodes), set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if id(n) in self.traced:
+                raise TraceError(_CONCRETE)
+            if n.value is None:
+                stack.extend(n.srcs)
+
+
+def _check_random():
+    if _gm.trace is not None:
+        raise TraceError("ngrad.compile: random numbers drawn inside a compiled function would be drawn once, "
+                         "when tracing, and replayed on every call. Draw them outside and pass them as arguments.")
+
+
+# --- arguments: nested tuples, lists and dicts of tensors, floats and static values --------------
+
+def _flatten(tree, leaves, path=()):
+    """The structure of ``tree`` (hashable) with its leaves appended to ``leaves``."""
+    if isinstance(tree, Tensor):
+        leaves.append(tree)
+        n = tree._node
+        return ("T", n.dtype, len(n.shape), n.shape, n.requires_grad)
+    t = type(tree)
+    if t is float:
+        leaves.append(tree)
+        return ("F",)
+    if t in (tuple, list):
+        return (t.__name__, tuple(_flatten(x, leaves) for x in tree))
+    if t is dict:
+        return ("dict", tuple((k, _flatten(tree[k], leaves)) for k in tree))
+    try:
+        hash(tree)
+    except TypeError:
+        raise TypeError(f"ngrad.compile: an argument of type {t.__name__} is neither a tensor, a float, a "
+                        f"tuple/list/dict of them, nor a hashable static value") from None
+    leaves.append(tree)
+    return ("S", t, tree)
+
+
+def _build(spec, values):
+    """The inverse of ``_flatten``: a tree of ``spec``'s structure over the values in order."""
+    tag = spec[0]
+    if tag in ("T", "F", "S"):
+        return next(values)
+    if tag == "tuple":
+        return tuple(_build(s, values) for s in spec[1])
+    if tag == "list":
+        return [_build(s, values) for s in spec[1]]
+    return {k: _build(s, values) for k, s in spec[1]}
+
+
+def _out_spec(tree, found):
+    """Like ``_flatten`` for the function's result: tensors become positions in ``found``."""
+    if isinstance(tree, Tensor):
+        found.append(tree)
+        return ("T",)
+    t = type(tree)
+    if t in (tuple, list):
+        return (t.__name__, tuple(_out_spec(x, found) for x in tree))
+    if t is dict:
+        return ("dict", tuple((k, _out_spec(tree[k], found)) for k in tree))
+    return ("S", tree)
+
+
+def _out_build(spec, tensors):
+    tag = spec[0]
+    if tag == "T":
+        return next(tensors)
+    if tag == "S":
+        return spec[1]
+    if tag == "tuple":
+        return tuple(_out_build(s, tensors) for s in spec[1])
+    if tag == "list":
+        return [_out_build(s, tensors) for s in spec[1]]
+    return {k: _out_build(s, tensors) for k, s in spec[1]}
+
+
+# --- one traced variant ---------------------------------------------------------------------------
+
+def _fetch(kind, data, flat):
+    """The current node of one program input (see ``_Variant``)."""
+    if kind == "arg":
+        a = flat[data]
+        return a._node if isinstance(a, Tensor) else source(np.float64(a), D.float64, scalar=True)
+    if kind == "const":
+        return data
+    t = data(flat)
+    if kind == "grad":
+        if t._grad is None:
+            raise _Stale()
+        return t._grad._node
+    return t._node
+
+
+class _Stale(Exception):
+    """A tensor the program reads no longer exists, or a guard failed: trace again."""
+
+
+def _target(k, ref, must_live=True):
+    """How a replay finds the tensor an input or effect belongs to: the k-th argument, or a
+    captured tensor (None, or _Stale for an input, once it is gone)."""
+    if k is not None:
+        return lambda flat: flat[k]
+
+    def get(flat):
+        t = ref()
+        if t is None and must_live:
+            raise _Stale()
+        return t
+    return get
+
+
+class _Variant:
+    """A traced program: where each input comes from, the prepared tape, effects, guards and the
+    output tree. Inputs are ("arg", k), ("const", node), ("node", target) or ("grad", target)."""
+
+    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph):
+        arg_at = {}
+        for k, a in enumerate(flat):
+            if isinstance(a, Tensor):
+                arg_at.setdefault(id(a), k)
+        before = {id(node): (key, ref) for key, (ref, node) in trace.changed.items()}
+        grad_before = {}
+        self.guards = []
+        for key, (ref, g) in trace.grads.items():
+            if ref() is None:
+                continue
+            target = _target(arg_at.get(key), ref)
+            self.guards.append((target, g is not None))
+            if g is not None:
+                grad_before[id(trace.changed.get(id(g), (None, g._node))[1])] = target
+        low = lower(roots)
+        self.inputs, self.consts = [], []
+        for n in low.sources:
+            i = id(n)
+            if i in trace.traced:
+                self.inputs.append(("arg", trace.arg_of[i]))
+            elif i in grad_before:
+                self.inputs.append(("grad", grad_before[i]))
+            elif i in before:
+                key, ref = before[i]
+                self.inputs.append(("node", _target(arg_at.get(key), ref)))
+            elif n.owner is not None and n.owner() is not None:
+                t = n.owner()
+                self.inputs.append(("node", _target(arg_at.get(id(t)), n.owner)))
+            else:
+                self.inputs.append(("const", n))
+                self.consts.append(n)
+        self.tape, self.kinds = low.tape, low.tape.kinds
+        # ... and it reaches a tensor from outside the call that requires grad
+        graph = graph and any(n.requires_grad for n in low.sources)
+        self.run = None if graph else prepare(low.tape)
+        self.effects = [(_target(arg_at.get(key), ref, False), kind, leaf) for key, ref, kind, leaf in effects]
+        self.out_spec, self.n_out = out_spec, n_out
+        self.seen = replacements[0]
+
+    def valid(self, flat):
+        for target, had in self.guards:
+            try:
+                t = target(flat)
+            except _Stale:
+                return False
+            if (t._grad is not None) != had:
+                return False
+        if self.seen != replacements[0]:
+            if any(n.replaced for n in self.consts):
+                return False
+            self.seen = replacements[0]
+        return True
+
+    def __call__(self, flat):
+        nodes = [_fetch(kind, data, flat) for kind, data in self.inputs]
+        if self.run is not None:
+            lazy = [n for n in nodes if n.value is None]
+            if lazy:
+                realize(lazy)
+            arrays = self.run([n.value for n in nodes])
+            outs = [_wrap(source(a, D.from_numpy_dtype(a.dtype))) for a in arrays[:self.n_out]]
+            self._apply(flat, arrays[self.n_out:])
+        else:  # outputs that require grad: the tape is recorded as graph nodes over the inputs
+            with _grad_mode.enable_grad():
+                made = replay(self.tape, nodes, True)
+            outs = [_wrap(n) for n in made[:self.n_out]]
+            self._apply(flat, realize(made[self.n_out:]))
+        return _out_build(self.out_spec, iter(outs))
+
+    def _apply(self, flat, arrays):
+        for (target, kind, leaf), a in zip(self.effects, arrays):
+            t = target(flat)
+            if t is None:  # a tensor only the traced call held: nobody can see it
+                continue
+            dt = D.from_numpy_dtype(a.dtype)
+            if kind == "node":
+                n = source(a, dt)
+                if leaf:
+                    n.requires_grad = True
+                    n.owner = weakref.ref(t)
+                old = t._node
+                old.replaced = True
+                replacements[0] += 1
+                t._node = n
+            elif kind == "grad":
+                t._grad._node = source(a, dt)
+            else:  # "setgrad"
+                t._grad = _wrap(source(a, dt))
+        for target, kind, leaf in self.effects[len(arrays):]:  # "nograd": set to None
+            t = target(flat)
+            if t is not None:
+                t._grad = None
+
+
+# --- the compiled function ------------------------------------------------------------------------
+
+class CompiledFunction:
+    """What ``ngrad.compile(fn)`` returns: call it like ``fn``. See ``ngrad.compile``."""
+
+    def __init__(self, fn, static_argnums=(), static_argnames=()):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.static_argnums = frozenset(static_argnums)
+        self.static_argnames = frozenset(static_argnames)
+        self.variants = {}
+        self.traces = 0
+
+    def __get__(self, obj, objtype=None):  # decorating a method binds like a function
+        return self if obj is None else functools.partial(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        if _gm.trace is not None:  # called while tracing another compiled function: inline
+            return self.fn(*args, **kwargs)
+        if not kwargs and not self.static_argnums:
+            flat = list(args)
+            key = []
+            for a in args:
+                if type(a) is Tensor:
+                    n = a._node
+                    key.append((n.shape, n.dtype, n.requires_grad))
+                else:
+                    break
+            else:
+                key = (tuple(key), _gm.enabled)
+                for v in self.variants.get(key, ()):
+                    if v.valid(flat):
+                        try:
+                            return v(flat)
+                        except _Stale:
+                            break
+                return self._trace(key, flat, args, kwargs, None)
+        flat = []
+        spec = (self._spec(args, kwargs, flat), _gm.enabled)
+        for v in self.variants.get(spec, ()):
+            if v.valid(flat):
+                try:
+                    return v(flat)
+                except _Stale:
+                    break
+        return self._trace(spec, flat, args, kwargs, spec)
+
+    def _spec(self, args, kwargs, flat):
+        parts = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                parts.append(("static", _hashable(a)))
+            else:
+                parts.append(_flatten(a, flat))
+        for k in sorted(kwargs):
+            if k in self.static_argnames:
+                parts.append((k, "static", _hashable(kwargs[k])))
+            else:
+                parts.append((k, _flatten(kwargs[k], flat)))
+        return tuple(parts)
+
+    def _trace(self, key, flat, args, kwargs, spec):
+        # arguments become sources with values; their nodes are marked as traced
+        lazy = [a._node for a in flat if isinstance(a, Tensor) and a._node.value is None]
+        if lazy:
+            realize(lazy)
+        trace = _Trace()
+        trace.arg_of = {}
+        call_flat = list(flat)
+        for k, a in enumerate(flat):
+            if isinstance(a, Tensor):
+                trace.traced.add(id(a._node))
+                trace.arg_of.setdefault(id(a._node), k)
+            elif type(a) is float:  # a float is a runtime input, like a 0-d float64 tensor
+                n = source(np.float64(a), D.float64, scalar=True)
+                trace.traced.add(id(n))
+                trace.arg_of[id(n)] = k
+                call_flat[k] = _wrap(n)
+        if spec is None:
+            call_args, call_kwargs = tuple(call_flat), {}
+        else:
+            call_args, call_kwargs = self._rebuild(args, kwargs, call_flat)
+        _gm.trace = trace
+        try:
+            result = self.fn(*call_args, **call_kwargs)
+        except BaseException:
+            _gm.trace = None
+            _restore(trace)
+            raise
+        _gm.trace = None
+        found = []
+        out_spec = _out_spec(result, found)
+        roots = [t._node for t in found]
+        # outputs stay differentiable only when a gradient could still flow from them: their
+        # graph was not consumed by a backward() in the call (see _Variant for the second half)
+        graph = any(n.requires_grad and not n.freed for n in roots)
+        effects, effect_roots, clears = _effects(trace)
+        variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph)
+        _restore(trace)
+        self.traces += 1
+        variants = self.variants.setdefault(key, [])
+        if len(variants) >= 8:
+            variants.pop(0)
+        variants.append(variant)
+        return variant(flat)
+
+    def _rebuild(self, args, kwargs, call_flat):
+        it = iter(call_flat)
+        new_args = []
+        for i, a in enumerate(args):
+            new_args.append(a if i in self.static_argnums else _build(_flatten(a, []), it))
+        new_kwargs = {}
+        for k in sorted(kwargs):
+            new_kwargs[k] = kwargs[k] if k in self.static_argnames else _build(_flatten(kwargs[k], []), it)
+        return tuple(new_args), new_kwargs
+
+
+def _hashable(v):
+    try:
+        hash(v)
+    except TypeError:
+        raise TypeError(f"ngrad.compile: static argument of type {type(v).__name__} must be hashable") from None
+    return (type(v), v)
+
+
+def _effects(trace):
+    """What the traced call changed: (key, ref, kind, leaf) per effect, the nodes that compute
+    them, and the gradients it set to None (kind "nograd", no node)."""
+    effects, roots, clears = [], [], []
+    grad_objects = {id(g) for ref, g in trace.grads.values() if g is not None}
+    grad_objects.update(id(ref()._grad) for ref, g in trace.grads.values() if ref() is not None)
+    for key, (ref, old) in trace.changed.items():
+        t = ref()
+        if t is None or t._node is old or key in grad_objects:
+            continue
+        leaf = True if old.requires_grad and not old.differentiable else None
+        effects.append((key, ref, "node", leaf))
+        roots.append(t._node)
+    for key, (ref, old) in trace.grads.items():
+        t = ref()
+        if t is None:
+            continue
+        g = t._grad
+        if g is None:
+            if old is not None:
+                clears.append((key, ref, "nograd", None))
+        elif g is old:
+            if id(g) in trace.changed and g._node is not trace.changed[id(g)][1]:
+                effects.append((key, ref, "grad", None))
+                roots.append(g._node)
+        else:
+            effects.append((key, ref, "setgrad", None))
+            roots.append(g._node)
+    return effects, roots, clears
+
+
+def _restore(trace):
+    """Undo what tracing did to tensors (the program will redo it with real values)."""
+    for key, (ref, old) in trace.changed.items():
+        t = ref()
+        if t is not None:
+            t._node = old
+    for key, (ref, old) in trace.grads.items():
+        t = ref()
+        if t is not None:
+            t._grad = old
+
+
+def compile(model=None, *, static_argnums=(), static_argnames=(), fullgraph=False, dynamic=None, backend=None,
+            mode=None, options=None, disable=False):
+    """Compile ``model`` (a function of tensors) into one program, traced once per signature.
+
+    The first call with a new signature (argument structure, dtypes, ranks, shapes, which tensors
+    require grad, grad mode) runs ``model`` once to record it; later calls replay the compiled
+    program without running the Python code. Arguments may be tensors, floats (runtime values:
+    a new learning rate does not retrace), nested tuples/lists/dicts of them, and hashable
+    static values (ints, strings, None: part of the signature). Inside, ``backward()``,
+    ``autograd.grad`` and in-place updates under ``no_grad`` work, so a whole training step can
+    be one call. Tensors the function captures are read afresh on each call when they require
+    grad or are updated by it; other captured tensors are constants of the program (pass data
+    that changes as an argument). Asking for a traced value (``.item()``, ``if loss > 0``)
+    raises ``TraceError``. The other arguments are PyTorch's and are accepted for compatibility.
+
+    >>> import ngrad
+    >>> w = ngrad.zeros(3, dtype=ngrad.float64, requires_grad=True)
+    >>> @ngrad.compile
+    ... def step(x, lr):
+    ...     loss = ((w - x) ** 2).sum()
+    ...     loss.backward()
+    ...     with ngrad.no_grad():
+    ...         w.sub_(lr * w.grad)
+    ...         w.grad = None
+    ...     return loss
+    >>> x = ngrad.tensor([1.0, 2.0, 3.0], dtype=ngrad.float64)
+    >>> [round(step(x, 0.25).item(), 4) for _ in range(3)]
+    [14.0, 3.5, 0.875]
+    >>> w
+    tensor([0.8750, 1.7500, 2.6250], dtype=ngrad.float64, requires_grad=True)
+    """
+    if model is None:
+        return lambda fn: compile(fn, static_argnums=static_argnums, static_argnames=static_argnames,
+                                  fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                  options=options, disable=disable)
+    if not callable(model):
+        raise TypeError(f"ngrad.compile expects a callable, got {type(model).__name__}")
+    if disable:
+        return model
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    return CompiledFunction(model, static_argnums, static_argnames)
