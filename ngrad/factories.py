@@ -259,18 +259,25 @@ def initial_seed():
     return _seed[0]
 
 
+def _draw():
+    """The generator, unless ngrad.compile is tracing (a draw would be frozen into the program)."""
+    from .trace import _check_random
+    _check_random()
+    return _generator[0]
+
+
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform samples from [0, 1)."""
     _check_device(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(_generator[0].random(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
+    return _leaf(_draw().random(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     """Standard normal samples."""
     _check_device(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(_generator[0].standard_normal(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
+    return _leaf(_draw().standard_normal(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
 
 
 def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_grad=False):
@@ -278,7 +285,7 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
     if high is None:
         low, high = 0, low
     dtype = dtype or D.int64
-    return _leaf(_generator[0].integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad)
+    return _leaf(_draw().integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad)
 
 
 def rand_like(input, *, dtype=None, requires_grad=False):
@@ -291,7 +298,7 @@ def randn_like(input, *, dtype=None, requires_grad=False):
 
 def randperm(n, *, dtype=None, device=None):
     dtype = dtype or D.int64
-    return _leaf(_generator[0].permutation(n).astype(dtype.np), dtype, False)
+    return _leaf(_draw().permutation(n).astype(dtype.np), dtype, False)
 
 
 def is_tensor(obj):

@@ -928,7 +928,10 @@ class Tensor:
         return self + (tensor1 / tensor2 if one else value * tensor1 / tensor2)
 
     def lerp(self, end, weight):
-        """``self + weight * (end - self)``."""
+        """``self + weight * (end - self)`` (for a number ``weight >= 0.5``, ``end - (end - self) *
+        (1 - weight)``, PyTorch's more accurate form there)."""
+        if isinstance(weight, (int, float)) and weight >= 0.5:
+            return end - (end - self) * (1 - weight)
         return self + weight * (end - self)
 
     # comparisons and logic --------------------------------------------------------------------------

@@ -48,6 +48,9 @@ class _Trace:
         self.changed = {}   # id(tensor) -> (weakref to it, its node before the trace)
         self.grads = {}     # id(tensor) -> (weakref to it, its .grad before the trace)
         self.traced = set()  # ids of nodes that hold this call's argument values
+        self.arg_of = {}     # id(node) -> position of the argument it holds
+        self.calls = {}      # id(node) -> getter of a runtime scalar (see runtime_scalar)
+        self.statics = []    # (getter, value): Python values the trace depends on
 
     def note(self, t):
         """``t`` is about to get a new node (an in-place update)."""
@@ -71,6 +74,39 @@ class _Trace:
                 raise TraceError(_CONCRETE)
             if n.value is None:
                 stack.extend(n.srcs)
+
+
+def runtime_scalar(getter):
+    """``getter()``, or, while ``ngrad.compile`` traces, a 0-d float64 tensor that the compiled
+    program reads from ``getter()`` on every call (a learning rate a scheduler changes).
+
+    >>> from ngrad.trace import runtime_scalar
+    >>> runtime_scalar(lambda: 0.5)
+    0.5
+    """
+    tr = _gm.trace
+    v = getter()
+    if tr is None:
+        return v
+    n = source(np.float64(v), D.float64, scalar=True)
+    tr.traced.add(id(n))
+    tr.calls[id(n)] = getter
+    return _wrap(n)
+
+
+def static_value(getter):
+    """``getter()``; while ``ngrad.compile`` traces, the program is also guarded on it: a call
+    that finds another value traces again (Python state that decides the program's shape).
+
+    >>> from ngrad.trace import static_value
+    >>> static_value(lambda: (0.9, 0.999))
+    (0.9, 0.999)
+    """
+    v = getter()
+    tr = _gm.trace
+    if tr is not None:
+        tr.statics.append((getter, v))
+    return v
 
 
 def _check_random():
@@ -146,6 +182,8 @@ def _out_build(spec, tensors):
 
 def _fetch(kind, data, flat):
     """The current node of one program input (see ``_Variant``)."""
+    if kind == "call":
+        return source(np.float64(data()), D.float64, scalar=True)
     if kind == "arg":
         a = flat[data]
         return a._node if isinstance(a, Tensor) else source(np.float64(a), D.float64, scalar=True)
@@ -200,7 +238,9 @@ class _Variant:
         self.inputs, self.consts = [], []
         for n in low.sources:
             i = id(n)
-            if i in trace.traced:
+            if i in trace.calls:
+                self.inputs.append(("call", trace.calls[i]))
+            elif i in trace.traced:
                 self.inputs.append(("arg", trace.arg_of[i]))
             elif i in grad_before:
                 self.inputs.append(("grad", grad_before[i]))
@@ -220,8 +260,12 @@ class _Variant:
         self.effects = [(_target(arg_at.get(key), ref, False), kind, leaf) for key, ref, kind, leaf in effects]
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
+        self.statics = trace.statics
 
     def valid(self, flat):
+        for getter, value in self.statics:
+            if getter() != value:
+                return False
         for target, had in self.guards:
             try:
                 t = target(flat)
@@ -343,7 +387,6 @@ class CompiledFunction:
         if lazy:
             realize(lazy)
         trace = _Trace()
-        trace.arg_of = {}
         call_flat = list(flat)
         for k, a in enumerate(flat):
             if isinstance(a, Tensor):

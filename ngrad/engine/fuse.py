@@ -86,14 +86,15 @@ def fuse(tape):
         p, epi = where[slot]
         return p < pos or (p == pos and not epi)
 
-    def last(deps):
-        """The position of the latest step among those computing ``deps``."""
-        return max([where[d][0] for d in deps if d not in literal] + [(-1,)])
+    def last(deps, literals=False):
+        """The position of the latest step among those computing ``deps`` (kernels inline
+        literals, so theirs count only for glue, which reads them as arrays)."""
+        return max([where[d][0] for d in deps if literals or d not in literal] + [(-1,)])
 
-    def after(deps):
+    def after(deps, literals=False):
         """A new position right after the latest of ``deps``: a step runs as early as it can."""
         seq[0] += 1
-        return last(deps) + (seq[0],)
+        return last(deps, literals) + (seq[0],)
 
     def kernel_for(shape, deps):
         hit = latest.get(shape)
@@ -114,7 +115,7 @@ def fuse(tape):
         return pos, kern
 
     def glue(ins):
-        pos = after(ins.args)
+        pos = after(ins.args, literals=True)
         steps.append((pos, Glue(ins)))
         where[ins.out] = (pos, False)
 
