@@ -28,14 +28,16 @@ def compiled(tape, values):
 
 
 def assert_same(tape, values, rtol):
+    """The plan run by the runtime and by a prepared driver (ngrad.compile's path) both equal
+    the interpreter."""
     ref = interpret(tape, values)
-    got = compiled(tape, values)
-    for a, b in zip(got, ref):
-        assert a.shape == b.shape and a.dtype == b.dtype
-        if a.dtype.kind == "f":
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
-        else:
-            np.testing.assert_array_equal(a, b)
+    for got in (compiled(tape, values), runtime.prepare(tape)(values)):
+        for a, b in zip(got, ref):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            if a.dtype.kind == "f":
+                np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+            else:
+                np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(test_prims.CASES))
@@ -261,3 +263,33 @@ def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch):
     np.testing.assert_allclose(x.grad.numpy(), e / e.sum(), rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(y.item(), np.log(e.sum()) + x0.max(), rtol=1e-14)
     assert donated
+
+
+def test_glue_runs_after_the_literals_it_reads():
+    # a two-element Rosenbrock: one-element glue (x[0] ** 2) reads the literal 2.0, whose step
+    # used to be placed after it (a KeyError when the compiled plan ran)
+    x = ngrad.tensor([-1.2, 1.0], dtype=ngrad.float64, requires_grad=True)
+    loss = 100 * (x[1] - x[0] ** 2) ** 2 + (1 - x[0]) ** 2
+    low = lower([loss._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    assert_same(joint.tape, [n.value for n in low.sources] + [np.ones(())], rtol=1e-12)
+
+
+def test_prepared_driver_checks_inputs_and_copies_aliased_outputs(rng):
+    x = ngrad.tensor(rng.standard_normal(5), requires_grad=True)
+    low = lower([(x.sin() * 2).sum()._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    run = runtime.prepare(joint.tape)
+    values = [n.value for n in low.sources] + [np.ones(())]
+    k = next(i for i, n in enumerate(low.sources) if n is x._node)
+    bad = list(values)
+    bad[k] = np.zeros(4)
+    with pytest.raises(ValueError, match="must be f64\\[5\\]"):
+        run(bad)
+    strided = list(values)
+    strided[k] = np.repeat(values[k], 2)[::2]  # not contiguous: copied, same result
+    np.testing.assert_allclose(run(strided)[1], run(values)[1])
+    b = ngrad.tensor(rng.standard_normal(3))
+    ident = lower([b._node, b.reshape(3, 1)._node])
+    outs = runtime.prepare(ident.tape)([b._node.value])
+    assert not np.shares_memory(outs[0], b._node.value) and not np.shares_memory(outs[1], outs[0])

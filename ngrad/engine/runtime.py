@@ -698,8 +698,8 @@ def _driver(comp, tape):
                 if isfresh:
                     lines.append(f"{c} = empty({keep!r}, {dt})  # %{ins.out} = {ins.prim}")
                 else:
-                    ident = identity(ins.prim, tape.dtypes[ins.out])
-                    lines.append(f"{c} = full({keep!r}, {ident!r}, {dt})  # %{ins.out} = {ins.prim}")
+                    g[f"I{ins.out}"] = identity(ins.prim, tape.dtypes[ins.out])
+                    lines.append(f"{c} = full({keep!r}, I{ins.out}, {dt})  # %{ins.out} = {ins.prim}")
                 kept = _kept(keep, ins)
                 args.append(c if kept == keep else f"{c}.reshape({kept!r})")
                 fresh.add(c)
