@@ -1,0 +1,248 @@
+"""ngrad.compile: traced once, replayed as a compiled program, with the same results as eager
+code (values, gradients, parameter updates, optimizer state), and errors where a replay could
+go stale."""
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine import compile as kcompile
+
+
+@pytest.fixture(autouse=True)
+def _jit_always(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+
+
+def rosen(x):
+    return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+
+def _fd_grad(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = eps
+        g.flat[i] = (f(x + e) - f(x - e)) / (2 * eps)
+    return g
+
+
+def test_value_and_grad_replays_and_matches_finite_differences(rng):
+    vg = ngrad.compile(ngrad.func.value_and_grad(rosen))
+    for n in (6, 9):
+        for _ in range(3):
+            x = rng.uniform(-1, 1, n)
+            value, g = vg(ngrad.tensor(x, dtype=ngrad.float64))
+            ref = lambda a: float(np.sum(100 * (a[1:] - a[:-1] ** 2) ** 2 + (1 - a[:-1]) ** 2))  # noqa: E731
+            assert value.item() == pytest.approx(ref(x), rel=1e-12)
+            np.testing.assert_allclose(g.numpy(), _fd_grad(ref, x), rtol=1e-6, atol=1e-6)
+    assert vg.traces == 2  # once per size, the Python function is not re-run on later calls
+
+
+def test_a_new_size_retraces_without_compiling(rng):
+    vg = ngrad.compile(ngrad.func.value_and_grad(lambda x: (x.tanh() * x.exp()).sum()))
+    vg(ngrad.tensor(rng.standard_normal(7), dtype=ngrad.float64))
+    before = kcompile.stats["compiled"] + kcompile.stats["loaded"]
+    vg(ngrad.tensor(rng.standard_normal(11), dtype=ngrad.float64))
+    assert kcompile.stats["compiled"] + kcompile.stats["loaded"] == before
+
+
+def _eager_step(w, A, b, lr):
+    loss = ((A @ w - b) ** 2).mean()
+    loss.backward()
+    with ngrad.no_grad():
+        w -= lr * w.grad
+    w.grad = None
+    return loss
+
+
+def test_training_step_with_captured_parameter_equals_eager(rng):
+    A = ngrad.tensor(rng.standard_normal((20, 4)))
+    b = ngrad.tensor(rng.standard_normal(20))
+    w = ngrad.zeros(4, dtype=ngrad.float64, requires_grad=True)
+    w_ref = ngrad.zeros(4, dtype=ngrad.float64, requires_grad=True)
+
+    @ngrad.compile
+    def step(lr):
+        loss = ((A @ w - b) ** 2).mean()
+        loss.backward()
+        with ngrad.no_grad():
+            w.sub_(lr * w.grad)
+        w.grad = None
+        return loss
+
+    for i in range(30):
+        lr = 0.1 if i < 15 else 0.05  # a float argument is a runtime value: no retrace
+        got = step(lr)
+        want = _eager_step(w_ref, A, b, lr)
+        assert got.item() == pytest.approx(want.item(), rel=1e-12)
+    np.testing.assert_allclose(w.detach().numpy(), w_ref.detach().numpy(), rtol=1e-12)
+    assert step.traces == 1 and w.is_leaf and w.requires_grad and w.grad is None
+
+
+def test_gradients_accumulate_across_calls_like_eager(rng):
+    x0 = rng.standard_normal(5)
+    w = ngrad.tensor(x0, requires_grad=True)
+    w_ref = ngrad.tensor(x0, requires_grad=True)
+    f = ngrad.compile(lambda: (w.sin() * w).sum().backward())
+    for _ in range(3):
+        f()
+        (w_ref.sin() * w_ref).sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), w_ref.grad.numpy(), rtol=1e-12)
+    assert f.traces == 2  # .grad None, then .grad set: two programs, each replayed
+    w.grad = None
+    f()
+    np.testing.assert_allclose(w.grad.numpy(), (np.sin(x0) + x0 * np.cos(x0)), rtol=1e-12)
+
+
+def test_optimizer_inside_compiled_step_and_scheduler_without_retrace(rng):
+    A = rng.standard_normal((16, 3))
+    b = rng.standard_normal(16)
+    At, bt = ngrad.tensor(A), ngrad.tensor(b)
+
+    def make():
+        w = ngrad.zeros(3, dtype=ngrad.float64, requires_grad=True)
+        opt = ngrad.optim.Adam([w], lr=0.1)
+        return w, opt, ngrad.optim.lr_scheduler.ExponentialLR(opt, 0.9)
+
+    w, opt, sched = make()
+    w_ref, opt_ref, sched_ref = make()
+
+    def loss_of(w):
+        return ((At @ w - bt) ** 2).mean()
+
+    @ngrad.compile
+    def step():
+        opt.zero_grad()
+        loss = loss_of(w)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(12):
+        got = step()
+        sched.step()
+        opt_ref.zero_grad()
+        want = loss_of(w_ref)
+        want.backward()
+        opt_ref.step()
+        sched_ref.step()
+        assert got.item() == pytest.approx(want.item(), rel=1e-10)
+    np.testing.assert_allclose(w.detach().numpy(), w_ref.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(opt.state[w]["exp_avg"].numpy(), opt_ref.state[w_ref]["exp_avg"].numpy(), rtol=1e-10)
+    assert opt.state[w]["step"].item() == 12
+    assert step.traces == 2  # the first step creates the optimizer state; then one program
+
+
+def test_value_control_flow_is_an_error_not_a_stale_program():
+    @ngrad.compile
+    def f(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    with pytest.raises(ngrad.TraceError, match="Python control flow"):
+        f(ngrad.ones(3))
+    with pytest.raises(ngrad.TraceError, match="random numbers"):
+        ngrad.compile(lambda x: x * ngrad.randn(3))(ngrad.ones(3))
+    with pytest.raises(ngrad.TraceError):
+        ngrad.compile(lambda x, lr: x * (2.0 if lr > 0.5 else 1.0))(ngrad.ones(3), 0.7)
+
+
+def test_values_independent_of_the_arguments_can_be_read():
+    c = ngrad.tensor([1.0, 2.0])
+    f = ngrad.compile(lambda x: x * c.sum().item())
+    np.testing.assert_allclose(f(ngrad.ones(2)).numpy(), [3.0, 3.0])
+
+
+def test_static_arguments_structures_and_outputs(rng):
+    @ngrad.compile(static_argnums=(1,))
+    def f(xs, power, scale=1.0):
+        return {"y": (xs["a"] ** power) * scale, "pair": (xs["b"].sum(), power)}
+
+    a, b = ngrad.tensor(rng.standard_normal(3)), ngrad.tensor(rng.standard_normal(2))
+    out = f({"a": a, "b": b}, 2, scale=0.5)
+    np.testing.assert_allclose(out["y"].numpy(), a.numpy() ** 2 * 0.5, rtol=1e-12)
+    assert out["pair"][1] == 2
+    out = f({"a": a, "b": b}, 3, scale=2.0)
+    np.testing.assert_allclose(out["y"].numpy(), a.numpy() ** 3 * 2.0, rtol=1e-12)
+    assert f.traces == 2
+
+
+def test_outputs_stay_differentiable_when_their_graph_was_not_consumed(rng):
+    f = ngrad.compile(lambda x, y: (x * y).sum())
+    x = ngrad.tensor(rng.standard_normal(4), requires_grad=True)
+    y = ngrad.tensor(rng.standard_normal(4))
+    for _ in range(2):
+        x.grad = None
+        out = f(x, y)
+        assert out.requires_grad
+        out.backward()
+        np.testing.assert_allclose(x.grad.numpy(), y.numpy())
+
+
+def test_captured_constant_updated_in_place_is_noticed():
+    c = ngrad.tensor([1.0, 2.0])
+    f = ngrad.compile(lambda x: x + c)
+    np.testing.assert_allclose(f(ngrad.zeros(2)).numpy(), [1.0, 2.0])
+    c.add_(10.0)
+    np.testing.assert_allclose(f(ngrad.zeros(2)).numpy(), [11.0, 12.0])
+
+
+def test_arguments_updated_in_place_by_the_program():
+    f = ngrad.compile(lambda x, d: x.add_(d))
+    x = ngrad.zeros(3)
+    for _ in range(3):
+        f(x, 0.5)
+    np.testing.assert_allclose(x.numpy(), [1.5, 1.5, 1.5])
+
+
+def test_compiled_loop_keeps_a_flat_memory_footprint(rng):
+    w = ngrad.tensor(rng.standard_normal(8), requires_grad=True)
+    opt = ngrad.optim.SGD([w], lr=1e-3, momentum=0.9)
+
+    @ngrad.compile
+    def step():
+        opt.zero_grad()
+        loss = (w ** 2).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def run(n):
+        for _ in range(n):
+            step()
+
+    run(2000)
+    gc.collect()
+    tracemalloc.start()
+    run(1000)
+    first = tracemalloc.get_traced_memory()[0]
+    run(20000)
+    grown = tracemalloc.get_traced_memory()[0] - first
+    tracemalloc.stop()
+    assert grown < 200_000, grown
+
+
+def test_create_graph_loop_does_not_leak(rng):
+    x = ngrad.tensor(rng.standard_normal(4), requires_grad=True)
+
+    def run(n):
+        for _ in range(n):
+            x.grad = None
+            (x ** 3).sum().backward(create_graph=True)  # .grad refers back into the graph
+            (x.grad.sum()).item()
+
+    run(50)
+    gc.collect()
+    tracemalloc.start()
+    run(50)
+    first = tracemalloc.get_traced_memory()[0]
+    run(400)
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - first
+    tracemalloc.stop()
+    assert grown < 200_000, grown
