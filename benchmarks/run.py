@@ -1,6 +1,6 @@
 """The compiler benchmarks in one command: value + gradient, float64, ngrad against a hand-written
 NumPy gradient, PyTorch eager and JAX jit (when installed), steady state and first call, then the
-warm-cache reload time of a fresh process.
+warm-cache reload time of a fresh process, then the optimizer-loop benchmarks (loops.py).
 
 Run: python benchmarks/run.py [--quick] [--json results.json]
 """
@@ -12,6 +12,9 @@ import tempfile
 import time
 
 from ngrad.cli import main as ngrad_main
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loops  # noqa: E402  (the sibling benchmark module)
 
 SUITE = [("chain", "1e6,1e7"), ("rosenbrock", "1e6"), ("lj", "1000"), ("lse", "1e6")]
 QUICK = [("chain", "1e6"), ("rosenbrock", "1e5"), ("lj", "300"), ("lse", "1e5")]
@@ -67,6 +70,9 @@ def main():
         print(f"  {label}: process {total:.2f} s, import {imp * 1e3:.0f} ms, Numba start-up {start * 1e3:.0f} ms, "
               f"first calls {work * 1e3:.0f} ms, {compiled} compiled / {loaded} loaded, "
               f"{per:.1f} ms per compiled function")
+    if not args.quick:
+        print("\noptimizer loops (benchmarks/loops.py):")
+        loops.main([])
 
 
 if __name__ == "__main__":
