@@ -20,7 +20,7 @@ import numpy as np
 
 from . import grad_mode as _grad_mode
 from .engine import dtypes as D
-from .engine.graph import lower, replay, source
+from .engine.graph import Node as _Node, lower, replay, source
 from .engine.realize import realize
 from .engine.runtime import prepare
 from .tensor import Tensor, _wrap, replacements
@@ -197,6 +197,15 @@ def _fetch(kind, data, flat):
     return t._node
 
 
+def _tensor_of(a, dt):
+    t = _object_new(Tensor)
+    t._node = _Node("input", (), None, a.shape, dt, False, a)
+    return t
+
+
+_object_new = object.__new__
+
+
 class _Stale(Exception):
     """A tensor the program reads no longer exists, or a guard failed: trace again."""
 
@@ -261,6 +270,7 @@ class _Variant:
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
         self.statics = trace.statics
+        self.entry = None if graph else self._entry([isinstance(a, Tensor) for a in flat])
 
     def valid(self, flat):
         for getter, value in self.statics:
@@ -279,7 +289,70 @@ class _Variant:
             self.seen = replacements[0]
         return True
 
+    def _entry(self, is_tensor):
+        """A generated function for the replay of a run-mode program (see ``__call__``): input
+        reads, the driver call, output wrapping and the output tree as straight-line code."""
+        from .engine.dtypes import from_short
+        g = {"run": self.run, "ready": lambda n: realize([n])[0], "Stale": _Stale, "apply": self._apply,
+             "tensor_of": _tensor_of}
+        lines, vals = [], []
+        for i, (kind, data) in enumerate(self.inputs):
+            v = f"v{i}"
+            vals.append(v)
+            if kind == "arg" and not is_tensor[data]:
+                lines.append(f"{v} = flat[{data}]")
+                continue
+            if kind == "const":
+                g[f"C{i}"] = data.value
+                lines.append(f"{v} = C{i}")
+                continue
+            if kind == "call":
+                g[f"F{i}"] = data
+                lines.append(f"{v} = F{i}()")
+                continue
+            if kind == "arg":
+                lines.append(f"n{i} = flat[{data}]._node")
+            else:
+                g[f"T{i}"] = data
+                if kind == "grad":
+                    lines += [f"n{i} = T{i}(flat)._grad", f"if n{i} is None: raise Stale()", f"n{i} = n{i}._node"]
+                else:
+                    lines.append(f"n{i} = T{i}(flat)._node")
+            lines += [f"{v} = n{i}.value", f"if {v} is None: {v} = ready(n{i})"]
+        lines.append(f"o = run([{', '.join(vals)}])")
+        for k in range(self.n_out):
+            g[f"D{k}"] = from_short(self.tape.dtypes[self.tape.outputs[k]])
+            lines.append(f"r{k} = tensor_of(o[{k}], D{k})")
+        if self.effects:
+            lines.append(f"apply(flat, o[{self.n_out}:])")
+        counter = iter(range(self.n_out))
+
+        def tree(spec):
+            tag = spec[0]
+            if tag == "T":
+                return f"r{next(counter)}"
+            if tag == "S":
+                name = f"S{len(g)}"
+                g[name] = spec[1]
+                return name
+            items = [tree(x) for x in spec[1]] if tag != "dict" else None
+            if tag == "tuple":
+                return "(" + "".join(f"{x}, " for x in items) + ")"
+            if tag == "list":
+                return "[" + ", ".join(items) + "]"
+            parts = []
+            for key, sub in spec[1]:
+                name = f"K{len(g)}"
+                g[name] = key
+                parts.append(f"{name}: {tree(sub)}")
+            return "{" + ", ".join(parts) + "}"
+        lines.append(f"return {tree(self.out_spec)}")
+        exec("def entry(flat):\n" + "\n".join("    " + line for line in lines) + "\n", g)
+        return g["entry"]
+
     def __call__(self, flat):
+        if self.entry is not None:
+            return self.entry(flat)
         nodes = [_fetch(kind, data, flat) for kind, data in self.inputs]
         if self.run is not None:
             lazy = [n for n in nodes if n.value is None]
