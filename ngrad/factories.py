@@ -7,6 +7,7 @@ import numpy as np
 from .engine import dtypes as D
 from .engine.graph import source
 from .tensor import Tensor, _shape_arg, _value, _wrap, device as _device
+from .trace import _check_random
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
            "empty_like", "full_like", "eye", "arange", "linspace", "rand", "randn", "randint", "rand_like",
@@ -261,7 +262,6 @@ def initial_seed():
 
 def _draw():
     """The generator, unless ngrad.compile is tracing (a draw would be frozen into the program)."""
-    from .trace import _check_random
     _check_random()
     return _generator[0]
 

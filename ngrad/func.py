@@ -48,6 +48,22 @@ def _fresh(tree):
     return _rebuild(tree, iter([t.detach().requires_grad_() for t in _leaves(tree)]))
 
 
+def _record(func, primals, has_aux):
+    """Call ``func`` on fresh copies of ``primals`` that require grad: (copies, output, aux,
+    output tensors, input tensors)."""
+    primals = [_fresh(p) for p in primals]
+    with _grad_mode.enable_grad():
+        out = func(*primals)
+    aux = None
+    if has_aux:
+        out, aux = out
+    return primals, out, aux, _leaves(out), [t for p in primals for t in _leaves(p)]
+
+
+def _detached(out, outs):
+    return _rebuild(out, iter([t.detach() for t in outs]))
+
+
 def value_and_grad(func, argnums=0, has_aux=False):
     """``f -> (lambda *args: (f(*args), gradient of f w.r.t. args[argnums]))``.
 
@@ -113,14 +129,7 @@ def vjp(func, *primals, has_aux=False):
     >>> vjp_fn(ngrad.tensor([1.0, 1.0]))
     (tensor([2., 6.]),)
     """
-    primals = [_fresh(p) for p in primals]
-    with _grad_mode.enable_grad():
-        out = func(*primals)
-    aux = None
-    if has_aux:
-        out, aux = out
-    outs = _leaves(out)
-    wrt = [t for p in primals for t in _leaves(p)]
+    primals, out, aux, outs, wrt = _record(func, primals, has_aux)
 
     def vjp_fn(cotangents, retain_graph=True, create_graph=False):
         cts = _leaves(cotangents)
@@ -129,7 +138,7 @@ def vjp(func, *primals, has_aux=False):
         grads = iter(_grad(outs, wrt, cts, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True,
                            materialize_grads=True))
         return tuple(_rebuild(p, grads) for p in primals)
-    detached = _rebuild(out, iter([t.detach() for t in outs]))
+    detached = _detached(out, outs)
     return (detached, vjp_fn, aux) if has_aux else (detached, vjp_fn)
 
 
@@ -147,14 +156,8 @@ def jvp(func, primals, tangents, has_aux=False):
         raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to be tuples")
     if len(primals) != len(tangents):
         raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have the same length")
-    ps = [_fresh(p) for p in primals]
+    _, out, aux, outs, wrt = _record(func, primals, has_aux)
     with _grad_mode.enable_grad():
-        out = func(*ps)
-        aux = None
-        if has_aux:
-            out, aux = out
-        outs = _leaves(out)
-        wrt = [t for p in ps for t in _leaves(p)]
         dummies = [zeros_like(o).requires_grad_() for o in outs]
         gs = _grad(outs, wrt, dummies, create_graph=True, allow_unused=True, materialize_grads=True)
         tan = [t for tg in tangents for t in _leaves(tg)]
@@ -167,7 +170,7 @@ def jvp(func, primals, tangents, has_aux=False):
         for x in inner[1:]:
             total = total + x
         jv = _grad(total, dummies, allow_unused=True, materialize_grads=True)
-    value = _rebuild(out, iter([o.detach() for o in outs]))
+    value = _detached(out, outs)
     jout = _rebuild(out, iter(jv))
     return (value, jout, aux) if has_aux else (value, jout)
 

@@ -25,6 +25,11 @@ def _shape_of(like):
     return tuple(like.shape) if isinstance(like, Tensor) else tuple(np.shape(like))
 
 
+def _from_flat(x, shape):
+    """SciPy's flat float64 vector as a tensor of the function's argument shape."""
+    return tensor(np.asarray(x, dtype=np.float64).reshape(shape), dtype=D.float64)
+
+
 class _Fallback:
     """``ngrad.compile(fn)``, or ``fn`` itself once tracing it has failed."""
 
@@ -55,8 +60,7 @@ def value_and_grad(fun, like, args=()):
     vg = _Fallback(_value_and_grad(lambda x, *a: fun(x, *a)))
 
     def f(x):
-        xt = tensor(np.asarray(x, dtype=np.float64).reshape(shape), dtype=D.float64)
-        value, g = vg(xt, *args)
+        value, g = vg(_from_flat(x, shape), *args)
         return float(value.item()), g.numpy().reshape(-1).astype(np.float64)
     return f
 
@@ -81,9 +85,7 @@ def hessp(fun, like, args=()):
     hv = _Fallback(product)
 
     def hp(x, p):
-        xt = tensor(np.asarray(x, dtype=np.float64).reshape(shape), dtype=D.float64)
-        pt = tensor(np.asarray(p, dtype=np.float64).reshape(shape), dtype=D.float64)
-        return hv(xt, pt, *args).numpy().reshape(-1).astype(np.float64)
+        return hv(_from_flat(x, shape), _from_flat(p, shape), *args).numpy().reshape(-1).astype(np.float64)
     return hp
 
 

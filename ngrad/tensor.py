@@ -869,7 +869,7 @@ class Tensor:
 
     def zero_(self):
         """Fill with zeros in place; returns self."""
-        return _inplace(self, _wrap(_expand_node(_const_node(0, self.dtype), self._node.shape)))
+        return self.fill_(0)
 
     def fill_(self, value):
         if isinstance(value, Tensor):
@@ -881,9 +881,9 @@ class Tensor:
 
     def copy_(self, src):
         """Copy ``src`` (broadcast to this shape, cast to this dtype) into this tensor."""
-        src = _as_tensor(src)
-        return _inplace(self, src.to(self.dtype).expand(self.shape) * 1 if src.shape != self.shape
-                        else src.to(self.dtype).clone())
+        src = _as_tensor(src).to(self.dtype)
+        # expand makes a new node; clone keeps two tensors from sharing one
+        return _inplace(self, src.expand(self.shape) if src.shape != self.shape else src.clone())
 
     def clamp_(self, min=None, max=None):
         return _inplace(self, self.clamp(min, max))

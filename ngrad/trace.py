@@ -13,7 +13,6 @@ tape into a driver, so a later call is: check the signature and guards, gather i
 the driver, write back the updates.
 """
 import functools
-import inspect
 import weakref
 
 import numpy as np
@@ -23,7 +22,7 @@ from .engine import dtypes as D
 from .engine.graph import Node as _Node, lower, replay, source
 from .engine.realize import realize
 from .engine.runtime import prepare
-from .tensor import Tensor, _wrap, replacements
+from .tensor import Tensor, _replace, _wrap, replacements
 
 __all__ = ["compile", "TraceError"]
 
@@ -117,12 +116,12 @@ def _check_random():
 
 # --- arguments: nested tuples, lists and dicts of tensors, floats and static values --------------
 
-def _flatten(tree, leaves, path=()):
+def _flatten(tree, leaves):
     """The structure of ``tree`` (hashable) with its leaves appended to ``leaves``."""
     if isinstance(tree, Tensor):
         leaves.append(tree)
         n = tree._node
-        return ("T", n.dtype, len(n.shape), n.shape, n.requires_grad)
+        return ("T", n.dtype, n.shape, n.requires_grad)
     t = type(tree)
     if t is float:
         leaves.append(tree)
@@ -262,7 +261,7 @@ class _Variant:
             else:
                 self.inputs.append(("const", n))
                 self.consts.append(n)
-        self.tape, self.kinds = low.tape, low.tape.kinds
+        self.tape = low.tape
         # ... and it reaches a tensor from outside the call that requires grad
         graph = graph and any(n.requires_grad for n in low.sources)
         self.run = None if graph else prepare(low.tape)
@@ -351,22 +350,14 @@ class _Variant:
         return g["entry"]
 
     def __call__(self, flat):
-        if self.entry is not None:
+        if self.entry is not None:  # run mode
             return self.entry(flat)
+        # outputs that require grad: the tape is recorded as graph nodes over the current inputs
         nodes = [_fetch(kind, data, flat) for kind, data in self.inputs]
-        if self.run is not None:
-            lazy = [n for n in nodes if n.value is None]
-            if lazy:
-                realize(lazy)
-            arrays = self.run([n.value for n in nodes])
-            outs = [_wrap(source(a, D.from_numpy_dtype(a.dtype))) for a in arrays[:self.n_out]]
-            self._apply(flat, arrays[self.n_out:])
-        else:  # outputs that require grad: the tape is recorded as graph nodes over the inputs
-            with _grad_mode.enable_grad():
-                made = replay(self.tape, nodes, True)
-            outs = [_wrap(n) for n in made[:self.n_out]]
-            self._apply(flat, realize(made[self.n_out:]))
-        return _out_build(self.out_spec, iter(outs))
+        with _grad_mode.enable_grad():
+            made = replay(self.tape, nodes, True)
+        self._apply(flat, realize(made[self.n_out:]))
+        return _out_build(self.out_spec, iter(_wrap(n) for n in made[:self.n_out]))
 
     def _apply(self, flat, arrays):
         for (target, kind, leaf), a in zip(self.effects, arrays):
@@ -379,10 +370,7 @@ class _Variant:
                 if leaf:
                     n.requires_grad = True
                     n.owner = weakref.ref(t)
-                old = t._node
-                old.replaced = True
-                replacements[0] += 1
-                t._node = n
+                _replace(t, n)
             elif kind == "grad":
                 t._grad._node = source(a, dt)
             else:  # "setgrad"
@@ -422,23 +410,20 @@ class CompiledFunction:
                 else:
                     break
             else:
-                key = (tuple(key), _gm.enabled)
-                for v in self.variants.get(key, ()):
-                    if v.valid(flat):
-                        try:
-                            return v(flat)
-                        except _Stale:
-                            break
-                return self._trace(key, flat, args, kwargs, None)
+                return self._replay((tuple(key), _gm.enabled), flat, args, kwargs, None)
         flat = []
-        spec = (self._spec(args, kwargs, flat), _gm.enabled)
-        for v in self.variants.get(spec, ()):
+        parts = self._spec(args, kwargs, flat)
+        return self._replay((parts, _gm.enabled), flat, args, kwargs, parts)
+
+    def _replay(self, key, flat, args, kwargs, parts):
+        """Run the first variant of ``key`` whose guards hold, or trace a new one."""
+        for v in self.variants.get(key, ()):
             if v.valid(flat):
                 try:
                     return v(flat)
                 except _Stale:
                     break
-        return self._trace(spec, flat, args, kwargs, spec)
+        return self._trace(key, flat, args, kwargs, parts)
 
     def _spec(self, args, kwargs, flat):
         parts = []
@@ -454,7 +439,8 @@ class CompiledFunction:
                 parts.append((k, _flatten(kwargs[k], flat)))
         return tuple(parts)
 
-    def _trace(self, key, flat, args, kwargs, spec):
+    def _trace(self, key, flat, args, kwargs, parts):
+        """``parts``: the per-argument structure from ``_spec``, or None for plain tensors."""
         # arguments become sources with values; their nodes are marked as traced
         lazy = [a._node for a in flat if isinstance(a, Tensor) and a._node.value is None]
         if lazy:
@@ -470,10 +456,10 @@ class CompiledFunction:
                 trace.traced.add(id(n))
                 trace.arg_of[id(n)] = k
                 call_flat[k] = _wrap(n)
-        if spec is None:
+        if parts is None:
             call_args, call_kwargs = tuple(call_flat), {}
         else:
-            call_args, call_kwargs = self._rebuild(args, kwargs, call_flat)
+            call_args, call_kwargs = self._rebuild(args, kwargs, parts, call_flat)
         _gm.trace = trace
         try:
             result = self.fn(*call_args, **call_kwargs)
@@ -498,15 +484,15 @@ class CompiledFunction:
         variants.append(variant)
         return variant(flat)
 
-    def _rebuild(self, args, kwargs, call_flat):
+    def _rebuild(self, args, kwargs, parts, call_flat):
+        """The call's arguments with their leaves taken from ``call_flat`` (``parts`` as ``_spec``
+        made them: positional arguments, then keyword arguments in sorted order)."""
         it = iter(call_flat)
-        new_args = []
-        for i, a in enumerate(args):
-            new_args.append(a if i in self.static_argnums else _build(_flatten(a, []), it))
-        new_kwargs = {}
-        for k in sorted(kwargs):
-            new_kwargs[k] = kwargs[k] if k in self.static_argnames else _build(_flatten(kwargs[k], []), it)
-        return tuple(new_args), new_kwargs
+        new_args = tuple(a if i in self.static_argnums else _build(part, it)
+                         for i, (a, part) in enumerate(zip(args, parts)))
+        new_kwargs = {k: kwargs[k] if k in self.static_argnames else _build(part[1], it)
+                      for k, part in zip(sorted(kwargs), parts[len(args):])}
+        return new_args, new_kwargs
 
 
 def _hashable(v):
@@ -527,8 +513,7 @@ def _effects(trace):
         t = ref()
         if t is None or t._node is old or key in grad_objects:
             continue
-        leaf = True if old.requires_grad and not old.differentiable else None
-        effects.append((key, ref, "node", leaf))
+        effects.append((key, ref, "node", old.requires_grad and not old.differentiable))
         roots.append(t._node)
     for key, (ref, old) in trace.grads.items():
         t = ref()
@@ -537,13 +522,13 @@ def _effects(trace):
         g = t._grad
         if g is None:
             if old is not None:
-                clears.append((key, ref, "nograd", None))
+                clears.append((key, ref, "nograd", False))
         elif g is old:
             if id(g) in trace.changed and g._node is not trace.changed[id(g)][1]:
-                effects.append((key, ref, "grad", None))
+                effects.append((key, ref, "grad", False))
                 roots.append(g._node)
         else:
-            effects.append((key, ref, "setgrad", None))
+            effects.append((key, ref, "setgrad", False))
             roots.append(g._node)
     return effects, roots, clears
 

@@ -30,6 +30,15 @@ def _fd(f, args, i, u):
     return (f(plus) - f(minus)) / (2 * EPS)
 
 
+def fd_gradient(f, x):
+    """The central-difference gradient of a scalar NumPy function of one array."""
+    return np.array([_fd(lambda a: f(a[0]), [x], 0, e.reshape(x.shape)) for e in np.eye(x.size)]).reshape(x.shape)
+
+
+def np_rosenbrock(x):
+    return float(np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2))
+
+
 def dot_check(tape, wrt_pos, args, rng, rtol=1e-5, atol=1e-7):
     """<u, J^T v> against <v, J u> by central differences for each input in ``wrt_pos``."""
     joint = vjp(tape, [tape.inputs[i] for i in wrt_pos])

@@ -159,7 +159,12 @@ def bind(tape, values):
 
 def evaluate(tape, ins, env):
     """One instruction with NumPy, as an array of exactly its slot's dtype (callers set errstate)."""
-    r = PRIMS[ins.prim].fwd(NUMPY, *[env[a] for a in ins.args], **ins.params)
+    return compute(tape, ins, [env[a] for a in ins.args])
+
+
+def compute(tape, ins, args):
+    """``evaluate`` on operand arrays given in order (no environment)."""
+    r = PRIMS[ins.prim].fwd(NUMPY, *args, **ins.params)
     if type(r) is not np.ndarray or r.dtype != _NP[tape.dtypes[ins.out]]:
         r = np.asarray(r, dtype=np_dtype(tape.dtypes[ins.out]))
     return r

@@ -25,7 +25,7 @@ import numpy as np
 
 from .codegen import identity
 from .fuse import SMALL_LOOP
-from .interpret import bind, dead_after, evaluate, interpret, np_dtype
+from .interpret import bind, compute, dead_after, evaluate, interpret, np_dtype
 
 __all__ = ["run", "prepare", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
 
@@ -550,20 +550,6 @@ def prepare(tape):
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
 
-def _glue_fn(tape, ins):
-    """One instruction as a plain function of its operand arrays (driver glue)."""
-    from .interpret import NUMPY
-    from .prims import PRIMS
-    fwd, params, dt = PRIMS[ins.prim].fwd, ins.params, np_dtype(tape.dtypes[ins.out])
-
-    def glue(*args):
-        r = fwd(NUMPY, *args, **params)
-        if type(r) is not np.ndarray or r.dtype != dt:
-            r = np.asarray(r, dtype=dt)
-        return r
-    return glue
-
-
 def _driver(comp, tape):
     """The driver of a compiled plan (see ``prepare``), or None when the plan is too big for one:
     a loop big enough for threads, or a buffer the pool should keep."""
@@ -580,7 +566,9 @@ def _driver(comp, tape):
     g = {"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
          "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_}
     lines = []
-    var, fresh, root, loose = {}, set(), {}, set()  # loose: may not be C-contiguous
+    # slot -> variable; variables holding fresh arrays; slot -> the variable owning its memory;
+    # slots that may not be C-contiguous; variables holding a runtime scalar as a NumPy scalar
+    var, fresh, root, loose, scalar = {}, set(), {}, set(), set()
 
     def dtype_name(s):
         name = f"D{s}"
@@ -592,7 +580,7 @@ def _driver(comp, tape):
         root[s] = v
         if kind == "scalar":
             lines.append(f"{v} = {dtype_name(s)}.type(values[{i}])  # in %{s} scalar")
-            g[f"{v}_is_scalar"] = True
+            scalar.add(v)
         else:
             lines.append(f"{v} = values[{i}]  # in %{s}")
             lines.append(f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
@@ -600,11 +588,10 @@ def _driver(comp, tape):
             lines.append(f"    {v} = fix({i}, {v})")
     g["fix"] = lambda i, v: _fix_input(tape, i, v)
 
-    consts = {}
-    for k, step in enumerate(steps):  # constants (literals and their reshapes) are computed once
-        if isinstance(step, Glue) and step.instr.out in comp.consts:
-            ins = step.instr
-            consts[ins.out] = evaluate(tape, ins, consts)
+    consts = comp.consts  # constants (literals and their reshapes), computed once per plan
+    for step in steps:
+        if isinstance(step, Glue) and step.instr.out in consts and consts[step.instr.out] is None:
+            consts[step.instr.out] = evaluate(tape, step.instr, consts)
 
     def glue_line(ins):
         out = ins.out
@@ -614,7 +601,7 @@ def _driver(comp, tape):
             root[out] = f"C{out}"
             return f"{v} = C{out}  # %{out} = {ins.prim} (constant)"
         a0 = ins.args[0] if ins.args else None
-        if ins.prim in ("reshape", "detach") and g.get(f"{var[a0]}_is_scalar"):
+        if ins.prim in ("reshape", "detach") and var[a0] in scalar:
             # a runtime scalar stays a NumPy scalar until something needs it as an array
             var[out] = var[a0]
             root[out] = root[a0]
@@ -624,12 +611,7 @@ def _driver(comp, tape):
             if a0 in loose:
                 loose.add(out)
             return f"# %{out} = detach(%{a0}) is {var[a0]}"
-        args = []
-        for a in ins.args:
-            if g.get(f"{var[a]}_is_scalar"):
-                args.append(f"asarray({var[a]})")
-            else:
-                args.append(var[a])
+        args = [f"asarray({var[a]})" if var[a] in scalar else var[a] for a in ins.args]
         if ins.prim == "reshape":
             expr = f"{args[0]}.reshape({ins.params['shape']!r})"
         elif ins.prim == "slice":
@@ -640,7 +622,7 @@ def _driver(comp, tape):
             fresh.add(v)
             return f"{v}[{_index_text(ins.params)}] = {args[0]}"
         else:
-            g[f"G{out}"] = _glue_fn(tape, ins)
+            g[f"G{out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
             expr = f"G{out}({', '.join(args)})"
         if ins.prim in _SHARES:
             root[out] = root.get(ins.args[0], v)
@@ -657,7 +639,7 @@ def _driver(comp, tape):
             lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
         return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
 
-    for seg, src, fn in zip(lay.segments, lay.sources, lay.kernels):
+    for n_seg, (seg, src, fn) in enumerate(zip(lay.segments, lay.sources, lay.kernels)):
         if src is None:
             ins = steps[seg[0]].instr
             line = glue_line(ins)
@@ -680,7 +662,7 @@ def _driver(comp, tape):
                 args.append(array_arg(a, _squeezed(tape.shapes[a], pattern)))
             for s_, late in zip(part.scalars, part.late):
                 v = var[s_]
-                if g.get(f"{v}_is_scalar"):
+                if v in scalar:
                     args.append(f"asarray({v}).reshape(-1)" if late else v)
                 else:
                     args.append(f"{v}.reshape(-1)" if late else f"{v}.reshape(-1)[0]")
@@ -709,7 +691,7 @@ def _driver(comp, tape):
                 guards.append(f"b{len(guards)}_{j}")
                 lines.append(f"{guards[-1]} = zeros(1, bool_)")
                 args.append(guards[-1])
-        name = f"K{len([k for k in g if k.startswith('K')])}"
+        name = f"K{n_seg}"
         g[name] = _warming(fn, g, name)
         lines.append(f"{name}({', '.join(args)})")
         if guards:
@@ -720,7 +702,7 @@ def _driver(comp, tape):
     outs, taken = [], set()
     for s in tape.outputs:
         v = var[s]
-        if g.get(f"{v}_is_scalar"):
+        if v in scalar:
             v = f"asarray({v})"
         elif root.get(s) not in fresh or root.get(s) in taken:  # an input, a constant, or shared
             v = f"{v}.copy()"

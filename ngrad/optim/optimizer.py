@@ -98,8 +98,7 @@ class Optimizer:
         for g in self.param_groups:
             for p in g["params"]:
                 if p in self.state:
-                    state[index[id(p)]] = {k: (v.detach().clone() if isinstance(v, Tensor) else copy.deepcopy(v))
-                                           for k, v in self.state[p].items()}
+                    state[index[id(p)]] = {k: _copy(v) for k, v in self.state[p].items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
@@ -119,9 +118,7 @@ class Optimizer:
         self.state = {}
         for i, st in state_dict["state"].items():
             p = by_index[int(i)]
-            self.state[p] = {k: (v.detach().clone().to(p.dtype) if isinstance(v, Tensor) and k != "step"
-                                 else v.detach().clone() if isinstance(v, Tensor) else copy.deepcopy(v))
-                             for k, v in st.items()}
+            self.state[p] = {k: _copy(v, None if k == "step" else p.dtype) for k, v in st.items()}
         self._layout += 1
 
     def step(self, closure=None):
@@ -161,6 +158,14 @@ class Optimizer:
         if name not in st:
             st[name] = make()
         return st[name]
+
+
+def _copy(v, dtype=None):
+    """A state entry's copy (a tensor cast to ``dtype`` when given: the parameter's, as PyTorch does)."""
+    if not isinstance(v, Tensor):
+        return copy.deepcopy(v)
+    v = v.detach().clone()
+    return v if dtype is None else v.to(dtype)
 
 
 def step_tensor():
