@@ -10,7 +10,7 @@ tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 import builtins as _builtins
 import functools as _functools
 
-from . import autograd, func, nn, optim, scipy
+from . import autograd, cuda, func, nn, optim, scipy
 from .engine.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
 from .engine.dtypes import (DType as dtype, float32, float64, get_default_dtype, int32, int64,
                             set_default_dtype)

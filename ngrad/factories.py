@@ -6,7 +6,7 @@ import numpy as np
 
 from .engine import dtypes as D
 from .engine.graph import source
-from .tensor import Tensor, _shape_arg, _value, _wrap, device as _device
+from .tensor import Tensor, _device_name, _host, _shape_arg, _value, _value_on, _wrap
 from .trace import _check_random
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
@@ -14,16 +14,12 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full"
            "randn_like", "randperm", "manual_seed", "seed", "initial_seed", "is_tensor", "numel"]
 
 
-def _leaf(value, dtype, requires_grad):
-    t = _wrap(source(value, dtype))
+def _leaf(value, dtype, requires_grad, device=None):
+    """A leaf holding ``value`` (a host array), on ``device`` (an engine name, None for the CPU)."""
+    t = _wrap(source(_value_on(value, device) if device == "cuda" else value, dtype))
     if requires_grad:
         t.requires_grad_()
     return t
-
-
-def _check_device(device):
-    if device is not None:
-        _device(device)
 
 
 def _infer(data):
@@ -76,10 +72,14 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     >>> ngrad.tensor([[1, 2], [3, 4]]).dtype
     ngrad.int64
     """
-    _check_device(device)
+    dev = _device_name(device)
     if isinstance(data, Tensor):
-        value = np.array(_value(data))
+        value = np.array(_host(data))
         d = dtype or data.dtype
+        if dev is None:
+            dev = data._node.device
+    elif _on_gpu(data):
+        return _from_cuda(data, dtype, dev, requires_grad, copy=True)
     elif isinstance(data, np.ndarray):
         d = dtype or D.from_numpy_dtype(data.dtype)
         value = np.array(data, dtype=d.np, order="C")
@@ -94,7 +94,35 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         value = np.array(data, dtype=d.np, order="C")
     if requires_grad and not d.is_floating_point:
         raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
-    return _leaf(value, d, requires_grad)
+    return _leaf(value, d, requires_grad, dev)
+
+
+def _on_gpu(data):
+    """An object in GPU memory ngrad can take over: ``__cuda_array_interface__`` (or the CUDA
+    simulator's device arrays)."""
+    return not isinstance(data, (np.ndarray, Tensor)) and (
+        hasattr(data, "__cuda_array_interface__") or type(data).__name__ == "FakeCUDAArray")
+
+
+def _from_cuda(data, dtype, dev, requires_grad, copy):
+    """A tensor on the GPU from an object exposing ``__cuda_array_interface__`` (a CuPy array, a
+    PyTorch CUDA tensor, a Numba device array): shared memory unless ``copy``."""
+    from .engine.compile import as_device, device_copy, is_device_array
+    _device_name("cuda")
+    arr = data if is_device_array(data) else as_device(data)
+    d = D.from_numpy_dtype(np.dtype(arr.dtype))
+    if not arr.is_c_contiguous() or copy:
+        arr = device_copy(arr) if arr.is_c_contiguous() else _value_on(np.ascontiguousarray(arr.copy_to_host()), "cuda")
+    t = _wrap(source(arr, d))
+    if dtype is not None and dtype is not d:
+        t = t.to(dtype)
+    if dev == "cpu":
+        t = t.cpu()
+    if requires_grad:
+        if not t.dtype.is_floating_point:
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+        t.requires_grad_()
+    return t
 
 
 def _flat(data):
@@ -114,10 +142,18 @@ def _to_plain(data):
 
 
 def as_tensor(data, dtype=None, device=None):
-    """Like ``tensor`` but returns ``data`` itself when it already is a tensor of that dtype."""
-    if isinstance(data, Tensor) and (dtype is None or dtype is data.dtype):
+    """Like ``tensor`` but returns ``data`` itself when it already is a tensor of that dtype and
+    device, and shares memory with a NumPy array or, on the GPU, with any object exposing
+    ``__cuda_array_interface__`` (CuPy, PyTorch CUDA tensors)."""
+    if isinstance(data, Tensor) and (dtype is None or dtype is data.dtype) and (
+            device is None or data.device == device):
         return data
-    if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) and data.flags.c_contiguous:
+    if _on_gpu(data):
+        return _from_cuda(data, dtype, _device_name(device), False, copy=False)
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device)
+    if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) and data.flags.c_contiguous and \
+            _device_name(device) != "cuda":
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
 
@@ -137,12 +173,12 @@ def from_numpy(ndarray):
 
 
 def _filled(size, value, dtype, requires_grad, device):
-    _check_device(device)
+    device = _device_name(device)
     shape = _shape_arg(size)
     if any(s < 0 for s in shape):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
     dtype = dtype or D.get_default_dtype()
-    return _leaf(np.full(shape, value, dtype=dtype.np), dtype, requires_grad)
+    return _leaf(np.full(shape, value, dtype=dtype.np), dtype, requires_grad, device)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
@@ -175,30 +211,30 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     return _filled((size,) if isinstance(size, int) else tuple(size), fill_value, dtype, requires_grad, device)
 
 
-def _like(t, value, dtype, requires_grad):
-    return _filled(t.shape, value, dtype or t.dtype, requires_grad, None)
+def _like(t, value, dtype, requires_grad, device):
+    return _filled(t.shape, value, dtype or t.dtype, requires_grad, t.device if device is None else device)
 
 
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False):
-    return _like(input, 0, dtype, requires_grad)
+    return _like(input, 0, dtype, requires_grad, device)
 
 
 def ones_like(input, *, dtype=None, device=None, requires_grad=False):
-    return _like(input, 1, dtype, requires_grad)
+    return _like(input, 1, dtype, requires_grad, device)
 
 
 empty_like = zeros_like
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
-    return _like(input, fill_value, dtype, requires_grad)
+    return _like(input, fill_value, dtype, requires_grad, device)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     """The identity matrix (``n`` x ``m``)."""
-    _check_device(device)
+    device = _device_name(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(np.eye(n, n if m is None else m, dtype=dtype.np), dtype, requires_grad)
+    return _leaf(np.eye(n, n if m is None else m, dtype=dtype.np), dtype, requires_grad, device)
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
@@ -208,7 +244,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     >>> ngrad.arange(3)
     tensor([0, 1, 2])
     """
-    _check_device(device)
+    device = _device_name(device)
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -217,16 +253,16 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         dtype = _infer([start, end, step])
     n = max(0, math.ceil((end - start) / step))
     return _leaf((start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
-                 if dtype.is_floating_point else np.arange(start, end, step, dtype=dtype.np), dtype, requires_grad)
+                 if dtype.is_floating_point else np.arange(start, end, step, dtype=dtype.np), dtype, requires_grad, device)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
-    _check_device(device)
+    device = _device_name(device)
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     dtype = dtype or D.get_default_dtype()
-    return _leaf(np.linspace(start, end, steps).astype(dtype.np), dtype, requires_grad)
+    return _leaf(np.linspace(start, end, steps).astype(dtype.np), dtype, requires_grad, device)
 
 
 # --- randomness -----------------------------------------------------------------------------------------
@@ -268,16 +304,16 @@ def _draw():
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform samples from [0, 1)."""
-    _check_device(device)
+    device = _device_name(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(_draw().random(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
+    return _leaf(_draw().random(_shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     """Standard normal samples."""
-    _check_device(device)
+    device = _device_name(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(_draw().standard_normal(_shape_arg(size)).astype(dtype.np), dtype, requires_grad)
+    return _leaf(_draw().standard_normal(_shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
 
 
 def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_grad=False):
@@ -285,20 +321,23 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
     if high is None:
         low, high = 0, low
     dtype = dtype or D.int64
-    return _leaf(_draw().integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad)
+    device = _device_name(device)
+    return _leaf(_draw().integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad, device)
 
 
-def rand_like(input, *, dtype=None, requires_grad=False):
-    return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
+def rand_like(input, *, dtype=None, device=None, requires_grad=False):
+    return rand(input.shape, dtype=dtype or input.dtype, device=input.device if device is None else device,
+                requires_grad=requires_grad)
 
 
-def randn_like(input, *, dtype=None, requires_grad=False):
-    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
+def randn_like(input, *, dtype=None, device=None, requires_grad=False):
+    return randn(input.shape, dtype=dtype or input.dtype, device=input.device if device is None else device,
+                 requires_grad=requires_grad)
 
 
 def randperm(n, *, dtype=None, device=None):
     dtype = dtype or D.int64
-    return _leaf(_draw().permutation(n).astype(dtype.np), dtype, False)
+    return _leaf(_draw().permutation(n).astype(dtype.np), dtype, False, _device_name(device))
 
 
 def is_tensor(obj):

@@ -39,11 +39,14 @@ class Size(tuple):
 
 
 class device:
-    """Where a tensor lives. Only ``'cpu'`` exists in this build.
+    """Where a tensor lives: ``'cpu'`` or ``'cuda'`` (one GPU, index 0), as in PyTorch.
+    Naming a device never needs a GPU; putting a tensor there does (``ngrad.cuda.is_available``).
 
     >>> import ngrad
     >>> ngrad.device("cpu")
     device(type='cpu')
+    >>> ngrad.device("cuda:0")
+    device(type='cuda', index=0)
     """
 
     __slots__ = ("type", "index")
@@ -51,27 +54,70 @@ class device:
     def __init__(self, type="cpu", index=None):
         if isinstance(type, device):
             type, index = type.type, type.index
-        if type != "cpu":
-            raise RuntimeError(f"Expected one of cpu device type at start of device string: {type}. "
-                               "ngrad's CUDA target is not available in this build.")
+        elif isinstance(type, int) and not isinstance(type, bool):
+            type, index = "cuda", type
+        elif isinstance(type, str) and ":" in type:
+            type, _, num = type.partition(":")
+            if not num.isdigit():
+                raise RuntimeError(f"Invalid device string: '{type}:{num}'")
+            index = int(num)
+        if type not in ("cpu", "cuda"):
+            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {type}")
+        if index is not None and (type == "cpu" and index != 0 or type == "cuda" and index != 0):
+            raise RuntimeError(f"ngrad supports one GPU, cuda:0 (got {type}:{index})")
         self.type, self.index = type, index
 
     def __repr__(self):
-        return f"device(type='{self.type}')"
+        return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
 
     def __str__(self):
-        return self.type
+        return self.type if self.index is None else f"{self.type}:{self.index}"
 
     def __eq__(self, other):
-        if isinstance(other, str):
+        if isinstance(other, (str, int)):
             other = device(other)
-        return isinstance(other, device) and other.type == self.type
+        return isinstance(other, device) and other.type == self.type and (
+            self.index is None or other.index is None or self.index == other.index)
 
     def __hash__(self):
         return hash(self.type)
 
 
 _CPU = device("cpu")
+_CUDA = device("cuda", 0)
+
+
+def _device_name(dev):
+    """The engine's name of a device argument (``'cpu'``/``'cuda'``; None stays None), checking
+    that CUDA can be used before anything is put there."""
+    if dev is None:
+        return None
+    name = device(dev).type
+    if name == "cuda":
+        from .engine.compile import cuda_status
+        ok, why = cuda_status()
+        if not ok:
+            raise RuntimeError(f"CUDA is not available: {why}")
+    return name
+
+
+def _value_on(value, dev):
+    """An array value moved to device ``dev`` ('cpu' or 'cuda') if it is not there already."""
+    if value.__class__ is np.ndarray:
+        if dev != "cuda":
+            return value
+        from .engine.compile import to_device
+        return to_device(value if value.flags.c_contiguous else np.ascontiguousarray(value).reshape(value.shape))
+    if dev == "cuda":
+        return value
+    from .engine.compile import to_host
+    return to_host(value)
+
+
+def _host(t):
+    """The realized value of tensor ``t`` as a NumPy array (copied from the GPU if it is there)."""
+    v = _value(t)
+    return v if v.__class__ is np.ndarray else _value_on(v, "cpu")
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -421,8 +467,9 @@ def _inplace(t, result):
 
 
 def _index_source(arr):
+    """Index arrays the facade computed: copied to the device of the graph that uses them."""
     arr = np.ascontiguousarray(arr, dtype=np.int64)
-    return source(arr, D.int64)
+    return source(arr, D.int64, device=None)
 
 
 # --- the tensor ------------------------------------------------------------------------------------
@@ -471,9 +518,22 @@ class Tensor:
 
     @property
     def device(self):
-        return _CPU
+        return _CUDA if self._node.device == "cuda" else _CPU
 
-    is_cuda = False
+    @property
+    def is_cuda(self):
+        return self._node.device == "cuda"
+
+    @property
+    def __cuda_array_interface__(self):
+        """The GPU memory of a CUDA tensor, for CuPy, PyTorch or Numba to use without a copy."""
+        if self._node.device != "cuda":
+            raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor type: cpu. "
+                                 "If CUDA data is required use tensor.cuda() to copy tensor to device memory.")
+        if self._node.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. If gradients "
+                               "aren't required, use var.detach() to get Variable that doesn't require grad.")
+        return _value(self).__cuda_array_interface__
 
     @property
     def ndim(self):
@@ -556,6 +616,9 @@ class Tensor:
             if value._node.shape != self._node.shape:
                 raise RuntimeError(f"assigned grad has data of a different size ({list(value.shape)} vs "
                                    f"{list(self.shape)})")
+            if value.device != self.device:
+                raise RuntimeError(f"assigned grad has data located on a different device ({value.device} vs "
+                                   f"{self.device})")
         if _gm.trace is not None:
             _gm.trace.note_grad(self)
         self._grad = value
@@ -615,9 +678,12 @@ class Tensor:
         >>> ngrad.tensor([1, 2]).numpy()
         array([1, 2])
         """
+        if self._node.device == "cuda" and not force:
+            raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                            "tensor to host memory first.")
         if self._node.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return np.asarray(_value(self))
+        return np.asarray(_host(self))
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -628,10 +694,10 @@ class Tensor:
         n = self.numel()
         if n != 1:
             raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
-        return _value(self).reshape(()).item()
+        return _host(self).reshape(()).item()
 
     def tolist(self):
-        return _value(self).tolist()
+        return _host(self).tolist()
 
     def __bool__(self):
         if self.numel() != 1:
@@ -664,7 +730,9 @@ class Tensor:
             suffixes.append(f"grad_fn=<{BackwardNode(n).name()}>")
         elif n.requires_grad:
             suffixes.append("requires_grad=True")
-        return format_tensor(np.asarray(_value(self)), suffixes)
+        if n.device == "cuda":
+            suffixes.insert(0, "device='cuda:0'")
+        return format_tensor(np.asarray(_host(self)), suffixes)
 
     __str__ = __repr__
 
@@ -676,13 +744,13 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __reduce_ex__(self, protocol):
-        return (tensor, (_value(self), self.dtype, None, self.requires_grad))
+        return (tensor, (_host(self), self.dtype, str(self.device), self.requires_grad))
 
     def __deepcopy__(self, memo):
         if not self.is_leaf:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
                                "deepcopy protocol at the moment.")
-        out = _wrap(source(np.array(_value(self)), self.dtype))
+        out = _wrap(source(_value_on(np.array(_host(self)), self._node.device), self.dtype))
         if self.requires_grad:
             out.requires_grad_()
         memo[id(self)] = out
@@ -690,20 +758,45 @@ class Tensor:
 
     # conversion ---------------------------------------------------------------------------------
     def to(self, *args, **kwargs):
-        """Convert dtype (``t.to(ngrad.float64)``, ``t.to(other)``); ``'cpu'`` keeps the device."""
-        dtype = kwargs.get("dtype")
+        """Convert dtype and/or device (``t.to(ngrad.float64)``, ``t.to('cuda')``, ``t.to(other)``).
+
+        >>> import ngrad
+        >>> ngrad.tensor([1, 2]).to(ngrad.float64).to("cpu")
+        tensor([1., 2.], dtype=ngrad.float64)
+        """
+        dtype, dev = kwargs.get("dtype"), kwargs.get("device")
         for a in args:
             if isinstance(a, D.DType):
                 dtype = a
             elif isinstance(a, Tensor):
-                dtype = a.dtype
-            elif isinstance(a, (str, device)):
-                device(a)
-        if "device" in kwargs and kwargs["device"] is not None:
-            device(kwargs["device"])
-        if dtype is None or dtype is self.dtype:
+                dtype, dev = a.dtype, a.device
+            elif isinstance(a, (str, device, int)) and not isinstance(a, bool):
+                dev = a
+        out = self
+        if dev is not None:
+            out = out._moved(_device_name(dev))
+        if dtype is None or dtype is out.dtype:
+            return out
+        return _wrap_cast(out, dtype)
+
+    def _moved(self, dev):
+        """This tensor on device ``dev`` (itself if it is there): a copy of its value."""
+        n = self._node
+        if (n.device == "cuda") == (dev == "cuda"):
             return self
-        return _wrap_cast(self, dtype)
+        if n.requires_grad and _gm.enabled:
+            raise RuntimeError(f"ngrad cannot differentiate through a copy between devices: create the tensor "
+                               f"on {dev} (device='{dev}', requires_grad=True), or copy it before requires_grad_() "
+                               f"or under ngrad.no_grad()")
+        return _wrap(source(_value_on(_value(self), dev), n.dtype))
+
+    def cuda(self, device=None):
+        """A copy of this tensor in GPU memory (itself if it is there already)."""
+        return self._moved(_device_name("cuda" if device is None else device))
+
+    def cpu(self):
+        """A copy of this tensor in host memory (itself if it is there already)."""
+        return self._moved("cpu")
 
     def type(self, dtype=None):
         if dtype is None:
@@ -729,9 +822,6 @@ class Tensor:
     def bool(self):
         return self.to(D.bool_)
 
-    def cpu(self):
-        return self
-
     def contiguous(self):
         return self
 
@@ -739,6 +829,9 @@ class Tensor:
         """A copy with its own storage; gradients flow through it."""
         n = self._node
         if not n.requires_grad and n.value is not None and not _traced(n):
+            if n.device == "cuda":
+                from .engine.compile import device_copy
+                return _wrap(source(device_copy(n.value), n.dtype))
             return _wrap(source(np.array(n.value), n.dtype))
         return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")
 
@@ -996,7 +1089,8 @@ class Tensor:
     def isnan(self):
         n = self._node
         if not n.dtype.is_floating_point:
-            return _wrap(source(np.zeros(n.shape, bool), D.bool_)) if n.value is not None else self != self
+            return _wrap(source(_value_on(np.zeros(n.shape, bool), n.device), D.bool_)) if n.value is not None \
+                else self != self
         return _wrap(Node("isnan", (n,), None, n.shape, D.bool_))
 
     def any(self, dim=None, keepdim=False):
@@ -1455,7 +1549,7 @@ class Tensor:
             if d != axis and a > b:
                 raise RuntimeError(f"Size does not match at dimension {d} expected index {list(idx.shape)} to be "
                                    f"no larger than self {list(n.shape)} apart from dimension {axis}")
-        iv = _value(idx)
+        iv = _host(idx)
         if iv.size and (iv.min() < -n.shape[axis] or iv.max() >= n.shape[axis]):
             raise RuntimeError(f"index {int(iv.max() if iv.max() >= n.shape[axis] else iv.min())} is out of "
                                f"bounds for dimension {axis} with size {n.shape[axis]}")
@@ -1473,7 +1567,7 @@ class Tensor:
         if idx.dtype.category != 1:
             raise RuntimeError("index_select(): Expected dtype int32/int64 for index")
         d = _dim(dim, max(self.ndim, 1))
-        out = self._advanced(d, [_value(idx).reshape(-1)])
+        out = self._advanced(d, [_host(idx).reshape(-1)])
         return _named(out, "IndexSelectBackward0")
 
     def _advanced(self, axis, arrays):
@@ -1541,7 +1635,7 @@ Tensor.arcsin, Tensor.arccos, Tensor.arctan = Tensor.asin, Tensor.acos, Tensor.a
 
 def zeros_like_node(x, axes):
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-    return _wrap(source(np.zeros(shape, x.dtype.np), x.dtype))
+    return _wrap(source(_value_on(np.zeros(shape, x.dtype.np), x._node.device), x.dtype))
 
 
 def _wrap_cast(t, dtype):
@@ -1596,11 +1690,15 @@ def where(condition, input=None, other=None):
 
 def nonzero(input, *, as_tuple=False):
     """Indices of the non-zero entries (computed at once: the result's size depends on values)."""
-    v = _value(_as_tensor(input))
+    t = _as_tensor(input)
+    v = _host(t)
     idx = np.nonzero(v) if v.ndim else np.nonzero(v.reshape(1))
+
+    def placed(a):
+        return _wrap(source(_value_on(np.ascontiguousarray(a, dtype=np.int64), t._node.device), D.int64))
     if as_tuple:
-        return tuple(_wrap(_index_source(i)) for i in idx)
-    return _wrap(_index_source(np.stack(idx, axis=1) if idx else np.zeros((0, 0))))
+        return tuple(placed(i) for i in idx)
+    return placed(np.stack(idx, axis=1) if idx else np.zeros((0, 0)))
 
 
 def matmul(input, other):
@@ -1740,9 +1838,9 @@ def _getitem(t, key):
     for k in key:
         if isinstance(k, Tensor):
             if k.dtype is D.bool_:
-                items.append(("mask", _value(k)))
+                items.append(("mask", _host(k)))
             elif k.dtype.category == 1:
-                items.append(("adv", _value(k)))
+                items.append(("adv", _host(k)))
             else:
                 raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
         elif isinstance(k, (list, np.ndarray)):

@@ -12,10 +12,10 @@ import numpy as np
 from .. import grad_mode
 from ..engine.batch import batch
 from ..engine.differentiate import vjp
-from ..engine.graph import lower, replay, source
+from ..engine.graph import lower, replay, source, target_of
 from ..engine.realize import realize
 from ..engine.runtime import run
-from ..tensor import Tensor, _replace, _value, _wrap
+from ..tensor import Tensor, _replace, _value, _value_on, _wrap
 
 __all__ = ["backward", "grad"]
 
@@ -47,7 +47,7 @@ def _seeds(outputs, grad_outputs, is_grads_batched):
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out.dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out.dtype}")
-            seeds.append(_wrap(source(np.ones(out.shape, out.dtype.np), out.dtype)))
+            seeds.append(_wrap(source(np.ones(out.shape, out.dtype.np), out.dtype, device=None)))
             continue
         if not isinstance(g, Tensor):
             raise TypeError(f"gradients can be either Tensors or None, but got {type(g).__name__}")
@@ -128,11 +128,13 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
         if batched:
             tape, _ = batch(tape, set(joint.seeds), seeds[0].shape[0])
         realize(seed_nodes)
-        values = run(tape, [n.value for n in low.sources] + [n.value for n in seed_nodes])
+        target = target_of([o._node for o in outputs])
+        values = run(tape, [n.value for n in low.sources] + [n.value for n in seed_nodes], target)
         for o, v in zip(outputs, values[:n_out]):
             if o._node.value is None:
                 o._node.value = v
-        result = [None if w is None or pos[w] is None else source(values[pos[w]], n.dtype)
+        # a gradient lives where its tensor does (a 0-d CPU tensor can take part in a GPU graph)
+        result = [None if w is None or pos[w] is None else source(_value_on(values[pos[w]], n.device), n.dtype)
                   for w, n in zip(wrt, targets)]
     if not retain_graph:
         for i in joint.ran:
@@ -172,7 +174,11 @@ def _accumulate(t, g, create_graph):
         _replace(t._grad, (t._grad + _wrap(g))._node)
     else:
         old = t._grad
-        total = _value(old) + realize([g])[0]
+        if old._node.device == "cuda":  # device arrays have no arithmetic: add on the device
+            with grad_mode.no_grad():
+                total = realize([(old.detach() + _wrap(g))._node])[0]
+        else:
+            total = _value(old) + realize([g])[0]
         _replace(old, source(total, old.dtype))
 
 
@@ -265,7 +271,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                    "Set allow_unused=True if this is the desired behavior.")
             if materialize_grads:
                 shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + tuple(t.shape)
-                res.append(_wrap(source(np.zeros(shape, t.dtype.np), t.dtype)))
+                res.append(_wrap(source(_value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype)))
             else:
                 res.append(None)
         else:

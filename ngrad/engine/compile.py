@@ -8,6 +8,11 @@ so Numba's own cache (``cache=True``) reloads the machine code in a new process 
 compiling. A disk entry that is corrupt (the module text or Numba's cache files) is deleted and
 rebuilt, never trusted. Flags: ``nogil``, ``error_model='numpy'`` (vectorised division, IEEE
 results), ``fastmath={'reassoc', 'contract'}`` (not ``fastmath=True``: that breaks NaN checks).
+
+The CUDA target: ``cuda_kernel(text)`` is the same for ``cuda.jit`` kernels (default IEEE
+flags, cached on disk the same way), ``cuda_status()`` says whether CUDA can be used and why
+not, and the ``device_*`` functions are the few device-memory operations the CUDA runtime needs
+(``numba.cuda`` is imported on first use, so a CPU-only process never loads it).
 """
 import glob
 import hashlib
@@ -19,15 +24,16 @@ import threading
 import time
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
 from .._version import __version__ as _ngrad_version
 from . import vmath
-from .codegen import CODEGEN_VERSION
+from .codegen import CODEGEN_VERSION, CUDA_BLOCK
 
-__all__ = ["kernel", "cache_dir", "cache_info", "cache_clear", "stats"]
+__all__ = ["kernel", "cuda_kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats"]
 
 FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
@@ -166,7 +172,7 @@ def _purge(key):
             pass
 
 
-def _load(key, text):
+def _load(key, text, target="cpu"):
     path = os.path.join(cache_dir(), f"{key}.py")
     try:
         with open(path) as f:
@@ -181,6 +187,10 @@ def _load(key, text):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    if target == "cuda":
+        if simulated():  # the simulator's libdevice functions are stubs that return None
+            module.__dict__["libdevice"] = _SIM_LIBDEVICE
+        return _cuda().jit(cache=True)(module.kernel)
     module.__dict__.update(HELPERS)
     return numba.njit(**FLAGS)(module.kernel)
 
@@ -253,3 +263,145 @@ def cache_clear():
     shutil.rmtree(root, ignore_errors=True)
     _memory.clear()
     return n
+
+
+# --- the CUDA target ---------------------------------------------------------------------------
+
+_cuda_module = []
+
+
+def _cuda():
+    if not _cuda_module:
+        from numba import cuda
+        _cuda_module.append(cuda)
+    return _cuda_module[0]
+
+
+def cuda_status():
+    """``(True, what)`` when CUDA kernels can run here (``what``: the device, or the simulator),
+    else ``(False, why not)``."""
+    if importlib.util.find_spec("numba_cuda") is None:
+        return False, "the numba-cuda package is not installed (pip install 'ngrad[cuda]')"
+    try:
+        cuda = _cuda()
+    except Exception as e:  # a broken CUDA installation must not break the CPU target
+        return False, f"numba.cuda failed to import: {e}"
+    if simulated():
+        return True, "Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    try:
+        if not cuda.is_available():
+            return False, "no CUDA driver or GPU was found"
+        dev = cuda.get_current_device()
+        name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+        return True, f"{name} (compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]})"
+    except Exception as e:
+        return False, f"the CUDA driver failed to initialise: {e}"
+
+
+class _SIM_LIBDEVICE:
+    """What generated CUDA text calls from libdevice, for Numba's simulator (same results)."""
+    floor = floorf = staticmethod(np.floor)
+    ceil = ceilf = staticmethod(np.ceil)
+    rint = rintf = staticmethod(np.rint)
+
+
+def simulated():
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def is_device_array(x):
+    """True for a Numba device array (or the simulator's stand-in)."""
+    return getattr(x, "__cuda_ndarray__", False) is True or type(x).__name__ == "FakeCUDAArray"
+
+
+def device_empty(shape, dtype):
+    return _cuda().device_array(shape, dtype)
+
+
+def to_device(array):
+    return _cuda().to_device(array)
+
+
+def to_host(array):
+    return array.copy_to_host()
+
+
+def device_copy(array):
+    """A new device array with the same contents (device to device)."""
+    out = _cuda().device_array(array.shape, array.dtype)
+    out.copy_to_device(array)
+    return out
+
+
+def as_device(obj):
+    """A device array sharing the memory of an object exposing ``__cuda_array_interface__``."""
+    cuda = _cuda()
+    if simulated():
+        return cuda.to_device(np.asarray(obj))
+    return cuda.as_cuda_array(obj)
+
+
+def synchronize():
+    _cuda().synchronize()
+
+
+def threads_per_block():
+    """The simulator runs each thread as a Python thread: its blocks are kept small."""
+    return 32 if simulated() else CUDA_BLOCK
+
+
+class CudaKernel:
+    """A ``cuda.jit`` kernel launched over ``n`` elements (grid-stride: at most ``MAX_BLOCKS``
+    blocks, each thread takes every ``gridsize``-th element)."""
+
+    __slots__ = ("key", "text", "fn", "ready")
+    MAX_BLOCKS = 8192
+
+    def __init__(self, key, text):
+        self.key, self.text = key, text
+        self.fn = _load(key, text, "cuda")
+        self.ready = False
+
+    def launch(self, n, args, grid=None, block=None):
+        if grid is None:
+            block = threads_per_block()
+            grid = max(1, min(-(-n // block), self.MAX_BLOCKS))
+        if self.ready:
+            return self.fn[grid, block](*args)
+        t = time.perf_counter()
+        try:
+            self.fn[grid, block](*args)
+        except Exception:
+            if simulated():
+                raise
+            _purge(self.key)  # a corrupt cache entry: rebuild once from the source
+            self.fn = _load(self.key, self.text, "cuda")
+            self.fn[grid, block](*args)
+        stats["seconds"] += time.perf_counter() - t
+        stats["compiled"] += 1
+        self.ready = True
+
+
+def cuda_kernel(text):
+    """The CUDA kernel for generated module ``text`` (memory, then disk, then compile)."""
+    key = key_of(text)
+    k = _memory.get(key)
+    if k is None:
+        with _lock:
+            k = _memory.get(key)
+            if k is None:
+                k = _memory[key] = CudaKernel(key, text)
+    return k
+
+
+def cuda_ptx(text, signature, cc=(9, 0)):
+    """Type-check and compile generated CUDA ``text`` to PTX for ``signature`` (a string such as
+    ``"void(int64, float64[::1])"``); needs the CUDA toolkit's NVVM, not a GPU."""
+    import importlib
+    cuda = _cuda()
+    key = key_of(text)
+    name = f"ngrad_ptx.{key}"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(text, f"<{key}>", "exec"), module.__dict__)
+    return cuda.compile_ptx(module.kernel, signature, cc=cc)[0]

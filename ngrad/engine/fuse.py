@@ -27,6 +27,7 @@ EPILOGUES = ("sum", "prod", "amax", "amin")
 CHEAP = {"reshape", "expand", "neg", "add", "sub", "mul", "div", "abs", "sign", "cast", "detach", "lt", "le", "gt", "ge", "eq", "ne",
          "logical_and", "logical_or", "logical_not", "where", "maximum", "minimum", "sqrt", "isnan"}
 REMAT_BUDGET = 16
+CUDA_ATOMIC = ("f32", "f64", "i32", "i64")  # dtypes CUDA's atomic add, max and min take
 SMALL_LOOP = 1 << 15  # elements; the runtime's threshold for running a loop on threads
 
 
@@ -68,8 +69,12 @@ def _ones(shape):
     return all(d == 1 for d in shape)
 
 
-def fuse(tape):
-    """Partition ``tape`` into kernels and glue steps; see the module docstring."""
+def fuse(tape, target="cpu"):
+    """Partition ``tape`` into kernels and glue steps; see the module docstring.
+
+    For ``target="cuda"`` every loop stays a kernel (glue there is a device round trip, not a
+    microsecond of NumPy), and only reductions the GPU can combine with atomics (``sum``,
+    ``amax``, ``amin`` of numbers) are epilogues; ``prod`` and boolean reductions are glue."""
     # Every step has a position; sorting by position gives the execution order. Loop kernel n is
     # (n,); a glue step or a one-element kernel runs right after the latest of its operands,
     # (that position) + (sequence,), so a view of an input runs before every kernel instead of
@@ -157,7 +162,8 @@ def fuse(tape):
     # Next to real loops, one-element arithmetic (a seed times a constant, the max of a logsumexp
     # checked for inf) runs as NumPy glue: microseconds per call, against a fifth of a second to
     # compile a kernel for it. A tape of scalars only still compiles to one kernel.
-    scalar_glue = any(PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs)
+    cpu = target == "cpu"
+    scalar_glue = cpu and any(PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs)
     for ins in tape.instrs:
         prim = PRIMS[ins.prim]
         shape = tape.shapes[ins.out]
@@ -195,7 +201,7 @@ def fuse(tape):
             kern.defined.add(ins.out)
             defs[ins.out] = ("instr", ins)
             where[ins.out] = (pos, False)
-        elif ins.prim in EPILOGUES:
+        elif ins.prim in EPILOGUES and (cpu or (ins.prim != "prod" and tape.dtypes[ins.out] in CUDA_ATOMIC)):
             src = ins.args[0]
             spos, epi = where[src]
             hit = latest.get(tape.shapes[src])
@@ -215,7 +221,8 @@ def fuse(tape):
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
     for step in steps:
-        if isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions and math.prod(step.shape) < SMALL_LOOP:
+        if cpu and isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions and \
+                math.prod(step.shape) < SMALL_LOOP:
             flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items()) if r[0] != "literal" and r[1] != slot]
             flat.append(Glue(step.body[0]))
         else:

@@ -11,11 +11,13 @@ computed from one that does is followed by a ``detach`` instruction: cotangents 
 ``replay(tape, inputs)`` is the inverse direction: it records a tape as new nodes (this is how
 ``create_graph=True`` turns a joint tape into a differentiable graph).
 """
+import numpy as np
+
 from .dtypes import from_short
 from .prims import ELEMENTWISE, PRIMS
 from .tape import Builder
 
-__all__ = ["Node", "lower", "Lowered", "replay"]
+__all__ = ["Node", "lower", "Lowered", "replay", "source", "target_of"]
 
 
 class Node:
@@ -26,6 +28,7 @@ class Node:
     __slots__ = ("op", "srcs", "params", "shape", "dtype", "value", "requires_grad", "differentiable",
                  "__dict__", "__weakref__")
     name = None
+    device = "cpu"  # "cuda" on the GPU; None for values usable on any device (see _place)
     freed = False
     owner = None
     saves = True  # False for composites whose PyTorch counterpart saves no tensor (mean)
@@ -39,16 +42,63 @@ class Node:
         self.dtype = dtype
         self.value = value
         self.requires_grad = self.differentiable = requires_grad
+        if CUDA_SEEN[0] and srcs:
+            _place(self, srcs)
 
     def __repr__(self):
         return f"Node({self.op}, {self.dtype.short}{list(self.shape)})"
 
 
-def source(value, dtype, requires_grad=False, scalar=False):
-    """A node holding a realized array (``scalar``: a runtime Python number, 0-d)."""
+# Set once a CUDA value exists: until then every node is on the CPU and recording skips placement.
+CUDA_SEEN = [False]
+
+
+def _free(n):
+    """Whether ``n`` can join a graph on any device: literals, runtime scalars, index arrays made
+    by the facade (``device`` None) and, as in PyTorch, realized 0-d CPU tensors (copied over)."""
+    return n.device is None or n.op == "const" or (n.op == "input" and (
+        (n.params is not None and n.params.get("scalar")) or (not n.shape and n.device == "cpu")))
+
+
+def _place(node, srcs):
+    """Put ``node`` on the device of its sources; PyTorch's error when they disagree."""
+    found = None
+    for s in srcs:
+        if _free(s):
+            continue
+        if found is None:
+            found = s.device
+        elif s.device != found:
+            a, b = ("cuda:0", "cpu") if found == "cuda" else ("cpu", "cuda:0")
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, {a} and {b}!")
+    if found is None:
+        node.device = None  # computed from literals and scalars only: it goes where it is used
+    elif found == "cuda":
+        node.device = "cuda"
+
+
+def source(value, dtype, requires_grad=False, scalar=False, device="auto"):
+    """A node holding a realized array (``scalar``: a runtime Python number, 0-d). ``device``:
+    ``"auto"`` follows the value (a device array is on ``"cuda"``), ``None`` marks a value the
+    engine copies to whichever device uses it (index arrays)."""
     n = Node("input", (), {"scalar": True} if scalar else None, value.shape, dtype, False, value)
     n.requires_grad = requires_grad
+    if device == "auto":
+        if value.__class__ is not np.ndarray and not scalar and hasattr(value, "copy_to_host"):
+            n.device = "cuda"
+            CUDA_SEEN[0] = True
+    elif device != "cpu":
+        n.device = device
     return n
+
+
+def target_of(nodes):
+    """The target a program computing ``nodes`` runs on (one device: recording checked that)."""
+    for n in nodes:
+        if n.device == "cuda":
+            return "cuda"
+    return "cpu"
 
 
 class Lowered:

@@ -511,8 +511,12 @@ def _compiled_for(tape, mode):
     return comp
 
 
-def run(tape, values):
-    """Execute ``tape`` on ``values`` after validating them; return owned output arrays."""
+def run(tape, values, target="cpu"):
+    """Execute ``tape`` on ``values`` after validating them; return owned output arrays.
+    ``target="cuda"`` runs it on the GPU (``engine/cuda.py``): device arrays in and out."""
+    if target == "cuda":
+        from .cuda import run as run_cuda
+        return run_cuda(tape, values)
     _check(tape, values)
     if debug_level() >= 1:
         print(f"ngrad: running tape ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
@@ -529,8 +533,8 @@ def run(tape, values):
     return res
 
 
-def prepare(tape):
-    """A function ``f(values)`` equal to ``run(tape, values)``, for calling many times.
+def prepare(tape, target="cpu"):
+    """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
 
     The plan is compiled now (unless ``NGRAD_JIT=never``), and when every buffer is small (the
     loop of an optimizer on a small problem) it is unrolled into a generated Python *driver*:
@@ -538,6 +542,8 @@ def prepare(tape):
     literal, so a call costs little more than the kernels themselves. Big plans run through
     ``run`` (buffer pool, threads), where per-call overhead does not matter.
     """
+    if target == "cuda":
+        return lambda values: run(tape, values, target)
     mode = jit_mode()
     comp = _compiled_for(tape, "always") if mode != "never" else None
     drive = _driver(comp, tape) if comp is not None else None

@@ -1,0 +1,304 @@
+"""The runtime of the CUDA target.
+
+Contract: ``run(tape, values)`` is ``runtime.run`` for tapes whose tensors live on the GPU.
+Tensor inputs are device arrays (host arrays are accepted and copied over: constants the
+engine makes on the host); scalar inputs are Python or NumPy numbers. Every input is checked
+against its slot before anything runs, and the outputs are fresh device arrays.
+
+Tiering is the CPU's (``NGRAD_JIT``): a cold tape runs on the NumPy interpreter through a copy
+to the host and back, a repeated one compiles. A compiled tape runs the same fusion plan as the
+CPU (``fuse(tape, "cuda")``): each kernel is one ``cuda.jit`` grid-stride kernel
+(``codegen.cuda_source``), launched asynchronously on the default stream. Glue steps that are
+views (reshape, detach) stay on the device; matmul runs through CuPy's cuBLAS when CuPy is
+installed, else through a tiled kernel; other glue (slices, gathers, scans...) runs through CuPy
+when installed, else on the host with a copy each way. Reduction accumulators are filled with
+their identity by a small kernel before the launch that adds into them.
+"""
+import math
+import sys
+import time
+
+import numpy as np
+
+from .codegen import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source, identity
+from .interpret import compute, interpret, np_dtype
+
+__all__ = ["run"]
+
+_programs = {}
+# glue that CuPy runs with NumPy's functions (through __array_function__ and __array_ufunc__)
+_CUPY_GLUE = frozenset(["permute", "expand", "slice", "flip", "cat", "gather", "cumsum", "argmax", "argmin", "index",
+                        "matmul", "neg", "add", "sub", "mul", "div", "maximum", "minimum", "where", "cast",
+                        "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "abs",
+                        "exp", "log", "sqrt", "sum", "prod", "amax", "amin"])
+_cupy = []
+
+
+def _cupy_module():
+    """CuPy when it is installed and a real GPU is in use (never under the simulator)."""
+    if not _cupy:
+        from .compile import simulated
+        mod = None
+        if not simulated():
+            try:
+                import cupy as mod
+            except Exception:
+                mod = None
+        _cupy.append(mod)
+    return _cupy[0]
+
+
+def _check(tape, values):
+    from .compile import is_device_array
+    if len(values) != len(tape.inputs):
+        raise ValueError(f"tape takes {len(tape.inputs)} inputs, got {len(values)}")
+    for i, (s, k, v) in enumerate(zip(tape.inputs, tape.kinds, values)):
+        if k == "scalar":
+            if not isinstance(v, (int, float, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
+                raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
+            continue
+        if not (is_device_array(v) or isinstance(v, np.ndarray)):
+            raise TypeError(f"input {i} of the tape must be a device array, got {type(v).__name__}")
+        if tuple(v.shape) != tape.shapes[s] or np.dtype(v.dtype) != np_dtype(tape.dtypes[s]):
+            raise ValueError(f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, "
+                             f"got {np.dtype(v.dtype)}{list(v.shape)}")
+
+
+def _device(v, dtype=None):
+    """``v`` as a C-contiguous device array (host values are copied over)."""
+    from .compile import device_copy, is_device_array, to_device
+    if is_device_array(v):
+        if v.is_c_contiguous():
+            return v
+        return to_device(np.ascontiguousarray(v.copy_to_host()).reshape(v.shape))
+    v = np.asarray(v, dtype=dtype)
+    return to_device(v if v.flags.c_contiguous else np.ascontiguousarray(v))  # (which makes 0-d 1-d)
+
+
+def _host(v):
+    from .compile import is_device_array
+    return v.copy_to_host() if is_device_array(v) else v
+
+
+class _Program:
+    """A tape's CUDA plan: its steps, each kernel's source and compiled kernel, the slots that
+    live on the host as numbers (runtime scalars and their reshapes), and constants made once."""
+
+    __slots__ = ("plan", "sources", "kernels", "seen", "dead", "numbers", "consts")
+
+    def __init__(self, tape):
+        from .fuse import Glue, Kernel, fuse
+        from .interpret import dead_after
+        self.plan = fuse(tape, "cuda")
+        self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"}
+        for step in self.plan.steps:
+            if isinstance(step, Glue) and step.instr.prim in ("reshape", "detach") and step.instr.args[0] in self.numbers:
+                self.numbers.add(step.instr.out)
+        late = frozenset(range(len(tape.shapes))) - self.numbers
+        self.sources = [cuda_source(st, tape, late) if isinstance(st, Kernel) else None for st in self.plan.steps]
+        self.kernels = None
+        self.seen = 0
+        reads = [st.instr.args if isinstance(st, Glue) else [r[1] for r in st.reads.values() if r[0] != "literal"]
+                 for st in self.plan.steps]
+        self.dead = dead_after(reads, set(tape.outputs))
+        self.consts = {}
+
+    def compile(self):
+        from .compile import cuda_kernel
+        if self.kernels is None:
+            self.kernels = [None if s is None else cuda_kernel(s.text) for s in self.sources]
+
+
+def _program_for(tape, mode):
+    from .runtime import _threshold, debug_level
+    if mode == "never" or not tape.instrs:
+        return None
+    key = tape.key()
+    prog = _programs.get(key)
+    if prog is None:
+        prog = _programs[key] = _Program(tape)
+        if debug_level() >= 2:
+            for s in prog.sources:
+                if s is not None:
+                    print(f"ngrad: generated CUDA kernel\n{s.text}", file=sys.stderr)
+    if prog.kernels is None:
+        prog.seen += 1
+        if mode == "auto" and prog.seen < _threshold():
+            return None
+        prog.compile()
+    return prog
+
+
+def run(tape, values):
+    """Execute ``tape`` on the GPU (see the module docstring); return fresh device arrays."""
+    from .compile import device_copy, is_device_array
+    from .runtime import debug_level, jit_mode
+    _check(tape, values)
+    if debug_level() >= 1:
+        print(f"ngrad: running tape on cuda ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
+    prog = _program_for(tape, jit_mode())
+    if prog is None:
+        outs = interpret(tape, [_host(v) for v in values])
+        return [_device(o) for o in outs]
+    outs = _execute(prog, tape, values)
+    taken = {id(v) for v in values}
+    res = []
+    for o in outs:
+        if not is_device_array(o):
+            o = _device(o)
+        elif id(o) in taken or _shares(o, values, res):
+            o = device_copy(o)
+        taken.add(id(o))
+        res.append(o)
+    return res
+
+
+def _shares(o, values, res):
+    """Whether ``o`` is a view of an input or of another output (callers own their results)."""
+    ptr = _pointer(o)
+    return ptr is not None and any(_pointer(v) == ptr for v in list(values) + res)
+
+
+def _pointer(a):
+    try:
+        return a.__cuda_array_interface__["data"][0]
+    except Exception:
+        return None
+
+
+def _squeezed(shape, pattern):
+    return tuple(n for n, b in zip(shape, pattern) if not b) or (1,)
+
+
+def _execute(prog, tape, values):
+    from .compile import device_empty, simulated
+    from .fuse import Glue
+    from .runtime import debug_level
+    debug = debug_level()
+    env = dict(zip(tape.inputs, values))
+    for s, k in zip(tape.inputs, tape.kinds):
+        if k == "tensor":
+            env[s] = _device(env[s])
+    fill = _fill()
+    for step, src, kern, gone in zip(prog.plan.steps, prog.sources, prog.kernels, prog.dead):
+        if src is None:
+            env[step.instr.out] = _glue(prog, tape, step.instr, env)
+        else:
+            part = src.parts[0]
+            shape = step.shape or (1,)
+            n = math.prod(shape)
+            args = [n] + [shape[d] for d in part.dims]
+            for a, pattern in part.arrays:
+                arr = env[a] if a not in prog.numbers else _device(env[a], np_dtype(tape.dtypes[a]))
+                args.append(arr.reshape(_squeezed(tape.shapes[a], pattern)))
+            for s, late in zip(part.scalars, part.late):
+                v = env[s]
+                args.append(_device(v).reshape((1,)) if late else np_dtype(tape.dtypes[s]).type(v))
+            for s in part.stores:
+                o = device_empty(shape, np_dtype(tape.dtypes[s]))
+                args.append(o)
+                env[s] = o if shape == tape.shapes[s] else o.reshape(tape.shapes[s])
+            for ins in part.reductions:
+                dt = np_dtype(tape.dtypes[ins.out])
+                kept = tuple(n_ for d, n_ in enumerate(step.shape) if d not in ins.params["axes"]) or (1,)
+                c = device_empty(kept, dt)
+                fill.launch(math.prod(kept), (math.prod(kept), c.reshape(-1), dt.type(identity(ins.prim, tape.dtypes[ins.out]))))
+                args.append(c)
+                env[ins.out] = c.reshape(tape.shapes[ins.out]) if kept != tape.shapes[ins.out] else c
+            t = time.perf_counter()
+            kern.launch(n, args)
+            if debug >= 3:
+                from .compile import synchronize
+                synchronize()
+                print(f"ngrad: CUDA kernel {kern.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
+                      file=sys.stderr)
+        for s in gone:
+            env.pop(s, None)
+    return [env[s] for s in tape.outputs]
+
+
+_fills = []
+
+
+def _fill():
+    from .compile import cuda_kernel
+    if not _fills:
+        _fills.append(cuda_kernel(cuda_fill_source()))
+    return _fills[0]
+
+
+def _glue(prog, tape, ins, env):
+    """One glue step on the device (see the module docstring)."""
+    from .compile import as_device
+    out, prim = ins.out, ins.prim
+    if prim == "const":
+        v = prog.consts.get(out)
+        if v is None:
+            v = prog.consts[out] = _device(compute(tape, ins, []))
+        return v
+    args = [env[a] for a in ins.args]
+    if prim in ("reshape", "detach"):
+        if ins.args[0] in prog.numbers:
+            return args[0]
+        return args[0] if prim == "detach" else _device(args[0]).reshape(ins.params["shape"])
+    dt = np_dtype(tape.dtypes[out])
+    cp = _cupy_module()
+    if cp is not None and prim in _CUPY_GLUE:
+        from .prims import PRIMS
+        from .interpret import NUMPY
+        xs = [cp.asarray(a) if a.__class__ is not np.ndarray and not np.isscalar(a) else cp.asarray(np.asarray(a))
+              for a in args]
+        r = PRIMS[prim].fwd(NUMPY, *xs, **ins.params)
+        return as_device(cp.ascontiguousarray(cp.asarray(r, dtype=dt)))
+    if prim == "matmul":
+        return _matmul(tape, ins, [_device(a) for a in args])
+    with np.errstate(all="ignore"):
+        r = compute(tape, ins, [np.asarray(_host(a)) for a in args])
+    return _device(r)
+
+
+def _matmul(tape, ins, args):
+    """Batched matmul through the tiled kernel (``codegen.cuda_matmul_source``)."""
+    from .compile import cuda_kernel, device_empty
+    a, b = args
+    shape = tape.shapes[ins.out]
+    (m, k), n = tape.shapes[ins.args[0]][-2:], tape.shapes[ins.args[1]][-1]
+    z = math.prod(shape[:-2])
+    out = device_empty((z, m, n), np_dtype(tape.dtypes[ins.out]))
+    if z and m and n:
+        kern = cuda_kernel(cuda_matmul_source(tape.dtypes[ins.out]))
+        grid = (-(-n // MATMUL_TILE), -(-m // MATMUL_TILE), z)
+        kern.launch(0, (m, k, n, a.reshape((z, m, k)), b.reshape((z, k, n)), out), grid, (MATMUL_TILE, MATMUL_TILE))
+    return out.reshape(shape)
+
+
+_NUMBA_TYPE = {"f64": "float64", "f32": "float32", "i64": "int64", "i32": "int32", "b8": "boolean"}
+
+
+def _array_type(dtype, rank):
+    return f"{_NUMBA_TYPE[dtype]}[{', '.join([':'] * (rank - 1) + ['::1'])}]"
+
+
+def signature(kernel, part, tape):
+    """The Numba signature a compiled kernel is launched with (what ``_execute`` passes)."""
+    shape = kernel.shape or (1,)
+    types = ["int64"] * (1 + len(part.dims))
+    types += [_array_type(tape.dtypes[a], len(_squeezed(tape.shapes[a], p))) for a, p in part.arrays]
+    types += [_array_type(tape.dtypes[s], 1) if late else _NUMBA_TYPE[tape.dtypes[s]]
+              for s, late in zip(part.scalars, part.late)]
+    types += [_array_type(tape.dtypes[s], len(shape)) for s in part.stores]
+    types += [_array_type(tape.dtypes[ins.out], max(1, len(kernel.shape) - len(ins.params["axes"])))
+              for ins in part.reductions]
+    return f"void({', '.join(types)})"
+
+
+def ptx(tape):
+    """Type-check every CUDA kernel of ``tape``'s plan by compiling it to PTX (no GPU needed,
+    only the CUDA toolkit's NVVM); returns ``(source text, PTX)`` per kernel."""
+    from .compile import cuda_ptx
+    prog = _Program(tape)
+    out = []
+    for step, src in zip(prog.plan.steps, prog.sources):
+        if src is not None:
+            out.append((src.text, cuda_ptx(src.text, signature(step, src.parts[0], tape))))
+    return out
