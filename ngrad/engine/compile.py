@@ -314,7 +314,21 @@ def is_device_array(x):
     return getattr(x, "__cuda_ndarray__", False) is True or type(x).__name__ == "FakeCUDAArray"
 
 
+_cupy = []
+
+
 def device_empty(shape, dtype):
+    """An uninitialised device array. With CuPy installed its memory comes from CuPy's pool (a
+    fresh ``cudaMalloc`` per call costs more than a gradient kernel on 10^7 elements) and goes
+    back there when the array dies: the Numba array keeps the CuPy array as its owner."""
+    if not _cupy:
+        try:
+            import cupy
+            _cupy.append(None if simulated() else cupy)
+        except Exception:
+            _cupy.append(None)
+    if _cupy[0] is not None:
+        return _cuda().as_cuda_array(_cupy[0].empty(shape, dtype))
     return _cuda().device_array(shape, dtype)
 
 

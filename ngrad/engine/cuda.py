@@ -26,6 +26,7 @@ from .interpret import compute, interpret, np_dtype
 __all__ = ["run"]
 
 _programs = {}
+COLD_MAX = 1 << 16  # input elements up to which a cold tape runs on the host interpreter
 # glue that CuPy runs with NumPy's functions (through __array_function__ and __array_ufunc__)
 _CUPY_GLUE = frozenset(["permute", "expand", "slice", "flip", "cat", "gather", "cumsum", "argmax", "argmin", "index",
                         "matmul", "neg", "add", "sub", "mul", "div", "maximum", "minimum", "where", "cast",
@@ -123,7 +124,9 @@ def _program_for(tape, mode):
                     print(f"ngrad: generated CUDA kernel\n{s.text}", file=sys.stderr)
     if prog.kernels is None:
         prog.seen += 1
-        if mode == "auto" and prog.seen < _threshold():
+        # a cold tape interprets on the host only while it is small: a copy each way plus NumPy
+        # costs seconds on 10^8 elements, a CUDA compile about half a second
+        if mode == "auto" and prog.seen < _threshold() and sum(math.prod(tape.shapes[s]) for s in tape.inputs) < COLD_MAX:
             return None
         prog.compile()
     return prog
