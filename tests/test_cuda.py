@@ -292,7 +292,7 @@ def test_simulator_runs_the_device_tests(tmp_path):
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         pytest.skip("already in the simulator")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "test_device_",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_",
                         os.path.abspath(__file__)], env=env, capture_output=True, text=True, timeout=600)
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
