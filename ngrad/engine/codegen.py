@@ -228,6 +228,47 @@ def identity(prim, dtype):
 SMALL_DIM = 4
 
 
+def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag=""):
+    """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
+    (reads, its instructions against the math namespace ``math_``, stores); return the expression
+    of every slot it defines. ``arrays`` and ``scalars`` collect the kernel's parameters."""
+    names = {}
+    for slot in sorted(kernel.reads):
+        r = kernel.reads[slot]
+        dtype = tape.dtypes[slot]
+        if r[0] == "literal":
+            names[slot] = Expr(_typed(r[1], dtype), dtype)
+        elif r[0] == "scalar":
+            if r[1] not in scalars:
+                scalars.append(r[1])
+            names[slot] = Expr(f"{p}s{scalars.index(r[1])}", dtype)
+        else:
+            src, pattern = r[1], tuple(r[2]) or (False,)
+            if (src, pattern) not in arrays:
+                arrays.append((src, pattern))
+            # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
+            ix = ", ".join(idx[d] for d in range(len(pattern)) if not pattern[d]) or "0"
+            v = f"{p}r{slot}{tag}"
+            body.append(f"{v} = {p}a{arrays.index((src, pattern))}[{ix}]  # read %{src}"
+                        + (" (broadcast)" if any(pattern) else ""))
+            names[slot] = Expr(v, dtype)
+    for ins in kernel.body:
+        args = [names[a] for a in ins.args]
+        text = None
+        if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
+            text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
+        if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
+            text = args[0].text
+        if text is None:
+            text = PRIMS[ins.prim].fwd(math_, *args, **ins.params).text
+        v = f"{p}v{ins.out}{tag}"
+        body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
+        names[ins.out] = Expr(v, tape.dtypes[ins.out])
+    for k, slot in enumerate(kernel.stores):
+        body.append(f"{p}o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
+    return names
+
+
 def _loops(kernel, tape, p, late):
     """The parameters and lines of one kernel's loop nest, every name prefixed with ``p``."""
     rank = max(1, len(kernel.shape))
@@ -250,42 +291,10 @@ def _loops(kernel, tape, p, late):
     for copy in range(max(unroll, 1)):
         idx = [f"{p}i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
         tag = f"_{copy}" if unroll else ""
-        names = {}
-        for slot in sorted(kernel.reads):
-            r = kernel.reads[slot]
-            dtype = tape.dtypes[slot]
-            if r[0] == "literal":
-                names[slot] = Expr(_typed(r[1], dtype), dtype)
-            elif r[0] == "scalar":
-                if r[1] not in scalars:
-                    scalars.append(r[1])
-                names[slot] = Expr(f"{p}s{scalars.index(r[1])}", dtype)
-            else:
-                src, pattern = r[1], tuple(r[2]) or (False,)
-                if (src, pattern) not in arrays:
-                    arrays.append((src, pattern))
-                # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
-                ix = ", ".join(idx[d] for d in range(rank) if not pattern[d]) or "0"
-                v = f"{p}r{slot}{tag}"
-                body.append(f"{v} = {p}a{arrays.index((src, pattern))}[{ix}]  # read %{src}"
-                            + (" (broadcast)" if any(pattern) else ""))
-                names[slot] = Expr(v, dtype)
+        names = _element(kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag)
         for ins in kernel.body:
-            args = [names[a] for a in ins.args]
-            text = None
-            if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
-                text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
-            if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
-                text = args[0].text
-            if text is None:
-                text = PRIMS[ins.prim].fwd(SourceMath, *args, **ins.params).text
-            if ins.prim in GUARDED and args[0].text not in guards:
-                guards.append(args[0].text)
-            v = f"{p}v{ins.out}{tag}"
-            body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
-            names[ins.out] = Expr(v, tape.dtypes[ins.out])
-        for k, slot in enumerate(kernel.stores):
-            body.append(f"{p}o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
+            if ins.prim in GUARDED and names[ins.args[0]].text not in guards:
+                guards.append(names[ins.args[0]].text)
         for k, ins in enumerate(kernel.reductions):
             axes = ins.params["axes"]
             # the accumulator arrives without its reduced axes
@@ -412,7 +421,6 @@ class CudaMath(SourceMath):
 # Threads per block: the block-level reduction trees are sized for this many (the runtime may
 # launch fewer, a power of two).
 CUDA_BLOCK = 256
-_SHARED_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32"}
 
 
 def _cuda_combine(prim, acc, x):
@@ -443,37 +451,8 @@ def cuda_source(kernel, tape, late=frozenset()):
     accumulators (as ``Part`` describes them)."""
     rank = max(1, len(kernel.shape))
     idx = [f"i{d}" for d in range(rank)]
-    arrays, scalars, body, names = [], [], [], {}
-    for slot in sorted(kernel.reads):
-        r = kernel.reads[slot]
-        dtype = tape.dtypes[slot]
-        if r[0] == "literal":
-            names[slot] = Expr(_typed(r[1], dtype), dtype)
-        elif r[0] == "scalar":
-            if r[1] not in scalars:
-                scalars.append(r[1])
-            names[slot] = Expr(f"s{scalars.index(r[1])}", dtype)
-        else:
-            src, pattern = r[1], tuple(r[2]) or (False,)
-            if (src, pattern) not in arrays:
-                arrays.append((src, pattern))
-            ix = ", ".join(idx[d] for d in range(rank) if not pattern[d]) or "0"
-            body.append(f"r{slot} = a{arrays.index((src, pattern))}[{ix}]  # read %{src}"
-                        + (" (broadcast)" if any(pattern) else ""))
-            names[slot] = Expr(f"r{slot}", dtype)
-    for ins in kernel.body:
-        args = [names[a] for a in ins.args]
-        text = None
-        if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
-            text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
-        if ins.prim in ("reshape", "expand"):
-            text = args[0].text
-        if text is None:
-            text = PRIMS[ins.prim].fwd(CudaMath, *args, **ins.params).text
-        body.append(f"v{ins.out} = {text}  # %{ins.out} = {format_instr(ins)}")
-        names[ins.out] = Expr(f"v{ins.out}", tape.dtypes[ins.out])
-    for k, slot in enumerate(kernel.stores):
-        body.append(f"o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
+    arrays, scalars, body = [], [], []
+    names = _element(kernel, tape, idx, CudaMath, arrays, scalars, body)
     head, tail = [], []
     for k, ins in enumerate(kernel.reductions):
         axes, dt, x = ins.params["axes"], tape.dtypes[ins.out], names[ins.args[0]].text
@@ -488,7 +467,7 @@ def cuda_source(kernel, tape, late=frozenset()):
         head.append(f"{acc} = {start}")
         lines = _cuda_combine(ins.prim, acc, x)
         body += [lines[0] + comment] + lines[1:]
-        tail += [f"# block tree of %{ins.out}", f"{sh} = cuda.shared.array(BLOCK, {_SHARED_TYPE[dt]})",
+        tail += [f"# block tree of %{ins.out}", f"{sh} = cuda.shared.array(BLOCK, {_NP_TYPE[dt]})",
                  f"{sh}[tid] = {acc}", "cuda.syncthreads()", "w = cuda.blockDim.x // 2", "while w > 0:",
                  "    if tid < w:"]
         tail += ["        " + ln for ln in _cuda_combine(ins.prim, f"{sh}[tid]", f"{sh}[tid + w]")]
@@ -531,7 +510,7 @@ def cuda_matmul_source(dtype):
     """A tiled batched matmul ``c[z] = a[z] @ b[z]`` for ``dtype``: each block computes one
     TILE x TILE tile of ``c``, staging tiles of ``a`` and ``b`` through shared memory (used when
     CuPy's cuBLAS is not installed)."""
-    t, zero = _SHARED_TYPE[dtype], _typed(0, dtype)
+    t, zero = _NP_TYPE[dtype], _typed(0, dtype)
     return f"""import numpy as np
 from numba import cuda
 
