@@ -16,7 +16,7 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full"
 
 def _leaf(value, dtype, requires_grad, device=None):
     """A leaf holding ``value`` (a host array), on ``device`` (an engine name, None for the CPU)."""
-    t = _wrap(source(_value_on(value, device) if device == "cuda" else value, dtype))
+    t = _wrap(source(_value_on(value, device), dtype))
     if requires_grad:
         t.requires_grad_()
     return t

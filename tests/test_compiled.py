@@ -40,9 +40,8 @@ def assert_same(tape, values, rtol):
                 np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("name", sorted(test_prims.CASES))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_every_primitive_with_its_vjp(name, dtype, rng):
+def prim_joint(name, dtype, rng):
+    """The joint tape of primitive ``name``'s test case in ``dtype``, and its input values."""
     args, params, wrt = test_prims.CASES[name]
     args = [a.astype(dtype) if a.dtype.kind == "f" else a for a in args]
     if name == "cast":
@@ -51,7 +50,25 @@ def test_every_primitive_with_its_vjp(name, dtype, rng):
     joint = vjp(tape, [tape.inputs[i] for i in wrt])
     seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(joint.tape.dtypes[s] == "f32" and np.float32 or np.float64)
              for s in joint.seeds]
-    assert_same(joint.tape, list(args) + seeds, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    return joint.tape, list(args) + seeds
+
+
+def corpus_joint(name, rng):
+    """The joint tape of op-corpus program ``name``, and its input values."""
+    fn, inputs = test_ops.CASES[name]
+    xs = [ngrad.tensor(a, requires_grad=True) for a in inputs]
+    out = fn(ngrad, *xs)
+    low = lower([out._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
+    return joint.tape, [n.value for n in low.sources] + seeds
+
+
+@pytest.mark.parametrize("name", sorted(test_prims.CASES))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_primitive_with_its_vjp(name, dtype, rng):
+    tape, values = prim_joint(name, dtype, rng)
+    assert_same(tape, values, rtol=1e-5 if dtype == np.float32 else 1e-12)
 
 
 @pytest.mark.parametrize("name", ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not",
@@ -74,13 +91,8 @@ def test_non_differentiable_primitives(name):
 
 @pytest.mark.parametrize("name", sorted(test_ops.CASES))
 def test_op_corpus_values_and_gradients(name, rng):
-    fn, inputs = test_ops.CASES[name]
-    xs = [ngrad.tensor(a, requires_grad=True) for a in inputs]
-    out = fn(ngrad, *xs)
-    low = lower([out._node], grad=True)
-    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
-    assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-10)
+    tape, values = corpus_joint(name, rng)
+    assert_same(tape, values, rtol=1e-10)
 
 
 def test_nan_and_inf_semantics_survive_compilation():

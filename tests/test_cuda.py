@@ -16,13 +16,12 @@ import pytest
 import ngrad
 from ngrad.engine import cuda as engine_cuda
 from ngrad.engine.codegen import cuda_fill_source, cuda_matmul_source, cuda_source
-from ngrad.engine.differentiate import vjp
 from ngrad.engine.fuse import Kernel, fuse
-from ngrad.engine.graph import lower
 from ngrad.engine.interpret import interpret
 
 from . import test_ops, test_prims
 from .oracles import prim_tape
+from .test_compiled import corpus_joint, prim_joint
 
 HAVE_CUDA = ngrad.cuda.is_available()
 device = pytest.mark.skipif(not HAVE_CUDA, reason=f"no CUDA device: {ngrad.cuda.unavailable_reason()} "
@@ -33,28 +32,6 @@ device = pytest.mark.skipif(not HAVE_CUDA, reason=f"no CUDA device: {ngrad.cuda.
 def _jit_always(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("NGRAD_JIT", "always")
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
-
-
-def _prim_joint(name, dtype, rng):
-    args, params, wrt = test_prims.CASES[name]
-    args = [a.astype(dtype) if a.dtype.kind == "f" else a for a in args]
-    if name == "cast":
-        params = {"dtype": "f64" if dtype == np.float32 else "f32"}
-    tape, _ = prim_tape(name, args, params)
-    joint = vjp(tape, [tape.inputs[i] for i in wrt])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(np.float32 if joint.tape.dtypes[s] == "f32" else np.float64)
-             for s in joint.seeds]
-    return joint.tape, list(args) + seeds
-
-
-def _corpus_joint(name, rng):
-    fn, inputs = test_ops.CASES[name]
-    xs = [ngrad.tensor(a, requires_grad=True) for a in inputs]
-    out = fn(ngrad, *xs)
-    low = lower([out._node], grad=True)
-    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
-    return joint.tape, [n.value for n in low.sources] + seeds
 
 
 def assert_same_on_cuda(tape, values, rtol):
@@ -78,7 +55,7 @@ def assert_same_on_cuda(tape, values, rtol):
 @pytest.mark.parametrize("name", sorted(test_prims.CASES))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_device_every_primitive_with_its_vjp(name, dtype, rng):
-    tape, values = _prim_joint(name, dtype, rng)
+    tape, values = prim_joint(name, dtype, rng)
     assert_same_on_cuda(tape, values, rtol=1e-5 if dtype == np.float32 else 1e-12)
 
 
@@ -106,7 +83,7 @@ def test_device_non_differentiable_primitives_and_nan(name):
 @device
 @pytest.mark.parametrize("name", sorted(test_ops.CASES))
 def test_device_op_corpus_values_and_gradients(name, rng):
-    tape, values = _corpus_joint(name, rng)
+    tape, values = corpus_joint(name, rng)
     assert_same_on_cuda(tape, values, rtol=1e-10)
 
 
@@ -235,7 +212,6 @@ def test_without_cuda_the_reason_is_given():
     assert isinstance(reason, str) and reason
     with pytest.raises(RuntimeError, match="CUDA is not available: " + reason[:20].replace("(", r"\(")):
         ngrad.zeros(2, device="cuda")
-    assert ngrad.tensor([1.0]).cuda if False else True
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         ngrad.tensor([1.0]).cuda()
 
@@ -266,7 +242,7 @@ def _ptx_or_skip():
 def test_ptx_type_checks_every_primitive_kernel(dtype, rng):
     _ptx_or_skip()
     for name in sorted(test_prims.CASES):
-        tape, _ = _prim_joint(name, dtype, rng)
+        tape, _ = prim_joint(name, dtype, rng)
         for text, ptx in engine_cuda.ptx(tape):
             assert ".entry" in ptx and ".visible" in ptx
 
@@ -274,7 +250,7 @@ def test_ptx_type_checks_every_primitive_kernel(dtype, rng):
 def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
     cuda_ptx = _ptx_or_skip()
     for name in sorted(test_ops.CASES):
-        tape, _ = _corpus_joint(name, rng)
+        tape, _ = corpus_joint(name, rng)
         for text, ptx in engine_cuda.ptx(tape):
             assert ".entry" in ptx
     for dt, nb in (("f64", "float64"), ("f32", "float32")):

@@ -9,7 +9,7 @@ compiling. A disk entry that is corrupt (the module text or Numba's cache files)
 rebuilt, never trusted. Flags: ``nogil``, ``error_model='numpy'`` (vectorised division, IEEE
 results), ``fastmath={'reassoc', 'contract'}`` (not ``fastmath=True``: that breaks NaN checks).
 
-The CUDA target: ``cuda_kernel(text)`` is the same for ``cuda.jit`` kernels (default IEEE
+The CUDA target: ``kernel(text, "cuda")`` is the same for ``cuda.jit`` kernels (default IEEE
 flags, cached on disk the same way), ``cuda_status()`` says whether CUDA can be used and why
 not, and the ``device_*`` functions are the few device-memory operations the CUDA runtime needs
 (``numba.cuda`` is imported on first use, so a CPU-only process never loads it).
@@ -33,7 +33,7 @@ from .._version import __version__ as _ngrad_version
 from . import vmath
 from .codegen import CODEGEN_VERSION, CUDA_BLOCK
 
-__all__ = ["kernel", "cuda_kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats"]
+__all__ = ["kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats"]
 
 FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
@@ -199,26 +199,31 @@ class Kernel:
     """A compiled kernel; the first call of each signature may load from disk or compile."""
 
     __slots__ = ("key", "text", "fn", "ready")
+    target = "cpu"
 
     def __init__(self, key, text):
         self.key, self.text = key, text
-        self.fn = _load(key, text)
+        self.fn = _load(key, text, self.target)
         self.ready = False
 
     def __call__(self, *args):
         if self.ready:
             return self.fn(*args)
+        return self._first(lambda fn: fn(*args))
+
+    def _first(self, call):
+        """The first call, which loads the machine code from disk or compiles it."""
         t = time.perf_counter()
         try:
-            r = self.fn(*args)
+            r = call(self.fn)
         except Exception:
             # a corrupt Numba cache entry can fail to load: rebuild once from the source
             _purge(self.key)
-            self.fn = _load(self.key, self.text)
-            r = self.fn(*args)
-        dt = time.perf_counter() - t
-        stats["seconds"] += dt
-        stats["compiled" if self.fn.stats.cache_misses else "loaded"] += 1
+            self.fn = _load(self.key, self.text, self.target)
+            r = call(self.fn)
+        stats["seconds"] += time.perf_counter() - t
+        misses = getattr(getattr(self.fn, "stats", None), "cache_misses", True)
+        stats["compiled" if misses else "loaded"] += 1
         self.ready = True
         return r
 
@@ -233,15 +238,16 @@ def on_disk(text):
     return bool(glob.glob(os.path.join(cache_dir(), "__pycache__", f"{key}.*.nbi")))
 
 
-def kernel(text):
-    """The compiled kernel for generated module ``text`` (memory, then disk, then compile)."""
+def kernel(text, target="cpu"):
+    """The compiled kernel for generated module ``text`` (memory, then disk, then compile);
+    ``target="cuda"``: a ``CudaKernel``."""
     key = key_of(text)
     k = _memory.get(key)
     if k is None:
         with _lock:
             k = _memory.get(key)
             if k is None:
-                k = _memory[key] = Kernel(key, text)
+                k = _memory[key] = (CudaKernel if target == "cuda" else Kernel)(key, text)
     return k
 
 
@@ -317,18 +323,26 @@ def is_device_array(x):
 _cupy = []
 
 
+def cupy_module():
+    """CuPy when it is installed and a real GPU is in use (never under the simulator), else None."""
+    if not _cupy:
+        mod = None
+        if not simulated():
+            try:
+                import cupy as mod
+            except Exception:
+                mod = None
+        _cupy.append(mod)
+    return _cupy[0]
+
+
 def device_empty(shape, dtype):
     """An uninitialised device array. With CuPy installed its memory comes from CuPy's pool (a
     fresh ``cudaMalloc`` per call costs more than a gradient kernel on 10^7 elements) and goes
     back there when the array dies: the Numba array keeps the CuPy array as its owner."""
-    if not _cupy:
-        try:
-            import cupy
-            _cupy.append(None if simulated() else cupy)
-        except Exception:
-            _cupy.append(None)
-    if _cupy[0] is not None:
-        return _cuda().as_cuda_array(_cupy[0].empty(shape, dtype))
+    cp = cupy_module()
+    if cp is not None:
+        return _cuda().as_cuda_array(cp.empty(shape, dtype))
     return _cuda().device_array(shape, dtype)
 
 
@@ -364,17 +378,13 @@ def threads_per_block():
     return 32 if simulated() else CUDA_BLOCK
 
 
-class CudaKernel:
+class CudaKernel(Kernel):
     """A ``cuda.jit`` kernel launched over ``n`` elements (grid-stride: at most ``MAX_BLOCKS``
-    blocks, each thread takes every ``gridsize``-th element)."""
+    blocks, each thread takes every ``gridsize``-th element), or on an explicit grid."""
 
-    __slots__ = ("key", "text", "fn", "ready")
+    __slots__ = ()
+    target = "cuda"
     MAX_BLOCKS = 8192
-
-    def __init__(self, key, text):
-        self.key, self.text = key, text
-        self.fn = _load(key, text, "cuda")
-        self.ready = False
 
     def launch(self, n, args, grid=None, block=None):
         if grid is None:
@@ -382,36 +392,12 @@ class CudaKernel:
             grid = max(1, min(-(-n // block), self.MAX_BLOCKS))
         if self.ready:
             return self.fn[grid, block](*args)
-        t = time.perf_counter()
-        try:
-            self.fn[grid, block](*args)
-        except Exception:
-            if simulated():
-                raise
-            _purge(self.key)  # a corrupt cache entry: rebuild once from the source
-            self.fn = _load(self.key, self.text, "cuda")
-            self.fn[grid, block](*args)
-        stats["seconds"] += time.perf_counter() - t
-        stats["compiled"] += 1
-        self.ready = True
-
-
-def cuda_kernel(text):
-    """The CUDA kernel for generated module ``text`` (memory, then disk, then compile)."""
-    key = key_of(text)
-    k = _memory.get(key)
-    if k is None:
-        with _lock:
-            k = _memory.get(key)
-            if k is None:
-                k = _memory[key] = CudaKernel(key, text)
-    return k
+        return self._first(lambda fn: fn[grid, block](*args))
 
 
 def cuda_ptx(text, signature, cc=(9, 0)):
     """Type-check and compile generated CUDA ``text`` to PTX for ``signature`` (a string such as
     ``"void(int64, float64[::1])"``); needs the CUDA toolkit's NVVM, not a GPU."""
-    import importlib
     cuda = _cuda()
     key = key_of(text)
     name = f"ngrad_ptx.{key}"

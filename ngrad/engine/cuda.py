@@ -22,6 +22,7 @@ import numpy as np
 
 from .codegen import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source, identity
 from .interpret import compute, interpret, np_dtype
+from .runtime import _check, _squeezed, _threshold, debug_level, jit_mode
 
 __all__ = ["run"]
 
@@ -32,42 +33,11 @@ _CUPY_GLUE = frozenset(["permute", "expand", "slice", "flip", "cat", "gather", "
                         "matmul", "neg", "add", "sub", "mul", "div", "maximum", "minimum", "where", "cast",
                         "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "abs",
                         "exp", "log", "sqrt", "sum", "prod", "amax", "amin"])
-_cupy = []
-
-
-def _cupy_module():
-    """CuPy when it is installed and a real GPU is in use (never under the simulator)."""
-    if not _cupy:
-        from .compile import simulated
-        mod = None
-        if not simulated():
-            try:
-                import cupy as mod
-            except Exception:
-                mod = None
-        _cupy.append(mod)
-    return _cupy[0]
-
-
-def _check(tape, values):
-    from .compile import is_device_array
-    if len(values) != len(tape.inputs):
-        raise ValueError(f"tape takes {len(tape.inputs)} inputs, got {len(values)}")
-    for i, (s, k, v) in enumerate(zip(tape.inputs, tape.kinds, values)):
-        if k == "scalar":
-            if not isinstance(v, (int, float, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
-                raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
-            continue
-        if not (is_device_array(v) or isinstance(v, np.ndarray)):
-            raise TypeError(f"input {i} of the tape must be a device array, got {type(v).__name__}")
-        if tuple(v.shape) != tape.shapes[s] or np.dtype(v.dtype) != np_dtype(tape.dtypes[s]):
-            raise ValueError(f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, "
-                             f"got {np.dtype(v.dtype)}{list(v.shape)}")
 
 
 def _device(v, dtype=None):
     """``v`` as a C-contiguous device array (host values are copied over)."""
-    from .compile import device_copy, is_device_array, to_device
+    from .compile import is_device_array, to_device
     if is_device_array(v):
         if v.is_c_contiguous():
             return v
@@ -105,13 +75,12 @@ class _Program:
         self.consts = {}
 
     def compile(self):
-        from .compile import cuda_kernel
+        from .compile import kernel
         if self.kernels is None:
-            self.kernels = [None if s is None else cuda_kernel(s.text) for s in self.sources]
+            self.kernels = [None if s is None else kernel(s.text, "cuda") for s in self.sources]
 
 
 def _program_for(tape, mode):
-    from .runtime import _threshold, debug_level
     if mode == "never" or not tape.instrs:
         return None
     key = tape.key()
@@ -135,8 +104,7 @@ def _program_for(tape, mode):
 def run(tape, values):
     """Execute ``tape`` on the GPU (see the module docstring); return fresh device arrays."""
     from .compile import device_copy, is_device_array
-    from .runtime import debug_level, jit_mode
-    _check(tape, values)
+    _check(tape, values, device=True)
     if debug_level() >= 1:
         print(f"ngrad: running tape on cuda ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
     prog = _program_for(tape, jit_mode())
@@ -169,14 +137,8 @@ def _pointer(a):
         return None
 
 
-def _squeezed(shape, pattern):
-    return tuple(n for n, b in zip(shape, pattern) if not b) or (1,)
-
-
 def _execute(prog, tape, values):
-    from .compile import device_empty, simulated
-    from .fuse import Glue
-    from .runtime import debug_level
+    from .compile import device_empty
     debug = debug_level()
     env = dict(zip(tape.inputs, values))
     for s, k in zip(tape.inputs, tape.kinds):
@@ -224,15 +186,15 @@ _fills = []
 
 
 def _fill():
-    from .compile import cuda_kernel
+    from .compile import kernel
     if not _fills:
-        _fills.append(cuda_kernel(cuda_fill_source()))
+        _fills.append(kernel(cuda_fill_source(), "cuda"))
     return _fills[0]
 
 
 def _glue(prog, tape, ins, env):
     """One glue step on the device (see the module docstring)."""
-    from .compile import as_device
+    from .compile import as_device, cupy_module
     out, prim = ins.out, ins.prim
     if prim == "const":
         v = prog.consts.get(out)
@@ -245,7 +207,7 @@ def _glue(prog, tape, ins, env):
             return args[0]
         return args[0] if prim == "detach" else _device(args[0]).reshape(ins.params["shape"])
     dt = np_dtype(tape.dtypes[out])
-    cp = _cupy_module()
+    cp = cupy_module()
     if cp is not None and prim in _CUPY_GLUE:
         from .prims import PRIMS
         from .interpret import NUMPY
@@ -262,14 +224,14 @@ def _glue(prog, tape, ins, env):
 
 def _matmul(tape, ins, args):
     """Batched matmul through the tiled kernel (``codegen.cuda_matmul_source``)."""
-    from .compile import cuda_kernel, device_empty
+    from .compile import device_empty, kernel
     a, b = args
     shape = tape.shapes[ins.out]
     (m, k), n = tape.shapes[ins.args[0]][-2:], tape.shapes[ins.args[1]][-1]
     z = math.prod(shape[:-2])
     out = device_empty((z, m, n), np_dtype(tape.dtypes[ins.out]))
     if z and m and n:
-        kern = cuda_kernel(cuda_matmul_source(tape.dtypes[ins.out]))
+        kern = kernel(cuda_matmul_source(tape.dtypes[ins.out]), "cuda")
         grid = (-(-n // MATMUL_TILE), -(-m // MATMUL_TILE), z)
         kern.launch(0, (m, k, n, a.reshape((z, m, k)), b.reshape((z, k, n)), out), grid, (MATMUL_TILE, MATMUL_TILE))
     return out.reshape(shape)

@@ -53,21 +53,25 @@ def _threshold():
         return 2
 
 
-def _check(tape, values):
+def _check(tape, values, device=False):
+    """Every input against its slot; ``device``: tensors may also be device arrays (CUDA)."""
     if len(values) != len(tape.inputs):
         raise ValueError(f"tape takes {len(tape.inputs)} inputs, got {len(values)}")
     for i, v in enumerate(values):
-        _check_one(tape, i, v)
+        _check_one(tape, i, v, device)
 
 
-def _check_one(tape, i, v):
+def _check_one(tape, i, v, device=False):
     s, k = tape.inputs[i], tape.kinds[i]
     if k == "scalar":
         if not isinstance(v, (int, float, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
             raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
         return
     if not isinstance(v, np.ndarray):
-        raise TypeError(f"input {i} of the tape must be an ndarray, got {type(v).__name__}")
+        from .compile import is_device_array
+        if not (device and is_device_array(v)):
+            raise TypeError(f"input {i} of the tape must be {'a device array' if device else 'an ndarray'}, "
+                            f"got {type(v).__name__}")
     if v.shape != tape.shapes[s] or v.dtype != np_dtype(tape.dtypes[s]):
         raise ValueError(f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, "
                          f"got {v.dtype}{list(v.shape)}")
