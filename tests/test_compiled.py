@@ -156,8 +156,34 @@ def test_auto_tier_compiles_on_repeat(monkeypatch):
     monkeypatch.setenv("NGRAD_JIT_THRESHOLD", "2")
     tape, _ = prim_tape("mul", [np.ones(4) * 3.25, np.ones(4)], {})
     runtime._plans.pop(tape.key(), None)
-    assert runtime._compiled_for(tape, "auto") is None or runtime._Compiled(tape).on_disk()
-    assert runtime._compiled_for(tape, "auto") is not None
+    first = runtime._compiled_for(tape, "auto")
+    assert not first.ready() or first.cached
+    assert runtime._compiled_for(tape, "auto").ready()
+
+
+def test_long_tapes_plan_and_compile_once_interpreting_has_paid(monkeypatch, tmp_path, rng):
+    # ski rental: a tape is planned once interpreting it has cost about what planning costs,
+    # and a plan of many new functions compiles once interpreting has cost their compile time
+    monkeypatch.setenv("NGRAD_JIT_THRESHOLD", "2")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))  # nothing on disk yet
+    monkeypatch.setattr(runtime, "PLAN_EAGER", 0)
+    monkeypatch.setattr(runtime, "PLAN_S", 1.0)
+    monkeypatch.setattr(runtime, "EAGER_FUNCTIONS", 0)
+    monkeypatch.setattr(runtime, "COMPILE_S", 1e3)
+    tape, values = prim_joint("tanh", np.float64, rng)  # a fused loop: one function to compile
+    runtime._plans.pop(tape.key(), None)
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    for _ in range(3):
+        np.testing.assert_allclose(runtime.run(tape, values)[0], interpret(tape, values)[0])
+    cold = runtime._plans[tape.key()]
+    assert isinstance(cold, runtime._Cold) and cold.seen == 3 and cold.rent > 0
+    cold.rent = len(tape.instrs) * runtime.PLAN_S  # planning has now been paid for
+    comp = runtime._compiled_for(tape, "auto")
+    assert isinstance(comp, runtime._Compiled) and not comp.ready()
+    assert comp.pending >= 1 and comp.seen == 4
+    comp.rent = comp.pending * runtime.COMPILE_S  # and compiling too
+    assert runtime._compiled_for(tape, "auto").ready()
+    np.testing.assert_allclose(runtime.run(tape, values)[0], interpret(tape, values)[0])
 
 
 # Hypothesis: random programs (the generator of test_random_graphs) compiled against interpreted,

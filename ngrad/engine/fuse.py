@@ -144,18 +144,19 @@ def fuse(tape, target="cpu"):
             if a not in kern.defined and a not in literal and not available(a, pos) and not remat(kern, pos, a, budget):
                 return False
         for a in ins.args:
-            read(kern, pos, a)
+            read(kern, pos, a, budget)
         kern.body.append(ins)
         kern.defined.add(slot)
         return True
 
-    def read(kern, pos, slot):
-        """Make ``slot`` (of the kernel's shape) readable inside the kernel at ``pos``."""
+    def read(kern, pos, slot, budget=None):
+        """Make ``slot`` (of the kernel's shape) readable inside the kernel at ``pos``. Recomputing
+        shares one budget per read from the tape, which also bounds the recursion's depth."""
         if slot in kern.defined:
             return
         if slot in literal:
             kern.reads[slot] = ("literal", literal[slot])
-        elif where[slot][0] == pos or not remat(kern, pos, slot, [REMAT_BUDGET]):
+        elif where[slot][0] == pos or not remat(kern, pos, slot, budget or [REMAT_BUDGET]):
             kern.reads[slot] = ("array", slot, tuple(False for _ in kern.shape))
         kern.defined.add(slot)
 

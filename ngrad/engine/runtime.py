@@ -8,8 +8,12 @@ no input.
 Tiering, so a one-shot script never waits on a compiler (``NGRAD_JIT``):
 ``never`` runs every tape on the NumPy interpreter; ``always`` compiles every tape; ``auto``
 (the default) compiles a tape structure once it has been seen ``NGRAD_JIT_THRESHOLD`` times
-(default 2), or at once when its kernels are already in the disk cache. Compiled tapes run as a
-plan of fused Numba kernels and NumPy glue (``fuse``, ``codegen``, ``compile``).
+(default 2), or at once when its kernels are already in the disk cache. A plan that needs more
+than ``EAGER_FUNCTIONS`` new functions (an unrolled recurrence: each costs Numba a few tenths of
+a second) is bought like skis: it compiles only once the time spent interpreting that tape has
+reached the estimated compile time, so a loop never waits more than about twice what it would
+have with perfect foresight. Compiled tapes run as a plan of fused Numba kernels and NumPy glue
+(``fuse``, ``codegen``, ``compile``).
 
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
@@ -184,7 +188,7 @@ class _Compiled:
     get functions of their own instead (the ``threaded`` layout, compiled the first time threads
     are on), so that threads can run each in chunks of rows."""
 
-    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pool", "consts")
+    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "consts")
 
     def __init__(self, tape):
         from .fuse import Kernel, fuse
@@ -193,7 +197,7 @@ class _Compiled:
         self.serial = _Layout(self.plan, tape, dead, split=False)
         big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
         self.threaded = _Layout(self.plan, tape, dead, split=True) if big else self.serial
-        self.seen, self.cached = 0, False
+        self.seen, self.cached, self.pending, self.rent = 0, False, 0, 0.0
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
         self.consts, known = {}, set()
@@ -206,6 +210,9 @@ class _Compiled:
     def layout(self):
         return self.threaded if _threads > 1 else self.serial
 
+    def ready(self):
+        return self.layout().kernels is not None
+
     @property
     def sources(self):
         return self.layout().sources
@@ -214,9 +221,10 @@ class _Compiled:
     def kernels(self):
         return self.layout().kernels
 
-    def on_disk(self):
+    def missing(self):
+        """How many of the layout's functions are not in the disk cache."""
         from .compile import on_disk
-        return all(s is None or on_disk(s.text) for s in self.layout().sources)
+        return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
 
     def compile(self):
         from .compile import kernel
@@ -490,23 +498,58 @@ def _execute(comp, tape, values):
     return results
 
 
+# Numba's compile time per function (measured 0.2 to 0.8 s), and how many new functions a plan
+# may need and still compile as soon as it is seen the threshold number of times. Fusing and
+# rendering cost about PLAN_S per instruction: longer tapes are planned only once interpreting
+# them has cost as much.
+COMPILE_S = 0.3
+EAGER_FUNCTIONS = 8
+PLAN_S = 2e-4
+PLAN_EAGER = 2000
+
+
+class _Cold:
+    """A long tape not planned yet: how often it ran and how long the interpreter took."""
+    __slots__ = ("seen", "rent")
+
+    def __init__(self):
+        self.seen, self.rent = 0, 0.0
+
+    def ready(self):
+        return False
+
+
 def _compiled_for(tape, mode):
-    """The compiled plan to run ``tape`` with, or None to interpret it."""
+    """The plan of ``tape`` (None under ``NGRAD_JIT=never``), compiled if it is due: a plan whose
+    ``kernels`` are still None runs on the interpreter, and the caller adds that time to its
+    ``rent``."""
     if mode == "never" or not tape.instrs:
         return None
     key = tape.key()
     comp = _plans.get(key)
+    if mode == "auto" and len(tape.instrs) > PLAN_EAGER and (comp is None or isinstance(comp, _Cold)):
+        cold = comp or _plans.setdefault(key, _Cold())
+        cold.seen += 1
+        if cold.seen < _threshold() or cold.rent < PLAN_S * len(tape.instrs):
+            return cold
+        comp = None
     if comp is None:  # fused and rendered once per tape structure; compiled when it is due
+        cold = _plans.get(key)
         comp = _plans[key] = _Compiled(tape)
-        comp.cached = mode == "auto" and comp.on_disk()
+        if isinstance(cold, _Cold):
+            comp.seen, comp.rent = cold.seen - 1, cold.rent
+        if mode == "auto":
+            comp.pending = comp.missing()
+            comp.cached = comp.pending == 0
         if debug_level() >= 2:
             for s in comp.sources:
                 if s is not None:
                     print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
     if comp.layout().kernels is None:
         comp.seen += 1
-        if mode == "auto" and comp.seen < _threshold() and not comp.cached:
-            return None
+        if mode == "auto" and not comp.cached and (comp.seen < _threshold() or (
+                comp.pending > EAGER_FUNCTIONS and comp.rent < COMPILE_S * comp.pending)):
+            return comp
         t = time.perf_counter()
         comp.compile()
         if debug_level() >= 3:
@@ -525,7 +568,13 @@ def run(tape, values, target="cpu"):
     if debug_level() >= 1:
         print(f"ngrad: running tape ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
     comp = _compiled_for(tape, jit_mode())
-    outs = interpret(tape, values) if comp is None else _execute(comp, tape, values)
+    if comp is None or not comp.ready():
+        t = time.perf_counter()
+        outs = interpret(tape, values)
+        if comp is not None:
+            comp.rent += time.perf_counter() - t
+    else:
+        outs = _execute(comp, tape, values)
     taken = {id(_root(v)) for v in values if isinstance(v, np.ndarray)}
     res = []
     for o in outs:

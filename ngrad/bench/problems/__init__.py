@@ -1,0 +1,147 @@
+"""The benchmark problems and the systems that solve them.
+
+Contract: ``PROBLEMS`` maps a name to a :class:`Problem`. ``problem.inputs(size, rng)`` builds
+the data (a dict of float64 NumPy arrays and Python numbers); ``problem.system(name)`` returns a
+callable ``f(inputs) -> (value, outputs)`` for ``name`` in :data:`SYSTEMS`, or None where that
+system is not installed. ``value`` is a float and ``outputs`` a dict of NumPy arrays (usually the
+gradient of ``value`` with respect to each input in ``problem.wrt``); every system returns the
+same keys, so results can be compared before anything is timed.
+
+Each objective is written once, in PyTorch's style, as ``objective(T, **inputs)`` with ``T`` the
+module that provides the operations: ``ngrad`` itself, ``torch``, or a small adapter giving JAX
+the same names. ngrad runs the code the way a user writes it (``ngrad.from_numpy``,
+``requires_grad_``, ``backward``); NumPy runs a hand-written gradient of the same formula.
+
+>>> import numpy as np
+>>> p = PROBLEMS["rosenbrock"]
+>>> inp = p.inputs(10, np.random.default_rng(0))
+>>> value, grads = p.system("ngrad")(inp)
+>>> bool(np.allclose(grads["x"], p.system("numpy")(inp)[1]["x"]))
+True
+"""
+import numpy as np
+
+import ngrad
+
+__all__ = ["PROBLEMS", "Problem", "SYSTEMS"]
+
+SYSTEMS = ("ngrad", "numpy", "torch", "jax")
+
+
+class Problem:
+    """One benchmark problem.
+
+    ``objective(T, **inputs)`` returns the scalar; ``wrt`` names the inputs it is differentiated
+    with respect to. A problem whose outputs are not simply that gradient (kmeans' Newton
+    direction, ba's sparse Jacobian) gives ``compute(T, inputs) -> (value, {name: tensor})``
+    for ngrad and PyTorch (inputs in ``wrt`` already require grad) and ``jax(jax, J)``, a
+    factory of the same for JAX. ``numpy(inputs)`` is the hand-written reference.
+    ``size_doc`` says what the size parameter means.
+    """
+
+    def __init__(self, name, doc, size_doc, sizes, quick_sizes, inputs, numpy, objective=None, wrt=("x",),
+                 compute=None, jax=None):
+        self.name, self.doc, self.size_doc = name, doc, size_doc
+        self.sizes, self.quick_sizes = list(sizes), list(quick_sizes)
+        self.inputs, self.numpy, self.objective, self.wrt = inputs, numpy, objective, tuple(wrt)
+        self.compute, self.jax = compute, jax
+
+    def system(self, name):
+        """``f(inputs) -> (value, outputs)`` for the system ``name``, or None if not installed."""
+        if name == "numpy":
+            return self.numpy
+        if name == "ngrad":
+            return _autograd(self, ngrad, ngrad.from_numpy)
+        if name == "torch":
+            try:
+                import torch
+            except ImportError:
+                return None
+            return _autograd(self, torch, torch.from_numpy)
+        if name == "jax":
+            try:
+                import jax
+            except ImportError:
+                return None
+            jax.config.update("jax_enable_x64", True)
+            return _jax(self, jax)
+        raise KeyError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+
+
+def _autograd(prob, T, from_numpy):
+    """ngrad and PyTorch share the code: leaves from NumPy, the objective, backward."""
+
+    def run(inp):
+        t = {k: (from_numpy(v).requires_grad_(k in prob.wrt) if isinstance(v, np.ndarray) else v)
+             for k, v in inp.items()}
+        if prob.compute is not None:
+            value, outs = prob.compute(T, t)
+        else:
+            value = prob.objective(T, **t)
+            value.backward()
+            outs = {k: t[k].grad for k in prob.wrt}
+        return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
+    return run
+
+
+class _JaxTorch:
+    """PyTorch's names for the jax.numpy functions the objectives use."""
+
+    def __init__(self, jax):
+        import jax.numpy as jnp
+        self.jax, self.jnp = jax, jnp
+        self.float64 = jnp.float64
+
+    def __getattr__(self, name):
+        return getattr(self.jnp, name)
+
+    def sum(self, x, dim=None):
+        return self.jnp.sum(x, axis=dim)
+
+    def amin(self, x, dim):
+        return self.jnp.min(x, axis=dim)
+
+    def logsumexp(self, x, dim):
+        return self.jax.nn.logsumexp(x, axis=dim)
+
+    def sigmoid(self, x):
+        return self.jax.nn.sigmoid(x)
+
+    def cat(self, xs, dim=0):
+        return self.jnp.concatenate(xs, axis=dim)
+
+    def stack(self, xs, dim=0):
+        return self.jnp.stack(xs, axis=dim)
+
+
+def _jax(prob, jax):
+    J = _JaxTorch(jax)
+    if prob.jax is not None:
+        return prob.jax(jax, J)
+    steps = {}  # one jitted function per value of the static (non-array) inputs
+
+    def run(inp):
+        static = tuple((k, v) for k, v in inp.items() if not isinstance(v, np.ndarray))
+        step = steps.get(static)
+        if step is None:
+            def f(diff, rest, _static=dict(static)):
+                return prob.objective(J, **diff, **rest, **_static)
+            step = steps[static] = jax.jit(jax.value_and_grad(f))
+        diff = {k: inp[k] for k in prob.wrt}
+        rest = {k: v for k, v in inp.items() if isinstance(v, np.ndarray) and k not in prob.wrt}
+        value, grads = step(diff, rest)
+        jax.block_until_ready(grads)
+        return float(value), {k: np.asarray(g) for k, g in grads.items()}
+    return run
+
+
+def _registry():
+    from . import ba, elementwise, gmm, kmeans, lstm, mlp, ode
+    probs = {}
+    for mod in (elementwise, ode, lstm, gmm, kmeans, ba, mlp):
+        for p in mod.PROBLEMS:
+            probs[p.name] = p
+    return probs
+
+
+PROBLEMS = _registry()

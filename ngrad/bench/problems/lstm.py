@@ -1,0 +1,143 @@
+"""ADBench's and GradBench's ``lstm``: a diagonal LSTM language model's mean cross-entropy.
+
+Inputs, with l layers, hidden size b and a sequence of c steps: ``main_params`` (2l, 4b) holds,
+for layer i, gate weights in row 2i and biases in row 2i+1 (forget, input, output, change);
+``extra_params`` (3, b) the input scale, output scale and output bias; ``state`` (2l, b) the
+initial hidden (row 2i) and cell (row 2i+1) of each layer; ``sequence`` (c, b). The gates are
+diagonal: forget and output read the layer's input, input and change read its hidden state.
+Each step predicts the next sequence entry; the loss is -sum(y_next * log_softmax(y)) / ((c-1) b).
+The gradient is with respect to ``main_params`` and ``extra_params``. The size is c (l = 2,
+b = 14 as in ADBench's standard files); all inputs are uniform on [-1, 1].
+"""
+import numpy as np
+
+from . import Problem
+
+LAYERS, HIDDEN = 2, 14
+
+
+def cell_step(T, w, bias, x, hidden, cell):
+    """One layer, one step: the new (hidden, cell)."""
+    b = x.shape[0]
+    gates = T.sigmoid(T.cat([x, hidden, x]) * w[:3 * b] + bias[:3 * b])
+    change = T.tanh(hidden * w[3 * b:] + bias[3 * b:])
+    cell = cell * gates[:b] + gates[b:2 * b] * change
+    return gates[2 * b:] * T.tanh(cell), cell
+
+
+def objective(T, main_params, extra_params, state, sequence):
+    layers, b = main_params.shape[0] // 2, main_params.shape[1] // 4
+    hidden = [state[2 * i] for i in range(layers)]
+    cell = [state[2 * i + 1] for i in range(layers)]
+    total = 0.0
+    for t in range(sequence.shape[0] - 1):
+        x = sequence[t] * extra_params[0]
+        for i in range(layers):
+            hidden[i], cell[i] = cell_step(T, main_params[2 * i], main_params[2 * i + 1], x, hidden[i], cell[i])
+            x = hidden[i]
+        y = x * extra_params[1] + extra_params[2]
+        total = total + T.sum(sequence[t + 1] * (y - T.logsumexp(y, 0)))
+    return -total / ((sequence.shape[0] - 1) * b)
+
+
+def jax_system(jax, J):
+    """JAX as its users write a recurrence: ``lax.scan`` over the steps, not an unrolled loop
+    (which XLA takes minutes to compile at these lengths)."""
+
+    def loss(params, state, sequence):
+        main_params, extra_params = params
+        layers, b = main_params.shape[0] // 2, main_params.shape[1] // 4
+
+        def step(carry, pair):
+            hidden, cell = list(carry[0]), list(carry[1])
+            x = pair[0] * extra_params[0]
+            for i in range(layers):
+                hidden[i], cell[i] = cell_step(J, main_params[2 * i], main_params[2 * i + 1], x, hidden[i], cell[i])
+                x = hidden[i]
+            y = x * extra_params[1] + extra_params[2]
+            return (tuple(hidden), tuple(cell)), J.sum(pair[1] * (y - J.logsumexp(y, 0)))
+
+        init = (tuple(state[0::2]), tuple(state[1::2]))
+        _, terms = jax.lax.scan(step, init, (sequence[:-1], sequence[1:]))
+        return -J.sum(terms) / ((sequence.shape[0] - 1) * b)
+
+    step = jax.jit(jax.value_and_grad(loss))
+
+    def run(inp):
+        value, (gm, ge) = step((inp["main_params"], inp["extra_params"]), inp["state"], inp["sequence"])
+        return float(value), {"main_params": np.asarray(gm), "extra_params": np.asarray(ge)}
+    return run
+
+
+def _sigmoid(a):
+    return 1 / (1 + np.exp(-a))
+
+
+def numpy(inp):
+    W, E, state, seq = inp["main_params"], inp["extra_params"], inp["state"], inp["sequence"]
+    layers, b = W.shape[0] // 2, W.shape[1] // 4
+    count = (seq.shape[0] - 1) * b
+    h = [state[2 * i].copy() for i in range(layers)]
+    c = [state[2 * i + 1].copy() for i in range(layers)]
+    tape, total = [], 0.0
+    for t in range(seq.shape[0] - 1):
+        x = seq[t] * E[0]
+        steps = []
+        for i in range(layers):
+            w, bias = W[2 * i], W[2 * i + 1]
+            f = _sigmoid(x * w[:b] + bias[:b])
+            ig = _sigmoid(h[i] * w[b:2 * b] + bias[b:2 * b])
+            o = _sigmoid(x * w[2 * b:3 * b] + bias[2 * b:3 * b])
+            ch = np.tanh(h[i] * w[3 * b:] + bias[3 * b:])
+            cn = c[i] * f + ig * ch
+            tc = np.tanh(cn)
+            steps.append((x, h[i], c[i], f, ig, o, ch, tc))
+            h[i], c[i] = o * tc, cn
+            x = h[i]
+        y = x * E[1] + E[2]
+        m = y.max()
+        lse = m + np.log(np.exp(y - m).sum())
+        total += np.sum(seq[t + 1] * (y - lse))
+        tape.append((steps, x, y))
+    dW, dE = np.zeros_like(W), np.zeros_like(E)
+    dh = [np.zeros(b) for _ in range(layers)]
+    dc = [np.zeros(b) for _ in range(layers)]
+    for t in reversed(range(seq.shape[0] - 1)):
+        steps, top, y = tape[t]
+        gold = seq[t + 1]
+        soft = np.exp(y - y.max())
+        soft /= soft.sum()
+        dy = -(gold - soft * gold.sum()) / count
+        dE[1] += dy * top
+        dE[2] += dy
+        dh[-1] = dh[-1] + dy * E[1]
+        for i in reversed(range(layers)):
+            x, hp, cp, f, ig, o, ch, tc = steps[i]
+            w = W[2 * i]
+            dcn = dc[i] + dh[i] * o * (1 - tc * tc)
+            da_f = dcn * cp * f * (1 - f)
+            da_i = dcn * ch * ig * (1 - ig)
+            da_o = dh[i] * tc * o * (1 - o)
+            da_c = dcn * ig * (1 - ch * ch)
+            dW[2 * i] += np.concatenate([da_f * x, da_i * hp, da_o * x, da_c * hp])
+            dW[2 * i + 1] += np.concatenate([da_f, da_i, da_o, da_c])
+            dx = da_f * w[:b] + da_o * w[2 * b:3 * b]
+            dh[i] = da_i * w[b:2 * b] + da_c * w[3 * b:]
+            dc[i] = dcn * f
+            if i > 0:
+                dh[i - 1] = dh[i - 1] + dx
+            else:
+                dE[0] += dx * seq[t]
+    return float(-total / count), {"main_params": dW, "extra_params": dE}
+
+
+def inputs(c, rng, layers=LAYERS, b=HIDDEN):
+    return {"main_params": rng.uniform(-1, 1, (2 * layers, 4 * b)), "extra_params": rng.uniform(-1, 1, (3, b)),
+            "state": rng.uniform(-1, 1, (2 * layers, b)), "sequence": rng.uniform(-1, 1, (c, b))}
+
+
+PROBLEMS = [
+    Problem("lstm", f"ADBench's diagonal LSTM, {LAYERS} layers, hidden size {HIDDEN} (GradBench lstm)",
+            "c, the sequence length", [64, 256], [32], inputs, numpy, objective,
+            wrt=("main_params", "extra_params"), jax=jax_system),
+]
