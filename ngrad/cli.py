@@ -14,15 +14,22 @@ __all__ = ["main", "build_parser"]
 def build_parser():
     parser = argparse.ArgumentParser(prog="ngrad", description="ngrad: PyTorch's autograd API on a compiling engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="time value+gradient of standard problems against NumPy, PyTorch and JAX")
-    b.add_argument("--quick", action="store_true", help="smaller sizes: the default suite in well under a minute")
-    b.add_argument("--problems", default=None, help="comma-separated problem names (default: all)")
+    b = sub.add_parser("bench", help="time value+gradient of standard problems against NumPy, PyTorch and JAX",
+                       description="Times value+gradient of automatic-differentiation problems in ngrad against "
+                                   "a hand-written NumPy gradient, PyTorch eager and JAX jit (when installed), "
+                                   "after checking that all agree. 'ngrad bench gradbench-tool' instead speaks "
+                                   "GradBench's tool protocol on stdin/stdout.")
+    b.add_argument("mode", nargs="?", choices=["gradbench-tool"], help="run as a GradBench tool instead")
+    b.add_argument("--quick", action="store_true", help="one small size per problem: the suite in under a minute")
+    b.add_argument("--problems", default=None, help="comma-separated problem names (default: all; see --list)")
     b.add_argument("--sizes", default=None, help="comma-separated sizes, overriding each problem's defaults")
-    b.add_argument("--repeat", type=int, default=20, help="timed calls per system after the first (default 20)")
-    b.add_argument("--json", dest="json_path", default=None, help="write machine-readable results here")
-    b.add_argument("--list", action="store_true", help="list the problems and exit")
+    b.add_argument("--repeat", type=int, default=20, help="timed calls per system after warm-up (default 20)")
     b.add_argument("--threads", type=int, default=None,
-                   help="ngrad.set_num_threads for the run (default: every core, as PyTorch and JAX use)")
+                   help="threads for every system (default: every core, as PyTorch and JAX use)")
+    b.add_argument("--json", dest="json_path", default=None, help="write machine-readable results here")
+    b.add_argument("--plot", dest="plot_path", default=None,
+                   help="write a PNG of time against size per system (needs matplotlib)")
+    b.add_argument("--list", action="store_true", help="list the problems and exit")
     c = sub.add_parser("cache", help="the compiled-kernel cache (NGRAD_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     return parser
@@ -50,52 +57,67 @@ def _fmt(seconds):
 def bench(args):
     from rich.console import Console
 
+    if args.mode == "gradbench-tool":
+        from .bench.gradbench import serve
+        return serve(sys.stdin, sys.stdout)
     from .bench.problems import PROBLEMS
 
     console = Console()
     if args.list:
         for p in PROBLEMS.values():
-            console.print(f"[bold]{p.name}[/bold]: {p.doc} (sizes {p.sizes})")
+            console.print(f"[bold]{p.name}[/bold]: {p.doc}; size = {p.size_doc}; sizes {p.sizes}, "
+                          f"--quick {p.quick_sizes}")
         return 0
     names = args.problems.split(",") if args.problems else list(PROBLEMS)
     unknown = [n for n in names if n not in PROBLEMS]
     if unknown:
         console.print(f"[red]unknown problem(s): {', '.join(unknown)}; choose from {', '.join(PROBLEMS)}[/red]")
         return 2
-    sizes = [int(float(s)) for s in args.sizes.split(",")] if args.sizes else None
+    try:
+        sizes = [int(float(s)) for s in args.sizes.split(",")] if args.sizes else None
+    except ValueError:
+        console.print(f"[red]--sizes takes comma-separated numbers such as 1e4,1e5 (got {args.sizes!r})[/red]")
+        return 2
+    if args.plot_path:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            console.print("[red]--plot needs matplotlib: pip install 'ngrad[bench]'[/red]")
+            return 2
     import os
 
-    import ngrad
+    from .bench.runner import pin_threads
     threads = args.threads or os.cpu_count() or 1
-    before = ngrad.get_num_threads()
-    ngrad.set_num_threads(threads)
+    restore = pin_threads(threads)
     try:
         return _bench(args, console, names, sizes, threads)
     finally:
-        ngrad.set_num_threads(before)
+        restore()
 
 
 def _bench(args, console, names, sizes, threads):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from .bench.problems import PROBLEMS
-    from .bench.runner import machine_info, run_suite
+    from .bench.runner import count_steps, machine_info, run_suite
 
     results = []
-    with console.status("benchmarking") as status:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("benchmarking", total=count_steps(names, sizes, args.quick))
         for name in names:
-            prob_sizes = sizes or (PROBLEMS[name].quick_sizes if args.quick else PROBLEMS[name].sizes)
-            results += run_suite([name], prob_sizes, args.repeat, budget=0.5 if args.quick else 2.0,
-                                 progress=lambda msg: status.update(f"benchmarking {msg}"))
+            results += run_suite([name], sizes, args.repeat, budget=0.5 if args.quick else 2.0, quick=args.quick,
+                                 progress=lambda msg, done: bar.update(task, description=msg, advance=done))
     info = machine_info()
-    info["ngrad_threads"] = threads
-    console.print(f"value + gradient, float64, {info['platform']}; numpy {info['numpy']}, "
-                  f"torch {info['torch'] or 'not installed'}, jax {info['jax'] or 'not installed'}; "
-                  f"ngrad on {threads} thread{'s' if threads > 1 else ''}")
+    info["threads"] = threads
+    console.print(f"value + gradient, float64, {info['platform']}, {threads} thread{'s' if threads > 1 else ''} "
+                  f"per system; numpy {info['numpy']}, torch {info['torch'] or 'not installed'}, "
+                  f"jax {info['jax'] or 'not installed'}")
     for name in names:
         rows = [r for r in results if r["problem"] == name]
-        table = Table(title=f"{name}: {PROBLEMS[name].doc}")
-        table.add_column("size", justify="right")
+        table = Table(title=f"{name}: {PROBLEMS[name].doc}", title_justify="left")
+        table.add_column(f"size ({PROBLEMS[name].size_doc.split(',')[0]})", justify="right")
         table.add_column("system")
         table.add_column("median", justify="right")
         table.add_column("IQR", justify="right")
@@ -104,16 +126,20 @@ def _bench(args, console, names, sizes, threads):
         for r in rows:
             base = r["systems"]["ngrad"]["median_s"]
             for s, t in r["systems"].items():
-                ratio = t["median_s"] / base
                 table.add_row(f"{r['size']:,}", s, _fmt(t["median_s"]), _fmt(t["q3_s"] - t["q1_s"]),
-                              _fmt(t["first_s"]), "1" if s == "ngrad" else f"{ratio:.2f}x")
+                              _fmt(t["first_s"]), "1" if s == "ngrad" else f"{t['median_s'] / base:.2f}x")
         console.print(table)
-    console.print("'vs ngrad' > 1 means that system is slower than ngrad. Values and gradients of all systems "
-                  "were checked against each other before timing.")
+    console.print("'vs ngrad' is the system's median over ngrad's: above 1 means ngrad is faster. 'first call' "
+                  "includes compiling (ngrad, JAX). All values and gradients were checked against the NumPy "
+                  "reference before timing.")
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump({"machine": info, "results": results}, f, indent=1)
         console.print(f"wrote {args.json_path}")
+    if args.plot_path:
+        from .bench.plot import plot
+        plot(results, args.plot_path)
+        console.print(f"wrote {args.plot_path}")
     return 0
 
 

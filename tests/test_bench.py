@@ -1,4 +1,7 @@
-"""The benchmark runner: problem gradients, agreement checks, CLI output and JSON schema."""
+"""The benchmark runner: each problem's gradient against finite differences and the hand-written
+NumPy reference, the agreement check, the CLI's output and JSON schema, and the GradBench tool
+protocol on scripted message sequences."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -6,63 +9,240 @@ import sys
 import numpy as np
 import pytest
 
+import ngrad
+from ngrad.bench import gradbench
 from ngrad.bench.problems import PROBLEMS
-from ngrad.bench.runner import run_suite
+from ngrad.bench.problems import ba, gmm, kmeans, lstm
+from ngrad.bench.runner import agree, run_suite
 from ngrad.cli import main
+
+SMALL = {"chain": 8, "rosenbrock": 8, "lse": 8, "llsq": 16, "lj": 8, "ode": 5, "lstm": 4, "gmm": 6, "kmeans": 40,
+         "ba": 5, "mlp": 3}
+STANDARD = sorted(n for n, p in PROBLEMS.items() if p.compute is None)
+
+
+def test_every_problem_has_a_small_size():
+    assert set(SMALL) == set(PROBLEMS)
+
+
+def _value(prob, inp):
+    t = {k: ngrad.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
+    return prob.objective(ngrad, **t).item()
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_gradient_matches_central_differences(name):
+    prob, rng = PROBLEMS[name], np.random.default_rng(1)
+    inp = prob.inputs(SMALL[name], rng)
+    value, grads = prob.system("ngrad")(inp)
+    assert np.isclose(value, _value(prob, inp), rtol=1e-12)
+    eps = 1e-6
+    for k in prob.wrt:
+        u = rng.standard_normal(inp[k].shape)
+        numeric = (_value(prob, dict(inp, **{k: inp[k] + eps * u})) - _value(prob, dict(inp, **{k: inp[k] - eps * u}))) / (2 * eps)
+        assert np.isclose(np.sum(grads[k] * u), numeric, rtol=1e-5, atol=1e-7), k
+
+
+def test_kmeans_newton_direction_matches_differences():
+    inp = kmeans.inputs(SMALL["kmeans"], np.random.default_rng(2), k=4, d=2)
+    _, out = PROBLEMS["kmeans"].system("ngrad")(inp)
+    c, eps = inp["centroids"], 1e-3
+
+    def cost(cc):
+        return ((inp["points"][:, None] - cc[None]) ** 2).sum(2).min(1).sum()
+    g, h = np.zeros_like(c), np.zeros_like(c)
+    for idx in np.ndindex(*c.shape):  # the cost is piecewise quadratic: differences are exact
+        e = np.zeros_like(c)
+        e[idx] = eps
+        g[idx] = (cost(c + e) - cost(c - e)) / (2 * eps)
+        h[idx] = (cost(c + e) - 2 * cost(c) + cost(c - e)) / eps ** 2
+    np.testing.assert_allclose(out["dir"], g / h, rtol=1e-6)
+
+
+def test_ba_jacobian_matches_differences():
+    inp = ba.inputs(SMALL["ba"], np.random.default_rng(3))
+    _, out = PROBLEMS["ba"].system("ngrad")(inp)
+    obs, p = inp["obs"], SMALL["ba"]
+    args = [inp["cams"][obs[:, 0]], inp["x"][obs[:, 1]], inp["w"]]
+
+    def r(a):
+        return ba.residuals(ngrad, *(ngrad.from_numpy(v) for v in a), ngrad.from_numpy(inp["feats"])).numpy()
+    cols = []
+    for which, width in ((0, 11), (1, 3), (2, 1)):
+        for j in range(width):  # residuals of observation i depend only on its own parameters
+            plus, minus = [a.copy() for a in args], [a.copy() for a in args]
+            h = 1e-6 * max(1.0, float(np.abs(args[which]).max()))
+            if which == 2:
+                plus[2] += h
+                minus[2] -= h
+            else:
+                plus[which][:, j] += h
+                minus[which][:, j] -= h
+            cols.append((r(plus) - r(minus)) / (2 * h))
+    jac = np.stack(cols, 2)  # (p, 2, 15)
+    np.testing.assert_allclose(out["vals"][:30 * p].reshape(p, 2, 15), jac, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["vals"][30 * p:], -2 * inp["w"])
 
 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
-def test_problem_gradients_match_finite_differences(name):
+@pytest.mark.parametrize("system", ["ngrad", "torch", "jax"])
+def test_systems_agree_with_the_numpy_reference(name, system):
     prob = PROBLEMS[name]
-    rng = np.random.default_rng(0)
-    inp = prob.inputs(8, rng)
-    f = prob.systems["ngrad"]()
-    _, g = f(inp)
-    u = rng.standard_normal(inp["x"].shape)
-    eps = 1e-6
-    plus = dict(inp, x=inp["x"] + eps * u)
-    minus = dict(inp, x=inp["x"] - eps * u)
-    numeric = (f(plus)[0] - f(minus)[0]) / (2 * eps)
-    assert np.isclose(np.sum(g * u), numeric, rtol=1e-5, atol=1e-7)
-    # and the hand-written NumPy reference agrees with ngrad
-    v_ref, g_ref = prob.systems["numpy"]()(inp)
-    np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-12)
-
-
-def test_run_suite_checks_and_times():
-    res = run_suite(["rosenbrock"], [50], repeat=3, budget=0.1)
-    (row,) = res
-    assert row["problem"] == "rosenbrock" and row["size"] == 50
-    for t in row["systems"].values():
-        assert t["median_s"] > 0 and t["first_s"] > 0 and t["q1_s"] <= t["q3_s"] and t["runs"] >= 2
+    f = prob.system(system)
+    if f is None:
+        pytest.skip(f"{system} is not installed")
+    inp = prob.inputs(SMALL[name], np.random.default_rng(4))
+    agree(name, SMALL[name], system, f(inp), prob.numpy(inp))
 
 
 def test_disagreement_is_reported(monkeypatch):
     prob = PROBLEMS["lse"]
-    broken = dict(prob.systems, ngrad=lambda: (lambda inp: (0.0, np.zeros_like(inp["x"]))))
-    monkeypatch.setattr(prob, "systems", broken)
-    with pytest.raises(AssertionError, match="ngrad disagrees with the NumPy reference"):
-        run_suite(["lse"], [10], repeat=2)
+    monkeypatch.setattr(prob, "system", lambda s: (lambda inp: (0.0, {"x": np.zeros_like(inp["x"])})))
+    with pytest.raises(AssertionError, match="disagrees with the NumPy reference"):
+        run_suite(["lse"], [10], repeat=2, systems=("ngrad",))
 
 
-def test_cli_json_schema(tmp_path, capsys):
+def test_run_suite_checks_and_times():
+    (row,) = run_suite(["rosenbrock"], [50], repeat=3, budget=0.1)
+    assert row["problem"] == "rosenbrock" and row["size"] == 50
+    assert {"ngrad", "numpy"} <= set(row["systems"])
+    for t in row["systems"].values():
+        assert t["median_s"] > 0 and t["first_s"] > 0 and t["q1_s"] <= t["median_s"] <= t["q3_s"] and t["runs"] >= 2
+
+
+def test_cli_tables_and_json_schema(tmp_path, capsys):
     path = tmp_path / "out.json"
-    assert main(["bench", "--problems", "lse,chain", "--sizes", "100", "--repeat", "3", "--json", str(path)]) == 0
+    assert main(["bench", "--problems", "lse,chain", "--sizes", "100", "--repeat", "3", "--threads", "1",
+                 "--json", str(path)]) == 0
     data = json.loads(path.read_text())
     assert set(data) == {"machine", "results"}
-    assert {"python", "numpy", "numba", "ngrad", "torch", "jax"} <= set(data["machine"])
+    assert {"python", "platform", "cpus", "numpy", "numba", "ngrad", "torch", "jax", "threads"} <= set(data["machine"])
+    assert data["machine"]["threads"] == 1
     assert [r["problem"] for r in data["results"]] == ["lse", "chain"]
     for r in data["results"]:
-        assert {"ngrad", "numpy"} <= set(r["systems"])
-        assert set(r["systems"]["ngrad"]) == {"first_s", "median_s", "q1_s", "q3_s", "runs"}
-    assert "vs ngrad" in capsys.readouterr().out
+        assert r["size"] == 100 and {"ngrad", "numpy"} <= set(r["systems"])
+        for t in r["systems"].values():
+            assert set(t) == {"first_s", "median_s", "q1_s", "q3_s", "runs"}
+    out = capsys.readouterr().out
+    assert "vs ngrad" in out and "logsumexp" in out
 
 
-def test_cli_rejects_unknown_problems(capsys):
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is optional")
+def test_cli_plot(tmp_path):
+    path = tmp_path / "t.png"
+    assert main(["bench", "--problems", "lse", "--sizes", "10,100", "--repeat", "2", "--plot", str(path)]) == 0
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_rejects_bad_arguments(capsys):
     assert main(["bench", "--problems", "nope"]) == 2
     assert "unknown problem" in capsys.readouterr().out
+    assert main(["bench", "--sizes", "ten"]) == 2
+    assert "--sizes" in capsys.readouterr().out
 
 
 def test_python_dash_m_lists_problems():
     out = subprocess.run([sys.executable, "-m", "ngrad", "bench", "--list"], capture_output=True, text=True, check=True)
     assert all(name in out.stdout for name in PROBLEMS)
+
+
+# --- the GradBench tool protocol ------------------------------------------------------------------------------
+
+def _session(messages):
+    """Run the tool in a subprocess on these lines; its responses, parsed."""
+    lines = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages)
+    out = subprocess.run([sys.executable, "-m", "ngrad", "bench", "gradbench-tool"], input=lines,
+                         capture_output=True, text=True, check=True, timeout=300)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_protocol_session_with_malformed_input():
+    x = [0.5, -1.0, 2.0, 0.25]
+    res = _session([
+        {"id": 0, "kind": "start", "eval": "lse"},
+        "this is not json",
+        {"id": 1, "kind": "define", "module": "lse"},
+        {"id": 2, "kind": "define", "module": "no-such-eval"},
+        {"id": 3, "kind": "evaluate", "module": "lse", "function": "gradient",
+         "input": {"x": x, "min_runs": 3, "min_seconds": 0}},
+        {"id": 4, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"y": x}},
+        {"id": 5, "kind": "teleport"},
+        {"id": 6, "kind": "analysis", "of": 3, "valid": True},
+        {"id": 7, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}},
+    ])
+    assert [r["id"] for r in res] == [0, None, 1, 2, 3, 4, 5, 6, 7]
+    assert res[0]["tool"] == "ngrad"
+    assert res[1]["success"] is False and "not JSON" in res[1]["error"]
+    assert res[2]["success"] is True and [t["name"] for t in res[2]["timings"]] == ["compile"]
+    assert res[3]["success"] is False and "unknown module" in res[3]["error"]
+    soft = np.exp(x) / np.exp(x).sum()
+    np.testing.assert_allclose(res[4]["output"], soft, rtol=1e-12)
+    assert len(res[4]["timings"]) == 3 and all(t["name"] == "evaluate" and t["nanoseconds"] > 0 for t in res[4]["timings"])
+    assert res[5]["success"] is False and "KeyError" in res[5]["error"]
+    assert res[6]["success"] is False and "unknown message kind" in res[6]["error"]
+    assert res[7] == {"id": 6}
+    assert np.isclose(res[8]["output"], np.log(np.exp(x).sum()), rtol=1e-12)
+
+
+def test_protocol_min_seconds_repeats_runs():
+    r = gradbench.respond(json.dumps({"id": 1, "kind": "evaluate", "module": "hello", "function": "square",
+                                      "input": 3.0}))
+    assert r["output"] == 9.0 and len(r["timings"]) == 1
+    r = gradbench.respond(json.dumps({"id": 2, "kind": "evaluate", "module": "llsq", "function": "gradient",
+                                      "input": {"x": [0.1, 0.2], "n": 5, "min_runs": 1, "min_seconds": 0.05}}))
+    assert sum(t["nanoseconds"] for t in r["timings"]) >= 0.04e9 and len(r["timings"]) >= 2
+
+
+def _evaluate(module, function, inp):
+    r = gradbench.respond(json.dumps({"id": 1, "kind": "evaluate", "module": module, "function": function,
+                                      "input": inp}))
+    assert "error" not in r, r
+    return r["output"]
+
+
+def test_protocol_outputs_match_the_references():
+    rng = np.random.default_rng(5)
+    inp = gmm.inputs(7, rng, d=3, k=4)
+    js = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
+    js.update(d=3, k=4, n=7)
+    value, grads = gmm.numpy(inp)
+    assert np.isclose(_evaluate("gmm", "objective", js), value, rtol=1e-12)
+    jac = _evaluate("gmm", "jacobian", js)
+    for k in ("alpha", "mu", "q", "l"):
+        np.testing.assert_allclose(jac[k], grads[k], rtol=1e-10, atol=1e-12)
+
+    inp = lstm.inputs(5, rng, layers=2, b=3)
+    value, grads = lstm.numpy(inp)
+    js = {k: v.tolist() for k, v in inp.items()}
+    assert np.isclose(_evaluate("lstm", "objective", js), value, rtol=1e-12)
+    jac = _evaluate("lstm", "jacobian", js)
+    for k in ("main_params", "extra_params"):
+        np.testing.assert_allclose(jac[k], grads[k], rtol=1e-10, atol=1e-12)
+
+    pts = rng.standard_normal((20, 2))
+    js = {"points": pts.tolist(), "centroids": pts[:3].tolist()}
+    ref = kmeans.numpy({"points": pts, "centroids": pts[:3]})
+    assert np.isclose(_evaluate("kmeans", "cost", js), ref[0])
+    np.testing.assert_allclose(_evaluate("kmeans", "dir", js), ref[1]["dir"], rtol=1e-10)
+
+    x = rng.uniform(-1, 1, 6).tolist()
+    from ngrad.bench.problems import ode
+    v, g = ode.numpy({"x": np.array(x), "s": 3})
+    assert np.isclose(_evaluate("ode", "primal", {"x": x, "s": 3})[-1], v, rtol=1e-12)
+    np.testing.assert_allclose(_evaluate("ode", "gradient", {"x": x, "s": 3}), g["x"], rtol=1e-10)
+
+
+def test_protocol_ba_sparse_jacobian():
+    msg = dict(gradbench._WARM["ba"], n=3, m=4, p=7)
+    out = _evaluate("ba", "jacobian", msg)
+    p, n, m = 7, 3, 4
+    rows, cols, vals = (np.array(out[k]) for k in ("rows", "cols", "vals"))
+    assert len(rows) == 3 * p + 1 and rows[-1] == len(cols) == len(vals) == 31 * p
+    assert np.all(np.diff(rows) > 0) and cols.min() >= 0 and cols.max() < 11 * n + 3 * m + p
+    full = ba.expand(n, m, p, msg["cam"], msg["x"], msg["w"], msg["feat"])
+    np.testing.assert_allclose(vals, ba.numpy(full)[1]["vals"], rtol=1e-10, atol=1e-12)
+    # observation 5 sees camera 5 % 3 and point 5 % 4; its second row's columns
+    row = cols[rows[11]:rows[12]]
+    assert list(row) == list(range(22, 33)) + [33 + 3, 33 + 4, 33 + 5] + [45 + 5]
+    obj = _evaluate("ba", "objective", msg)
+    assert np.array(obj["reproj_error"]).shape == (p, 2) and np.allclose(obj["w_err"], 1 - msg["w"] ** 2)

@@ -1,30 +1,61 @@
 """Runs benchmark problems on every available system and reports value+gradient times.
 
-Contract: ``run_suite(problems, sizes, repeat, quick)`` checks that all systems agree on the
-value and the gradient (float64, rtol 1e-6) before timing anything, then times each system's
-first call and its steady state (median and spread over ``repeat`` calls after warm-up), and
-returns plain dicts that the CLI prints as tables and writes as JSON.
+Contract: ``run_suite(names, sizes, repeat, budget)`` builds each problem's inputs, checks that
+every system agrees with the hand-written NumPy reference on the value and on every output
+(float64, rtol 1e-6) before timing anything, then times each system's first call (for ngrad
+and JAX this includes compiling) and its steady state (median and quartiles over up to
+``repeat`` calls, stopping early after ``budget`` seconds), and returns plain dicts that the
+CLI prints as tables and writes as JSON. Systems run one after another in one process, on the
+same inputs, with the same thread count (``pin_threads``).
+
+>>> res = run_suite(["rosenbrock"], [20], repeat=3, budget=0.05)
+>>> sorted(res[0]["systems"])[:2], res[0]["size"]
+(['ngrad', 'numpy'], 20)
 """
+import os
 import platform
 import statistics
 import time
 
 import numpy as np
 
-from .problems import PROBLEMS
+from .problems import PROBLEMS, SYSTEMS
 
-__all__ = ["run_suite", "machine_info"]
+__all__ = ["run_suite", "machine_info", "pin_threads", "agree"]
 
-SYSTEMS = ("ngrad", "numpy", "torch", "jax")
+
+def pin_threads(threads):
+    """Give every system ``threads`` threads: ngrad's loops, PyTorch's intra-op pool, and XLA's
+    CPU client (read when JAX starts, so this must run before JAX is imported). Returns a
+    function restoring ngrad's and PyTorch's previous settings."""
+    import ngrad
+    before = ngrad.get_num_threads()
+    ngrad.set_num_threads(threads)
+    os.environ.setdefault("XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
+                                       f"intra_op_parallelism_threads={threads}")
+    restore_torch = None
+    try:
+        import torch
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        restore_torch = lambda: torch.set_num_threads(old)  # noqa: E731
+    except ImportError:
+        pass
+
+    def restore():
+        ngrad.set_num_threads(before)
+        if restore_torch:
+            restore_torch()
+    return restore
 
 
 def machine_info():
+    """Versions and the machine, for the JSON results."""
     import numba
 
-    info = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
-            "numpy": np.__version__, "numba": numba.__version__}
     from .. import __version__
-    info["ngrad"] = __version__
+    info = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__, "ngrad": __version__}
     for mod in ("torch", "jax"):
         try:
             info[mod] = __import__(mod).__version__
@@ -33,10 +64,25 @@ def machine_info():
     return info
 
 
+def agree(name, size, system, got, ref):
+    """Raise AssertionError unless ``got`` = (value, outputs) matches the reference."""
+    (v, outs), (rv, routs) = got, ref
+    problems = []
+    if not np.isclose(v, rv, rtol=1e-6, atol=1e-9):
+        problems.append(f"value {v!r} vs {rv!r}")
+    for k, r in routs.items():
+        g = np.asarray(outs.get(k))
+        scale = max(1.0, float(np.abs(r).max()) if r.size else 1.0)
+        if g.shape != r.shape or not np.allclose(g, r, rtol=1e-6, atol=1e-9 * scale):
+            err = float(np.abs(g - r).max()) if g.shape == r.shape else f"shape {g.shape} vs {r.shape}"
+            problems.append(f"{k}: max error {err}")
+    if problems:
+        raise AssertionError(f"{name} (size {size}): {system} disagrees with the NumPy reference: "
+                             + "; ".join(problems))
+
+
 def _time(fn, inp, repeat, budget):
-    t0 = time.perf_counter()
-    fn(inp)
-    first = time.perf_counter() - t0
+    fn(inp)  # warm-up: ngrad compiles a tape the second time it sees it
     times, spent = [], 0.0
     for _ in range(max(2, repeat)):
         t = time.perf_counter()
@@ -46,31 +92,45 @@ def _time(fn, inp, repeat, budget):
         spent += dt
         if spent > budget and len(times) >= 3:
             break
-    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return {"first_s": first, "median_s": statistics.median(times), "q1_s": q[0], "q3_s": q[2], "runs": len(times)}
+    q = statistics.quantiles(times, n=4, method="inclusive")
+    return {"median_s": statistics.median(times), "q1_s": q[0], "q3_s": q[2], "runs": len(times)}
 
 
-def run_suite(names, sizes=None, repeat=20, budget=2.0, progress=None):
-    """Results for each (problem, size): agreement check, then timings per available system."""
+def run_suite(names, sizes=None, repeat=20, budget=2.0, quick=False, systems=SYSTEMS, progress=None):
+    """Results for each (problem, size): the agreement check, then timings per available system.
+    ``progress(description, advance)`` is called before and after each timed system."""
     results = []
-    rng = np.random.default_rng(0)
     for name in names:
         prob = PROBLEMS[name]
-        for n in (sizes or prob.sizes):
-            inp = prob.inputs(n, rng)
-            runners = {s: prob.systems[s]() for s in SYSTEMS}
+        for n in sizes or (prob.quick_sizes if quick else prob.sizes):
+            inp = prob.inputs(n, np.random.default_rng(0))
+            runners = {s: prob.system(s) for s in systems}
             runners = {s: f for s, f in runners.items() if f is not None}
-            ref_v, ref_g = runners["numpy"](inp)
+            ref = prob.numpy(inp)
+            first = {}
             for s, f in runners.items():
-                v, g = f(inp)
-                if not (np.isclose(v, ref_v, rtol=1e-6, atol=1e-9)
-                        and np.allclose(g, ref_g, rtol=1e-6, atol=1e-9 * max(1.0, float(np.abs(ref_g).max())))):
-                    raise AssertionError(f"{name} (n={n}): {s} disagrees with the NumPy reference "
-                                         f"(value {v} vs {ref_v}, max gradient error {np.abs(g - ref_g).max():.3g})")
+                if progress:
+                    progress(f"{name} {n:,}: checking {s}", 0)
+                t = time.perf_counter()
+                agree(name, n, s, f(inp), ref)
+                first[s] = time.perf_counter() - t
             row = {"problem": name, "size": n, "systems": {}}
             for s, f in runners.items():
                 if progress:
-                    progress(f"{name} n={n}: {s}")
-                row["systems"][s] = _time(f, inp, repeat, budget)
+                    progress(f"{name} {n:,}: timing {s}", 0)
+                row["systems"][s] = {"first_s": first[s], **_time(f, inp, repeat, budget)}
+                if progress:
+                    progress(f"{name} {n:,}: timed {s}", 1)
             results.append(row)
     return results
+
+
+def count_steps(names, sizes=None, quick=False, systems=SYSTEMS):
+    """How many (problem, size, system) timings ``run_suite`` will make, for a progress bar."""
+    installed = [s for s in systems if s in ("ngrad", "numpy") or _installed(s)]
+    return sum(len(sizes or (PROBLEMS[n].quick_sizes if quick else PROBLEMS[n].sizes)) for n in names) * len(installed)
+
+
+def _installed(module):
+    import importlib.util
+    return importlib.util.find_spec(module) is not None

@@ -1,0 +1,271 @@
+"""``ngrad bench gradbench-tool``: ngrad as a tool for GradBench's evals.
+
+Contract: ``serve(stdin, stdout)`` reads one JSON message per line and answers each with one
+JSON line, until stdin ends:
+
+- ``{"id", "kind": "start", "eval"}`` -> ``{"id", "tool": "ngrad", "config": {versions}}``
+- ``{"id", "kind": "define", "module"}`` -> ``{"id", "success", "timings"?, "error"?}``. Defining
+  a module whose programs have one structure at every size (all but ``ode`` and ``lstm``, whose
+  tapes unroll their step count) runs each function twice on a small input, so its kernels are
+  compiled (or loaded from the disk cache) here; that time is reported as a timing named
+  ``compile``.
+- ``{"id", "kind": "evaluate", "module", "function", "input"}`` -> ``{"id", "output",
+  "timings"}``: the function runs at least ``input["min_runs"]`` times (default 1) and until
+  ``input["min_seconds"]`` (default 0) have passed, each run reported as a timing named
+  ``evaluate``; the input's conversion from JSON to arrays is done once, outside the timings.
+- ``{"id", "kind": "analysis", ...}`` -> ``{"id"}``.
+
+A message that is not JSON, has no known kind, names an unknown module or function, or whose
+function raises, gets ``{"id", "success": false, "error": "..."}`` (``"id": null`` when none
+could be read), and the tool goes on with the next line.
+
+>>> import io, json
+>>> msgs = [{"id": 0, "kind": "start", "eval": "hello"}, {"id": 1, "kind": "define", "module": "hello"},
+...         {"id": 2, "kind": "evaluate", "module": "hello", "function": "double", "input": 3.0}]
+>>> out = io.StringIO()
+>>> serve(io.StringIO("".join(json.dumps(m) + "\\n" for m in msgs)), out)
+0
+>>> [json.loads(line).get("output") for line in out.getvalue().splitlines()]
+[None, None, 6.0]
+"""
+import json
+import time
+
+import numpy as np
+
+import ngrad
+
+from .problems import ba, elementwise, gmm, kmeans, lstm, ode
+
+__all__ = ["serve", "MODULES"]
+
+F64 = ngrad.float64
+
+
+def _t(a, grad=False):
+    return ngrad.tensor(np.asarray(a, dtype=np.float64), requires_grad=grad)
+
+
+def _arrays(inp, names):
+    return {k: np.asarray(inp[k], dtype=np.float64) for k in names}
+
+
+# --- each eval: its functions as (prepare, run); prepare turns the JSON input into arrays
+# (untimed), run computes the output (timed) and returns JSON-ready values.
+
+
+def _hello_square(x):
+    return (_t(x) * _t(x)).item()
+
+
+def _hello_double(x):
+    x = _t(x, grad=True)
+    (x * x).backward()
+    return x.grad.item()
+
+
+def _scalar_and_grad(objective, inp, wrt, **static):
+    t = {k: _t(v, grad=k in wrt) for k, v in inp.items()}
+    value = objective(ngrad, **t, **static)
+    value.backward()
+    return value, t
+
+
+def _lse_gradient(inp):
+    _, t = _scalar_and_grad(elementwise.lse, inp, ("x",))
+    return t["x"].grad.tolist()
+
+
+def _llsq_prepare(inp):
+    return {"x": np.asarray(inp["x"], dtype=np.float64), "n": int(inp["n"])}
+
+
+def _llsq_primal(inp):
+    return elementwise.llsq(ngrad, _t(inp["x"]), inp["n"]).item()
+
+
+def _llsq_gradient(inp):
+    x = _t(inp["x"], grad=True)
+    elementwise.llsq(ngrad, x, inp["n"]).backward()
+    return x.grad.tolist()
+
+
+def _ode_prepare(inp):
+    return {"x": np.asarray(inp["x"], dtype=np.float64), "s": int(inp["s"])}
+
+
+def _ode_gradient(inp):
+    x = _t(inp["x"], grad=True)
+    ode.objective(ngrad, x, inp["s"]).backward()
+    return x.grad.tolist()
+
+
+def _kmeans_prepare(inp):
+    return _arrays(inp, ("points", "centroids"))
+
+
+def _kmeans_dir(inp):
+    t = {k: _t(v, grad=k == "centroids") for k, v in inp.items()}
+    return kmeans.compute(ngrad, t)[1]["dir"].tolist()
+
+
+GMM_WRT = ("alpha", "mu", "q", "l")
+
+
+def _gmm_prepare(inp):
+    out = _arrays(inp, ("alpha", "mu", "q", "l", "x"))
+    k, d = out["mu"].shape
+    out["l"] = out["l"].reshape(k, d * (d - 1) // 2)  # d = 1: JSON has empty rows
+    return dict(out, gamma=float(inp["gamma"]), m=int(inp["m"]))
+
+
+def _gmm_objective(inp):
+    return gmm.objective(ngrad, **{k: _t(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}).item()
+
+
+def _gmm_jacobian(inp):
+    t = {k: _t(v, grad=k in GMM_WRT) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
+    gmm.objective(ngrad, **t).backward()
+    return {k: t[k].grad.tolist() for k in GMM_WRT}
+
+
+LSTM_NAMES = ("main_params", "extra_params", "state", "sequence")
+
+
+def _lstm_prepare(inp):
+    return _arrays(inp, LSTM_NAMES)
+
+
+def _lstm_objective(inp):
+    return lstm.objective(ngrad, **{k: _t(v) for k, v in inp.items()}).item()
+
+
+def _lstm_jacobian(inp):
+    t = {k: _t(v, grad=k in ("main_params", "extra_params")) for k, v in inp.items()}
+    lstm.objective(ngrad, **t).backward()
+    return {"main_params": t["main_params"].grad.tolist(), "extra_params": t["extra_params"].grad.tolist()}
+
+
+def _ba_prepare(inp):
+    n, m, p = int(inp["n"]), int(inp["m"]), int(inp["p"])
+    full = ba.expand(n, m, p, inp["cam"], inp["x"], inp["w"], inp["feat"])
+    return {"n": n, "m": m, "full": full}
+
+
+def _ba_objective(inp):
+    full = inp["full"]
+    obs = full["obs"]
+    r = ba.residuals(ngrad, _t(full["cams"][obs[:, 0]]), _t(full["x"][obs[:, 1]]), _t(full["w"]), _t(full["feats"]))
+    return {"reproj_error": r.tolist(), "w_err": (1 - full["w"] ** 2).tolist()}
+
+
+def _ba_jacobian(inp):
+    full = inp["full"]
+    t = {k: (ngrad.from_numpy(v).requires_grad_(k != "obs") if k != "obs" else ngrad.from_numpy(v))
+         for k, v in full.items()}
+    vals = ba.compute(ngrad, t)[1]["vals"]
+    rows, cols = ba.sparsity(inp["n"], inp["m"], full["obs"])
+    return {"rows": rows.tolist(), "cols": cols.tolist(), "vals": vals.tolist()}
+
+
+def _vector(inp):
+    return {"x": np.asarray(inp["x"], dtype=np.float64)}
+
+
+def _same(inp):
+    return inp
+
+
+MODULES = {
+    "hello": {"square": (float, _hello_square), "double": (float, _hello_double)},
+    "lse": {"primal": (_vector, lambda inp: elementwise.lse(ngrad, _t(inp["x"])).item()),
+            "gradient": (_vector, _lse_gradient)},
+    "llsq": {"primal": (_llsq_prepare, _llsq_primal), "gradient": (_llsq_prepare, _llsq_gradient)},
+    "ode": {"primal": (_ode_prepare, lambda inp: ode.solve(ngrad, _t(inp["x"]), inp["s"]).tolist()),
+            "gradient": (_ode_prepare, _ode_gradient)},
+    "kmeans": {"cost": (_kmeans_prepare, lambda inp: kmeans.cost(ngrad, _t(inp["points"]), _t(inp["centroids"])).item()),
+               "dir": (_kmeans_prepare, _kmeans_dir)},
+    "gmm": {"objective": (_gmm_prepare, _gmm_objective), "jacobian": (_gmm_prepare, _gmm_jacobian)},
+    "lstm": {"objective": (_lstm_prepare, _lstm_objective), "jacobian": (_lstm_prepare, _lstm_jacobian)},
+    "ba": {"objective": (_ba_prepare, _ba_objective), "jacobian": (_ba_prepare, _ba_jacobian)},
+}
+
+# small inputs in GradBench's format, run at define time so that kernels compile there (no
+# dimension of size 1: that would be another broadcast pattern, so other kernels)
+_WARM = {
+    "hello": 1.5,
+    "lse": {"x": [0.5, -1.0, 2.0]},
+    "llsq": {"x": [0.1, -0.2, 0.3], "n": 7},
+    "kmeans": {"points": [[0.0, 1.0], [1.0, 0.5], [2.0, 2.0], [-1.0, 0.0]], "centroids": [[0.0, 0.0], [2.0, 2.0]]},
+    "gmm": {"d": 3, "k": 2, "n": 4, "alpha": [0.1, -0.2], "mu": [[0.0, 1.0, 0.5], [1.0, 0.0, -0.5]],
+            "q": [[0.1, 0.0, -0.1], [0.0, -0.1, 0.2]], "l": [[0.2, 0.1, -0.1], [-0.1, 0.3, 0.0]],
+            "x": [[0.5, 0.5, 0.0], [1.0, -1.0, 0.5], [0.0, 2.0, 1.0], [0.3, 0.1, -0.2]], "gamma": 1.0, "m": 0},
+    "ba": {"n": 2, "m": 3, "p": 5, "cam": [0.1, -0.05, 0.02, 0.1, 0.2, 0.0, 1.0, 0.01, -0.01, 1e-3, 1e-4],
+           "x": [0.3, -0.2, 9.0], "w": 0.9, "feat": [0.05, -0.05]},
+}
+
+
+def _define(module):
+    if module not in MODULES:
+        return {"success": False, "error": f"unknown module {module!r}; ngrad supports {', '.join(MODULES)}"}
+    t = time.perf_counter_ns()
+    if module in _WARM:
+        for prepare, run in MODULES[module].values():
+            inp = prepare(_WARM[module])
+            run(inp)
+            run(inp)  # tiering: the second call compiles
+    return {"success": True, "timings": [{"name": "compile", "nanoseconds": time.perf_counter_ns() - t}]}
+
+
+def _evaluate(msg):
+    module, function = msg.get("module"), msg.get("function")
+    if module not in MODULES or function not in MODULES[module]:
+        return {"success": False, "error": f"unknown function {function!r} of module {module!r}"}
+    prepare, run = MODULES[module][function]
+    raw = msg.get("input")
+    min_runs, min_seconds = 1, 0.0
+    if isinstance(raw, dict):
+        min_runs, min_seconds = int(raw.get("min_runs", 1)), float(raw.get("min_seconds", 0.0))
+    inp = prepare(raw)
+    timings, start = [], time.perf_counter()
+    while True:
+        t = time.perf_counter_ns()
+        output = run(inp)
+        timings.append({"name": "evaluate", "nanoseconds": time.perf_counter_ns() - t})
+        if len(timings) >= min_runs and time.perf_counter() - start >= min_seconds:
+            return {"output": output, "timings": timings}
+
+
+def respond(line):
+    """The response (a dict) to one line of input."""
+    try:
+        msg = json.loads(line)
+    except json.JSONDecodeError as e:
+        return {"id": None, "success": False, "error": f"malformed message (not JSON): {e}"}
+    if not isinstance(msg, dict):
+        return {"id": None, "success": False, "error": "malformed message: expected a JSON object"}
+    mid, kind = msg.get("id"), msg.get("kind")
+    try:
+        if kind == "start":
+            import numba
+            return {"id": mid, "tool": "ngrad", "config": {"ngrad": ngrad.__version__, "numba": numba.__version__,
+                                                            "numpy": np.__version__}}
+        if kind == "define":
+            return {"id": mid, **_define(msg.get("module"))}
+        if kind == "evaluate":
+            return {"id": mid, **_evaluate(msg)}
+        if kind == "analysis":
+            return {"id": mid}
+        return {"id": mid, "success": False, "error": f"unknown message kind {kind!r}"}
+    except Exception as e:  # the tool answers and goes on: GradBench reports the error
+        return {"id": mid, "success": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def serve(stdin, stdout):
+    """Answer every line of ``stdin`` on ``stdout`` until it ends; returns 0."""
+    for line in stdin:
+        if not line.strip():
+            continue
+        stdout.write(json.dumps(respond(line)) + "\n")
+        stdout.flush()
+    return 0
