@@ -32,7 +32,7 @@ t_start = time.perf_counter() - t1
 t1 = time.perf_counter()
 for name in ("chain", "rosenbrock", "lse", "lj"):
     p = PROBLEMS[name]
-    f = p.systems["ngrad"]()
+    f = p.system("ngrad")
     f(p.inputs(50, np.random.default_rng(0)))
 t2 = time.perf_counter()
 print(f"{t1 - t0:.4f} {t2 - t1:.4f} {c.stats['compiled']} {c.stats['loaded']} {c.stats['seconds']:.4f} {t_start:.4f}")
