@@ -9,8 +9,8 @@ CLI prints as tables and writes as JSON. Systems run one after another in one pr
 same inputs, with the same thread count (``pin_threads``).
 
 >>> res = run_suite(["rosenbrock"], [20], repeat=3, budget=0.05)
->>> sorted(res[0]["systems"])[:2], res[0]["size"]
-(['ngrad', 'numpy'], 20)
+>>> {"ngrad", "numpy"} <= set(res[0]["systems"]), res[0]["size"]
+(True, 20)
 """
 import os
 import platform
