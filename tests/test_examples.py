@@ -37,3 +37,23 @@ def test_cluster_relaxed_with_lbfgs_reaches_a_stationary_point():
     mod = runpy.run_path(str(EXAMPLES / "cluster_lbfgs.py"))
     start, end, force = mod["relax"]()
     assert end < start - 10 and force < 1e-3
+
+
+def test_ode_parameters_are_recovered():
+    mod = runpy.run_path(str(EXAMPLES / "ode_fit.py"))
+    theta, loss, evals = mod["fit"]()
+    np.testing.assert_allclose(theta, [1.1, 0.4, 0.4, 0.1], rtol=0.05)
+    assert loss < 0.01 and evals <= 40
+
+
+def test_logistic_regression_reaches_the_optimum():
+    mod = runpy.run_path(str(EXAMPLES / "logistic_regression.py"))
+    w, b, w_true, accuracy = mod["fit"]()
+    # stationarity of the penalised likelihood, computed independently with NumPy
+    X, y, _ = mod["data"]()
+    X, y = X.numpy(), y.numpy()
+    p = 1 / (1 + np.exp(-(X @ w + b)))
+    grad_w = X.T @ (p - y) / len(y) + 2e-4 * w
+    assert np.abs(grad_w).max() < 2e-5 and abs(np.mean(p - y)) < 2e-5  # from about 0.1 at w = 0
+    np.testing.assert_allclose(w, w_true, atol=0.2)
+    assert accuracy > 0.6

@@ -204,3 +204,20 @@ def test_lbfgs_converges_on_rosenbrock_100():
     xs, st = _rosenbrock_lbfgs(ngrad, 10, line_search_fn="strong_wolfe", max_iter=100, tolerance_grad=1e-10,
                                tolerance_change=1e-14)
     np.testing.assert_allclose(xs[-1], np.ones(100), atol=1e-6)
+
+
+def test_lbfgs_with_a_zero_dimensional_parameter():
+    # a scalar parameter (a bias) keeps its shape through the flat update vector
+    w = ngrad.zeros(2, dtype=ngrad.float64, requires_grad=True)
+    b = ngrad.tensor(0.0, dtype=ngrad.float64, requires_grad=True)
+    opt = ngrad.optim.LBFGS([w, b], line_search_fn="strong_wolfe", max_iter=50)
+    target = ngrad.tensor([1.0, -2.0], dtype=ngrad.float64)
+
+    def closure():
+        opt.zero_grad()
+        loss = ((w - target) ** 2).sum() + (b - 0.5) ** 2
+        loss.backward()
+        return loss
+    opt.step(closure)
+    assert b.shape == () and abs(b.item() - 0.5) < 1e-8
+    np.testing.assert_allclose(w.detach().numpy(), [1.0, -2.0], atol=1e-8)

@@ -136,7 +136,7 @@ class LBFGS(Optimizer):
         with _grad_mode.no_grad():
             for p in self._params:
                 n = p.numel()
-                value = np.ascontiguousarray(flat[k:k + n].reshape(p.shape), dtype=p.dtype.np)
+                value = flat[k:k + n].reshape(p.shape).astype(p.dtype.np, order="C")  # keeps 0-d 0-d
                 _inplace(p, _wrap(source(value, D.from_numpy_dtype(value.dtype))))
                 k += n
 
