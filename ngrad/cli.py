@@ -1,8 +1,11 @@
 """The ``ngrad`` command: ``ngrad bench`` runs the benchmark suite.
 
+```python
 >>> from ngrad.cli import build_parser
 >>> build_parser().parse_args(["bench", "--quick"]).quick
 True
+
+```
 """
 import argparse
 import json

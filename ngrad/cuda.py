@@ -4,9 +4,12 @@ ngrad runs tensors created with ``device='cuda'`` on the GPU through Numba's CUD
 (``pip install 'ngrad[cuda]'``). Without the package or without a GPU, everything else works
 on the CPU and ``unavailable_reason()`` says why CUDA does not.
 
+```python
 >>> import ngrad
 >>> isinstance(ngrad.cuda.is_available(), bool)
 True
+
+```
 """
 __all__ = ["is_available", "unavailable_reason", "device_count", "get_device_name", "current_device",
            "synchronize"]
@@ -25,10 +28,13 @@ def is_available():
 def unavailable_reason():
     """Why ``is_available()`` is False (None when it is True).
 
+    ```python
     >>> import ngrad
     >>> r = ngrad.cuda.unavailable_reason()
     >>> r is None or isinstance(r, str)
     True
+
+    ```
     """
     ok, why = _status()
     return None if ok else why

@@ -66,11 +66,14 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     Python floats become ``ngrad.float32`` (the default dtype), ints ``int64``, bools ``bool``;
     NumPy arrays keep their dtype.
 
+    ```python
     >>> import ngrad
     >>> ngrad.tensor([1.0, 2.0], requires_grad=True)
     tensor([1., 2.], requires_grad=True)
     >>> ngrad.tensor([[1, 2], [3, 4]]).dtype
     ngrad.int64
+
+    ```
     """
     dev = _device_name(device)
     if isinstance(data, Tensor):
@@ -161,9 +164,12 @@ def as_tensor(data, dtype=None, device=None):
 def from_numpy(ndarray):
     """A tensor sharing memory with a NumPy array (float64/32, int64/32, bool).
 
+    ```python
     >>> import numpy as np, ngrad
     >>> ngrad.from_numpy(np.arange(3.0))
     tensor([0., 1., 2.], dtype=ngrad.float64)
+
+    ```
     """
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
@@ -184,9 +190,12 @@ def _filled(size, value, dtype, requires_grad, device):
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     """A tensor of zeros.
 
+    ```python
     >>> import ngrad
     >>> ngrad.zeros(2, 3).shape
     ngrad.Size([2, 3])
+
+    ```
     """
     return _filled(size, 0, dtype, requires_grad, device)
 
@@ -202,9 +211,12 @@ empty = zeros
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     """A tensor filled with ``fill_value`` (its dtype inferred from the value unless given).
 
+    ```python
     >>> import ngrad
     >>> ngrad.full((2,), 7)
     tensor([7, 7])
+
+    ```
     """
     if dtype is None:
         dtype = _infer([fill_value])
@@ -240,9 +252,12 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
     """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 unless a bound is a float.
 
+    ```python
     >>> import ngrad
     >>> ngrad.arange(3)
     tensor([0, 1, 2])
+
+    ```
     """
     device = _device_name(device)
     if end is None:
@@ -274,12 +289,15 @@ _seed = [None]
 def manual_seed(seed):
     """Seed ngrad's random generator (NumPy's PCG64); sequences differ from PyTorch's.
 
+    ```python
     >>> import ngrad
     >>> _ = ngrad.manual_seed(0)
     >>> a = ngrad.rand(2)
     >>> _ = ngrad.manual_seed(0)
     >>> bool((a == ngrad.rand(2)).all())
     True
+
+    ```
     """
     _seed[0] = int(seed)
     _generator[0] = np.random.default_rng(int(seed))

@@ -70,10 +70,13 @@ def value_and_grad(func, argnums=0, has_aux=False):
     ``func`` returns a one-element tensor (or ``(output, aux)`` with ``has_aux=True``); the
     gradient has the structure of the chosen arguments (a tuple for a tuple of argnums).
 
+    ```python
     >>> import ngrad
     >>> vg = ngrad.func.value_and_grad(lambda x: (x ** 3).sum())
     >>> vg(ngrad.tensor([1.0, 2.0]))
     (tensor(9.), tensor([ 3., 12.]))
+
+    ```
     """
     def wrapper(*args, **kwargs):
         nums, single = _argnums(argnums, len(args))
@@ -107,9 +110,12 @@ def value_and_grad(func, argnums=0, has_aux=False):
 def grad(func, argnums=0, has_aux=False):
     """``f -> gradient of f`` (see ``value_and_grad``).
 
+    ```python
     >>> import ngrad
     >>> ngrad.func.grad(lambda x: (x.sin() * 2).sum())(ngrad.tensor([0.0]))
     tensor([2.])
+
+    ```
     """
     vg = value_and_grad(func, argnums, has_aux)
 
@@ -124,10 +130,13 @@ def grad(func, argnums=0, has_aux=False):
 def vjp(func, *primals, has_aux=False):
     """``(func(*primals), vjp_fn)``; ``vjp_fn(cotangents)`` returns one gradient per primal.
 
+    ```python
     >>> import ngrad
     >>> out, vjp_fn = ngrad.func.vjp(lambda x: x * x, ngrad.tensor([1.0, 3.0]))
     >>> vjp_fn(ngrad.tensor([1.0, 1.0]))
     (tensor([2., 6.]),)
+
+    ```
     """
     primals, out, aux, outs, wrt = _record(func, primals, has_aux)
 
@@ -147,9 +156,12 @@ def jvp(func, primals, tangents, has_aux=False):
     of a reverse mode (the VJP is linear in its cotangent, so differentiating it again in the
     cotangent gives the JVP).
 
+    ```python
     >>> import ngrad
     >>> ngrad.func.jvp(lambda x: x ** 2, (ngrad.tensor([1.0, 3.0]),), (ngrad.tensor([1.0, 0.5]),))
     (tensor([1., 9.]), tensor([2., 3.]))
+
+    ```
     """
     from .factories import zeros_like
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
@@ -178,10 +190,13 @@ def jvp(func, primals, tangents, has_aux=False):
 def hessian(func, argnums=0):
     """``f -> Hessian of f`` for a scalar ``f`` of one tensor argument: shape ``x.shape * 2``.
 
+    ```python
     >>> import ngrad
     >>> ngrad.func.hessian(lambda x: (x ** 3).sum())(ngrad.tensor([1.0, 2.0]))
     tensor([[ 6.,  0.],
             [ 0., 12.]])
+
+    ```
     """
     from .factories import eye
 

@@ -17,12 +17,15 @@ state = _State()
 def is_grad_enabled():
     """True when new operations record gradient edges (the default).
 
+    ```python
     >>> import ngrad
     >>> ngrad.is_grad_enabled()
     True
     >>> with ngrad.no_grad():
     ...     ngrad.is_grad_enabled()
     False
+
+    ```
     """
     return state.enabled
 
@@ -65,6 +68,7 @@ class _Mode:
 class no_grad(_Mode):
     """Context manager and decorator that disables gradient recording.
 
+    ```python
     >>> import ngrad
     >>> x = ngrad.tensor([1.0], requires_grad=True)
     >>> with ngrad.no_grad():
@@ -76,6 +80,8 @@ class no_grad(_Mode):
     ...     return t * 2
     >>> double(x).requires_grad
     False
+
+    ```
     """
 
     _mode = False
@@ -84,6 +90,7 @@ class no_grad(_Mode):
 class enable_grad(_Mode):
     """Context manager and decorator that enables gradient recording (inside ``no_grad``).
 
+    ```python
     >>> import ngrad
     >>> x = ngrad.tensor([1.0], requires_grad=True)
     >>> with ngrad.no_grad():
@@ -91,6 +98,8 @@ class enable_grad(_Mode):
     ...         y = x * 2
     >>> y.requires_grad
     True
+
+    ```
     """
 
     _mode = True
@@ -100,12 +109,15 @@ class set_grad_enabled(_Mode):
     """Set grad mode on or off: as a call it takes effect at once, as a context manager it
     restores the previous mode on exit.
 
+    ```python
     >>> import ngrad
     >>> with ngrad.set_grad_enabled(False):
     ...     ngrad.is_grad_enabled()
     False
     >>> ngrad.is_grad_enabled()
     True
+
+    ```
     """
 
     def __new__(cls, mode):

@@ -51,10 +51,13 @@ def value_and_grad(fun, like, args=()):
     ``like`` gives the shape of ``fun``'s tensor argument (a tensor or an array); extra
     ``args`` are passed through to ``fun``.
 
+    ```python
     >>> import numpy as np, ngrad
     >>> f = ngrad.scipy.value_and_grad(lambda x: (x ** 2).sum(), np.zeros(2))
     >>> f(np.array([1.0, 2.0]))
     (5.0, array([2., 4.]))
+
+    ```
     """
     shape = _shape_of(like)
     vg = _Fallback(_value_and_grad(lambda x, *a: fun(x, *a)))
@@ -69,10 +72,13 @@ def hessp(fun, like, args=()):
     """A function ``hp(x, p) -> H(x) @ p`` on flat float64 arrays (double reverse mode: the
     gradient of ``<grad fun(x), p>``), for ``Newton-CG`` and the ``trust-*`` methods.
 
+    ```python
     >>> import numpy as np, ngrad
     >>> hp = ngrad.scipy.hessp(lambda x: (x ** 3).sum(), np.zeros(2))
     >>> hp(np.array([1.0, 2.0]), np.array([1.0, 1.0]))
     array([ 6., 12.])
+
+    ```
     """
     shape = _shape_of(like)
 
@@ -98,10 +104,13 @@ def minimize(fun, x0, args=(), method=None, bounds=None, constraints=(), tol=Non
     Gradients come from ngrad (``jac=True``), Hessian-vector products for the methods that use
     them. Returns SciPy's ``OptimizeResult`` whose ``x`` is a float64 tensor of ``x0``'s shape.
 
+    ```python
     >>> import ngrad
     >>> res = ngrad.scipy.minimize(lambda x: ((x - 3) ** 2).sum(), ngrad.zeros(2), method="BFGS")
     >>> res.success, [round(v, 5) for v in res.x.tolist()]
     (True, [3.0, 3.0])
+
+    ```
     """
     from scipy import optimize
     x0t = x0 if isinstance(x0, Tensor) else tensor(x0, dtype=D.float64)

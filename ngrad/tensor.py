@@ -42,11 +42,14 @@ class device:
     """Where a tensor lives: ``'cpu'`` or ``'cuda'`` (one GPU, index 0), as in PyTorch.
     Naming a device never needs a GPU; putting a tensor there does (``ngrad.cuda.is_available``).
 
+    ```python
     >>> import ngrad
     >>> ngrad.device("cpu")
     device(type='cpu')
     >>> ngrad.device("cuda:0")
     device(type='cuda', index=0)
+
+    ```
     """
 
     __slots__ = ("type", "index")
@@ -481,12 +484,15 @@ class Tensor:
     by operations on other tensors. Operations are recorded lazily and computed when a value
     is needed.
 
+    ```python
     >>> import ngrad
     >>> x = ngrad.tensor([1.0, 2.0], requires_grad=True)
     >>> y = (x * x).sum()
     >>> y.backward()
     >>> x.grad
     tensor([2., 4.])
+
+    ```
     """
 
     # _grad/_retains_grad default at class level: most tensors never get either
@@ -674,9 +680,12 @@ class Tensor:
     def numpy(self, *, force=False):
         """The value as a NumPy array (realizing it if needed).
 
+        ```python
         >>> import ngrad
         >>> ngrad.tensor([1, 2]).numpy()
         array([1, 2])
+
+        ```
         """
         if self._node.device == "cuda" and not force:
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
@@ -760,9 +769,12 @@ class Tensor:
     def to(self, *args, **kwargs):
         """Convert dtype and/or device (``t.to(ngrad.float64)``, ``t.to('cuda')``, ``t.to(other)``).
 
+        ```python
         >>> import ngrad
         >>> ngrad.tensor([1, 2]).to(ngrad.float64).to("cpu")
         tensor([1., 2.], dtype=ngrad.float64)
+
+        ```
         """
         dtype, dev = kwargs.get("dtype"), kwargs.get("device")
         for a in args:
@@ -935,6 +947,7 @@ class Tensor:
     def add_(self, other, *, alpha=1):
         """In place ``self += alpha * other``; returns self.
 
+        ```python
         >>> import ngrad
         >>> w = ngrad.ones(2, requires_grad=True)
         >>> with ngrad.no_grad():
@@ -942,6 +955,8 @@ class Tensor:
         tensor([ 0., -1.], requires_grad=True)
         >>> w.is_leaf
         True
+
+        ```
         """
         return _inplace(self, self.add(other, alpha=alpha))
 

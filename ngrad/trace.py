@@ -79,9 +79,12 @@ def runtime_scalar(getter):
     """``getter()``, or, while ``ngrad.compile`` traces, a 0-d float64 tensor that the compiled
     program reads from ``getter()`` on every call (a learning rate a scheduler changes).
 
+    ```python
     >>> from ngrad.trace import runtime_scalar
     >>> runtime_scalar(lambda: 0.5)
     0.5
+
+    ```
     """
     tr = _gm.trace
     v = getter()
@@ -97,9 +100,12 @@ def static_value(getter):
     """``getter()``; while ``ngrad.compile`` traces, the program is also guarded on it: a call
     that finds another value traces again (Python state that decides the program's shape).
 
+    ```python
     >>> from ngrad.trace import static_value
     >>> static_value(lambda: (0.9, 0.999))
     (0.9, 0.999)
+
+    ```
     """
     v = getter()
     tr = _gm.trace
@@ -560,6 +566,7 @@ def compile(model=None, *, static_argnums=(), static_argnames=(), fullgraph=Fals
     that changes as an argument). Asking for a traced value (``.item()``, ``if loss > 0``)
     raises ``TraceError``. The other arguments are PyTorch's and are accepted for compatibility.
 
+    ```python
     >>> import ngrad
     >>> w = ngrad.zeros(3, dtype=ngrad.float64, requires_grad=True)
     >>> @ngrad.compile
@@ -575,6 +582,8 @@ def compile(model=None, *, static_argnums=(), static_argnames=(), fullgraph=Fals
     [14.0, 3.5, 0.875]
     >>> w
     tensor([0.8750, 1.7500, 2.6250], dtype=ngrad.float64, requires_grad=True)
+
+    ```
     """
     if model is None:
         return lambda fn: compile(fn, static_argnums=static_argnums, static_argnames=static_argnames,

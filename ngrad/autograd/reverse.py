@@ -189,11 +189,14 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     ``grad_tensors`` holds one cotangent per tensor (None is allowed for one-element tensors);
     ``inputs`` restricts which tensors get ``.grad`` (non-leaf tensors included).
 
+    ```python
     >>> import ngrad
     >>> x = ngrad.tensor([1.0, 2.0], requires_grad=True)
     >>> ngrad.autograd.backward((x * x).sum())
     >>> x.grad
     tensor([2., 4.])
+
+    ```
     """
     if grad_variables is not None:
         grad_tensors = grad_variables
@@ -239,11 +242,14 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     returned). ``is_grads_batched=True`` treats the first dimension of every grad_output as
     a batch of cotangents and computes all of them in one batched reverse program.
 
+    ```python
     >>> import ngrad
     >>> x = ngrad.tensor(3.0, requires_grad=True)
     >>> (dx,) = ngrad.autograd.grad(x ** 3, x, create_graph=True)
     >>> dx, ngrad.autograd.grad(dx, x)[0]
     (tensor(27., grad_fn=<MulBackward0>), tensor(18.))
+
+    ```
     """
     if materialize_grads and allow_unused is False:
         raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "

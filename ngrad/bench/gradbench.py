@@ -19,6 +19,7 @@ A message that is not JSON, has no known kind, names an unknown module or functi
 function raises, gets ``{"id", "success": false, "error": "..."}`` (``"id": null`` when none
 could be read), and the tool goes on with the next line.
 
+```python
 >>> import io, json
 >>> msgs = [{"id": 0, "kind": "start", "eval": "hello"}, {"id": 1, "kind": "define", "module": "hello"},
 ...         {"id": 2, "kind": "evaluate", "module": "hello", "function": "double", "input": 3.0}]
@@ -27,6 +28,8 @@ could be read), and the tool goes on with the next line.
 0
 >>> [json.loads(line).get("output") for line in out.getvalue().splitlines()]
 [None, None, 6.0]
+
+```
 """
 import json
 import time

@@ -1,10 +1,13 @@
 """``ngrad bench --plot``: time against size, log-log, one panel per problem, one line per system.
 
+```python
 >>> import os, tempfile
 >>> res = [{"problem": "lse", "size": n, "systems": {"ngrad": {"median_s": n * 1e-9}}} for n in (10, 100)]
 >>> path = os.path.join(tempfile.mkdtemp(), "t.png")
 >>> plot(res, path); os.path.getsize(path) > 0
 True
+
+```
 """
 __all__ = ["plot"]
 

@@ -8,9 +8,12 @@ and JAX this includes compiling) and its steady state (median and quartiles over
 CLI prints as tables and writes as JSON. Systems run one after another in one process, on the
 same inputs, with the same thread count (``pin_threads``).
 
+```python
 >>> res = run_suite(["rosenbrock"], [20], repeat=3, budget=0.05)
 >>> {"ngrad", "numpy"} <= set(res[0]["systems"]), res[0]["size"]
 (True, 20)
+
+```
 """
 import os
 import platform

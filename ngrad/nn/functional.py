@@ -20,9 +20,12 @@ def tanh(input):
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta * x)) / beta``, linear above ``threshold`` (as in PyTorch).
 
+    ```python
     >>> import ngrad
     >>> ngrad.nn.functional.softplus(ngrad.tensor([0.0, 30.0]))
     tensor([ 0.6931, 30.0000])
+
+    ```
     """
     return input.softplus(beta, threshold)
 

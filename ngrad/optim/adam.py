@@ -9,12 +9,15 @@ class Adam(Optimizer):
     ``v = beta2 * v + (1 - beta2) * g * g``, and ``p -= lr / (1 - beta1**t) * m / (sqrt(v) /
     sqrt(1 - beta2**t) + eps)``; ``weight_decay`` adds ``weight_decay * p`` to the gradient.
 
+    ```python
     >>> import ngrad
     >>> w = ngrad.tensor([1.0, -2.0], requires_grad=True)
     >>> opt = ngrad.optim.Adam([w], lr=0.1)
     >>> opt.zero_grad(); (w ** 2).sum().backward(); opt.step()
     >>> w
     tensor([ 0.9000, -1.9000], requires_grad=True)
+
+    ```
     """
 
     _decoupled = False

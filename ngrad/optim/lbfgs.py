@@ -95,6 +95,7 @@ class LBFGS(Optimizer):
     ``line_search_fn='strong_wolfe'`` picks steps by a strong-Wolfe line search; without it the
     step is ``lr`` (the first one scaled by ``1 / |grad|_1``).
 
+    ```python
     >>> import ngrad
     >>> x = ngrad.tensor([-1.2, 1.0], dtype=ngrad.float64, requires_grad=True)
     >>> opt = ngrad.optim.LBFGS([x], line_search_fn="strong_wolfe")
@@ -107,6 +108,8 @@ class LBFGS(Optimizer):
     ...     _ = opt.step(closure)
     >>> [round(v, 4) for v in x.tolist()]
     [1.0, 1.0]
+
+    ```
     """
 
     def __init__(self, params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,

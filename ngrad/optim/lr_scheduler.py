@@ -48,6 +48,7 @@ class LRScheduler:
 class StepLR(LRScheduler):
     """Multiply the rate by ``gamma`` every ``step_size`` steps.
 
+    ```python
     >>> import ngrad
     >>> opt = ngrad.optim.SGD([ngrad.zeros(1, requires_grad=True)], lr=1.0)
     >>> sched = ngrad.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
@@ -56,6 +57,8 @@ class StepLR(LRScheduler):
     ...     rates.append(sched.get_last_lr()[0]); opt.step(); sched.step()
     >>> rates
     [1.0, 1.0, 0.5, 0.5, 0.25]
+
+    ```
     """
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):

@@ -9,12 +9,15 @@ class RMSprop(Optimizer):
     + eps)``; ``centered`` subtracts the squared mean gradient from ``s``; ``momentum`` keeps a
     buffer ``b = momentum * b + g / (sqrt(s) + eps)`` and steps ``p -= lr * b``.
 
+    ```python
     >>> import ngrad
     >>> w = ngrad.tensor([1.0, -2.0], requires_grad=True)
     >>> opt = ngrad.optim.RMSprop([w], lr=0.01)
     >>> opt.zero_grad(); (w ** 2).sum().backward(); opt.step()
     >>> w
     tensor([ 0.9000, -1.9000], requires_grad=True)
+
+    ```
     """
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,

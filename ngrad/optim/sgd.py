@@ -8,6 +8,7 @@ class SGD(Optimizer):
     """``torch.optim.SGD``: ``p -= lr * d`` where ``d`` is the gradient (plus ``weight_decay * p``),
     or its momentum buffer ``b = momentum * b + (1 - dampening) * d`` (Nesterov: ``d + momentum * b``).
 
+    ```python
     >>> import ngrad
     >>> w = ngrad.tensor([1.0, -2.0], requires_grad=True)
     >>> opt = ngrad.optim.SGD([w], lr=0.1, momentum=0.9)
@@ -17,6 +18,8 @@ class SGD(Optimizer):
     ...     opt.step()
     >>> w
     tensor([ 0.4600, -0.9200], requires_grad=True)
+
+    ```
     """
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,

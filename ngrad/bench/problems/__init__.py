@@ -12,12 +12,15 @@ module that provides the operations: ``ngrad`` itself, ``torch``, or a small ada
 the same names. ngrad runs the code the way a user writes it (``ngrad.from_numpy``,
 ``requires_grad_``, ``backward``); NumPy runs a hand-written gradient of the same formula.
 
+```python
 >>> import numpy as np
 >>> p = PROBLEMS["rosenbrock"]
 >>> inp = p.inputs(10, np.random.default_rng(0))
 >>> value, grads = p.system("ngrad")(inp)
 >>> bool(np.allclose(grads["x"], p.system("numpy")(inp)[1]["x"]))
 True
+
+```
 """
 import numpy as np
 
