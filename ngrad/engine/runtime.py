@@ -188,7 +188,7 @@ class _Compiled:
     get functions of their own instead (the ``threaded`` layout, compiled the first time threads
     are on), so that threads can run each in chunks of rows."""
 
-    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "consts")
+    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "consts", "drive")
 
     def __init__(self, tape):
         from .fuse import Kernel, fuse
@@ -198,6 +198,7 @@ class _Compiled:
         big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
         self.threaded = _Layout(self.plan, tape, dead, split=True) if big else self.serial
         self.seen, self.cached, self.pending, self.rent = 0, False, 0, 0.0
+        self.drive = None  # the generated driver once compiled (False: the plan is too big for one)
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
         self.consts, known = {}, set()
@@ -574,6 +575,11 @@ def run(tape, values, target="cpu"):
         if comp is not None:
             comp.rent += time.perf_counter() - t
     else:
+        # a small plan runs through its driver (``prepare``): straight-line code, shapes as literals
+        if comp.drive is None:
+            comp.drive = _driver(comp, tape) or False
+        if comp.drive and debug_level() < 3:
+            return comp.drive(values)
         outs = _execute(comp, tape, values)
     taken = {id(_root(v)) for v in values if isinstance(v, np.ndarray)}
     res = []
@@ -599,8 +605,10 @@ def prepare(tape, target="cpu"):
         return lambda values: run(tape, values, target)
     mode = jit_mode()
     comp = _compiled_for(tape, "always") if mode != "never" else None
-    drive = _driver(comp, tape) if comp is not None else None
-    if drive is None:
+    if comp is not None and comp.drive is None:
+        comp.drive = _driver(comp, tape) or False
+    drive = comp.drive if comp is not None else None
+    if not drive:
         return lambda values: run(tape, values)
     return drive
 
