@@ -139,26 +139,27 @@ def lower(roots, grad=False):
             c = b.full(n.params["value"], (), n.params["dtype"])
             slot_of[n] = c.slot
             continue
-        args = [b.var(slot_of[s]) for s in n.srcs]
+        args = [slot_of[s] for s in n.srcs]
         if PRIMS[n.op].kind in ELEMENTWISE and n.op != "cast":
-            shape = n.shape
+            shape, shapes, dtypes = n.shape, b.tape.shapes, b.tape.dtypes
             for i, a in enumerate(args):
-                if a.shape != shape:
-                    key = (a.slot, shape)
+                if shapes[a] != shape:  # explicit broadcasting: reshape to the rank, then expand
+                    key = (a, shape)
                     v = bcast.get(key)
                     if v is None:
                         v = a
-                        if len(v.shape) < len(shape):
-                            v = v.reshape(shape=(1,) * (len(shape) - len(v.shape)) + v.shape)
-                        if v.shape != shape:
-                            v = v.expand(shape=shape)
+                        if len(shapes[v]) < len(shape):
+                            ranked = (1,) * (len(shape) - len(shapes[v])) + shapes[v]
+                            v = b.emit_known("reshape", [v], {"shape": ranked}, ranked, dtypes[a])
+                        if shapes[v] != shape:
+                            v = b.emit_known("expand", [v], {"shape": shape}, shape, dtypes[a])
                         bcast[key] = v
                     args[i] = v
         node_of_instr[len(b.tape.instrs)] = n
         v = b.emit_known(n.op, args, dict(n.params) if n.params else {}, n.shape, n.dtype.short)
         if grad and not n.differentiable and n.op != "detach" and any(s.requires_grad for s in n.srcs):
-            v = v.detach()
-        slot_of[n] = v.slot
+            v = b.var(v).detach().slot
+        slot_of[n] = v
     low = Lowered()
     low.tape = b.finish([b.var(slot_of[r]) for r in roots])
     low.sources, low.slot_of, low.node_of_instr = sources, slot_of, node_of_instr

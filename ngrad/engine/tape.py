@@ -288,12 +288,16 @@ class Builder:
         self.tape.kinds.append(kind)
         return self.var(s)
 
-    def emit_known(self, prim, args, params, shape, dtype):
-        """Append an instruction whose result type is already known (lowering trusts the graph,
-        whose nodes inferred it when recorded; ``Tape.verify`` re-derives it)."""
-        s = self._new(shape, dtype)
-        self.tape.instrs.append(Instr(s, prim, [a.slot for a in args], params))
-        return Var(self, s, shape, dtype)
+    def emit_known(self, prim, slots, params, shape, dtype):
+        """Append an instruction on operand ``slots`` whose result type is already known, and
+        return its slot (lowering trusts the graph, whose nodes inferred it when recorded;
+        ``Tape.verify`` re-derives it). No shape inference, no common-subexpression lookup."""
+        t = self.tape
+        t.shapes.append(shape)
+        t.dtypes.append(dtype)
+        s = len(t.shapes) - 1
+        t.instrs.append(Instr(s, prim, slots, params))
+        return s
 
     def emit(self, prim, args, params=None):
         params = params or {}
