@@ -123,8 +123,17 @@ def params_key(params):
     ints (shapes, axes) are safe as they are and skip the ``repr`` (a tuple never equals a str)."""
     if not params:
         return ()
-    return tuple((k, v if type(v) is tuple and all(type(e) is int for e in v) else repr(v))
-                 for k, v in sorted(params.items()))
+    key = []
+    for k, v in (sorted(params.items()) if len(params) > 1 else params.items()):
+        if type(v) is tuple:
+            for e in v:
+                if type(e) is not int:
+                    v = repr(v)
+                    break
+        else:
+            v = repr(v)
+        key.append((k, v))
+    return tuple(key)
 
 
 def format_params(params):
