@@ -38,11 +38,9 @@ import numpy as np
 
 import ngrad
 
-from .problems import ba, elementwise, gmm, kmeans, lstm, ode
+from .problems import PROBLEMS, ba, ode
 
 __all__ = ["serve", "MODULES"]
-
-F64 = ngrad.float64
 
 
 def _t(a, grad=False):
@@ -53,8 +51,29 @@ def _arrays(inp, names):
     return {k: np.asarray(inp[k], dtype=np.float64) for k in names}
 
 
-# --- each eval: its functions as (prepare, run); prepare turns the JSON input into arrays
-# (untimed), run computes the output (timed) and returns JSON-ready values.
+# --- each eval: its functions as (prepare, run); prepare turns the JSON input into the bench
+# problem's inputs (untimed), run computes the output (timed) and returns JSON-ready values.
+# Gradients come from the problem's own ngrad system, the code ``ngrad bench`` times.
+
+
+def _value(name):
+    """The problem's objective alone (no gradient), as a float."""
+    objective = PROBLEMS[name].objective
+
+    def run(inp):
+        return objective(ngrad, **{k: ngrad.from_numpy(v) if isinstance(v, np.ndarray) else v
+                                   for k, v in inp.items()}).item()
+    return run
+
+
+def _outputs(name, *keys):
+    """The problem's gradient outputs ``keys``: one as a list, several as a dict of lists."""
+    system = PROBLEMS[name].system("ngrad")
+
+    def run(inp):
+        outs = system(inp)[1]
+        return outs[keys[0]].tolist() if len(keys) == 1 else {k: outs[k].tolist() for k in keys}
+    return run
 
 
 def _hello_square(x):
@@ -67,52 +86,20 @@ def _hello_double(x):
     return x.grad.item()
 
 
-def _scalar_and_grad(objective, inp, wrt, **static):
-    t = {k: _t(v, grad=k in wrt) for k, v in inp.items()}
-    value = objective(ngrad, **t, **static)
-    value.backward()
-    return value, t
-
-
-def _lse_gradient(inp):
-    _, t = _scalar_and_grad(elementwise.lse, inp, ("x",))
-    return t["x"].grad.tolist()
+def _vector(inp):
+    return {"x": np.asarray(inp["x"], dtype=np.float64)}
 
 
 def _llsq_prepare(inp):
     return {"x": np.asarray(inp["x"], dtype=np.float64), "n": int(inp["n"])}
 
 
-def _llsq_primal(inp):
-    return elementwise.llsq(ngrad, _t(inp["x"]), inp["n"]).item()
-
-
-def _llsq_gradient(inp):
-    x = _t(inp["x"], grad=True)
-    elementwise.llsq(ngrad, x, inp["n"]).backward()
-    return x.grad.tolist()
-
-
 def _ode_prepare(inp):
     return {"x": np.asarray(inp["x"], dtype=np.float64), "s": int(inp["s"])}
 
 
-def _ode_gradient(inp):
-    x = _t(inp["x"], grad=True)
-    ode.objective(ngrad, x, inp["s"]).backward()
-    return x.grad.tolist()
-
-
 def _kmeans_prepare(inp):
     return _arrays(inp, ("points", "centroids"))
-
-
-def _kmeans_dir(inp):
-    t = {k: _t(v, grad=k == "centroids") for k, v in inp.items()}
-    return kmeans.compute(ngrad, t)[1]["dir"].tolist()
-
-
-GMM_WRT = ("alpha", "mu", "q", "l")
 
 
 def _gmm_prepare(inp):
@@ -122,37 +109,13 @@ def _gmm_prepare(inp):
     return dict(out, gamma=float(inp["gamma"]), m=int(inp["m"]))
 
 
-def _gmm_objective(inp):
-    return gmm.objective(ngrad, **{k: _t(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}).item()
-
-
-def _gmm_jacobian(inp):
-    t = {k: _t(v, grad=k in GMM_WRT) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
-    gmm.objective(ngrad, **t).backward()
-    return {k: t[k].grad.tolist() for k in GMM_WRT}
-
-
-LSTM_NAMES = ("main_params", "extra_params", "state", "sequence")
-
-
 def _lstm_prepare(inp):
-    return _arrays(inp, LSTM_NAMES)
-
-
-def _lstm_objective(inp):
-    return lstm.objective(ngrad, **{k: _t(v) for k, v in inp.items()}).item()
-
-
-def _lstm_jacobian(inp):
-    t = {k: _t(v, grad=k in ("main_params", "extra_params")) for k, v in inp.items()}
-    lstm.objective(ngrad, **t).backward()
-    return {"main_params": t["main_params"].grad.tolist(), "extra_params": t["extra_params"].grad.tolist()}
+    return _arrays(inp, ("main_params", "extra_params", "state", "sequence"))
 
 
 def _ba_prepare(inp):
     n, m, p = int(inp["n"]), int(inp["m"]), int(inp["p"])
-    full = ba.expand(n, m, p, inp["cam"], inp["x"], inp["w"], inp["feat"])
-    return {"n": n, "m": m, "full": full}
+    return {"n": n, "m": m, "full": ba.expand(n, m, p, inp["cam"], inp["x"], inp["w"], inp["feat"])}
 
 
 def _ba_objective(inp):
@@ -162,34 +125,25 @@ def _ba_objective(inp):
     return {"reproj_error": r.tolist(), "w_err": (1 - full["w"] ** 2).tolist()}
 
 
+_BA_VALS = _outputs("ba", "vals")
+
+
 def _ba_jacobian(inp):
-    full = inp["full"]
-    t = {k: (ngrad.from_numpy(v).requires_grad_(k != "obs") if k != "obs" else ngrad.from_numpy(v))
-         for k, v in full.items()}
-    vals = ba.compute(ngrad, t)[1]["vals"]
-    rows, cols = ba.sparsity(inp["n"], inp["m"], full["obs"])
-    return {"rows": rows.tolist(), "cols": cols.tolist(), "vals": vals.tolist()}
-
-
-def _vector(inp):
-    return {"x": np.asarray(inp["x"], dtype=np.float64)}
-
-
-def _same(inp):
-    return inp
+    rows, cols = ba.sparsity(inp["n"], inp["m"], inp["full"]["obs"])
+    return {"rows": rows.tolist(), "cols": cols.tolist(), "vals": _BA_VALS(inp["full"])}
 
 
 MODULES = {
     "hello": {"square": (float, _hello_square), "double": (float, _hello_double)},
-    "lse": {"primal": (_vector, lambda inp: elementwise.lse(ngrad, _t(inp["x"])).item()),
-            "gradient": (_vector, _lse_gradient)},
-    "llsq": {"primal": (_llsq_prepare, _llsq_primal), "gradient": (_llsq_prepare, _llsq_gradient)},
+    "lse": {"primal": (_vector, _value("lse")), "gradient": (_vector, _outputs("lse", "x"))},
+    "llsq": {"primal": (_llsq_prepare, _value("llsq")), "gradient": (_llsq_prepare, _outputs("llsq", "x"))},
     "ode": {"primal": (_ode_prepare, lambda inp: ode.solve(ngrad, _t(inp["x"]), inp["s"]).tolist()),
-            "gradient": (_ode_prepare, _ode_gradient)},
-    "kmeans": {"cost": (_kmeans_prepare, lambda inp: kmeans.cost(ngrad, _t(inp["points"]), _t(inp["centroids"])).item()),
-               "dir": (_kmeans_prepare, _kmeans_dir)},
-    "gmm": {"objective": (_gmm_prepare, _gmm_objective), "jacobian": (_gmm_prepare, _gmm_jacobian)},
-    "lstm": {"objective": (_lstm_prepare, _lstm_objective), "jacobian": (_lstm_prepare, _lstm_jacobian)},
+            "gradient": (_ode_prepare, _outputs("ode", "x"))},
+    "kmeans": {"cost": (_kmeans_prepare, _value("kmeans")), "dir": (_kmeans_prepare, _outputs("kmeans", "dir"))},
+    "gmm": {"objective": (_gmm_prepare, _value("gmm")),
+            "jacobian": (_gmm_prepare, _outputs("gmm", "alpha", "mu", "q", "l"))},
+    "lstm": {"objective": (_lstm_prepare, _value("lstm")),
+             "jacobian": (_lstm_prepare, _outputs("lstm", "main_params", "extra_params"))},
     "ba": {"objective": (_ba_prepare, _ba_objective), "jacobian": (_ba_prepare, _ba_jacobian)},
 }
 

@@ -198,7 +198,7 @@ class _Compiled:
         big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
         self.threaded = _Layout(self.plan, tape, dead, split=True) if big else self.serial
         self.seen, self.cached, self.pending, self.rent = 0, False, 0, 0.0
-        self.drive = None  # the generated driver once compiled (False: the plan is too big for one)
+        self.drive = None  # the generated driver, once asked for (False: the plan is too big for one)
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
         self.consts, known = {}, set()
@@ -213,6 +213,13 @@ class _Compiled:
 
     def ready(self):
         return self.layout().kernels is not None
+
+    def driver(self, tape):
+        """The compiled plan's generated driver (see ``prepare``), built once; None when the plan
+        is too big for one."""
+        if self.drive is None:
+            self.drive = _driver(self, tape) or False
+        return self.drive or None
 
     @property
     def sources(self):
@@ -528,16 +535,15 @@ def _compiled_for(tape, mode):
         return None
     key = tape.key()
     comp = _plans.get(key)
-    if mode == "auto" and len(tape.instrs) > PLAN_EAGER and (comp is None or isinstance(comp, _Cold)):
-        cold = comp or _plans.setdefault(key, _Cold())
-        cold.seen += 1
-        if cold.seen < _threshold() or cold.rent < PLAN_S * len(tape.instrs):
-            return cold
-        comp = None
-    if comp is None:  # fused and rendered once per tape structure; compiled when it is due
-        cold = _plans.get(key)
+    if comp is None or isinstance(comp, _Cold):  # fused and rendered once per tape structure
+        cold = comp
+        if mode == "auto" and len(tape.instrs) > PLAN_EAGER:
+            cold = cold or _plans.setdefault(key, _Cold())
+            cold.seen += 1
+            if cold.seen < _threshold() or cold.rent < PLAN_S * len(tape.instrs):
+                return cold
         comp = _plans[key] = _Compiled(tape)
-        if isinstance(cold, _Cold):
+        if cold is not None:  # it carries on counting (this call is counted below)
             comp.seen, comp.rent = cold.seen - 1, cold.rent
         if mode == "auto":
             comp.pending = comp.missing()
@@ -546,7 +552,7 @@ def _compiled_for(tape, mode):
             for s in comp.sources:
                 if s is not None:
                     print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
-    if comp.layout().kernels is None:
+    if not comp.ready():
         comp.seen += 1
         if mode == "auto" and not comp.cached and (comp.seen < _threshold() or (
                 comp.pending > EAGER_FUNCTIONS and comp.rent < COMPILE_S * comp.pending)):
@@ -576,10 +582,9 @@ def run(tape, values, target="cpu"):
             comp.rent += time.perf_counter() - t
     else:
         # a small plan runs through its driver (``prepare``): straight-line code, shapes as literals
-        if comp.drive is None:
-            comp.drive = _driver(comp, tape) or False
-        if comp.drive and debug_level() < 3:
-            return comp.drive(values)
+        drive = comp.driver(tape)
+        if drive is not None and debug_level() < 3:
+            return drive(values)
         outs = _execute(comp, tape, values)
     taken = {id(_root(v)) for v in values if isinstance(v, np.ndarray)}
     res = []
@@ -605,10 +610,8 @@ def prepare(tape, target="cpu"):
         return lambda values: run(tape, values, target)
     mode = jit_mode()
     comp = _compiled_for(tape, "always") if mode != "never" else None
-    if comp is not None and comp.drive is None:
-        comp.drive = _driver(comp, tape) or False
-    drive = comp.drive if comp is not None else None
-    if not drive:
+    drive = comp.driver(tape) if comp is not None else None
+    if drive is None:
         return lambda values: run(tape, values)
     return drive
 
