@@ -1,4 +1,4 @@
-"""Differentiation: a tape becomes a joint (forward + reverse) tape.
+"""Differentiation: a tape becomes a joint (forward + reverse) tape, or a tangent tape.
 
 Contract: ``vjp(tape, wrt)`` returns a ``Joint`` whose tape takes the original inputs plus
 one cotangent seed per output, and returns the original outputs followed by the cotangent
@@ -8,11 +8,15 @@ slots. Reverse instructions come from the primitive table's VJP rules, so the jo
 ordinary tape: it can be printed, run, batched or differentiated again. Cotangents only flow
 through floating slots, and fan-out contributions are summed in exactly one place
 (``_accumulate``). Codegen and runtime never learn what a gradient is.
+
+``jvp(tape, wrt)`` is forward mode: a ``Tangent`` tape that takes the original inputs plus one
+tangent per ``wrt`` input slot and returns the original outputs followed by the tangent of each
+output that depends on them (``Tangent.tangents`` gives each output's position, or None).
 """
 from .prims import PRIMS
 from .tape import Builder
 
-__all__ = ["vjp", "Joint"]
+__all__ = ["vjp", "Joint", "jvp", "Tangent"]
 
 
 class Joint:
@@ -91,3 +95,44 @@ def vjp(tape, wrt):
     j = Joint()
     j.tape, j.seeds, j.grads, j.ran, j.reads_saved = b.finish(outputs), seeds, grads, ran, reads_saved
     return j
+
+
+class Tangent:
+    """The result of ``jvp``: ``tape``; ``inputs``: the tangent input slot of each ``wrt``
+    entry; ``tangents``: for each original output, the index into ``tape.outputs`` of its
+    tangent, or None when no tangent reaches it."""
+
+    __slots__ = ("tape", "inputs", "tangents")
+
+
+def jvp(tape, wrt):
+    """Append the tangent pass of ``tape`` for tangents of the input slots ``wrt``; see module doc."""
+    b = Builder(tape)
+    tan, inputs = {}, []
+    for s in wrt:
+        t = b.input(tape.shapes[s], tape.dtypes[s])
+        inputs.append(t.slot)
+        if tape.dtypes[s] in ("f32", "f64"):
+            tan[s] = t
+    for ins in tape.instrs:
+        rule = PRIMS[ins.prim].jvp
+        if rule is None or tape.dtypes[ins.out] not in ("f32", "f64"):
+            continue
+        ts = [tan.get(a) for a in ins.args]
+        if all(t is None for t in ts):
+            continue
+        t = rule(ts, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
+        if t is not None:
+            tan[ins.out] = t
+    outputs = [b.var(s) for s in tape.outputs]
+    positions = []
+    for s in tape.outputs:
+        t = tan.get(s)
+        if t is None:
+            positions.append(None)
+        else:
+            positions.append(len(outputs))
+            outputs.append(t)
+    r = Tangent()
+    r.tape, r.inputs, r.tangents = b.finish(outputs), inputs, positions
+    return r

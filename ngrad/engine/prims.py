@@ -2,9 +2,12 @@
 
 Contract: ``PRIMS[name]`` holds the primitive's kind, its forward expression written
 against a math namespace ``m`` (NumPy for the interpreter, source strings for codegen), its
-shape/dtype rule, and its VJP written in primitives of this same table (through ``Var``
-objects of a tape builder), so a gradient is again a tape that can be printed, run, fused or
-differentiated again. Dtypes inside tapes are short names: 'b8', 'i32', 'i64', 'f32', 'f64'.
+shape/dtype rule, its VJP and its JVP (tangent rule), both written in primitives of this same
+table (through ``Var`` objects of a tape builder), so a derivative is again a tape that can be
+printed, run, fused or differentiated again. Elementwise rows state their partial derivatives
+once (``per_arg``): an elementwise Jacobian is diagonal, so the same rules give the VJP
+(applied to a cotangent) and the JVP (applied to tangents, summed). Linear rows (movement,
+indexing, ``sum``, ``cumsum``) are their own JVP (``LINEAR``). Dtypes inside tapes are short names: 'b8', 'i32', 'i64', 'f32', 'f64'.
 
 Broadcasting is not handled by any row: elementwise rows require equal shapes and dtypes,
 and the single ``expand`` row broadcasts (its VJP sums back).
@@ -215,15 +218,36 @@ def _extreme_vjp(g, out, x, axes, keepdim):
     return mask * (gk / count).expand(shape=x.shape)
 
 
-def _prod_vjp(g, out, x, axes, keepdim):
+def _extreme_jvp(ts, out, args, params):
+    # the tangent averaged over ties, as the VJP spreads the cotangent over them
+    (t,), (x,), axes, keepdim = ts, args, params["axes"], params["keepdim"]
+    mask = x.eq(unreduce(out, x.shape, axes, keepdim)).cast(dtype=x.dtype)
+    return (t * mask).sum(axes=axes, keepdim=keepdim) / mask.sum(axes=axes, keepdim=keepdim)
+
+
+def _prod_others(x, axes):
     # Exact with zeros: with no zero, out/x; with exactly one zero, the product of the others
     # at that zero; otherwise 0. No division by zero is ever evaluated on a path that is kept.
     is0 = x.eq(0)
     safe = is0.where(x.bld.full(1, x.shape, x.dtype), x)
     nonzero_prod = unreduce(safe.prod(axes=axes, keepdim=True), x.shape, axes, True)
     zeros = unreduce(is0.cast(dtype=x.dtype).sum(axes=axes, keepdim=True), x.shape, axes, True)
-    others = zeros.eq(0).where(nonzero_prod / safe, (zeros.eq(1).logical_and(is0)).where(nonzero_prod, zeros_like(x)))
-    return unreduce(g, x.shape, axes, keepdim) * others
+    return zeros.eq(0).where(nonzero_prod / safe, (zeros.eq(1).logical_and(is0)).where(nonzero_prod, zeros_like(x)))
+
+
+def _prod_vjp(g, out, x, axes, keepdim):
+    return unreduce(g, x.shape, axes, keepdim) * _prod_others(x, axes)
+
+
+def _prod_jvp(ts, out, args, params):
+    return (ts[0] * _prod_others(args[0], params["axes"])).sum(**params)
+
+
+def _matmul_jvp(ts, out, args, params):
+    (tx, ty), (x, y) = ts, args
+    terms = [t for t in (tx.matmul(y) if tx is not None else None, x.matmul(ty) if ty is not None else None)
+             if t is not None]
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
 def _pow_base(g, out, x, y):
@@ -274,12 +298,15 @@ _SQRT_PI_2 = 2.0 / math.sqrt(math.pi)
 # --- the table -----------------------------------------------------------------------------------
 
 class Prim:
-    """One primitive: ``fwd(m, *args, **params)`` and ``vjp(need, g, out, args, params)``."""
+    """One primitive: ``fwd(m, *args, **params)``, ``vjp(need, g, out, args, params)`` (the
+    cotangent of each argument, None where not needed) and ``jvp(tangents, out, args, params)``
+    (the tangent of the result from the arguments' tangents, None for an argument without one;
+    the rule returns None when no tangent reaches the result)."""
 
-    __slots__ = ("name", "kind", "fwd", "vjp", "infer")
+    __slots__ = ("name", "kind", "fwd", "vjp", "jvp", "infer")
 
-    def __init__(self, name, kind, infer, fwd, vjp):
-        self.name, self.kind, self.infer, self.fwd, self.vjp = name, kind, infer, fwd, vjp
+    def __init__(self, name, kind, infer, fwd, vjp, jvp):
+        self.name, self.kind, self.infer, self.fwd, self.vjp, self.jvp = name, kind, infer, fwd, vjp, jvp
 
     def __repr__(self):
         return f"Prim({self.name})"
@@ -293,13 +320,40 @@ def per_arg(*rules):
     return vjp
 
 
+def _diagonal(rules):
+    """The JVP of an elementwise primitive from its per-argument partials (diagonal Jacobians:
+    the VJP rule applied to a tangent is that argument's JVP term)."""
+    def jvp(ts, out, args, params):
+        total = None
+        for r, t in zip(rules, ts):
+            if r is not None and t is not None:
+                term = r(t, out, *args, **params)
+                total = term if total is None else total + term
+        return total
+    return jvp
+
+
+def _linear(name):
+    """The JVP of a primitive that is linear in its floating arguments: itself, on the tangents
+    (zeros for a floating argument without one; index arguments stay as they are)."""
+    def jvp(ts, out, args, params):
+        operands = [t if t is not None else (zeros_like(a) if a.dtype[0] == "f" else a) for a, t in zip(args, ts)]
+        return out.bld.emit(name, operands, params)
+    return jvp
+
+
 NO_VJP = None
+LINEAR = "linear"
 PRIMS = {}
 ELEMENTWISE = ("unary", "binary", "compare", "logical", "where", "cast")
 
 
-def P(name, kind, infer, fwd, vjp=NO_VJP):
-    PRIMS[name] = Prim(name, kind, infer, fwd, vjp)
+def P(name, kind, infer, fwd, vjp=NO_VJP, jvp=None):
+    if jvp is None and kind in ELEMENTWISE and vjp is not None:
+        jvp = _diagonal(vjp.rules)
+    elif jvp == LINEAR:
+        jvp = _linear(name)
+    PRIMS[name] = Prim(name, kind, infer, fwd, vjp, jvp)
 
 
 # elementwise unary: (m, x) -> same shape and dtype
@@ -329,7 +383,8 @@ P("round", "unary", _unary, lambda m, x: m.round(x), per_arg(lambda g, out, x: z
 P("isnan", "compare", lambda s, d: (s[0], "b8"), lambda m, x: m.isnan(x))
 P("logical_not", "logical", _logical, lambda m, x: m.logical_not(x))
 P("cast", "cast", _cast, lambda m, x, dtype: m.cast(x, dtype),
-  per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None))
+  per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
+  lambda ts, out, args, params: ts[0].cast(dtype=out.dtype) if out.dtype[0] == "f" else None)
 P("detach", "unary", _unary, lambda m, x: x)
 
 # elementwise binary: equal shapes and dtypes
@@ -352,45 +407,48 @@ P("where", "where", _where, lambda m, c, x, y: m.where(c, x, y),
 
 # reductions and scans
 P("sum", "reduce", _reduce, lambda m, x, axes, keepdim: m.sum(x, axes, keepdim),
-  per_arg(lambda g, out, x, axes, keepdim: unreduce(g, x.shape, axes, keepdim)))
-P("prod", "reduce", _reduce, lambda m, x, axes, keepdim: m.prod(x, axes, keepdim), per_arg(_prod_vjp))
-P("amax", "reduce", _reduce, lambda m, x, axes, keepdim: m.amax(x, axes, keepdim), per_arg(_extreme_vjp))
-P("amin", "reduce", _reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim), per_arg(_extreme_vjp))
+  per_arg(lambda g, out, x, axes, keepdim: unreduce(g, x.shape, axes, keepdim)), LINEAR)
+P("prod", "reduce", _reduce, lambda m, x, axes, keepdim: m.prod(x, axes, keepdim), per_arg(_prod_vjp), _prod_jvp)
+P("amax", "reduce", _reduce, lambda m, x, axes, keepdim: m.amax(x, axes, keepdim), per_arg(_extreme_vjp),
+  _extreme_jvp)
+P("amin", "reduce", _reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim), per_arg(_extreme_vjp),
+  _extreme_jvp)
 P("argmax", "reduce", _arg, lambda m, x, axis, keepdim: m.argmax(x, axis, keepdim))
 P("argmin", "reduce", _arg, lambda m, x, axis, keepdim: m.argmin(x, axis, keepdim))
 P("cumsum", "scan", _scan, lambda m, x, axis: m.cumsum(x, axis),
-  per_arg(lambda g, out, x, axis: g.flip(axes=(axis,)).cumsum(axis=axis).flip(axes=(axis,))))
+  per_arg(lambda g, out, x, axis: g.flip(axes=(axis,)).cumsum(axis=axis).flip(axes=(axis,))), LINEAR)
 
 # movement
 P("reshape", "movement", _reshape, lambda m, x, shape: m.reshape(x, shape),
-  per_arg(lambda g, out, x, shape: g.reshape(shape=x.shape)))
+  per_arg(lambda g, out, x, shape: g.reshape(shape=x.shape)), LINEAR)
 P("permute", "movement", _permute, lambda m, x, perm: m.permute(x, perm),
-  per_arg(lambda g, out, x, perm: g.permute(perm=_inverse(perm))))
+  per_arg(lambda g, out, x, perm: g.permute(perm=_inverse(perm))), LINEAR)
 P("expand", "movement", _expand, lambda m, x, shape: m.expand(x, shape),
-  per_arg(lambda g, out, x, shape: sum_to(g, x.shape)))
+  per_arg(lambda g, out, x, shape: sum_to(g, x.shape)), LINEAR)
 P("slice", "movement", _slice, lambda m, x, starts, stops, steps: m.slice(x, starts, stops, steps),
-  per_arg(lambda g, out, x, starts, stops, steps: g.unslice(shape=x.shape, starts=starts, stops=stops, steps=steps)))
+  per_arg(lambda g, out, x, starts, stops, steps: g.unslice(shape=x.shape, starts=starts, stops=stops, steps=steps)),
+  LINEAR)
 P("unslice", "movement", _unslice,
   lambda m, x, shape, starts, stops, steps: m.unslice(x, shape, starts, stops, steps),
-  per_arg(lambda g, out, x, shape, starts, stops, steps: g.slice(starts=starts, stops=stops, steps=steps)))
+  per_arg(lambda g, out, x, shape, starts, stops, steps: g.slice(starts=starts, stops=stops, steps=steps)), LINEAR)
 P("flip", "movement", _flip, lambda m, x, axes: m.flip(x, axes),
-  per_arg(lambda g, out, x, axes: g.flip(axes=axes)))
+  per_arg(lambda g, out, x, axes: g.flip(axes=axes)), LINEAR)
 P("cat", "movement", _cat, lambda m, *xs, axis: m.cat(xs, axis),
-  lambda need, g, out, args, params: _cat_vjp(need, g, out, args, **params))
+  lambda need, g, out, args, params: _cat_vjp(need, g, out, args, **params), LINEAR)
 
 # indexing: integer index tensors are never differentiated
 P("index", "index", _index, lambda m, x, *idx, axis: m.index(x, idx, axis),
   lambda need, g, out, args, params: [g.unindex(*args[1:], shape=args[0].shape, axis=params["axis"])
-                                      if need[0] else None] + [None] * (len(args) - 1))
+                                      if need[0] else None] + [None] * (len(args) - 1), LINEAR)
 P("unindex", "index", _unindex, lambda m, x, *idx, shape, axis: m.unindex(x, idx, shape, axis),
   lambda need, g, out, args, params: [g.index(*args[1:], axis=params["axis"]) if need[0] else None]
-  + [None] * (len(args) - 1))
+  + [None] * (len(args) - 1), LINEAR)
 P("gather", "index", _gather, lambda m, x, idx, axis: m.gather(x, idx, axis),
-  per_arg(lambda g, out, x, idx, axis: g.scatter_add(idx, axis=axis, shape=x.shape), None))
+  per_arg(lambda g, out, x, idx, axis: g.scatter_add(idx, axis=axis, shape=x.shape), None), LINEAR)
 P("scatter_add", "index", _scatter_add, lambda m, x, idx, axis, shape: m.scatter_add(x, idx, axis, shape),
-  per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None))
+  per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None), LINEAR)
 
 # linear algebra and sources
 P("matmul", "matmul", _matmul, lambda m, x, y: m.matmul(x, y),
-  per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)))
+  per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)), _matmul_jvp)
 P("const", "const", _const, lambda m, value, dtype: m.const(value, dtype))
