@@ -18,7 +18,8 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
                         is_tensor, linspace, manual_seed, numel, ones, ones_like, rand, rand_like, randint, randn,
                         randn_like, randperm, seed, tensor, zeros, zeros_like)
 from .engine.runtime import get_num_threads, set_num_threads
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+                        set_grad_enabled)
 from .trace import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
 

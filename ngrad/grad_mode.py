@@ -3,11 +3,15 @@ import functools
 import inspect
 import threading
 
-__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
+from .engine.graph import INFERENCE
+
+__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode",
+           "is_inference_mode_enabled"]
 
 
 class _State(threading.local):
     enabled = True
+    inference = False
     trace = None  # the ngrad.compile trace recording on this thread, if any
 
 
@@ -133,3 +137,57 @@ class set_grad_enabled(_Mode):
     def __exit__(self, *exc):
         state.enabled = self._prev.pop() if self._prev else True
         return False
+
+
+def is_inference_mode_enabled():
+    """True inside ``inference_mode``."""
+    return state.inference
+
+
+class inference_mode:
+    """Context manager and decorator for code that will never be differentiated: like
+    ``no_grad``, and the tensors made inside are inference tensors, which cannot be updated in
+    place outside inference mode nor saved for a backward pass (PyTorch's errors).
+    ``inference_mode(False)`` does nothing.
+
+    ```python
+    >>> import ngrad
+    >>> w = ngrad.tensor([2.0], requires_grad=True)
+    >>> with ngrad.inference_mode():
+    ...     y = w * 3
+    >>> y.requires_grad, y.is_inference()
+    (False, True)
+    >>> @ngrad.inference_mode()
+    ... def predict(x):
+    ...     return x * w
+    >>> predict(ngrad.tensor([1.0]))
+    tensor([2.])
+
+    ```
+    """
+
+    def __new__(cls, mode=True):
+        self = super().__new__(cls)
+        self._mode, self._prev = True, []
+        if callable(mode):
+            return self(mode)
+        self._mode = bool(mode)
+        return self
+
+    def __enter__(self):
+        self._prev.append((state.enabled, state.inference, INFERENCE[0]))
+        if self._mode:
+            state.enabled, state.inference, INFERENCE[0] = False, True, True
+
+    def __exit__(self, *exc):
+        state.enabled, state.inference, INFERENCE[0] = self._prev.pop()
+        return False
+
+    def __call__(self, func):
+        mode = self._mode
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return func(*args, **kwargs)
+        return wrapper

@@ -26,6 +26,9 @@ _object_new = object.__new__
 _nodes_new = Node
 _MAX = namedtuple("max", ["values", "indices"])
 _MIN = namedtuple("min", ["values", "indices"])
+# non-leaf nodes with tensor hooks and outputs of custom Functions: while one lives, backward
+# checks whether its graph needs to run in segments (see ngrad.autograd.reverse)
+_segment_nodes = weakref.WeakSet()
 
 
 class Size(tuple):
@@ -441,8 +444,50 @@ def _leaf_update(r, n):
     else:
         leaf = Node("detach", (r,), None, r.shape, r.dtype)
     leaf.requires_grad = True
-    leaf.owner = n.owner
+    leaf.owner, leaf.hooks, leaf.post_hooks = n.owner, n.hooks, n.post_hooks
     return leaf
+
+
+class _Version:
+    """A version counter: how many in-place updates the value of a tensor has seen (shared by
+    a tensor and its ``detach()`` aliases, as in PyTorch)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
+def _vc(t):
+    vc = t._vc
+    if vc is None:
+        vc = t._vc = _Version()
+    return vc
+
+
+def _alias(t, other, share_version):
+    """Make ``other`` an alias of ``t``: an in-place update of either shows in both."""
+    group = t._aliases
+    if group is None:
+        group = t._aliases = [weakref.ref(t)]
+    group.append(weakref.ref(other))
+    other._aliases = group
+    if share_version:
+        other._vc = _vc(t)
+    return other
+
+
+def _follow(u, r):
+    """The node of alias ``u`` after its alias was updated in place to ``r``: the same value,
+    with ``u``'s own gradient semantics (a leaf stays a leaf, a non-leaf keeps its history)."""
+    n = u._node
+    value = r if not r.requires_grad else Node("detach", (r,), None, r.shape, r.dtype)
+    if not n.requires_grad:
+        return value
+    if not n.differentiable:
+        return _leaf_update(value, n)
+    with _grad_mode.enable_grad():
+        return (_wrap(n) + (_wrap(value) - _wrap(n)).detach())._node
 
 
 def _inplace(t, result):
@@ -456,17 +501,52 @@ def _inplace(t, result):
             raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.short]} can't be cast to the desired output "
                                f"type {_TORCH_NAME[n.dtype.short]}")
         r = _cast_node(r, n.dtype)
+    if n.is_inference and not _gm.inference:
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+                           "clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
     if n.requires_grad and not n.differentiable:
         if _gm.enabled:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-        r = _leaf_update(r, n)
+        new = _leaf_update(r, n)
     elif n.requires_grad and not r.requires_grad:
         # under no_grad a non-leaf keeps its gradient path: new value, old history
         step = _wrap(r) - _wrap(n)
         with _grad_mode.enable_grad():
-            r = (_wrap(n) + step.detach())._node
-    _replace(t, r)
+            new = (_wrap(n) + step.detach())._node
+    else:
+        new = r
+    vc = _vc(t)
+    # a backward that needs the old value now fails, as in PyTorch, unless the reader is this
+    # operation's own result
+    n.stale = (vc, vc.value, _readers(new, n))
+    vc.value += 1
+    _replace(t, new)
+    if t._aliases is not None:
+        for ref in t._aliases:
+            u = ref()
+            if u is not None and u is not t:
+                old, follow = u._node, _follow(u, r)
+                uvc = _vc(u)
+                old.stale = (uvc, uvc.value if uvc is not vc else vc.value - 1, _readers(follow, old))
+                if uvc is not vc:
+                    uvc.value += 1
+                _replace(u, follow)
     return t
+
+
+def _readers(new, old):
+    """Ids of the nodes an in-place update just recorded that read ``old`` (a few levels below
+    ``new``: the op itself, a cast, the no_grad history splice)."""
+    found, stack = set(), [(new, 0)]
+    while stack:
+        m, depth = stack.pop()
+        if m is old or depth > 4:
+            continue
+        if any(s is old for s in m.srcs):
+            found.add(id(m))
+        stack.extend((s, depth + 1) for s in m.srcs)
+    return found
 
 
 def _index_source(arr):
@@ -499,6 +579,8 @@ class Tensor:
     __slots__ = ("_node", "__dict__", "__weakref__")
     _grad = None
     _retains_grad = False
+    _vc = None  # the version counter, made at the first in-place update or detach()
+    _aliases = None  # weakrefs of the tensors sharing this value (detach(), .data)
     __array_ufunc__ = None  # NumPy defers to the reflected operators: ndarray * Tensor -> Tensor
     __array_priority__ = 1000
 
@@ -651,7 +733,25 @@ class Tensor:
         backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self):
-        """A tensor with the same value that is cut from the graph (never requires grad)."""
+        """A tensor with the same value that is cut from the graph (never requires grad).
+
+        As in PyTorch it shares the value and the version counter: an in-place update of
+        either one shows in both.
+
+        ```python
+        >>> import ngrad
+        >>> w = ngrad.ones(2, requires_grad=True)
+        >>> d = w.detach()
+        >>> d.mul_(3)
+        tensor([3., 3.])
+        >>> w, w._version
+        (tensor([3., 3.], requires_grad=True), 1)
+
+        ```
+        """
+        return _alias(self, self._detached(), True)
+
+    def _detached(self):
         n = self._node
         if n.value is not None and not _traced(n):
             return _wrap(source(n.value, n.dtype))
@@ -659,12 +759,81 @@ class Tensor:
 
     def detach_(self):
         if self._node.differentiable:
-            self._node = self.detach()._node
+            self._node = self._detached()._node
         return self
 
     @property
     def data(self):
-        return self.detach()
+        """The value as a tensor outside the graph; an alias like ``detach()``, but with its
+        own version counter (updates through it are not seen by autograd's checks)."""
+        return _alias(self, self._detached(), False)
+
+    @property
+    def _version(self):
+        """How many in-place updates this tensor's value has seen."""
+        return 0 if self._vc is None else self._vc.value
+
+    def register_hook(self, hook):
+        """Register ``hook(grad)``, called with this tensor's gradient whenever it is computed
+        (``backward`` and ``autograd.grad``). It may return a tensor of the same shape and
+        dtype that replaces the gradient; on a leaf it runs before accumulation into ``.grad``.
+        Returns a handle whose ``remove()`` unregisters it.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = x * 3
+        >>> seen = []
+        >>> h = y.register_hook(lambda g: seen.append(g))
+        >>> h2 = y.register_hook(lambda g: g * 2)
+        >>> y.sum().backward()
+        >>> seen, x.grad
+        ([tensor([1., 1.])], tensor([6., 6.]))
+
+        ```
+        """
+        n = self._node
+        if not n.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if not callable(hook):
+            raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+        if n.hooks is None:
+            n.hooks = {}
+        if n.differentiable:
+            _segment_nodes.add(n)
+        from ._hooks import RemovableHandle
+        handle = RemovableHandle(n.hooks)
+        n.hooks[handle.id] = hook
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Register ``hook(tensor)`` on a leaf, called by ``backward`` after the gradient was
+        accumulated into ``.grad`` (an optimizer can step there). Returns a removable handle.
+
+        ```python
+        >>> import ngrad
+        >>> w = ngrad.tensor([1.0], requires_grad=True)
+        >>> h = w.register_post_accumulate_grad_hook(lambda t: print("grad", t.grad))
+        >>> (w * 5).sum().backward()
+        grad tensor([5.])
+
+        ```
+        """
+        n = self._node
+        if not n.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if n.differentiable:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if n.post_hooks is None:
+            n.post_hooks = {}
+        from ._hooks import RemovableHandle
+        handle = RemovableHandle(n.post_hooks)
+        n.post_hooks[handle.id] = hook
+        return handle
+
+    def is_inference(self):
+        """Whether this tensor was made under ``inference_mode``."""
+        return self._node.is_inference
 
     @data.setter
     def data(self, other):
@@ -673,7 +842,7 @@ class Tensor:
         if n.differentiable:
             raise RuntimeError("setting .data is only supported on leaf tensors")
         new = source(v, D.from_numpy_dtype(v.dtype))
-        new.requires_grad, new.owner = n.requires_grad, n.owner
+        new.requires_grad, new.owner, new.hooks, new.post_hooks = n.requires_grad, n.owner, n.hooks, n.post_hooks
         _replace(self, new)
 
     # values -------------------------------------------------------------------------------------
@@ -1446,6 +1615,24 @@ class Tensor:
         if self.ndim < 2:
             raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
         return self.transpose(-2, -1)
+
+    def sum_to_size(self, *size):
+        """Sum over broadcast dimensions down to ``size`` (the gradient of an ``expand``).
+
+        ```python
+        >>> import ngrad
+        >>> ngrad.ones(2, 3).sum_to_size(1, 3)
+        tensor([[2., 2., 2.]])
+
+        ```
+        """
+        shape, mine = _shape_arg(size), self._node.shape
+        lead = len(mine) - len(shape)
+        if lead < 0 or any(a != b and a != 1 for a, b in zip(shape, mine[lead:])):
+            raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size {{{list(mine)}}}.")
+        axes = tuple(range(lead)) + tuple(lead + i for i, a in enumerate(shape) if a == 1 and mine[lead + i] != 1)
+        out = self.sum(dim=axes, keepdim=True) if axes else self
+        return out.reshape(shape)
 
     def expand(self, *sizes):
         sizes = _shape_arg(sizes)

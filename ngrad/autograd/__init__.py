@@ -1,6 +1,8 @@
 """``ngrad.autograd``: reverse-mode differentiation with ``torch.autograd``'s API."""
 from ..grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from . import grad_mode
+from . import forward_ad, function, functional
+from .function import Function, FunctionCtx, once_differentiable
 from .reverse import backward, grad
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "grad_mode"]

@@ -4,6 +4,12 @@ Both lower the graph below the outputs to one tape (``grad`` mode: the different
 is recomputed from its leaves), differentiate it into a joint tape, and either run it (one
 program computes the unrealized outputs and all gradients) or, with ``create_graph=True``,
 record the joint tape as new graph nodes so the gradients can be differentiated again.
+
+Tensor hooks on non-leaf tensors and custom ``Function``s need Python between two parts of the
+reverse pass. When the graph holds them, the reverse pass runs in segments: their nodes are
+cut points (realized first, read as inputs), the segments run latest first, and each cut
+hands its gradient on (through its hooks, or through the Function's ``backward``) as the seed
+of the next segment. Every segment is an ordinary joint tape, compiled or interpreted.
 """
 import warnings
 
@@ -12,10 +18,10 @@ import numpy as np
 from .. import grad_mode
 from ..engine.batch import batch
 from ..engine.differentiate import vjp
-from ..engine.graph import lower, replay, source, target_of
+from ..engine.graph import Node, lower, replay, source, target_of
 from ..engine.realize import realize
 from ..engine.runtime import run
-from ..tensor import Tensor, _replace, _value, _value_on, _wrap
+from ..tensor import _TORCH_NAME, Tensor, _replace, _segment_nodes, _value, _value_on, _wrap
 
 __all__ = ["backward", "grad"]
 
@@ -100,25 +106,51 @@ def _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph, batched)
     return outs, seeds, ins, create_graph if retain_graph is None else retain_graph
 
 
-def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
-    """Cotangents of ``targets`` (nodes); None for a target not on a differentiable path."""
-    low = lower([o._node for o in outputs], grad=True)
-    wrt = [low.slot_of.get(n) for n in targets]
-    present = [w for w in wrt if w is not None]
-    joint = _joint(low.tape, present)
+def _stale(n):
+    """PyTorch's error for a saved value that an in-place operation has changed since."""
+    vc, version, _ = n.stale
+    which = f", which is output 0 of {n.name or n.op.capitalize() + 'Backward0'}," if n.differentiable else ""
+    return RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
+                        f"operation: [torch.{_TORCH_NAME[n.dtype.short]}Tensor [{', '.join(map(str, n.shape))}]]"
+                        f"{which} is at version {vc.value}; expected version {version} instead. Hint: enable "
+                        f"anomaly detection to find the operation that failed to compute its gradient, with "
+                        f"ngrad.autograd.set_detect_anomaly(True).")
+
+
+def _check_saved(low, joint):
+    """The reverse pass may read only values that are still what they were when recorded."""
+    saved = joint.saved
+    for n, s in low.slot_of.items():
+        if (n.stale is not None or n.is_inference) and s in saved:
+            if n.is_inference:
+                raise RuntimeError("Inference tensors cannot be saved for backward. To work around you can make "
+                                   "a clone to get a normal tensor and use it in autograd.")
+            # the in-place operation's own result read the old value legitimately
+            allowed = n.stale[2]
+            if any(id(low.node_of_instr.get(i)) not in allowed for i in saved[s]):
+                raise _stale(n)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
         if n is not None and n.freed and n.saves:
             raise RuntimeError(_FREED)
 
+
+def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cuts=()):
+    """Cotangents of ``targets`` (nodes) from the graph below ``roots`` seeded with
+    ``seed_nodes``; None for a target not on a differentiable path. ``cuts``: see ``lower``."""
+    low = lower(roots, grad=True, cuts=cuts)
+    wrt = [low.slot_of.get(n) for n in targets]
+    present = [w for w in wrt if w is not None]
+    joint = _joint(low.tape, present)
+    _check_saved(low, joint)
+
     pos = dict(zip(present, joint.grads))
-    seed_nodes = [s._node for s in seeds]
-    n_out = len(outputs)
+    n_out = len(roots)
     if create_graph or grad_mode.state.trace is not None:
         # recorded, not run: to differentiate again, or because ngrad.compile is tracing
         tape, known = joint.tape, {s: n for n, s in low.slot_of.items() if n.value is None or n.differentiable}
         if batched:
-            tape, _ = batch(tape, set(joint.seeds), seeds[0].shape[0])
+            tape, _ = batch(tape, set(joint.seeds), seed_nodes[0].shape[0])
             known = None
         with grad_mode.set_grad_enabled(create_graph):
             nodes = replay(tape, low.sources + seed_nodes, create_graph, known)
@@ -126,13 +158,12 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
     else:
         tape = joint.tape
         if batched:
-            tape, _ = batch(tape, set(joint.seeds), seeds[0].shape[0])
+            tape, _ = batch(tape, set(joint.seeds), seed_nodes[0].shape[0])
         realize(seed_nodes)
-        target = target_of([o._node for o in outputs])
-        values = run(tape, [n.value for n in low.sources] + [n.value for n in seed_nodes], target)
-        for o, v in zip(outputs, values[:n_out]):
-            if o._node.value is None:
-                o._node.value = v
+        values = run(tape, [n.value for n in low.sources] + [n.value for n in seed_nodes], target_of(roots))
+        for r, v in zip(roots, values[:n_out]):
+            if r.value is None:
+                r.value = v
         # a gradient lives where its tensor does (a 0-d CPU tensor can take part in a GPU graph)
         result = [None if w is None or pos[w] is None else source(_value_on(values[pos[w]], n.device), n.dtype)
                   for w, n in zip(wrt, targets)]
@@ -142,6 +173,105 @@ def _reverse(outputs, seeds, targets, retain_graph, create_graph, batched):
             if n is not None:
                 n.freed = True
     return result
+
+
+def _parents(v):
+    """Where the gradient of graph vertex ``v`` flows: a node's sources (or the context of the
+    custom Function that made it); a context's tensor inputs."""
+    if isinstance(v, Node):
+        if v.ctx is not None:
+            return (v.ctx,)
+        return [s for s in v.srcs if s.requires_grad] if v.differentiable else ()
+    return [n for n in v._input_nodes if n is not None and n.requires_grad]
+
+
+def _units(roots):
+    """The cut points below ``roots`` (non-leaf nodes with hooks, custom Function contexts),
+    each before every unit its gradient flows into (reverse post-order, iterative)."""
+    seen, post = set(), []
+    stack = [(r, False) for r in roots if r.requires_grad]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            post.append(v)
+            continue
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        stack.append((v, True))
+        stack.extend((p, False) for p in _parents(v) if id(p) not in seen)
+    return [v for v in reversed(post) if not isinstance(v, Node) or (v.hooks and v.differentiable)]
+
+
+def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
+    """Gradient nodes of ``targets`` (None where none reaches one), tensor hooks applied."""
+    units = _units(roots) if _segment_nodes else None
+    if units:
+        result = _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched)
+    else:
+        result = _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched)
+    for i, (n, g) in enumerate(zip(targets, result)):
+        if g is not None and n.hooks and not n.differentiable:
+            result[i] = _run_hooks(n, g)
+    return result
+
+
+def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched):
+    """The reverse pass in segments between the cut points ``units`` (see module doc)."""
+    cuts = set()
+    for u in units:
+        cuts.update((u,) if isinstance(u, Node) else u._cut_nodes())
+    realize([c for c in cuts if c.value is None])
+    acc, final = {}, {}
+
+    def segment(rs, seeds, done=None):
+        lowered, lowered_seeds = [], []
+        for r, g in zip(rs, seeds):
+            if r in cuts and r is not done:
+                acc[r] = g if r not in acc else (_wrap(acc[r]) + _wrap(g))._node
+            else:
+                lowered.append(r)
+                lowered_seeds.append(g)
+        if lowered:
+            want = [n for n in dict.fromkeys(list(targets) + list(cuts)) if n is not done]
+            res = _reverse(lowered, lowered_seeds, want, retain_graph, create_graph, batched, cuts - {done})
+            for n, g in zip(want, res):
+                if g is not None:
+                    acc[n] = g if n not in acc else (_wrap(acc[n]) + _wrap(g))._node
+
+    segment(roots, seed_nodes)
+    for u in units:
+        if isinstance(u, Node):
+            g = acc.get(u)
+            if g is not None:
+                final[u] = g = _run_hooks(u, g)
+                segment([u], [g], u)
+        else:
+            segment(*u._backward(acc, create_graph))
+            if not retain_graph:
+                u._freed = True
+    return [final.get(t, acc.get(t)) for t in targets]
+
+
+def _run_hooks(n, g):
+    """Run the tensor hooks of node ``n`` on gradient node ``g``; a hook may replace it."""
+    t = _wrap(g)
+    for hook in list(n.hooks.values()):
+        r = hook(t)
+        if r is None:
+            continue
+        name = getattr(hook, "__name__", repr(hook))
+        if not isinstance(r, Tensor):
+            raise TypeError(f"expected Tensor, but hook returned '{type(r).__name__}'")
+        if r.shape != t.shape:
+            raise RuntimeError(f"hook '{name}' has changed the size of value (was {list(t.shape)} got "
+                               f"{list(r.shape)})")
+        if r.dtype is not t.dtype:
+            raise RuntimeError(f"hook '{name}' has changed the type of value (was {t.dtype} got {r.dtype})")
+        if r.device != t.device:
+            raise RuntimeError(f"hook '{name}' has changed the device of value (was {t.device} got {r.device})")
+        t = r
+    return t._node
 
 
 _JOINTS = {}
@@ -210,10 +340,14 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     else:
         pairs = [(t, t._node) for t in owners]
     with grad_mode.set_grad_enabled(create_graph):
-        result = _reverse(outputs, seeds, [n for _, n in pairs], retain_graph, create_graph, False)
-        for (t, _), g in zip(pairs, result):
+        result = _gradients([o._node for o in outputs], [s._node for s in seeds], [n for _, n in pairs],
+                            retain_graph, create_graph, False)
+        for (t, n), g in zip(pairs, result):
             if g is not None:
                 _accumulate(t, g, create_graph)
+                if n.post_hooks:
+                    for hook in list(n.post_hooks.values()):
+                        hook(t)
 
 
 def _leaves_and_retained(outputs):
@@ -229,8 +363,8 @@ def _leaves_and_retained(outputs):
             t = n.owner()
             if not n.differentiable or t._retains_grad:
                 found.append(n)
-        if n.differentiable:
-            stack.extend(n.srcs)
+        for p in _parents(n):
+            stack.extend((p,) if isinstance(p, Node) else [x for x in p._input_nodes if x is not None])
     return found
 
 
@@ -268,7 +402,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     outs, seeds, ins, retain_graph = _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph,
                                               is_grads_batched)
     with grad_mode.set_grad_enabled(create_graph):
-        result = _reverse(outs, seeds, [t._node for t in ins], retain_graph, create_graph, is_grads_batched)
+        result = _gradients([o._node for o in outs], [s._node for s in seeds], [t._node for t in ins],
+                            retain_graph, create_graph, is_grads_batched)
     res = []
     for t, g in zip(ins, result):
         if g is None:

@@ -25,10 +25,12 @@ class Joint:
     ``seeds``: the cotangent input slot of each original output. ``grads``: for each ``wrt``
     entry, the index into ``tape.outputs`` of its cotangent, or None if it was not used.
     ``ran``: indices of the forward instructions whose VJP was emitted. ``reads_saved``: the
-    subset whose VJP reads a forward value (PyTorch's "saved tensors").
+    subset whose VJP reads a forward value (PyTorch's "saved tensors"); ``saved``: each forward
+    slot (inputs included, literals not) that the reverse pass reads -> the indices of the
+    forward instructions whose VJP reads it.
     """
 
-    __slots__ = ("tape", "seeds", "grads", "ran", "reads_saved")
+    __slots__ = ("tape", "seeds", "grads", "ran", "reads_saved", "saved")
 
 
 def _accumulate(ct, slot, c):
@@ -62,7 +64,7 @@ def vjp(tape, wrt):
         if s in active:
             _accumulate(ct, s, seed)
 
-    ran, reads_saved = [], set()
+    ran, reads_saved, saved = [], set(), {}
     for i in range(len(tape.instrs) - 1, -1, -1):
         ins = tape.instrs[i]
         g = ct.get(ins.out)
@@ -76,9 +78,12 @@ def vjp(tape, wrt):
         ran.append(i)
         # any forward value the rule reads is a "saved tensor" (with common-subexpression
         # elimination the rule's cos(x) may be the forward pass's own cos(x))
-        if any(a < n_forward and a not in literal for new in b.tape.instrs[first:] for a in new.args) or any(
-                c is not None and c.slot < n_forward and c.slot not in literal for c in cts):
+        read = {a for new in b.tape.instrs[first:] for a in new.args if a < n_forward and a not in literal}
+        read.update(c.slot for c in cts if c is not None and c.slot < n_forward and c.slot not in literal)
+        if read:
             reads_saved.add(i)
+            for a in read:
+                saved.setdefault(a, []).append(i)
         for a, n, c in zip(ins.args, need, cts):
             if n and c is not None:
                 _accumulate(ct, a, c)
@@ -94,6 +99,7 @@ def vjp(tape, wrt):
             outputs.append(c)
     j = Joint()
     j.tape, j.seeds, j.grads, j.ran, j.reads_saved = b.finish(outputs), seeds, grads, ran, reads_saved
+    j.saved = saved
     return j
 
 

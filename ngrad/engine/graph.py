@@ -33,6 +33,15 @@ class Node:
     owner = None
     saves = True  # False for composites whose PyTorch counterpart saves no tensor (mean)
     replaced = False  # a tensor held this node and was updated in place
+    # annotations of the facade's autograd, never read by the engine: tensor hooks, the
+    # post-accumulate hooks of a leaf, the custom Function context that produced this node,
+    # and (version counter, version) when an in-place op made this value stale
+    hooks = None
+    post_hooks = None
+    ctx = None
+    tangent = None  # (level, tangent node) of a dual tensor made by forward_ad.make_dual
+    stale = None
+    is_inference = False  # made under inference_mode (INFERENCE below)
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op
@@ -44,10 +53,15 @@ class Node:
         self.requires_grad = self.differentiable = requires_grad
         if CUDA_SEEN[0] and srcs:
             _place(self, srcs)
+        if INFERENCE[0]:
+            self.is_inference = True
 
     def __repr__(self):
         return f"Node({self.op}, {self.dtype.short}{list(self.shape)})"
 
+
+# Set while the facade's inference_mode is active: nodes made then are inference values.
+INFERENCE = [False]
 
 # Set once a CUDA value exists: until then every node is on the CPU and recording skips placement.
 CUDA_SEEN = [False]
@@ -108,12 +122,13 @@ class Lowered:
     __slots__ = ("tape", "sources", "slot_of", "node_of_instr")
 
 
-def _is_source(n, grad):
-    return n.value is not None and not (grad and n.differentiable)
+def lower(roots, grad=False, cuts=(), recompute=()):
+    """Lower the graph below ``roots`` to a tape whose outputs are the roots (see module doc).
 
-
-def lower(roots, grad=False):
-    """Lower the graph below ``roots`` to a tape whose outputs are the roots (see module doc)."""
+    ``cuts``: realized nodes read as inputs even in ``grad`` mode (the reverse pass then runs
+    in segments between them: tensor hooks, custom Functions; forward mode reads its dual
+    tensors this way). ``recompute``: realized nodes put on the tape anyway (forward mode: the
+    path from the dual tensors, which tangents must flow along)."""
     b = Builder()
     slot_of, sources, node_of_instr = {}, [], {}
     bcast = {}
@@ -122,7 +137,7 @@ def lower(roots, grad=False):
         n, ready = stack.pop()
         if n in slot_of:
             continue
-        if _is_source(n, grad):
+        if n.value is not None and (n in cuts or not ((grad and n.differentiable) or n in recompute)):
             kind = "scalar" if n.params and n.params.get("scalar") else "tensor"
             slot_of[n] = b.input(n.shape, n.dtype.short, kind).slot
             sources.append(n)
