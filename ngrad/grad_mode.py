@@ -3,7 +3,10 @@ import functools
 import inspect
 import threading
 
-from .engine.graph import INFERENCE
+import os
+import traceback
+
+from .engine import graph as _graph
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode",
            "is_inference_mode_enabled"]
@@ -13,6 +16,26 @@ class _State(threading.local):
     enabled = True
     inference = False
     trace = None  # the ngrad.compile trace recording on this thread, if any
+
+
+class _Anomaly:
+    enabled = False  # global, as in PyTorch
+    check_nan = True
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _annotate(node):
+    if state.inference:
+        node.is_inference = True
+    if _Anomaly.enabled:
+        node.trace = [f for f in traceback.extract_stack()[:-2] if not f.filename.startswith(_PACKAGE)]
+
+
+def _sync():
+    """Annotate new nodes only while a mode needs it (recording stays cheap otherwise)."""
+    _graph.ON_RECORD[0] = _annotate if (state.inference or _Anomaly.enabled) else None
 
 
 state = _State()
@@ -175,12 +198,14 @@ class inference_mode:
         return self
 
     def __enter__(self):
-        self._prev.append((state.enabled, state.inference, INFERENCE[0]))
+        self._prev.append((state.enabled, state.inference))
         if self._mode:
-            state.enabled, state.inference, INFERENCE[0] = False, True, True
+            state.enabled, state.inference = False, True
+            _sync()
 
     def __exit__(self, *exc):
-        state.enabled, state.inference, INFERENCE[0] = self._prev.pop()
+        state.enabled, state.inference = self._prev.pop()
+        _sync()
         return False
 
     def __call__(self, func):

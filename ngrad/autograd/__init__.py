@@ -1,7 +1,9 @@
 """``ngrad.autograd``: reverse-mode differentiation with ``torch.autograd``'s API."""
 from ..grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from . import grad_mode
-from . import forward_ad, function, functional
+from . import anomaly_mode, forward_ad, function, functional
+from .anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .function import Function, FunctionCtx, once_differentiable
 from .reverse import backward, grad
 

@@ -78,9 +78,10 @@ class FunctionCtx:
     def _cut_nodes(self):
         return [spec[0] for spec in self._outputs if spec is not None and spec[0].ctx is self]
 
-    def _backward(self, acc, create_graph):
+    def _backward(self, acc, create_graph, batch=None):
         """Call ``backward`` with the accumulated output gradients; return the input nodes and
-        the gradient nodes to carry on from them."""
+        the gradient nodes to carry on from them. ``batch``: the size of the leading batch axis
+        of every gradient (``is_grads_batched``), or None."""
         grads, reached = [], False
         for spec in self._outputs:
             if spec is None:
@@ -93,7 +94,7 @@ class FunctionCtx:
                 grads.append(_wrap(g))
             elif self.materialize_grads:
                 from ..factories import zeros
-                grads.append(zeros(shape, dtype=dtype, device=_wrap(node).device))
+                grads.append(zeros(((batch,) if batch else ()) + shape, dtype=dtype, device=_wrap(node).device))
             else:
                 grads.append(None)
         if not reached:
@@ -121,11 +122,15 @@ class FunctionCtx:
                                 f"{i + 1}; expected a Tensor or None")
             if not node.requires_grad:
                 continue
-            if tuple(g.shape) != node.shape:
-                if not _expandable(node.shape, tuple(g.shape)):
+            want = ((batch,) if batch else ()) + node.shape
+            if tuple(g.shape) != want:
+                if _expandable(want, tuple(g.shape)):
+                    g = g.sum_to_size(want)
+                elif batch and _expandable(tuple(g.shape), want):
+                    g = g.expand(want)
+                else:
                     raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
-                                       f"{list(g.shape)} but expected shape compatible with {list(node.shape)}")
-                g = g.sum_to_size(node.shape)
+                                       f"{list(g.shape)} but expected shape compatible with {list(want)}")
             if g.dtype is not node.dtype:
                 g = g.to(node.dtype)
             roots.append(node)

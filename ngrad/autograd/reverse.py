@@ -16,12 +16,14 @@ import warnings
 import numpy as np
 
 from .. import grad_mode
+from ..grad_mode import _Anomaly
 from ..engine.batch import batch
 from ..engine.differentiate import vjp
 from ..engine.graph import Node, lower, replay, source, target_of
 from ..engine.realize import realize
 from ..engine.runtime import run
-from ..tensor import _TORCH_NAME, Tensor, _replace, _segment_nodes, _value, _value_on, _wrap
+from ..tensor import _TORCH_NAME, Tensor, _host, _replace, _segment_nodes, _value, _value_on, _wrap
+from .anomaly_mode import check_nan
 
 __all__ = ["backward", "grad"]
 
@@ -106,6 +108,11 @@ def _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph, batched)
     return outs, seeds, ins, create_graph if retain_graph is None else retain_graph
 
 
+def _host_value(n):
+    v = n.value
+    return v if v.__class__ is np.ndarray or (n.params and n.params.get("scalar")) else _host(_wrap(n))
+
+
 def _stale(n):
     """PyTorch's error for a saved value that an in-place operation has changed since."""
     vc, version, _ = n.stale
@@ -143,6 +150,9 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     present = [w for w in wrt if w is not None]
     joint = _joint(low.tape, present)
     _check_saved(low, joint)
+    if _Anomaly.enabled and _Anomaly.check_nan and not batched:
+        realize(list(seed_nodes))
+        check_nan(low, joint, [_host_value(n) for n in low.sources] + [_host_value(n) for n in seed_nodes])
 
     pos = dict(zip(present, joint.grads))
     n_out = len(roots)
@@ -247,7 +257,7 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
                 final[u] = g = _run_hooks(u, g)
                 segment([u], [g], u)
         else:
-            segment(*u._backward(acc, create_graph))
+            segment(*u._backward(acc, create_graph, seed_nodes[0].shape[0] if batched else None))
             if not retain_graph:
                 u._freed = True
     return [final.get(t, acc.get(t)) for t in targets]

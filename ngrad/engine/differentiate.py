@@ -27,10 +27,11 @@ class Joint:
     ``ran``: indices of the forward instructions whose VJP was emitted. ``reads_saved``: the
     subset whose VJP reads a forward value (PyTorch's "saved tensors"); ``saved``: each forward
     slot (inputs included, literals not) that the reverse pass reads -> the indices of the
-    forward instructions whose VJP reads it.
+    forward instructions whose VJP reads it. ``contributions``: (forward instruction, argument
+    position, cotangent slot) for every cotangent a VJP rule produced, in the order they run.
     """
 
-    __slots__ = ("tape", "seeds", "grads", "ran", "reads_saved", "saved")
+    __slots__ = ("tape", "seeds", "grads", "ran", "reads_saved", "saved", "contributions")
 
 
 def _accumulate(ct, slot, c):
@@ -64,7 +65,7 @@ def vjp(tape, wrt):
         if s in active:
             _accumulate(ct, s, seed)
 
-    ran, reads_saved, saved = [], set(), {}
+    ran, reads_saved, saved, contributions = [], set(), {}, []
     for i in range(len(tape.instrs) - 1, -1, -1):
         ins = tape.instrs[i]
         g = ct.get(ins.out)
@@ -84,8 +85,9 @@ def vjp(tape, wrt):
             reads_saved.add(i)
             for a in read:
                 saved.setdefault(a, []).append(i)
-        for a, n, c in zip(ins.args, need, cts):
+        for k, (a, n, c) in enumerate(zip(ins.args, need, cts)):
             if n and c is not None:
+                contributions.append((i, k, c.slot))
                 _accumulate(ct, a, c)
 
     outputs = [b.var(s) for s in tape.outputs]
@@ -99,7 +101,7 @@ def vjp(tape, wrt):
             outputs.append(c)
     j = Joint()
     j.tape, j.seeds, j.grads, j.ran, j.reads_saved = b.finish(outputs), seeds, grads, ran, reads_saved
-    j.saved = saved
+    j.saved, j.contributions = saved, contributions
     return j
 
 

@@ -41,7 +41,8 @@ class Node:
     ctx = None
     tangent = None  # (level, tangent node) of a dual tensor made by forward_ad.make_dual
     stale = None
-    is_inference = False  # made under inference_mode (INFERENCE below)
+    is_inference = False  # made under inference_mode (see ON_RECORD)
+    trace = None  # where it was recorded, under anomaly detection (see ON_RECORD)
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op
@@ -53,15 +54,16 @@ class Node:
         self.requires_grad = self.differentiable = requires_grad
         if CUDA_SEEN[0] and srcs:
             _place(self, srcs)
-        if INFERENCE[0]:
-            self.is_inference = True
+        if ON_RECORD[0] is not None:
+            ON_RECORD[0](self)
 
     def __repr__(self):
         return f"Node({self.op}, {self.dtype.short}{list(self.shape)})"
 
 
-# Set while the facade's inference_mode is active: nodes made then are inference values.
-INFERENCE = [False]
+# A function the facade sets while a recording mode needs to annotate every new node
+# (inference_mode marks inference values, anomaly detection keeps the creation traceback).
+ON_RECORD = [None]
 
 # Set once a CUDA value exists: until then every node is on the CPU and recording skips placement.
 CUDA_SEEN = [False]
