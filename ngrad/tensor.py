@@ -527,10 +527,8 @@ def _inplace(t, result):
             u = ref()
             if u is not None and u is not t:
                 old, follow = u._node, _follow(u, r)
-                uvc = _vc(u)
-                old.stale = (uvc, uvc.value if uvc is not vc else vc.value - 1, _readers(follow, old))
-                if uvc is not vc:
-                    uvc.value += 1
+                if u._vc is vc:  # a .data alias has its own counter, and autograd does not see it
+                    old.stale = (vc, vc.value - 1, _readers(follow, old))
                 _replace(u, follow)
     return t
 
@@ -1788,6 +1786,52 @@ class Tensor:
 
     def __getitem__(self, key):
         return _getitem(self, key)
+
+    def __setitem__(self, key, value):
+        """In-place assignment to the elements ``key`` selects (PyTorch's indexing rules;
+        with repeated indices the last assignment wins). Gradients flow to ``value`` and to
+        the elements of this tensor that were kept.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.zeros(2, 3)
+        >>> x[0, 1:] = ngrad.tensor([5.0, 6.0])
+        >>> x[:, 0] = 1
+        >>> x
+        tensor([[1., 5., 6.],
+                [1., 0., 0.]])
+
+        ```
+        """
+        def host(k):
+            if isinstance(k, Tensor):
+                return _host(k)
+            if isinstance(k, tuple):
+                return tuple(host(e) for e in k)
+            return k
+        shape = self._node.shape
+        n = math.prod(shape)
+        try:
+            picked = np.arange(n, dtype=np.int64).reshape(shape)[host(key)]
+        except IndexError as e:
+            raise IndexError(str(e)) from None
+        sel = np.shape(picked)
+        pos = np.asarray(picked, dtype=np.int64).reshape(-1)
+        last = len(pos) - 1 - np.unique(pos[::-1], return_index=True)[1]  # the last write wins
+        keep = np.ones(n, dtype=bool)
+        keep[pos] = False
+        src = _as_tensor(value).to(self.dtype)
+        if src.shape != sel:
+            src = src.expand(sel)
+        vals = src.reshape(-1)
+        if len(last) != len(pos):
+            vals = vals[_wrap(_index_source(last))]
+            pos = pos[last]
+        where_ = _wrap(_index_source(pos))
+        d = self.dtype
+        placed = _new("unindex", (vals._node, where_._node), {"shape": (n,), "axis": 0}, (n,), d, "IndexPutBackward0")
+        kept = where(_wrap(source(keep, D.bool_, device=None)), self.reshape(-1), _wrap(_const_node(0, d)))
+        _inplace(self, (kept + placed).reshape(shape))
 
     # linear algebra ---------------------------------------------------------------------------------------
     def matmul(self, other):

@@ -176,7 +176,7 @@ def _tangents(roots, lvl, memo):
     tangent_of = {}
     for s in sources:
         t = s.tangent[1] if s.tangent is not None else memo.get(s)
-        if t is not None:
+        if t is not None and s in low.slot_of:  # a dual below a custom Function is not lowered
             tangent_of[low.slot_of[s]] = t
     wrt = [s for s in low.tape.inputs if s in tangent_of]
     tan = jvp(low.tape, wrt)

@@ -142,9 +142,11 @@ def _check_saved(low, joint):
             raise RuntimeError(_FREED)
 
 
-def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cuts=()):
+def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cuts=(), ran=None):
     """Cotangents of ``targets`` (nodes) from the graph below ``roots`` seeded with
-    ``seed_nodes``; None for a target not on a differentiable path. ``cuts``: see ``lower``."""
+    ``seed_nodes``; None for a target not on a differentiable path. ``cuts``: see ``lower``.
+    ``ran``: a list that collects the nodes to free, instead of freeing them now (a node can
+    take part in several segments of one pass)."""
     low = lower(roots, grad=True, cuts=cuts)
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
@@ -181,7 +183,10 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
         for i in joint.ran:
             n = low.node_of_instr.get(i)
             if n is not None:
-                n.freed = True
+                if ran is None:
+                    n.freed = True
+                else:
+                    ran.append(n)
     return result
 
 
@@ -232,7 +237,7 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
     for u in units:
         cuts.update((u,) if isinstance(u, Node) else u._cut_nodes())
     realize([c for c in cuts if c.value is None])
-    acc, final = {}, {}
+    acc, final, ran = {}, {}, []
 
     def segment(rs, seeds, done=None):
         lowered, lowered_seeds = [], []
@@ -244,7 +249,7 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
                 lowered_seeds.append(g)
         if lowered:
             want = [n for n in dict.fromkeys(list(targets) + list(cuts)) if n is not done]
-            res = _reverse(lowered, lowered_seeds, want, retain_graph, create_graph, batched, cuts - {done})
+            res = _reverse(lowered, lowered_seeds, want, retain_graph, create_graph, batched, cuts - {done}, ran)
             for n, g in zip(want, res):
                 if g is not None:
                     acc[n] = g if n not in acc else (_wrap(acc[n]) + _wrap(g))._node
@@ -260,6 +265,8 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             segment(*u._backward(acc, create_graph, seed_nodes[0].shape[0] if batched else None))
             if not retain_graph:
                 u._freed = True
+    for n in ran:
+        n.freed = True
     return [final.get(t, acc.get(t)) for t in targets]
 
 
