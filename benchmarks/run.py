@@ -1,6 +1,7 @@
 """The compiler benchmarks in one command: value + gradient, float64, ngrad against a hand-written
 NumPy gradient, PyTorch eager and JAX jit (when installed), steady state and first call, then the
-warm-cache reload time of a fresh process, then the optimizer-loop benchmarks (loops.py).
+warm-cache reload time of a fresh process, then the optimizer-loop benchmarks (loops.py) and
+the autograd.functional ones (functional.py).
 
 Run: python benchmarks/run.py [--quick] [--json results.json]
 """
@@ -14,7 +15,8 @@ import time
 from ngrad.cli import main as ngrad_main
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import loops  # noqa: E402  (the sibling benchmark module)
+import functional  # noqa: E402  (sibling benchmark modules)
+import loops  # noqa: E402
 
 SUITE = [("chain", "1e6,1e7"), ("rosenbrock", "1e6"), ("lj", "1000"), ("lse", "1e6")]
 QUICK = [("chain", "1e6"), ("rosenbrock", "1e5"), ("lj", "300"), ("lse", "1e5")]
@@ -73,6 +75,8 @@ def main():
     if not args.quick:
         print("\noptimizer loops (benchmarks/loops.py):")
         loops.main([])
+        print("\nautograd.functional (benchmarks/functional.py):")
+        functional.main()
 
 
 if __name__ == "__main__":

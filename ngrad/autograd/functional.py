@@ -339,9 +339,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
 
     res = jacobian(gradient, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
                    strategy=outer_jacobian_strategy)
-    if not in_tuple:
-        return res
-    return res
+    return res if in_tuple else res[0][0]
 
 
 def vhp(func, inputs, v=None, create_graph=False, strict=False):
