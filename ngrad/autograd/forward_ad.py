@@ -11,7 +11,7 @@ from collections import namedtuple
 
 from .. import grad_mode
 from ..engine.differentiate import jvp
-from ..engine.graph import Node, lower, replay
+from ..engine.graph import Node, lower, post_order, replay
 from ..engine.realize import realize
 from ..tensor import Tensor, _wrap
 
@@ -125,46 +125,35 @@ def unpack_dual(tensor, *, level=None):
 
 def _dependents(roots, sources):
     """The nodes below ``roots`` that lie on a path from one of ``sources`` (sources included)."""
-    depends, seen, stack = set(), set(), [(r, False) for r in roots]
-    while stack:
-        n, done = stack.pop()
-        if done:
-            if n in sources or any(s in depends for s in n.srcs):
-                depends.add(n)
-            continue
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        stack.append((n, True))
-        if n not in sources:
-            stack.extend((s, False) for s in n.srcs if id(s) not in seen)
+    depends = set()
+    for n in post_order(roots, lambda n: () if n in sources else n.srcs):
+        if n in sources or any(s in depends for s in n.srcs):
+            depends.add(n)
     return depends
+
+
+def _tangent_parents(n):
+    """Where a tangent comes from: nothing for a dual tensor, a custom Function's inputs, else
+    the sources."""
+    if n.tangent is not None:
+        return ()
+    return n.srcs if n.ctx is None else [s for s in n.ctx._input_nodes if s is not None]
 
 
 def _tangents(roots, lvl, memo):
     """Tangent nodes of ``roots`` (None where no tangent reaches one). ``memo``: tangents of
     custom Function outputs already computed through their ``jvp``."""
-    depends, order, seen, stack = set(), [], set(), [(r, False) for r in roots]
-    while stack:  # post-order walk: which nodes lie on a path from a dual tensor
-        n, done = stack.pop()
-        if done:
-            if n.tangent is not None:
-                if n.tangent[0] == lvl and n.tangent[1] is not None:
-                    depends.add(n)
-            elif n.ctx is not None:
-                if any(s in depends for s in n.ctx._input_nodes if s is not None):
-                    depends.add(n)
-                    order.append(n)
-            elif any(s in depends for s in n.srcs):
+    depends, order = set(), []
+    for n in post_order(roots, _tangent_parents):  # which nodes lie on a path from a dual tensor
+        if n.tangent is not None:
+            if n.tangent[0] == lvl and n.tangent[1] is not None:
                 depends.add(n)
-            continue
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        stack.append((n, True))
-        if n.tangent is None:
-            srcs = n.srcs if n.ctx is None else [s for s in n.ctx._input_nodes if s is not None]
-            stack.extend((s, False) for s in srcs if id(s) not in seen)
+        elif n.ctx is not None:
+            if any(s in depends for s in _tangent_parents(n)):
+                depends.add(n)
+                order.append(n)
+        elif any(s in depends for s in n.srcs):
+            depends.add(n)
     if not any(r in depends for r in roots):
         return [None] * len(roots)
     for c in order:  # custom Functions: their own jvp, innermost first

@@ -334,8 +334,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
     f = _scalar_function(func, "hessian")
 
     def gradient(*xs):
-        (g,) = (_grad(f(*xs), xs, create_graph=True, allow_unused=True, materialize_grads=True),)
-        return g
+        return _grad(f(*xs), xs, create_graph=True, allow_unused=True, materialize_grads=True)
 
     res = jacobian(gradient, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
                    strategy=outer_jacobian_strategy)

@@ -19,7 +19,7 @@ from .. import grad_mode
 from ..grad_mode import _Anomaly
 from ..engine.batch import batch
 from ..engine.differentiate import vjp
-from ..engine.graph import Node, lower, replay, source, target_of
+from ..engine.graph import Node, lower, post_order, replay, source, target_of
 from ..engine.realize import realize
 from ..engine.runtime import run
 from ..tensor import _TORCH_NAME, Tensor, _host, _replace, _segment_nodes, _value, _value_on, _wrap
@@ -203,18 +203,7 @@ def _parents(v):
 def _units(roots):
     """The cut points below ``roots`` (non-leaf nodes with hooks, custom Function contexts),
     each before every unit its gradient flows into (reverse post-order, iterative)."""
-    seen, post = set(), []
-    stack = [(r, False) for r in roots if r.requires_grad]
-    while stack:
-        v, done = stack.pop()
-        if done:
-            post.append(v)
-            continue
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        stack.append((v, True))
-        stack.extend((p, False) for p in _parents(v) if id(p) not in seen)
+    post = post_order([r for r in roots if r.requires_grad], _parents)
     return [v for v in reversed(post) if not isinstance(v, Node) or (v.hooks and v.differentiable)]
 
 

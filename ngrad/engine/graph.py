@@ -17,7 +17,7 @@ from .dtypes import from_short
 from .prims import ELEMENTWISE, PRIMS
 from .tape import Builder
 
-__all__ = ["Node", "lower", "Lowered", "replay", "source", "target_of"]
+__all__ = ["Node", "lower", "Lowered", "post_order", "replay", "source", "target_of"]
 
 
 class Node:
@@ -107,6 +107,24 @@ def source(value, dtype, requires_grad=False, scalar=False, device="auto"):
     elif device != "cpu":
         n.device = device
     return n
+
+
+def post_order(roots, parents):
+    """The vertices reachable from ``roots`` through ``parents(v)``, each listed after every
+    vertex it leads to (iterative depth-first search: any depth)."""
+    seen, post = set(), []
+    stack = [(r, False) for r in roots]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            post.append(v)
+            continue
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        stack.append((v, True))
+        stack.extend((p, False) for p in parents(v) if id(p) not in seen)
+    return post
 
 
 def target_of(nodes):
