@@ -44,6 +44,29 @@ def ngrad_chain(data):
     return step, lambda: ngrad.cuda.synchronize(), lambda: (step()[0].item(), step()[1].cpu().numpy())
 
 
+def ngrad_kernel_ms(step, repeat=20):
+    """The GPU time of ngrad's one value+gradient kernel alone: the step's last kernel launch,
+    recorded and replayed back to back (no host work between launches)."""
+    from ngrad.engine import compile as engine
+    seen, launch = [], engine.CudaKernel.launch
+
+    def record(self, n, args, grid=None, block=None):
+        seen.append((self, n, args))
+        return launch(self, n, args, grid, block)
+    engine.CudaKernel.launch = record
+    try:
+        step()
+    finally:
+        engine.CudaKernel.launch = launch
+    kern, n, args = seen[-1]
+    ngrad.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeat):
+        kern.launch(n, args)
+    ngrad.cuda.synchronize()
+    return (time.perf_counter() - t) / repeat * 1e3
+
+
 def torch_chain(data, compiled):
     import torch
     x = torch.tensor(data, device="cuda", requires_grad=True)
@@ -85,6 +108,7 @@ def main(argv=None):
     lines = [f"### Element-wise chain, value + gradient, {args.dtype}, {device}", "",
              "| N | system | first call (ms) | median (ms) | GB/s | vs PyTorch eager |",
              "|---|---|---|---|---|---|"]
+    kernels = []
     for n in [int(float(s)) for s in args.sizes.split(",")]:
         data = np.random.default_rng(0).standard_normal(n).astype(dtype)  # the same input for every system
         systems = {"ngrad": lambda: ngrad_chain(data)}
@@ -104,6 +128,8 @@ def main(argv=None):
                     np.testing.assert_allclose(grad, ref[1], rtol=1e-6, atol=1e-6 if dtype == np.float64 else 1e-4)
                 med, best = _median_ms(step, sync, args.repeat)
                 rows[name] = (first, med)
+                if name == "ngrad":
+                    kernel_ms = ngrad_kernel_ms(step)
             except Exception as e:  # torch.compile may lack a toolchain: report, do not stop
                 rows[name] = None
                 print(f"{name} at N={n}: {type(e).__name__}: {str(e)[:200]}")
@@ -115,6 +141,11 @@ def main(argv=None):
             gbs = 2 * n * dtype.itemsize / (r[1] * 1e-3) / 1e9
             ratio = f"{eager[1] / r[1]:.2f}x" if eager else ""
             lines.append(f"| {n:.0e} | {name} | {r[0]:.1f} | {r[1]:.3f} | {gbs:.0f} | {ratio} |")
+        if rows.get("ngrad"):
+            kgbs = 2 * n * dtype.itemsize / (kernel_ms * 1e-3) / 1e9
+            kernels.append(f"N={n:.0e}: ngrad's kernel alone {kernel_ms:.3f} ms, {kgbs:.0f} GB/s"
+                           + (f" ({kgbs / peak:.0%} of the card's)" if peak else ""))
+    lines += [""] + [f"- {k}" for k in kernels]
     if peak:
         lines += ["", f"Theoretical DRAM bandwidth of this card: {peak:.0f} GB/s (GB/s above counts reading x "
                       "and writing its gradient once)."]

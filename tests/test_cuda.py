@@ -125,6 +125,46 @@ def test_device_tensors_backward_matches_cpu(rng):
 
 
 @device
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
+    """Calls after the first skip Numba's dispatcher on a GPU (``compile._Launcher``): every call
+    with new values, new sizes and a new seed still equals the interpreter, and the launcher
+    refuses arguments that do not match its compiled signature."""
+    from ngrad.engine.compile import _Launcher, kernel, simulated, to_device
+    from ngrad.engine.cuda import _programs
+    for i, n in enumerate((1000, 1000, 4099, 1000, 1000)):
+        data = rng.standard_normal(n).astype(dtype)
+        x = ngrad.tensor(data, device="cuda", requires_grad=True)
+        loss = ((x.sin() * (-(x ** 2) / 2).exp()) + x.tanh() * x + x.cos()).sum()
+        if i < 3:  # the implicit seed (a host number) ...
+            seed = 1.0
+            loss.backward()
+        else:  # ... and one on the device
+            seed = float(rng.uniform(0.5, 2.0))
+            loss.backward(ngrad.tensor(seed, dtype=loss.dtype, device="cuda"))
+        ref = np.sin(data) * np.exp(-data ** 2 / 2) + np.tanh(data) * data + np.cos(data)
+        d = np.cos(data) * np.exp(-data ** 2 / 2) - data * np.sin(data) * np.exp(-data ** 2 / 2) \
+            + (1 - np.tanh(data) ** 2) * data + np.tanh(data) - np.sin(data)
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(loss.item(), ref.sum(dtype=np.float64), rtol=tol)
+        np.testing.assert_allclose(x.grad.cpu().numpy(), seed * d, rtol=tol, atol=tol)
+    if simulated():
+        return
+    kernels = [k for prog in _programs.values() if prog.kernels for k in prog.kernels if k is not None]
+    assert kernels and all(k.launcher is not None for k in kernels)
+    k = kernel(cuda_fill_source(), "cuda")
+    a = to_device(np.zeros(5))
+    k.launch(5, (5, a, np.float64(2.0)))
+    k.launch(5, (5, a, np.float64(3.0)))
+    assert k.launcher is not None and a.copy_to_host().tolist() == [3.0] * 5
+    launcher = _Launcher.of(k.fn)
+    assert not launcher(1, 32, (5, a.reshape((5, 1)), np.float64(1.0)))  # wrong rank
+    assert not launcher(1, 32, (5, a, np.float32(1.0)))  # wrong scalar type
+    assert not launcher(1, 32, (5, a))  # too few arguments
+    assert a.copy_to_host().tolist() == [3.0] * 5
+
+
+@device
 def test_device_autograd_grad_and_create_graph():
     x = ngrad.tensor([0.5, -1.0, 2.0], dtype=ngrad.float64, device="cuda", requires_grad=True)
     (g,) = ngrad.autograd.grad((x ** 3).sum(), x, create_graph=True)
@@ -227,6 +267,16 @@ def test_cuda_kernel_text_is_readable_and_size_free():
     assert "cuda.grid(1)" in text and "while e < n:" in text and "cuda.atomic.add" in text
     assert "# %1 = exp(%0)" in text and "cuda.shared.array(BLOCK, np.float32)" in text
     assert "64" not in text  # sizes are arguments: one kernel for every batch size
+
+
+def test_cuda_sin_and_cos_of_one_value_share_sincos():
+    b = ngrad.engine.tape.Builder()
+    x = b.input((8,), "f32")
+    tape = b.finish([x.sin() * x.cos() + x.exp().sin()])
+    kernels = [k for k in fuse(tape, "cuda").steps if isinstance(k, Kernel)]
+    text = cuda_source(kernels[0], tape).text
+    assert text.count("libdevice.sincosf(") == 1 and text.count("math.sin(") == 1  # sin(exp x) alone
+    assert "math.cos(" not in text and "# %2 = cos(%0): v2 was made with it" in text
 
 
 def _ptx_or_skip():

@@ -57,11 +57,11 @@ class _Program:
 
     __slots__ = ("plan", "sources", "kernels", "seen", "dead", "numbers", "consts")
 
-    def __init__(self, tape):
+    def __init__(self, tape, host=()):
         from .fuse import Glue, Kernel, fuse
         from .interpret import dead_after
         self.plan = fuse(tape, "cuda")
-        self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"}
+        self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"} | set(host)
         for step in self.plan.steps:
             if isinstance(step, Glue) and step.instr.prim in ("reshape", "detach") and step.instr.args[0] in self.numbers:
                 self.numbers.add(step.instr.out)
@@ -80,13 +80,20 @@ class _Program:
             self.kernels = [None if s is None else kernel(s.text, "cuda") for s in self.sources]
 
 
-def _program_for(tape, mode):
+def _host_numbers(tape, values):
+    """The one-element tensor inputs handed over as host arrays (a backward seed, a constant
+    made on the host): kernels take them by value, which spares a copy to the device."""
+    return tuple(s for s, k, v in zip(tape.inputs, tape.kinds, values)
+                 if k == "tensor" and v.__class__ is np.ndarray and v.size == 1)
+
+
+def _program_for(tape, mode, host):
     if mode == "never" or not tape.instrs:
         return None
-    key = tape.key()
+    key = (tape.key(), host)
     prog = _programs.get(key)
     if prog is None:
-        prog = _programs[key] = _Program(tape)
+        prog = _programs[key] = _Program(tape, host)
         if debug_level() >= 2:
             for s in prog.sources:
                 if s is not None:
@@ -107,7 +114,7 @@ def run(tape, values):
     _check(tape, values, device=True)
     if debug_level() >= 1:
         print(f"ngrad: running tape on cuda ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
-    prog = _program_for(tape, jit_mode())
+    prog = _program_for(tape, jit_mode(), _host_numbers(tape, values))
     if prog is None:
         outs = interpret(tape, [_host(v) for v in values])
         return [_device(o) for o in outs]
@@ -132,9 +139,12 @@ def _shares(o, values, res):
 
 def _pointer(a):
     try:
-        return a.__cuda_array_interface__["data"][0]
-    except Exception:
-        return None
+        return a.device_ctypes_pointer.value  # a Numba device array: no interface dict to build
+    except AttributeError:
+        try:
+            return a.__cuda_array_interface__["data"][0]
+        except Exception:
+            return None
 
 
 def _execute(prog, tape, values):
@@ -142,9 +152,8 @@ def _execute(prog, tape, values):
     debug = debug_level()
     env = dict(zip(tape.inputs, values))
     for s, k in zip(tape.inputs, tape.kinds):
-        if k == "tensor":
+        if k == "tensor" and s not in prog.numbers:
             env[s] = _device(env[s])
-    fill = _fill()
     for step, src, kern, gone in zip(prog.plan.steps, prog.sources, prog.kernels, prog.dead):
         if src is None:
             env[step.instr.out] = _glue(prog, tape, step.instr, env)
@@ -155,21 +164,19 @@ def _execute(prog, tape, values):
             args = [n] + [shape[d] for d in part.dims]
             for a, pattern in part.arrays:
                 arr = env[a] if a not in prog.numbers else _device(env[a], np_dtype(tape.dtypes[a]))
-                args.append(arr.reshape(_squeezed(tape.shapes[a], pattern)))
+                args.append(_shaped(arr, _squeezed(tape.shapes[a], pattern)))
             for s, late in zip(part.scalars, part.late):
                 v = env[s]
-                args.append(_device(v).reshape((1,)) if late else np_dtype(tape.dtypes[s]).type(v))
+                args.append(_shaped(_device(v), (1,)) if late else _number(v, tape.dtypes[s]))
             for s in part.stores:
                 o = device_empty(shape, np_dtype(tape.dtypes[s]))
                 args.append(o)
-                env[s] = o if shape == tape.shapes[s] else o.reshape(tape.shapes[s])
+                env[s] = _shaped(o, tape.shapes[s])
             for ins in part.reductions:
-                dt = np_dtype(tape.dtypes[ins.out])
                 kept = tuple(n_ for d, n_ in enumerate(step.shape) if d not in ins.params["axes"]) or (1,)
-                c = device_empty(kept, dt)
-                fill.launch(math.prod(kept), (math.prod(kept), c.reshape(-1), dt.type(identity(ins.prim, tape.dtypes[ins.out]))))
+                c = _filled(kept, tape.dtypes[ins.out], identity(ins.prim, tape.dtypes[ins.out]))
                 args.append(c)
-                env[ins.out] = c.reshape(tape.shapes[ins.out]) if kept != tape.shapes[ins.out] else c
+                env[ins.out] = _shaped(c, tape.shapes[ins.out])
             t = time.perf_counter()
             kern.launch(n, args)
             if debug >= 3:
@@ -182,14 +189,33 @@ def _execute(prog, tape, values):
     return [env[s] for s in tape.outputs]
 
 
+def _shaped(arr, shape):
+    return arr if arr.shape == shape else arr.reshape(shape)
+
+
+def _number(v, dtype):
+    """A kernel's by-value scalar: a Python or NumPy number, or a one-element host array."""
+    t = np_dtype(dtype).type
+    return t(v.reshape(-1)[0]) if v.__class__ is np.ndarray else t(v)
+
+
 _fills = []
 
 
-def _fill():
-    from .compile import kernel
+def _filled(shape, dtype, value):
+    """A fresh device array of ``shape`` holding ``value`` (a reduction's identity): one CuPy
+    call when CuPy is installed, else the fill kernel."""
+    from .compile import as_device, cupy_module, device_empty, kernel
+    dt = np_dtype(dtype)
+    cp = cupy_module()
+    if cp is not None:
+        return as_device(cp.zeros(shape, dt) if value == 0 else cp.full(shape, value, dt))
     if not _fills:
         _fills.append(kernel(cuda_fill_source(), "cuda"))
-    return _fills[0]
+    c = device_empty(shape, dt)
+    n = math.prod(shape)
+    _fills[0].launch(n, (n, c.reshape(-1), dt.type(value)))
+    return c
 
 
 def _glue(prog, tape, ins, env):
@@ -203,8 +229,8 @@ def _glue(prog, tape, ins, env):
         return v
     args = [env[a] for a in ins.args]
     if prim in ("reshape", "detach"):
-        if ins.args[0] in prog.numbers:
-            return args[0]
+        if ins.args[0] in prog.numbers:  # a number stays on the host
+            return args[0].reshape(ins.params["shape"]) if args[0].__class__ is np.ndarray else args[0]
         return args[0] if prim == "detach" else _device(args[0]).reshape(ins.params["shape"])
     dt = np_dtype(tape.dtypes[out])
     cp = cupy_module()

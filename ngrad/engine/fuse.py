@@ -228,7 +228,7 @@ def fuse(tape, target="cpu"):
             flat.append(Glue(step.body[0]))
         else:
             flat.append(step)
-    steps = _sink(flat)
+    steps = _live(_sink(flat), tape)
     # a value defined in a kernel is stored when anything outside that kernel reads it
     needed = set(tape.outputs)
     for step in steps:
@@ -237,6 +237,22 @@ def fuse(tape, target="cpu"):
         if isinstance(step, Kernel):
             step.stores = [s for s in _defined_order(step) if s in needed and s not in literal]
     return Plan(tape, steps)
+
+
+def _live(steps, tape):
+    """``steps`` without the glue whose value nothing reads: a view or constant that every
+    kernel inlines (as a literal, or by reading the array it broadcasts) costs nothing on the
+    CPU but a device allocation and launch on the GPU."""
+    live, kept = set(tape.outputs), []
+    for step in reversed(steps):
+        if isinstance(step, Glue):
+            if step.instr.out not in live:
+                continue
+            live.update(step.instr.args)
+        else:
+            live.update(r[1] for r in step.reads.values() if r[0] != "literal")
+        kept.append(step)
+    return kept[::-1]
 
 
 def _reads(step):
