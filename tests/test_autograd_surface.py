@@ -445,6 +445,24 @@ def test_products_match_torch(rng):
         np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-12)
 
 
+def test_hvp_and_vhp_against_central_differences_of_the_gradient(rng):
+    """H v by central differences of the gradient (float64), without PyTorch."""
+    a, b = rng.standard_normal(4), rng.standard_normal(3)
+    va, vb = rng.standard_normal(4), rng.standard_normal(3)
+
+    def gradient(x, y):
+        xs, ys = t64(x).requires_grad_(), t64(y).requires_grad_()
+        return [g.numpy() for g in ngrad.autograd.grad(_scalar(ngrad)(xs, ys), (xs, ys))]
+    eps = 1e-6
+    up, down = gradient(a + eps * va, b + eps * vb), gradient(a - eps * va, b - eps * vb)
+    fd = [(u - d) / (2 * eps) for u, d in zip(up, down)]
+    for name in ("hvp", "vhp"):
+        out, prod = getattr(F, name)(_scalar(ngrad), (t64(a), t64(b)), (t64(va), t64(vb)))
+        np.testing.assert_allclose(out.item(), (np.sin(a[:3]) * b ** 2).sum() + (a ** 3).sum(), rtol=1e-12)
+        for p_, f_ in zip(prod, fd):
+            np.testing.assert_allclose(p_.numpy(), f_, rtol=1e-6, atol=1e-8)
+
+
 def test_functional_shapes_and_errors():
     x = t64([1.0, 2.0])
     j = F.jacobian(lambda t: t.sum(), x)
