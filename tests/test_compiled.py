@@ -271,6 +271,29 @@ def test_results_never_share_the_plan_buffers(rng):
     np.testing.assert_array_equal(grad, kept[1])
 
 
+def test_dropped_results_are_reused_and_held_ones_never(rng):
+    """A plan takes a result's memory back only once nothing references it: not while the
+    caller holds the array, nor while a view of it (a reshape, a slice) is alive."""
+    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)
+
+    def gradient(scale):
+        x = ngrad.from_numpy(x0 * scale).requires_grad_()
+        ((x.exp() * x).sin() * 2).sum().backward()
+        return x.grad.numpy()
+    view = gradient(1.0)[1:]  # only a view survives
+    kept = view.copy()
+    held = gradient(2.0)
+    held_copy = held.copy()
+    for k in range(4):
+        gradient(3.0 + k)
+    np.testing.assert_array_equal(view, kept)
+    np.testing.assert_array_equal(held, held_copy)
+    g = gradient(1.5)
+    address = g.ctypes.data
+    del g
+    assert gradient(2.5).ctypes.data == address  # dropped: its memory is written again
+
+
 def test_consecutive_loops_compile_to_one_function(rng):
     # forward (N, N, 3), fused forward+reverse (N, N) and reverse (N, N, 3) loops: one function,
     # one call; the loss's output scaling (NumPy glue) is moved after them

@@ -188,7 +188,8 @@ class _Compiled:
     get functions of their own instead (the ``threaded`` layout, compiled the first time threads
     are on), so that threads can run each in chunks of rows."""
 
-    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "consts", "drive")
+    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "lent", "consts",
+                 "drive")
 
     def __init__(self, tape):
         from .fuse import Kernel, fuse
@@ -200,6 +201,7 @@ class _Compiled:
         self.seen, self.cached, self.pending, self.rent = 0, False, 0, 0.0
         self.drive = None  # the generated driver, once asked for (False: the plan is too big for one)
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
+        self.lent = {}  # (shape, dtype) -> results handed out, taken back once unreferenced
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
         self.consts, known = {}, set()
         for step in self.plan.steps:
@@ -406,27 +408,71 @@ def _accumulator(ins, tape, shape, fresh, take):
     return acc
 
 
-# Intermediate arrays of at least this many bytes are kept by their plan for its next run: a new
-# big array costs a page fault per 4 KiB on first touch (about 0.5 ms per 8 MB here, more when
-# threads fault together), which a loop calling the same gradient thousands of times would pay
-# on every call. Results handed to callers are always fresh arrays.
-POOL_MIN_BYTES = 1 << 20
+# Arrays of at least this many bytes are kept by their plan for its next run: a new array costs
+# a page fault per 4 KiB on first touch (measured here: 0.5 to 10 ms per 8 MB, depending on the
+# kernel's huge-page compaction), which a loop calling the same gradient thousands of times would
+# pay on every call. Intermediates go back to the plan's pool when the run ends. Results belong
+# to the caller: the plan keeps watching a few of them (``LENT_MAX`` per shape and dtype) and
+# takes one back only once nothing else references it (the caller dropped it, and no view of it
+# is alive), so the next run writes into memory that is already mapped.
+POOL_MIN_BYTES = 1 << 16
+LENT_MAX = 2
+# plans whose stores are smaller than this get a generated driver (see ``prepare``)
+DRIVER_MAX_BYTES = 1 << 20
 
 
-def _taker(pool, made):
+def _refcount(arrays, i):
+    return sys.getrefcount(arrays[i])
+
+
+# what ``_refcount`` reports for an array referenced only by its list (interpreter-dependent)
+_UNREFERENCED = _refcount([np.empty(1)], 0)
+
+
+def _reclaim(arrays):
+    """An array of ``arrays`` that nothing else references, removed from the list; or None."""
+    for i in range(len(arrays)):
+        if _refcount(arrays, i) <= _UNREFERENCED:
+            return arrays.pop(i)
+    return None
+
+
+_lent_lock = threading.Lock()
+
+
+def _taker(comp, made):
+    pool, lent = comp.pool, comp.lent
+
     def take(shape, dt):
-        free = pool.get((shape, dt))
-        arr = free.pop() if free else np.empty(shape, dt)
+        key = (shape, dt)
+        free = pool.get(key)
+        arr = free.pop() if free else None
+        if arr is None and key in lent:
+            with _lent_lock:
+                arr = _reclaim(lent[key])
+        if arr is None:
+            arr = np.empty(shape, dt)
         made.append(arr)
         return arr
     return take
 
 
-def _recycle(pool, made, results):
+def _recycle(comp, made, results):
     keep = {id(_root(r)) for r in results}
     for arr in made:
-        if id(arr) not in keep and arr.nbytes >= POOL_MIN_BYTES:
-            pool.setdefault((arr.shape, arr.dtype), []).append(arr)
+        if arr.nbytes < POOL_MIN_BYTES:
+            continue
+        key = (arr.shape, arr.dtype)
+        if id(arr) not in keep:
+            comp.pool.setdefault(key, []).append(arr)
+            continue
+        with _lent_lock:
+            watched = comp.lent.setdefault(key, [])
+            if len(watched) >= LENT_MAX:  # stop watching results the caller still holds
+                unused = [i for i in range(len(watched)) if _refcount(watched, i) <= _UNREFERENCED]
+                watched[:] = [watched[i] for i in unused]
+            if len(watched) < LENT_MAX:
+                watched.append(arr)
 
 
 def _execute(comp, tape, values):
@@ -436,7 +482,7 @@ def _execute(comp, tape, values):
     threads = _threads
     lay = comp.threaded if threads > 1 else comp.serial
     made = []
-    take = _taker(comp.pool, made)
+    take = _taker(comp, made)
     steps = comp.plan.steps
     for seg, src, fn, gone, chunked in zip(lay.segments, lay.sources, lay.kernels, lay.dead, lay.chunked):
         if src is None:  # one glue step
@@ -492,7 +538,7 @@ def _execute(comp, tape, values):
                 bad = any(f[0] for f in flags)
             if bad:
                 # an argument outside the range of a vectorised sin/cos: the interpreter is exact
-                _recycle(comp.pool, made, ())
+                _recycle(comp, made, ())
                 return interpret(tape, values)
             if debug >= 3:
                 shapes = ", ".join(str(steps[j].shape) for j in seg if not isinstance(steps[j], Glue))
@@ -502,7 +548,7 @@ def _execute(comp, tape, values):
         for s in gone:
             env.pop(s, None)
     results = [env[s].copy() if s in comp.consts else env[s] for s in tape.outputs]
-    _recycle(comp.pool, made, results)
+    _recycle(comp, made, results)
     return results
 
 
@@ -628,7 +674,7 @@ def _driver(comp, tape):
     steps = comp.plan.steps
     for st in steps:
         if isinstance(st, Kernel) and (_big(st) or any(
-                math.prod(tape.shapes[s]) * np_dtype(tape.dtypes[s]).itemsize >= POOL_MIN_BYTES
+                math.prod(tape.shapes[s]) * np_dtype(tape.dtypes[s]).itemsize >= DRIVER_MAX_BYTES
                 for s in st.stores)):
             return None
     lay = comp.serial
