@@ -15,7 +15,7 @@ import ngrad
 from ngrad.autograd import functional as F
 
 
-def _time(f, repeat=7):
+def _time(f, repeat=21):
     f()
     f()
     ts = []

@@ -311,6 +311,34 @@ def test_consecutive_loops_compile_to_one_function(rng):
     assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-12)
 
 
+def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
+    """After a warm-up run, every big buffer of logsumexp's gradient (intermediates, the slice
+    gradients' unslice, the result the caller dropped) comes back from the plan."""
+    taken = []
+    real = runtime._taker
+    monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
+        lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
+    x0 = rng.standard_normal(runtime.PARALLEL_MIN + 5)
+
+    def gradient():
+        x = ngrad.from_numpy(x0).requires_grad_()
+        y = x[1:].logsumexp(0) + x[:-1].sum()
+        y.backward()
+        return y.item(), x.grad.numpy()
+    for _ in range(3):
+        value, grad = gradient()
+    e = np.exp(x0[1:] - x0[1:].max())
+    np.testing.assert_allclose(grad, np.concatenate([[1.0], np.ones(len(x0) - 2) + e[:-1] / e.sum(), [e[-1] / e.sum()]]),
+                               rtol=1e-12)
+    np.testing.assert_allclose(value, np.log(e.sum()) + x0[1:].max() + x0[:-1].sum(), rtol=1e-12)
+    del grad
+    before = {id(a) for a in taken if a.nbytes >= runtime.POOL_MIN_BYTES}
+    taken.clear()
+    gradient()
+    big = [a for a in taken if a.nbytes >= runtime.POOL_MIN_BYTES]
+    assert big and all(id(a) in before for a in big)
+
+
 def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch):
     # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers
     donated = []
@@ -324,6 +352,21 @@ def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch):
     np.testing.assert_allclose(x.grad.numpy(), e / e.sum(), rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(y.item(), np.log(e.sum()) + x0.max(), rtol=1e-14)
     assert donated
+
+
+def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch):
+    # aliased operands would make LLVM's overlap check fail and the sin/cos loop run unvectorised
+    donated = []
+    real = runtime._donors
+    monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
+    x0 = rng.standard_normal(runtime.PARALLEL_MIN + 5)
+    for _ in range(3):
+        x = ngrad.from_numpy(x0).requires_grad_()
+        d = x[1:] - x[:-1]
+        ((d * d).sum() + (x.cos() * x).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy()[1:-1], 2 * (x0[1:-1] - x0[:-2]) - 2 * (x0[2:] - x0[1:-1])
+                               + np.cos(x0[1:-1]) - x0[1:-1] * np.sin(x0[1:-1]), rtol=1e-10, atol=1e-12)
+    assert not donated
 
 
 def test_glue_runs_after_the_literals_it_reads():

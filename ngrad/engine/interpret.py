@@ -95,9 +95,7 @@ class NumpyMath:
 
     @staticmethod
     def unslice(x, shape, starts, stops, steps):
-        out = np.zeros(shape, x.dtype)
-        out[tuple(map(slice, starts, stops, steps))] = x
-        return out
+        return unslice_into(np.empty(shape, x.dtype), x, starts, stops, steps)
 
     @staticmethod
     def flip(x, axes):
@@ -135,6 +133,20 @@ class NumpyMath:
 
 
 NUMPY = NumpyMath  # the class itself: plain attribute access never binds self
+
+
+def unslice_into(out, x, starts, stops, steps, shape=None):
+    """``out`` (any contents) set to ``x`` inside the window and zero around it (the runtime
+    passes a pooled buffer: a fresh one costs a page fault per 4 KiB)."""
+    if any(st != 1 for st in steps):
+        out.fill(0)
+    else:  # a contiguous window: zero only the slabs around it
+        for d, (a, b) in enumerate(zip(starts, stops)):
+            lead = (slice(None),) * d
+            out[lead + (slice(0, a),)] = 0
+            out[lead + (slice(b, None),)] = 0
+    out[tuple(map(slice, starts, stops, steps))] = x
+    return out
 
 
 def dead_after(reads, keep):
