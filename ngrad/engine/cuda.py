@@ -11,8 +11,11 @@ CPU (``fuse(tape, "cuda")``): each kernel is one ``cuda.jit`` grid-stride kernel
 (``codegen.cuda_source``), launched asynchronously on the default stream. Glue steps that are
 views (reshape, detach) stay on the device; matmul runs through CuPy's cuBLAS when CuPy is
 installed, else through a tiled kernel; other glue (slices, gathers, scans...) runs through CuPy
-when installed, else on the host with a copy each way. Reduction accumulators are filled with
-their identity by a small kernel before the launch that adds into them.
+when installed, else on the host with a copy each way. Reduction accumulators start filled
+with their identity (``cupy.zeros``/``cupy.full``, else a small fill kernel). A one-element
+input handed over on the host (the seed of ``backward()``) is a by-value kernel argument, not a
+copy to the device; the program is keyed by which inputs are such numbers. Launches after a
+kernel's first go straight to the driver (``compile._Launcher``).
 """
 import math
 import sys
@@ -205,11 +208,11 @@ _fills = []
 def _filled(shape, dtype, value):
     """A fresh device array of ``shape`` holding ``value`` (a reduction's identity): one CuPy
     call when CuPy is installed, else the fill kernel."""
-    from .compile import as_device, cupy_module, device_empty, kernel
+    from .compile import cupy_module, device_empty, from_cupy, kernel
     dt = np_dtype(dtype)
     cp = cupy_module()
     if cp is not None:
-        return as_device(cp.zeros(shape, dt) if value == 0 else cp.full(shape, value, dt))
+        return from_cupy(cp.zeros(shape, dt) if value == 0 else cp.full(shape, value, dt))
     if not _fills:
         _fills.append(kernel(cuda_fill_source(), "cuda"))
     c = device_empty(shape, dt)
@@ -220,7 +223,7 @@ def _filled(shape, dtype, value):
 
 def _glue(prog, tape, ins, env):
     """One glue step on the device (see the module docstring)."""
-    from .compile import as_device, cupy_module
+    from .compile import cupy_module, from_cupy
     out, prim = ins.out, ins.prim
     if prim == "const":
         v = prog.consts.get(out)
@@ -240,7 +243,7 @@ def _glue(prog, tape, ins, env):
         xs = [cp.asarray(a) if a.__class__ is not np.ndarray and not np.isscalar(a) else cp.asarray(np.asarray(a))
               for a in args]
         r = PRIMS[prim].fwd(NUMPY, *xs, **ins.params)
-        return as_device(cp.ascontiguousarray(cp.asarray(r, dtype=dt)))
+        return from_cupy(cp.ascontiguousarray(cp.asarray(r, dtype=dt)))
     if prim == "matmul":
         return _matmul(tape, ins, [_device(a) for a in args])
     with np.errstate(all="ignore"):
