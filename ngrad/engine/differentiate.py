@@ -39,6 +39,17 @@ def _accumulate(ct, slot, c):
     ct[slot] = c if prev is None else prev + c
 
 
+def _appended(outputs, extra):
+    """Append the values of ``extra`` that are not None to ``outputs``; return where each went
+    (its index in ``outputs``, or None)."""
+    at = []
+    for v in extra:
+        at.append(None if v is None else len(outputs))
+        if v is not None:
+            outputs.append(v)
+    return at
+
+
 def vjp(tape, wrt):
     """Append the reverse pass of ``tape`` with respect to the slots ``wrt``; see module doc."""
     floating = ("f32", "f64")
@@ -91,14 +102,7 @@ def vjp(tape, wrt):
                 _accumulate(ct, a, c)
 
     outputs = [b.var(s) for s in tape.outputs]
-    grads = []
-    for w in wrt:
-        c = ct.get(w)
-        if c is None:
-            grads.append(None)
-        else:
-            grads.append(len(outputs))
-            outputs.append(c)
+    grads = _appended(outputs, [ct.get(w) for w in wrt])
     j = Joint()
     j.tape, j.seeds, j.grads, j.ran, j.reads_saved = b.finish(outputs), seeds, grads, ran, reads_saved
     j.saved, j.contributions = saved, contributions
@@ -133,14 +137,7 @@ def jvp(tape, wrt):
         if t is not None:
             tan[ins.out] = t
     outputs = [b.var(s) for s in tape.outputs]
-    positions = []
-    for s in tape.outputs:
-        t = tan.get(s)
-        if t is None:
-            positions.append(None)
-        else:
-            positions.append(len(outputs))
-            outputs.append(t)
+    positions = _appended(outputs, [tan.get(s) for s in tape.outputs])
     r = Tangent()
     r.tape, r.inputs, r.tangents = b.finish(outputs), inputs, positions
     return r

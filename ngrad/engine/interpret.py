@@ -135,7 +135,7 @@ class NumpyMath:
 NUMPY = NumpyMath  # the class itself: plain attribute access never binds self
 
 
-def unslice_into(out, x, starts, stops, steps, shape=None):
+def unslice_into(out, x, starts, stops, steps):
     """``out`` (any contents) set to ``x`` inside the window and zero around it (the runtime
     passes a pooled buffer: a fresh one costs a page fault per 4 KiB)."""
     if any(st != 1 for st in steps):

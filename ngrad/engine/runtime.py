@@ -199,7 +199,7 @@ class _Compiled:
     are on), so that threads can run each in chunks of rows."""
 
     __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "lent", "consts",
-                 "drive")
+                 "drive", "in_place")
 
     def __init__(self, tape):
         from .fuse import Kernel, fuse
@@ -212,6 +212,9 @@ class _Compiled:
         self.drive = None  # the generated driver, once asked for (False: the plan is too big for one)
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         self.lent = {}  # (shape, dtype) -> results handed out, taken back once unreferenced
+        # steps that may write into a dying input's buffer (see VECTOR_MATH)
+        self.in_place = frozenset(j for j, st in enumerate(self.plan.steps) if isinstance(st, Kernel)
+                                  and not any(ins.prim in VECTOR_MATH for ins in st.body))
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
         self.consts, known = {}, set()
         for step in self.plan.steps:
@@ -499,8 +502,9 @@ def _execute(comp, tape, values):
             ins = steps[seg[0]].instr
             value = comp.consts.get(ins.out)
             if value is None and ins.prim == "unslice":  # the gradient of a slice, into a pooled buffer
+                p = ins.params
                 value = unslice_into(take(tape.shapes[ins.out], np_dtype(tape.dtypes[ins.out])), env[ins.args[0]],
-                                     **ins.params)
+                                     p["starts"], p["stops"], p["steps"])
             elif value is None:
                 with np.errstate(all="ignore"):
                     value = evaluate(tape, ins, env)
@@ -525,8 +529,8 @@ def _execute(comp, tape, values):
                         arr = np.ascontiguousarray(arr)
                     args.append(arr.reshape(_squeezed(arr.shape, pattern)))
                 args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
-                donors = _donors(gone, part, env, made) if len(seg) == 1 and part.stores and not any(
-                    ins.prim in VECTOR_MATH for ins in step.body) else []
+                donate = len(seg) == 1 and part.stores and j in comp.in_place
+                donors = _donors(gone, part, env, made) if donate else []
                 for s in part.stores:
                     dt = np_dtype(tape.dtypes[s])
                     o = next((d for d in donors if d.dtype == dt and d.shape == sizes), None)
