@@ -10,7 +10,8 @@ same keys, so results can be compared before anything is timed.
 Each objective is written once, in PyTorch's style, as ``objective(T, **inputs)`` with ``T`` the
 module that provides the operations: ``ngrad`` itself, ``torch``, or a small adapter giving JAX
 the same names. ngrad runs the code the way a user writes it (``ngrad.from_numpy``,
-``requires_grad_``, ``backward``); NumPy runs a hand-written gradient of the same formula.
+``requires_grad_``, ``backward``), with the step under ``ngrad.compile`` as a loop calling the
+gradient many times would have it; NumPy runs a hand-written gradient of the same formula.
 
 ```python
 >>> import numpy as np
@@ -39,22 +40,23 @@ class Problem:
     direction, ba's sparse Jacobian) gives ``compute(T, inputs) -> (value, {name: tensor})``
     for ngrad and PyTorch (inputs in ``wrt`` already require grad) and ``jax(jax, J)``, a
     factory of the same for JAX. ``numpy(inputs)`` is the hand-written reference.
-    ``size_doc`` says what the size parameter means.
+    ``size_doc`` says what the size parameter means. ``traced=False``: ngrad runs it without
+    ``ngrad.compile`` (the code needs a value while it runs, such as integer indices).
     """
 
     def __init__(self, name, doc, size_doc, sizes, quick_sizes, inputs, numpy, objective=None, wrt=("x",),
-                 compute=None, jax=None):
+                 compute=None, jax=None, traced=True):
         self.name, self.doc, self.size_doc = name, doc, size_doc
         self.sizes, self.quick_sizes = list(sizes), list(quick_sizes)
         self.inputs, self.numpy, self.objective, self.wrt = inputs, numpy, objective, tuple(wrt)
-        self.compute, self.jax = compute, jax
+        self.compute, self.jax, self.traced = compute, jax, traced
 
     def system(self, name):
         """``f(inputs) -> (value, outputs)`` for the system ``name``, or None if not installed."""
         if name == "numpy":
             return self.numpy
         if name == "ngrad":
-            return _autograd(self, ngrad, ngrad.from_numpy)
+            return _compiled(self) if self.traced else _autograd(self, ngrad, ngrad.from_numpy)
         if name == "torch":
             try:
                 import torch
@@ -83,6 +85,28 @@ def _autograd(prob, T, from_numpy):
             value = prob.objective(T, **t)
             value.backward()
             outs = {k: t[k].grad for k in prob.wrt}
+        return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
+    return run
+
+
+def _compiled(prob):
+    """ngrad as a user calling the gradient in a loop writes it: the same code as PyTorch's
+    (``_autograd``), with the step from the leaves to the gradients under ``ngrad.compile``, so
+    later calls replay the traced program instead of recording the graph again (as JAX's
+    peer runs under ``jax.jit``)."""
+
+    def step(t, static):  # the Python numbers (sizes, hyperparameters) are static: a new value traces again
+        t = {**t, **dict(static)}
+        if prob.compute is not None:
+            return prob.compute(ngrad, t)
+        value = prob.objective(ngrad, **t)
+        value.backward()
+        return value, {k: t[k].grad for k in prob.wrt}
+    step = ngrad.compile(step, static_argnums=(1,))
+
+    def run(inp):
+        t = {k: ngrad.from_numpy(v).requires_grad_(k in prob.wrt) for k, v in inp.items() if isinstance(v, np.ndarray)}
+        value, outs = step(t, tuple((k, v) for k, v in inp.items() if not isinstance(v, np.ndarray)))
         return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
     return run
 

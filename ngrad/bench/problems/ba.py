@@ -155,5 +155,5 @@ def inputs(p, rng):
 PROBLEMS = [
     Problem("ba", "bundle adjustment: the sparse Jacobian of the reprojection residuals (GradBench ba)",
             "p, the number of observations", [10 ** 4, 10 ** 5], [10 ** 4], inputs, numpy,
-            wrt=("cams", "x", "w"), compute=compute, jax=jax_system),
+            wrt=("cams", "x", "w"), compute=compute, jax=jax_system, traced=False),
 ]

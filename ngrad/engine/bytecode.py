@@ -1,0 +1,303 @@
+"""Bytecode: a tape of small arrays encoded as rows of integers, run by one compiled loop.
+
+Contract: ``encode(tape)`` returns a ``Bytecode``, or None when the tape does not fit (an integer
+slot, more than one floating dtype, a movement or reduction of rank above ``RANK``, an indexing
+primitive). Every slot gets a fixed window of one flat *arena* (booleans are stored as 0 and 1),
+windows are reused once their slot is dead, and each instruction becomes one or more rows
+``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]``. ``Bytecode.source`` is the
+text of the loop that runs such rows, rendered for exactly the operations the tape uses (so its
+compile cost grows with the variety of operations, never with the tape's length); the runtime
+compiles it like any kernel (``compile.kernel``) and calls ``bytecode.run(fn, values)``, which
+copies the inputs into a fresh arena, runs the loop and returns fresh output arrays. Inputs must
+already be checked (``runtime._check``).
+
+Why: an unrolled recurrence (an RK4 solver, an LSTM over a sequence) records thousands of
+instructions on arrays of a few dozen elements. Fused kernels need a Numba function for every
+stretch between two slices or concatenations (hundreds of functions, minutes of compiling), and
+the NumPy interpreter pays microseconds per instruction. The loop below pays tens of nanoseconds
+per instruction and is compiled once per set of operations, then loaded from the disk cache.
+
+Element-wise rows render the primitive table's forward expressions (``codegen.SourceMath``), so
+they share one definition with the interpreter and the fused kernels.
+"""
+import math
+
+import numpy as np
+
+from .codegen import Expr, SourceMath, _typed, identity
+from .interpret import np_dtype
+from .prims import ELEMENTWISE, PRIMS
+
+__all__ = ["encode", "Bytecode", "RANK"]
+
+RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
+OP, N, OUT, A, B, C, SHAPE, SRC, DST = 0, 1, 2, 3, 4, 5, 6, 10, 14
+WIDTH = 18
+
+_MOVES = ("reshape", "detach", "permute", "expand", "slice", "unslice", "flip", "cat")
+_REDUCE = ("sum", "prod", "amax", "amin")
+
+
+class _Math(SourceMath):
+    """The fused kernels' math, except sin and cos: libm's, exact for every argument (the kernels'
+    vectorised versions need a range guard that a single loop over all instructions cannot use)."""
+
+    @staticmethod
+    def sin(x):
+        return Expr(f"np.float32(math.sin({x.text}))" if x.dtype == "f32" else f"math.sin({x.text})", x.dtype)
+
+    @staticmethod
+    def cos(x):
+        return Expr(f"np.float32(math.cos({x.text}))" if x.dtype == "f32" else f"math.cos({x.text})", x.dtype)
+
+
+class Bytecode:
+    """An encoded tape: ``code`` (int64 rows), ``vals`` (one float per row: constants), the arena's
+    ``size`` and ``dtype``, where inputs go and outputs come from, and the loop's ``source``."""
+
+    __slots__ = ("code", "vals", "size", "dtype", "tensors", "scalar_at", "scalar_off", "outputs", "ops", "source")
+
+    def run(self, fn, values):
+        """Run the compiled loop ``fn`` on checked input ``values``; fresh output arrays."""
+        f = np.empty(self.size, self.dtype)
+        for i, o, n in self.tensors:
+            f[o:o + n] = values[i].reshape(-1)
+        if self.scalar_at:
+            f[self.scalar_off] = [values[i] for i in self.scalar_at]
+        fn(self.code, self.vals, f)
+        outs = []
+        for o, n, shape, boolean in self.outputs:
+            r = f[o:o + n].reshape(shape)
+            outs.append(r != 0 if boolean else r.copy())
+        return outs
+
+
+def _strides(shape):
+    s, acc = [], 1
+    for n in reversed(shape):
+        s.append(acc)
+        acc *= n
+    return s[::-1]
+
+
+def _pad(values, fill):
+    return [fill] * (RANK - len(values)) + list(values)
+
+
+def _fits(tape):
+    floats = {d for d in tape.dtypes if d[0] == "f"}
+    if len(floats) != 1 or any(d not in ("b8", *floats) for d in tape.dtypes):
+        return None
+    for ins in tape.instrs:
+        kind = PRIMS[ins.prim].kind
+        if kind in ELEMENTWISE or ins.prim in ("const", "matmul"):
+            continue
+        if ins.prim not in _MOVES + _REDUCE + ("cumsum",):
+            return None
+        if any(len(tape.shapes[s]) > RANK for s in (ins.out, *ins.args)):
+            return None
+        if ins.prim in _REDUCE and tape.dtypes[ins.out] == "b8":
+            return None
+    return floats.pop()
+
+
+def encode(tape):
+    """The bytecode of ``tape``, or None when it does not fit (see the module docstring).
+
+    ```python
+    >>> from ngrad.engine.tape import Builder
+    >>> b = Builder()
+    >>> x = b.input((3,), "f64")
+    >>> bc = encode(b.finish([(x * x).sum(axes=(0,), keepdim=False)]))
+    >>> bc.ops, bc.code.shape
+    (('mul(f64,f64)', 'sum'), (2, 18))
+
+    ```
+    """
+    dt = _fits(tape)
+    if dt is None:
+        return None
+    size = [math.prod(s) for s in tape.shapes]
+    last = {}
+    for j, ins in enumerate(tape.instrs):
+        for a in ins.args:
+            last[a] = j
+    keep = set(tape.outputs)
+    free, top, at = {}, [0], {}
+
+    def alloc(slot):
+        n = size[slot]
+        spare = free.get(n)
+        if spare:
+            at[slot] = spare.pop()
+        else:
+            at[slot] = top[0]
+            top[0] += n
+
+    bc = Bytecode()
+    bc.tensors, bc.scalar_at, scalar_off = [], [], []
+    for i, (s, k) in enumerate(zip(tape.inputs, tape.kinds)):
+        alloc(s)
+        if k == "scalar":
+            bc.scalar_at.append(i)
+            scalar_off.append(at[s])
+        else:
+            bc.tensors.append((i, at[s], size[s]))
+    ops, rows, vals = {}, [], []
+
+    def row(op, n, out, a=0, b=0, c=0, shape=(), src=(), dst=(), val=0.0):
+        r = [ops.setdefault(op, len(ops)), n, out, a, b, c]
+        r += _pad(shape, 1) + _pad(src, 0) + _pad(dst, 0)
+        rows.append(r)
+        vals.append(val)
+
+    for j, ins in enumerate(tape.instrs):
+        alloc(ins.out)  # before the arguments are freed: no row reads and writes one window
+        o, args = at[ins.out], [at[a] for a in ins.args]
+        _rows(tape, ins, o, args, size, row)
+        for a in set(ins.args):
+            if last[a] == j and a not in keep:
+                free.setdefault(size[a], []).append(at[a])
+    bc.outputs = [(at[s], size[s], tape.shapes[s], tape.dtypes[s] == "b8") for s in tape.outputs]
+    bc.scalar_off = np.array(scalar_off, np.intp)
+    bc.size, bc.dtype = max(top[0], 1), np_dtype(dt)
+    # the rows name operations by their place in the sorted set, so equal sets share one loop
+    names = sorted(ops)
+    renumber = np.array([names.index(name) for name in ops] or [0], np.int64)
+    code = np.array(rows, np.int64).reshape(len(rows), WIDTH)
+    code[:, OP] = renumber[code[:, OP]]
+    bc.code, bc.vals, bc.ops = code, np.array(vals, np.float64), tuple(names)
+    bc.source = source(bc.ops, dt)
+    return bc
+
+
+def _element_op(tape, ins):
+    name = ins.prim + ("[" + ",".join(f"{k}={v!r}" for k, v in sorted(ins.params.items())) + "]" if ins.params else "")
+    return f"{name}({','.join(tape.dtypes[a] for a in ins.args)})" + (
+        "->b8" if tape.dtypes[ins.out] == "b8" else "")
+
+
+def _rows(tape, ins, o, args, size, row):
+    """Append the rows of one instruction (``o``, ``args``: arena offsets)."""
+    p, shape, n = ins.params, tape.shapes[ins.out], size[ins.out]
+    kind = PRIMS[ins.prim].kind
+    if ins.prim in ("reshape", "detach"):
+        row("copy", n, o, args[0])
+    elif kind in ELEMENTWISE:
+        row(_element_op(tape, ins), n, o, *args)
+    elif ins.prim == "const":
+        row("const", 1, o, val=float(p["value"]))
+    elif ins.prim in ("expand", "permute", "slice", "flip"):
+        src_shape = tape.shapes[ins.args[0]]
+        st, base = _strides(src_shape), args[0]
+        if ins.prim == "expand":
+            src = [s if m == k else 0 for s, m, k in zip(st, src_shape, shape)]
+        elif ins.prim == "permute":
+            src = [st[d] for d in p["perm"]]
+        elif ins.prim == "slice":
+            src = [s * k for s, k in zip(st, p["steps"])]
+            base += sum(a * s for a, s in zip(p["starts"], st))
+        else:
+            src = [-s if d in p["axes"] else s for d, s in enumerate(st)]
+            base += sum((m - 1) * s for d, (m, s) in enumerate(zip(src_shape, st)) if d in p["axes"] and m)
+        row("move", n, o, base, shape=shape, src=src, dst=_strides(shape))
+    elif ins.prim == "unslice":
+        src_shape, st = tape.shapes[ins.args[0]], _strides(shape)
+        row("fill", n, o, val=0.0)
+        row("move", size[ins.args[0]], o + sum(a * s for a, s in zip(p["starts"], st)), args[0],
+            shape=src_shape, src=_strides(src_shape), dst=[s * k for s, k in zip(st, p["steps"])])
+    elif ins.prim == "cat":
+        axis, st, at = p["axis"], _strides(shape), 0
+        flat = math.prod(shape[:axis]) == 1  # each piece is one contiguous window of the result
+        for a, slot in zip(args, ins.args):
+            piece = tape.shapes[slot]
+            if flat:
+                row("copy", size[slot], o + at * st[axis], a)
+            else:
+                row("move", size[slot], o + at * st[axis], a, shape=piece, src=_strides(piece), dst=st)
+            at += piece[axis]
+    elif ins.prim in _REDUCE:
+        src_shape = tape.shapes[ins.args[0]]
+        kept = _strides([1 if d in p["axes"] else m for d, m in enumerate(src_shape)])
+        dst = [0 if d in p["axes"] else s for d, s in enumerate(kept)]
+        row(ins.prim, n, o, args[0], shape=src_shape, src=_strides(src_shape), dst=dst,
+            val=float(identity(ins.prim, tape.dtypes[ins.out])))
+    elif ins.prim == "matmul":
+        x, y = (tape.shapes[a] for a in ins.args)
+        row("matmul", n, o, *args, shape=(math.prod(x[:-2]), x[-2], x[-1], y[-1]))
+    elif ins.prim == "cumsum":
+        ax = p["axis"]
+        row("cumsum", n, o, args[0], shape=(math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])))
+    else:  # _fits admits nothing else
+        raise AssertionError(ins.prim)
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+_ND = ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
+       "t0, t1, t2, t3 = code[k, 10], code[k, 11], code[k, 12], code[k, 13]",
+       "d0, d1, d2, d3 = code[k, 14], code[k, 15], code[k, 16], code[k, 17]",
+       "for i0 in range(s0):",
+       "    for i1 in range(s1):",
+       "        for i2 in range(s2):",
+       "            x = a + i0 * t0 + i1 * t1 + i2 * t2",
+       "            y = o + i0 * d0 + i1 * d1 + i2 * d2",
+       "            for i3 in range(s3):"]
+_SRC, _DST = "f[x + i3 * t3]", "f[y + i3 * d3]"
+_COMBINE = {"sum": [f"{_DST} += {_SRC}"], "prod": [f"{_DST} *= {_SRC}"],
+            "amax": [f"v = {_SRC}", f"if v > {_DST} or v != v:", f"    {_DST} = v"],
+            "amin": [f"v = {_SRC}", f"if v < {_DST} or v != v:", f"    {_DST} = v"]}
+
+
+def _branch(op, dt):
+    """The lines running one operation (indented under its ``if op == ...``)."""
+    zero = _typed(0, dt)
+    if op == "copy":
+        return ["for i in range(n):", "    f[o + i] = f[a + i]"]
+    if op in ("const", "fill"):
+        return ["v = vals[k]", "for i in range(n):", "    f[o + i] = v"]
+    if op == "move":
+        return _ND + [f"                {_DST} = {_SRC}"]
+    if op in _COMBINE:
+        return (["v = vals[k]", "for i in range(n):", "    f[o + i] = v"] + _ND
+                + ["                " + line for line in _COMBINE[op]])
+    if op == "matmul":  # rows: batch s0, m s1, k s2, n s3; contiguous operands
+        return ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
+                "for q in range(s0):",
+                "    for i in range(s1):",
+                "        for j in range(s3):",
+                f"            acc = {zero}",
+                "            for r in range(s2):",
+                "                acc += f[a + (q * s1 + i) * s2 + r] * f[b + (q * s2 + r) * s3 + j]",
+                "            f[o + (q * s1 + i) * s3 + j] = acc"]
+    if op == "cumsum":  # rows: outer s0, along s1, inner s2
+        return ["s0, s1, s2 = code[k, 6], code[k, 7], code[k, 8]",
+                "for q in range(s0):",
+                "    for j in range(s2):",
+                f"        acc = {zero}",
+                "        for r in range(s1):",
+                "            at = (q * s1 + r) * s2 + j",
+                "            acc += f[a + at]",
+                "            f[o + at] = acc"]
+    # an element-wise primitive: "prim[params](dtypes)", with "->b8" for a boolean result
+    head, _, out = op.partition("->")
+    name, _, rest = head.partition("(")
+    dtypes = rest[:-1].split(",") if rest[:-1] else []
+    prim, _, params = name.partition("[")
+    kw = eval(f"dict({params[:-1]})") if params else {}  # noqa: S307 - text _element_op wrote
+    args = [Expr(f"(f[{v} + i] != 0)" if d == "b8" else f"f[{v} + i]", d) for v, d in zip("abc", dtypes)]
+    e = PRIMS[prim].fwd(_Math, *args, **kw)
+    text = f"(1 if {e.text} else 0)" if out == "b8" else e.text
+    return ["for i in range(n):", f"    f[o + i] = {text}"]
+
+
+def source(ops, dt):
+    """The loop running rows of the operations ``ops`` (sorted names) on an arena of dtype ``dt``."""
+    lines = [f'"""ngrad bytecode loop over a {dt} arena: {len(ops)} operations."""', "import math", "",
+             "import numpy as np", "", "", "def kernel(code, vals, f):",
+             "    for k in range(code.shape[0]):",
+             "        op, n, o, a, b, c = code[k, 0], code[k, 1], code[k, 2], code[k, 3], code[k, 4], code[k, 5]"]
+    for j, op in enumerate(ops):
+        lines.append(f"        {'if' if j == 0 else 'elif'} op == {j}:  # {op}")
+        lines += ["            " + line for line in _branch(op, dt)]
+    return "\n".join(lines) + "\n"
