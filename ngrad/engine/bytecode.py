@@ -86,7 +86,7 @@ def _pad(values, fill):
 
 def _fits(tape):
     floats = {d for d in tape.dtypes if d[0] == "f"}
-    if len(floats) != 1 or any(d not in ("b8", *floats) for d in tape.dtypes):
+    if len(floats) > 1 or any(d not in ("b8", *floats) for d in tape.dtypes):
         return None
     for ins in tape.instrs:
         kind = PRIMS[ins.prim].kind
@@ -98,7 +98,7 @@ def _fits(tape):
             return None
         if ins.prim in _REDUCE and tape.dtypes[ins.out] == "b8":
             return None
-    return floats.pop()
+    return floats.pop() if floats else "f64"  # booleans only: any arena holds 0 and 1
 
 
 def encode(tape):
@@ -270,8 +270,8 @@ def _branch(op, dt):
                 "            for r in range(s2):",
                 "                acc += f[a + (q * s1 + i) * s2 + r] * f[b + (q * s2 + r) * s3 + j]",
                 "            f[o + (q * s1 + i) * s3 + j] = acc"]
-    if op == "cumsum":  # rows: outer s0, along s1, inner s2
-        return ["s0, s1, s2 = code[k, 6], code[k, 7], code[k, 8]",
+    if op == "cumsum":  # rows: shape (1, outer s0, along s1, inner s2)
+        return ["s0, s1, s2 = code[k, 7], code[k, 8], code[k, 9]",
                 "for q in range(s0):",
                 "    for j in range(s2):",
                 f"        acc = {zero}",

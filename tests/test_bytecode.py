@@ -1,0 +1,170 @@
+"""Bytecode (engine/bytecode.py) against the NumPy interpreter: every primitive it takes, with
+its VJP, in float32 and float64; the op corpus; NaN semantics; and the runtime and
+``ngrad.compile`` running long small-array tapes (unrolled recurrences) through it, checked
+against central finite differences."""
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine import bytecode, runtime
+from ngrad.engine.compile import kernel
+from ngrad.engine.graph import lower
+from ngrad.engine.interpret import interpret
+
+from . import test_ops, test_prims
+from .oracles import fd_gradient, prim_tape
+from .test_compiled import corpus_joint, prim_joint
+
+DECLINED = {"index", "unindex", "gather", "scatter_add",  # integer index slots
+            "cast"}  # test_compiled's cast case converts between float32 and float64
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+
+
+def _cases(dtype, rng):
+    """Every case that fits: the primitives' joint tapes, extra ones, and (float64) the corpus."""
+    out = {}
+    for name in sorted(test_prims.CASES):
+        if name not in DECLINED:
+            out[name] = prim_joint(name, dtype, rng)
+    x = rng.standard_normal((2, 3)).astype(dtype)
+    extra = {  # cat off axis 0 (strided windows), comparisons and logic on NaN, casts via booleans
+        "cat_axis1": ("cat", [x, rng.standard_normal((2, 2)).astype(dtype)], {"axis": 1}),
+        "eq": ("eq", [x, np.where(x > 0, x, np.nan).astype(dtype)], {}),
+        "isnan": ("isnan", [np.array([np.nan, 1, -np.inf], dtype)], {}),
+        "logical_or": ("logical_or", [x > 0, x < -0.5], {}),
+        "logical_not": ("logical_not", [x > 0], {}),
+        "cast_b8": ("cast", [x > 0], {"dtype": "f64" if dtype == np.float64 else "f32"}),
+        "cast_to_b8": ("cast", [np.array([0.0, -0.0, 2.0, np.nan], dtype)], {"dtype": "b8"}),
+        "amax_nan": ("amax", [np.array([[1.0, np.nan], [3.0, -1.0]], dtype)], {"axes": (1,), "keepdim": False}),
+        "maximum_nan": ("maximum", [np.array([np.nan, 1, 0], dtype), np.array([1, np.nan, 0], dtype)], {}),
+        "rank4": ("sum", [rng.standard_normal((2, 3, 2, 2)).astype(dtype)], {"axes": (1, 3), "keepdim": True}),
+    }
+    for name, (prim, args, params) in extra.items():
+        out[name] = (prim_tape(prim, args, params)[0], args)
+    if dtype == np.float64:
+        for name in sorted(test_ops.CASES):
+            tape, values = corpus_joint(name, rng)
+            if bytecode.encode(tape) is not None:
+                out["corpus " + name] = (tape, values)
+    return out
+
+
+def _union_loop(codes, dt):
+    """One loop over every operation in ``codes``, and each code renumbered to it (the text of an
+    operation's branch does not depend on the set it is in, so this tests the very branches a
+    tape's own loop has, at the cost of one compile instead of one per set)."""
+    ops = sorted({op for c in codes for op in c.ops})
+    fn = kernel(bytecode.source(tuple(ops), dt))
+    for c in codes:
+        where = np.array([ops.index(op) for op in c.ops], np.int64)
+        c.code = c.code.copy()
+        c.code[:, bytecode.OP] = where[c.code[:, bytecode.OP]]
+    return fn
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_primitive_and_the_corpus_equal_the_interpreter(dtype, rng):
+    cases = _cases(dtype, rng)
+    codes = {name: bytecode.encode(tape) for name, (tape, _) in cases.items()}
+    assert all(c is not None for c in codes.values()), [n for n, c in codes.items() if c is None]
+    fn = _union_loop(list(codes.values()), "f64" if dtype == np.float64 else "f32")
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for name, (tape, values) in cases.items():
+        got, ref = codes[name].run(fn, values), interpret(tape, values)
+        for a, b in zip(got, ref):
+            assert a.shape == b.shape and a.dtype == b.dtype, name
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=name)
+
+
+def test_what_does_not_fit_is_declined(rng):
+    for name in ("index", "gather", "cast"):
+        assert bytecode.encode(prim_joint(name, np.float64, rng)[0]) is None, name
+    assert bytecode.encode(prim_tape("sum", [np.ones((1, 2, 1, 2, 1))], {"axes": (1,), "keepdim": False})[0]) is None
+    assert bytecode.encode(prim_tape("argmax", [np.ones((2, 3))], {"axis": 1, "keepdim": False})[0]) is None
+
+
+def test_windows_are_reused_once_their_slot_is_dead():
+    x = ngrad.ones(100, dtype=ngrad.float64, requires_grad=True)
+    y = x
+    for _ in range(50):
+        y = (y * 0.5).sin()
+    tape = lower([y.sum()._node]).tape
+    code = bytecode.encode(tape)
+    assert code.size < 5 * 100  # a hundred slots of 100 elements live in a few windows
+    assert sorted(code.ops) == list(code.ops) and "sin(f64)" in code.ops
+
+
+def test_the_loop_depends_on_the_operations_not_on_the_tape():
+    def tape_of(steps, n):
+        y = x = ngrad.ones(n, dtype=ngrad.float64)
+        for _ in range(steps):
+            y = y * x + 1.0
+        return lower([y.sum()._node]).tape
+    a, b = bytecode.encode(tape_of(3, 5)), bytecode.encode(tape_of(40, 700))
+    assert a.source == b.source and len(b.code) > len(a.code)
+    assert "# mul(f64,f64)" in a.source and "# sum" in a.source
+
+
+def _rk4(T, x, steps=40):
+    """An unrolled RK4 solver of y' = x * roll(y), long enough to run as bytecode."""
+    h, y = 0.05, x
+    f = lambda y: T.cat([x[:1] * y[-1:], x[1:] * y[:-1]])  # noqa: E731
+    for _ in range(steps):
+        k1 = f(y)
+        k2 = f(y + h / 2 * k1)
+        k3 = f(y + h / 2 * k2)
+        k4 = f(y + h * k3)
+        y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return (T.sin(y) * y).sum()
+
+
+class _NumpyT:
+    cat, sin = staticmethod(np.concatenate), staticmethod(np.sin)
+
+
+def test_runtime_runs_an_unrolled_recurrence_as_bytecode(monkeypatch, rng):
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    x0 = rng.uniform(-1, 1, 12)
+    x = ngrad.tensor(x0, requires_grad=True)
+    loss = _rk4(ngrad, x)
+    loss.backward()
+    assert any(isinstance(p, runtime._Machine) and p.ready() for p in runtime._plans.values())
+    np.testing.assert_allclose(loss.item(), _rk4(_NumpyT, x0), rtol=1e-13)
+    np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _rk4(_NumpyT, a), x0), rtol=1e-6, atol=1e-8)
+
+
+def test_compile_replays_an_unrolled_recurrence_through_bytecode(rng):
+    @ngrad.compile
+    def step(x):
+        loss = _rk4(ngrad, x)
+        loss.backward()
+        return loss
+
+    for _ in range(3):  # the trace, then replays
+        x0 = rng.uniform(-1, 1, 12)
+        x = ngrad.tensor(x0, requires_grad=True)
+        loss = step(x)
+        np.testing.assert_allclose(loss.item(), _rk4(_NumpyT, x0), rtol=1e-13)
+        np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _rk4(_NumpyT, a), x0), rtol=1e-6,
+                                   atol=1e-8)
+
+
+def test_bad_input_is_rejected_before_the_loop_runs():
+    x = ngrad.ones(10, dtype=ngrad.float64, requires_grad=True)
+    y = x
+    for _ in range(300):
+        y = y * 1.001
+    tape = lower([y.sum()._node]).tape
+    call = runtime.prepare(tape)
+    good = [np.ones(10)] + [1.001] * (len(tape.inputs) - 1)
+    np.testing.assert_allclose(call(good)[0], 10 * 1.001 ** 300)
+    with pytest.raises(ValueError, match=r"must be f64\[10\]"):
+        call([np.ones(11)] + good[1:])
+    with pytest.raises(ValueError, match="must be f64"):
+        call([np.ones(10, np.float32)] + good[1:])
+    with pytest.raises(ValueError, match="inputs"):
+        call(good[:-1])
