@@ -73,6 +73,9 @@ class Bytecode:
         return outs
 
 
+_FLAT = [1] * RANK + [0] * (2 * RANK)  # the shape and strides fields of a row that has none
+
+
 def _strides(shape):
     s, acc = [], 1
     for n in reversed(shape):
@@ -124,11 +127,11 @@ def encode(tape):
     # shape: ``same`` maps a slot to the one that holds its value
     same, seen, instrs = {}, {}, []
     for ins in tape.instrs:
-        args = tuple(same.get(a, a) for a in ins.args)
+        args = tuple((same.get(a, a), tape.shapes[a]) for a in ins.args)  # a window, read as a shape
         # params of everything but a literal are ints and tuples of ints: equal means identical
         key = (ins.prim, args, params_key(ins.params) if ins.prim == "const" else tuple(ins.params.items()))
         if ins.prim in ("reshape", "detach"):
-            same[ins.out] = args[0]
+            same[ins.out] = args[0][0]
         elif key in seen:
             same[ins.out] = seen[key]
         else:
@@ -171,8 +174,7 @@ def encode(tape):
                 elif all(src[d] == 0 for d in live):
                     op = "spread"
         r = [ops.setdefault(op, len(ops)), n, out, a, b, c]
-        r += _pad(shape, 1) + _pad(src, 0) + _pad(dst, 0)
-        rows.append(r)
+        rows.append(r + (_pad(shape, 1) + _pad(src, 0) + _pad(dst, 0) if shape else _FLAT))
         vals.append(val)
 
     for j, ins in enumerate(instrs):
