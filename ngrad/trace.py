@@ -18,6 +18,7 @@ import weakref
 import numpy as np
 
 from . import grad_mode as _grad_mode
+from ._gc import paused
 from .engine import dtypes as D
 from .engine.graph import Node as _Node, lower, replay, source
 from .engine.realize import realize
@@ -468,7 +469,8 @@ class CompiledFunction:
             call_args, call_kwargs = self._rebuild(args, kwargs, parts, call_flat)
         _gm.trace = trace
         try:
-            result = self.fn(*call_args, **call_kwargs)
+            with paused():  # the call records the whole program at once: see ngrad/_gc.py
+                result = self.fn(*call_args, **call_kwargs)
         except BaseException:
             _gm.trace = None
             _restore(trace)
@@ -481,7 +483,8 @@ class CompiledFunction:
         # graph was not consumed by a backward() in the call (see _Variant for the second half)
         graph = any(n.requires_grad and not n.freed for n in roots)
         effects, effect_roots, clears = _effects(trace)
-        variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph)
+        with paused():  # lowering and compiling a big trace: see ngrad/_gc.py
+            variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph)
         _restore(trace)
         self.traces += 1
         variants = self.variants.setdefault(key, [])

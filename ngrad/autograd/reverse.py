@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from .. import grad_mode
+from .._gc import paused
 from ..grad_mode import _Anomaly
 from ..engine.batch import batch
 from ..engine.differentiate import vjp
@@ -209,6 +210,11 @@ def _units(roots):
 
 def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
     """Gradient nodes of ``targets`` (None where none reaches one), tensor hooks applied."""
+    with paused():  # see ngrad/_gc.py
+        return _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched)
+
+
+def _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched):
     units = _units(roots) if _segment_nodes else None
     if units:
         result = _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched)

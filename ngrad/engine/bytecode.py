@@ -74,6 +74,8 @@ class Bytecode:
 
 
 _FLAT = [1] * RANK + [0] * (2 * RANK)  # the shape and strides fields of a row that has none
+_NO_ARGS = [[0, 0, 0], [0, 0], [0], []]  # the operand fields a row with k operands leaves empty
+_ELEMENTWISE = frozenset(name for name, prim in PRIMS.items() if prim.kind in ELEMENTWISE)
 
 
 def _strides(shape):
@@ -177,11 +179,22 @@ def encode(tape):
         rows.append(r + (_pad(shape, 1) + _pad(src, 0) + _pad(dst, 0) if shape else _FLAT))
         vals.append(val)
 
+    named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
+    dtypes = tape.dtypes
     for j, ins in enumerate(instrs):
         alloc(ins.out)  # before the arguments are freed: no row reads and writes one window
-        o, args = at[ins.out], [at[same.get(a, a)] for a in ins.args]
-        _rows(tape, ins, o, args, size, row)
-        for a in {same.get(a, a) for a in ins.args}:
+        reps = [same.get(a, a) for a in ins.args]
+        o, args = at[ins.out], [at[a] for a in reps]
+        if ins.prim in _ELEMENTWISE:  # most rows: inline
+            key = (ins.prim, tuple(ins.params.items()), tuple(dtypes[a] for a in ins.args), dtypes[ins.out])
+            op = named.get(key)
+            if op is None:
+                op = named[key] = _element_op(tape, ins)
+            rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
+            vals.append(0.0)
+        else:
+            _rows(tape, ins, o, args, size, row)
+        for a in set(reps):
             if last[a] == j and a not in keep:
                 free.setdefault(size[a], []).append(at[a])
     bc.outputs = [(at[same.get(s, s)], size[s], tape.shapes[s], tape.dtypes[s] == "b8") for s in tape.outputs]
@@ -206,10 +219,7 @@ def _element_op(tape, ins):
 def _rows(tape, ins, o, args, size, row):
     """Append the rows of one instruction (``o``, ``args``: arena offsets)."""
     p, shape, n = ins.params, tape.shapes[ins.out], size[ins.out]
-    kind = PRIMS[ins.prim].kind
-    if kind in ELEMENTWISE:
-        row(_element_op(tape, ins), n, o, *args)
-    elif ins.prim == "const":
+    if ins.prim == "const":
         row("const", 1, o, val=float(p["value"]))
     elif ins.prim in ("expand", "permute", "slice", "flip"):
         src_shape = tape.shapes[ins.args[0]]
