@@ -157,6 +157,12 @@ _WARM = {
     "gmm": {"d": 3, "k": 2, "n": 4, "alpha": [0.1, -0.2], "mu": [[0.0, 1.0, 0.5], [1.0, 0.0, -0.5]],
             "q": [[0.1, 0.0, -0.1], [0.0, -0.1, 0.2]], "l": [[0.2, 0.1, -0.1], [-0.1, 0.3, 0.0]],
             "x": [[0.5, 0.5, 0.0], [1.0, -1.0, 0.5], [0.0, 2.0, 1.0], [0.3, 0.1, -0.2]], "gamma": 1.0, "m": 0},
+    # ode and lstm: long enough to run as bytecode, whose loop compiles here for the real sizes too
+    "ode": {"x": [0.5, -0.25, 0.75, -1.0, 0.125], "s": 4},
+    "lstm": {"main_params": [[0.1 * ((i * 7 + j) % 5 - 2) for j in range(12)] for i in range(4)],
+             "extra_params": [[0.3, -0.2, 0.1], [0.5, 0.4, -0.3], [0.0, 0.1, 0.2]],
+             "state": [[0.1 * (i - j) for j in range(3)] for i in range(4)],
+             "sequence": [[0.2 * ((t * 3 + j) % 7 - 3) for j in range(3)] for t in range(12)]},
     "ba": {"n": 2, "m": 3, "p": 5, "cam": [0.1, -0.05, 0.02, 0.1, 0.2, 0.0, 1.0, 0.01, -0.01, 1e-3, 1e-4],
            "x": [0.3, -0.2, 9.0], "w": 0.9, "feat": [0.05, -0.05]},
 }
