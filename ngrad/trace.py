@@ -249,7 +249,15 @@ class _Variant:
             self.guards.append((target, g is not None))
             if g is not None:
                 grad_before[id(trace.changed.get(id(g), (None, g._node))[1])] = target
-        low = lower(roots)
+        # a value returned twice (the gradient a step returns is also the .grad it sets) is
+        # computed and handed out once: ``where[k]`` is root k's place among the tape's outputs
+        place, unique = {}, []
+        for n in roots:
+            if id(n) not in place:
+                place[id(n)] = len(unique)
+                unique.append(n)
+        self.where = [place[id(n)] for n in roots]
+        low = lower(unique)
         self.inputs, self.consts = [], []
         for n in low.sources:
             i = id(n)
@@ -327,10 +335,10 @@ class _Variant:
             lines += [f"{v} = n{i}.value", f"if {v} is None: {v} = ready(n{i})"]
         lines.append(f"o = run([{', '.join(vals)}])")
         for k in range(self.n_out):
-            g[f"D{k}"] = from_short(self.tape.dtypes[self.tape.outputs[k]])
-            lines.append(f"r{k} = tensor_of(o[{k}], D{k})")
+            g[f"D{k}"] = from_short(self.tape.dtypes[self.tape.outputs[self.where[k]]])
+            lines.append(f"r{k} = tensor_of(o[{self.where[k]}], D{k})")
         if self.effects:
-            lines.append(f"apply(flat, o[{self.n_out}:])")
+            lines.append(f"apply(flat, [{''.join(f'o[{w}], ' for w in self.where[self.n_out:])}])")
         counter = iter(range(self.n_out))
 
         def tree(spec):
@@ -363,6 +371,7 @@ class _Variant:
         nodes = [_fetch(kind, data, flat) for kind, data in self.inputs]
         with _grad_mode.enable_grad():
             made = replay(self.tape, nodes, True)
+        made = [made[w] for w in self.where]
         self._apply(flat, realize(made[self.n_out:]))
         return _out_build(self.out_spec, iter(_wrap(n) for n in made[:self.n_out]))
 

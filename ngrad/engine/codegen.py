@@ -20,7 +20,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
 
-CODEGEN_VERSION = 20  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 21  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -326,20 +326,31 @@ def _loops(kernel, tape, p, late):
             depth = max([d for d in range(loop_dims) if d not in axes and d < len(kernel.shape)], default=-1)
             across = unroll and rank - 1 in axes  # the unrolled copies add into one local
             acc = f"{p}c{k}[{ix}]"
-            if depth < loop_dims - 1 or across:
+            local = depth < loop_dims - 1 or across
+            # a float max/min in a local: LLVM's maxnum/minnum, which it vectorises (5x on a
+            # vector), with NaN counted on the side (maxnum would skip it; NumPy propagates it)
+            extreme = local and ins.prim in ("amax", "amin") and tape.dtypes[ins.out][0] == "f"
+            if local:
                 acc = f"{p}acc{k}" + (tag if unroll and not across else "")
+                nan = f"{p}nan{k}" + (tag if unroll and not across else "")
                 whole = all(d > depth for d in axes)  # the local sees every term of its element
                 fresh[k] = fresh[k] and whole
                 if copy == 0 or not across:
                     start = _typed(identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"{p}c{k}[{ix}]"
                     pre[depth].append(f"{acc} = {start}")
-                    post[depth].append(f"{p}c{k}[{ix}] = {acc}")
+                    if extreme:
+                        pre[depth].append(f"{nan} = {'False' if whole else f'{start} != {start}'}")
+                        post[depth].append(f"{p}c{k}[{ix}] = np.nan if {nan} else {acc}")
+                    else:
+                        post[depth].append(f"{p}c{k}[{ix}] = {acc}")
             else:
                 fresh[k] = False
             if ins.prim == "sum":
                 line = f"{acc} += {x}"
             elif ins.prim == "prod":
                 line = f"{acc} *= {x}"
+            elif extreme:
+                line = f"{acc} = {'_fmax' if ins.prim == 'amax' else '_fmin'}({acc}, {x})\n{{ind}}{nan} |= {x} != {x}"
             elif ins.prim == "amax":
                 line = f"if {x} > {acc} or {x} != {x}:\n{{ind}}    {acc} = {x}"
             else:

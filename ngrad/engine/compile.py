@@ -127,9 +127,27 @@ def _helper(fn):
     return helper
 
 
+def _extreme(name):
+    """A Numba intrinsic for LLVM's ``maxnum``/``minnum`` on two floats of one type, flagged
+    ``nnan nsz`` so that a loop reducing with it vectorises. Kernels use it only beside a NaN
+    count that replaces the result when any argument was NaN (where the flags leave it undefined)."""
+    @intrinsic
+    def helper(typingctx, a, b):
+        if not isinstance(a, types.Float) or a != b:
+            return None
+
+        def codegen(context, builder, signature, args):
+            ty = context.get_value_type(signature.return_type)
+            fn = builder.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty, ty]))
+            return builder.call(fn, args, fastmath=("nnan", "nsz"))
+        return a(a, b), codegen
+    return helper
+
+
 # The math helpers kernels call (codegen's SourceMath writes their names). A change to vmath.py
 # must bump codegen.CODEGEN_VERSION: the kernel cache folder is versioned by it.
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
+HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"))
 
 _memory = {}
 _lock = threading.Lock()
