@@ -41,6 +41,8 @@ def _cases(dtype, rng):
         "cast_to_b8": ("cast", [np.array([0.0, -0.0, 2.0, np.nan], dtype)], {"dtype": "b8"}),
         "amax_nan": ("amax", [np.array([[1.0, np.nan], [3.0, -1.0]], dtype)], {"axes": (1,), "keepdim": False}),
         "maximum_nan": ("maximum", [np.array([np.nan, 1, 0], dtype), np.array([1, np.nan, 0], dtype)], {}),
+        "unslice_rows": ("unslice", [x], {"shape": (5, 3), "starts": (1, 0), "stops": (3, 3), "steps": (1, 1)}),
+        "unslice_1d": ("unslice", [x[0]], {"shape": (7,), "starts": (4,), "stops": (7,), "steps": (1,)}),
         "rank4": ("sum", [rng.standard_normal((2, 3, 2, 2)).astype(dtype)], {"axes": (1, 3), "keepdim": True}),
     }
     for name, (prim, args, params) in extra.items():
@@ -168,3 +170,13 @@ def test_bad_input_is_rejected_before_the_loop_runs():
         call([np.ones(10, np.float32)] + good[1:])
     with pytest.raises(ValueError, match="inputs"):
         call(good[:-1])
+
+
+def test_contiguous_windows_take_the_flat_operations():
+    x = np.arange(6.0).reshape(2, 3)
+    ops = lambda prim, args, params: bytecode.encode(prim_tape(prim, args, params)[0]).ops  # noqa: E731
+    assert ops("unslice", [x], {"shape": (5, 3), "starts": (1, 0), "stops": (3, 3), "steps": (1, 1)}) == ("place",)
+    assert ops("unslice", [x], {"shape": (2, 6), "starts": (0, 0), "stops": (2, 6), "steps": (1, 2)}) == ("fill", "move")
+    assert ops("slice", [x], {"starts": (1, 0), "stops": (2, 3), "steps": (1, 1)}) == ("copy",)
+    assert ops("expand", [x[:1]], {"shape": (4, 3)}) == ("move",)
+    assert ops("expand", [x[:1, :1]], {"shape": (4, 3)}) == ("spread",)

@@ -237,9 +237,13 @@ def _rows(tape, ins, o, args, size, row):
         row("move", n, o, base, shape=shape, src=src, dst=_strides(shape))
     elif ins.prim == "unslice":
         src_shape, st = tape.shapes[ins.args[0]], _strides(shape)
-        row("fill", n, o, val=0.0)
-        row("move", size[ins.args[0]], o + sum(a * s for a, s in zip(p["starts"], st)), args[0],
-            shape=src_shape, src=_strides(src_shape), dst=[s * k for s, k in zip(st, p["steps"])])
+        at, dst = sum(a * s for a, s in zip(p["starts"], st)), [s * k for s, k in zip(st, p["steps"])]
+        live = [d for d, m in enumerate(src_shape) if m != 1]
+        if all(dst[d] == k for d, k in zip(live, _strides([src_shape[d] for d in live]))):
+            row("place", n, o, args[0], at, size[ins.args[0]])  # one window: zeros around a copy
+        else:
+            row("fill", n, o, val=0.0)
+            row("move", size[ins.args[0]], o + at, args[0], shape=src_shape, src=_strides(src_shape), dst=dst)
     elif ins.prim == "cat":
         axis, st, at = p["axis"], _strides(shape), 0
         flat = math.prod(shape[:axis]) == 1  # each piece is one contiguous window of the result
@@ -292,6 +296,9 @@ def _branch(op, dt):
     zero = _typed(0, dt)
     if op == "copy":
         return ["r, x = f[o:o + n], f[a:a + n]", "for i in range(n):", "    r[i] = x[i]"]
+    if op == "place":  # rows: the window starts at b and is c long
+        return ["r, w, x = f[o:o + n], f[o + b:o + b + c], f[a:a + c]", "for i in range(b):", f"    r[i] = {zero}",
+                "for i in range(c):", "    w[i] = x[i]", "for i in range(b + c, n):", f"    r[i] = {zero}"]
     if op == "spread":
         return ["v = f[a]", "r = f[o:o + n]", "for i in range(n):", "    r[i] = v"]
     if op in ("const", "fill"):
