@@ -424,3 +424,14 @@ def test_vectorised_max_and_min_keep_numpy_semantics(prim, dtype):
     assert_same(tape, [rows], 0)
     text = render(fuse(tape).kernels()[0], tape).text
     assert ("_fmax(" if prim == "amax" else "_fmin(") in text and "!= " in text
+
+
+def test_matmul_read_through_a_permute_is_written_in_the_permuted_layout(rng):
+    x = ngrad.tensor(rng.standard_normal((6, 5, 3)), requires_grad=True)
+    w = ngrad.tensor(rng.standard_normal((5, 3, 3)), requires_grad=True)
+    z = ngrad.matmul(x.transpose(0, 1), w).transpose(0, 1)  # (6, 5, 3), as GradBench's gmm writes it
+    low = lower([(z.sin() * x).sum()._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node], low.slot_of[w._node]])
+    values = [n.value for n in low.sources] + [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
+    assert runtime._Compiled(joint.tape).permuted  # the forward matmul and the gradient's
+    assert_same(joint.tape, values, rtol=1e-12)
