@@ -13,7 +13,8 @@ than ``EAGER_FUNCTIONS`` new functions (an unrolled recurrence: each costs Numba
 a second) is bought like skis: it compiles only once the time spent interpreting that tape has
 reached the estimated compile time, so a loop never waits more than about twice what it would
 have with perfect foresight. Compiled tapes run as a plan of fused Numba kernels and NumPy glue
-(``fuse``, ``codegen``, ``compile``).
+(``fuse``, ``codegen``, ``compile``), except long tapes of small arrays, which run as bytecode
+(``bytecode``; see ``BYTECODE_MIN_INSTRS``) under the same tiering.
 
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
