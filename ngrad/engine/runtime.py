@@ -608,14 +608,21 @@ BYTECODE_MAX_ELEMENTS = 4096
 
 
 class _Machine:
-    """A tape run as bytecode: its encoding and the compiled loop once it is due."""
-    __slots__ = ("code", "fn", "seen")
+    """A tape run as bytecode: its encoding and the compiled loop once it is due (tiered like a
+    ``_Compiled`` plan of one function; ``cached``: the loop is on disk)."""
+    __slots__ = ("code", "fn", "seen", "rent", "cached", "pending")
 
     def __init__(self, code):
-        self.code, self.fn, self.seen = code, None, 0
+        from .compile import on_disk
+        self.code, self.fn, self.seen, self.rent, self.pending = code, None, 0, 0.0, 0
+        self.cached = on_disk(code.source)
 
     def ready(self):
         return self.fn is not None
+
+    @property
+    def kernels(self):
+        return [self.fn]
 
     def compile(self):
         from .compile import kernel
@@ -660,18 +667,6 @@ def _compiled_for(tape, mode):
             _plans[key] = comp
             if debug_level() >= 2:
                 print(f"ngrad: bytecode loop\n{comp.code.source}", file=sys.stderr)
-    if isinstance(comp, _Machine):
-        if not comp.ready():
-            from .compile import on_disk
-            comp.seen += 1
-            if mode == "auto" and comp.seen < _threshold() and not on_disk(comp.code.source):
-                return comp
-            t = time.perf_counter()
-            comp.compile()
-            if debug_level() >= 3:
-                print(f"ngrad: prepared the bytecode loop ({len(comp.code.ops)} operations) in "
-                      f"{(time.perf_counter() - t) * 1e3:.1f} ms", file=sys.stderr)
-        return comp
     if comp is None or isinstance(comp, _Cold):  # fused and rendered once per tape structure
         cold = comp
         if mode == "auto" and len(tape.instrs) > PLAN_EAGER:
@@ -715,7 +710,7 @@ def run(tape, values, target="cpu"):
     if comp is None or not comp.ready():
         t = time.perf_counter()
         outs = interpret(tape, values)
-        if comp is not None and not isinstance(comp, _Machine):
+        if comp is not None:
             comp.rent += time.perf_counter() - t
     elif isinstance(comp, _Machine):
         return comp.run(values)  # fresh arrays, sharing memory with nothing
