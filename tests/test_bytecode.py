@@ -62,7 +62,7 @@ def _union_loop(codes, dt):
     ops = sorted({op for c in codes for op in c.ops})
     fn = kernel(bytecode.source(tuple(ops), dt))
     for c in codes:
-        where = np.array([ops.index(op) for op in c.ops], np.int64)
+        where = np.array([ops.index(op) for op in c.ops], np.int32)
         c.code = c.code.copy()
         c.code[:, bytecode.OP] = where[c.code[:, bytecode.OP]]
     return fn

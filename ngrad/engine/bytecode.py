@@ -4,7 +4,7 @@ Contract: ``encode(tape)`` returns a ``Bytecode``, or None when the tape does no
 slot, more than one floating dtype, a movement or reduction of rank above ``RANK``, an indexing
 primitive). Every slot gets a fixed window of one flat *arena* (booleans are stored as 0 and 1),
 windows are reused once their slot is dead, and each instruction becomes one or more rows
-``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]``. ``Bytecode.source`` is the
+``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]`` (int32). ``Bytecode.source`` is the
 text of the loop that runs such rows, rendered for exactly the operations the tape uses (so its
 compile cost grows with the variety of operations, never with the tape's length); the runtime
 compiles it like any kernel (``compile.kernel``) and calls ``bytecode.run(fn, values)``, which
@@ -53,7 +53,7 @@ class _Math(SourceMath):
 
 
 class Bytecode:
-    """An encoded tape: ``code`` (int64 rows), ``vals`` (one float per row: constants), the arena's
+    """An encoded tape: ``code`` (int32 rows), ``vals`` (one float per row: constants), the arena's
     ``size`` and ``dtype``, where inputs go and outputs come from, and the loop's ``source``."""
 
     __slots__ = ("code", "vals", "size", "dtype", "tensors", "scalar_at", "scalar_off", "outputs", "ops", "source")
@@ -170,10 +170,11 @@ def encode(tape):
         if op == "move":  # the common moves as flat loops: a contiguous window, one value spread
             live = [d for d, m in enumerate(shape) if m != 1]
             dense = _strides([shape[d] for d in live])
-            if all(dst[d] == k for d, k in zip(live, dense)):
-                if all(src[d] == k for d, k in zip(live, dense)):
+            if [dst[d] for d in live] == dense:
+                taken = [src[d] for d in live]
+                if taken == dense:
                     op = "copy"
-                elif all(src[d] == 0 for d in live):
+                elif not any(taken):
                     op = "spread"
         r = [ops.setdefault(op, len(ops)), n, out, a, b, c]
         rows.append(r + (_pad(shape, 1) + _pad(src, 0) + _pad(dst, 0) if shape else _FLAT))
@@ -202,8 +203,8 @@ def encode(tape):
     bc.size, bc.dtype = max(top[0], 1), np_dtype(dt)
     # the rows name operations by their place in the sorted set, so equal sets share one loop
     names = sorted(ops)
-    renumber = np.array([names.index(name) for name in ops] or [0], np.int64)
-    code = np.array(rows, np.int64).reshape(len(rows), WIDTH)
+    renumber = np.array([names.index(name) for name in ops] or [0], np.int32)
+    code = np.array(rows, np.int32).reshape(len(rows), WIDTH)  # offsets < 2**31: a slot has <= 4,096 elements
     code[:, OP] = renumber[code[:, OP]]
     bc.code, bc.vals, bc.ops = code, np.array(vals, np.float64), tuple(names)
     bc.source = source(bc.ops, dt)
