@@ -139,11 +139,27 @@ def encode(tape):
         else:
             seen[key] = ins.out
             instrs.append(ins)
-    last = {}
-    for j, ins in enumerate(instrs):
-        for a in ins.args:
-            last[same.get(a, a)] = j
+    # a broadcast of one element (a time step times a vector) is read by element-wise rows as
+    # that element, and is only materialised when something else reads it
     keep = {same.get(s, s) for s in tape.outputs}
+    spread = {}
+    for ins in instrs:
+        if ins.prim == "expand" and size[ins.args[0]] == 1:
+            a = same.get(ins.args[0], ins.args[0])
+            spread[ins.out] = spread.get(a, a)
+    reads, needed = [], set(keep)
+    for ins in instrs:
+        ew = ins.prim in _ELEMENTWISE
+        r = [same.get(a, a) for a in ins.args]
+        r = [spread.get(a, a) if ew else a for a in r]
+        needed.update(a for a in r)
+        reads.append(r)
+    kept = [j for j, ins in enumerate(instrs) if ins.out not in spread or ins.out in needed]
+    instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
+    last = {}
+    for j, r in enumerate(reads):
+        for a in r:
+            last[a] = j
     free, top, at = {}, [0], {}
 
     def alloc(slot):
@@ -184,13 +200,14 @@ def encode(tape):
     dtypes = tape.dtypes
     for j, ins in enumerate(instrs):
         alloc(ins.out)  # before the arguments are freed: no row reads and writes one window
-        reps = [same.get(a, a) for a in ins.args]
+        reps = reads[j]
         o, args = at[ins.out], [at[a] for a in reps]
         if ins.prim in _ELEMENTWISE:  # most rows: inline
-            key = (ins.prim, tuple(ins.params.items()), tuple(dtypes[a] for a in ins.args), dtypes[ins.out])
+            one = tuple(size[a] != size[ins.out] for a in reps)  # operands read as one element
+            key = (ins.prim, tuple(ins.params.items()), tuple(dtypes[a] for a in ins.args), dtypes[ins.out], one)
             op = named.get(key)
             if op is None:
-                op = named[key] = _element_op(tape, ins)
+                op = named[key] = _element_op(tape, ins, one)
             rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         else:
@@ -211,9 +228,11 @@ def encode(tape):
     return bc
 
 
-def _element_op(tape, ins):
+def _element_op(tape, ins, one):
+    """The operation's name: "prim[params](dtypes)", a dtype marked "*" where that operand is read
+    as one element, and "->b8" for a boolean result."""
     name = ins.prim + ("[" + ",".join(f"{k}={v!r}" for k, v in sorted(ins.params.items())) + "]" if ins.params else "")
-    return f"{name}({','.join(tape.dtypes[a] for a in ins.args)})" + (
+    return f"{name}({','.join(tape.dtypes[a] + '*' * s for a, s in zip(ins.args, one))})" + (
         "->b8" if tape.dtypes[ins.out] == "b8" else "")
 
 
@@ -328,18 +347,21 @@ def _branch(op, dt):
                 "            at = (p * s1 + q) * s2 + j",
                 "            acc += x[at]",
                 "            r[at] = acc"]
-    # an element-wise primitive: "prim[params](dtypes)", with "->b8" for a boolean result
+    # an element-wise primitive (see _element_op for its name)
     head, _, out = op.partition("->")
     name, _, rest = head.partition("(")
     dtypes = rest[:-1].split(",") if rest[:-1] else []
     prim, _, params = name.partition("[")
     kw = eval(f"dict({params[:-1]})") if params else {}  # noqa: S307 - text _element_op wrote
-    views = "xyz"[:len(dtypes)]
-    args = [Expr(f"({v}[i] != 0)" if d == "b8" else f"{v}[i]", d) for v, d in zip(views, dtypes)]
+    views, args = "xyz"[:len(dtypes)], []
+    for v, d in zip(views, dtypes):
+        ref = v if d.endswith("*") else f"{v}[i]"
+        d = d.rstrip("*")
+        args.append(Expr(f"({ref} != 0)" if d == "b8" else ref, d))
     e = PRIMS[prim].fwd(_Math, *args, **kw)
     text = f"(1 if {e.text} else 0)" if out == "b8" else e.text
     take = "".join(f", {v}" for v in views) + " = f[o:o + n]" + "".join(
-        f", f[{w}:{w} + n]" for w in "abc"[:len(dtypes)])
+        f", f[{w}]" if d.endswith("*") else f", f[{w}:{w} + n]" for w, d in zip("abc", dtypes))
     return [f"r{take}", "for i in range(n):", f"    r[i] = {text}"]
 
 
