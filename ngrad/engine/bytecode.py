@@ -78,6 +78,13 @@ _NO_ARGS = [[0, 0, 0], [0, 0], [0], []]  # the operand fields a row with k opera
 _ELEMENTWISE = frozenset(name for name, prim in PRIMS.items() if prim.kind in ELEMENTWISE)
 
 
+def _dense_slice(shape, out, params):
+    """Whether a slice of ``shape`` to ``out`` is one contiguous run of its argument's elements."""
+    live = [d for d, m in enumerate(out) if m != 1]
+    st = _strides(shape)
+    return [st[d] * params["steps"][d] for d in live] == _strides([out[d] for d in live])
+
+
 def _strides(shape):
     s, acc = [], 1
     for n in reversed(shape):
@@ -124,42 +131,51 @@ def encode(tape):
     if dt is None:
         return None
     size = [math.prod(s) for s in tape.shapes]
-    # an instruction equal to an earlier one (the same slice of an input in every step of a
-    # recurrence) reuses its slot, and a reshape is its argument's window read with another
-    # shape: ``same`` maps a slot to the one that holds its value
-    same, seen, instrs = {}, {}, []
+    # Windows are shared where values are: ``home`` maps a slot to (the slot whose window holds
+    # it, the offset in that window). An instruction equal to an earlier one (the same slice of
+    # an input in every step of a recurrence) reuses its window, a reshape is its argument's
+    # window read with another shape, and a contiguous slice is a part of its argument's window.
+    home, seen, instrs = {}, {}, []
     for ins in tape.instrs:
-        args = tuple((same.get(a, a), tape.shapes[a]) for a in ins.args)  # a window, read as a shape
+        args = tuple((*home.get(a, (a, 0)), tape.shapes[a]) for a in ins.args)  # a window, read as a shape
         # params of everything but a literal are ints and tuples of ints: equal means identical
         key = (ins.prim, args, params_key(ins.params) if ins.prim == "const" else tuple(ins.params.items()))
         if ins.prim in ("reshape", "detach"):
-            same[ins.out] = args[0][0]
+            home[ins.out] = args[0][:2]
+        elif ins.prim == "slice" and _dense_slice(tape.shapes[ins.args[0]], tape.shapes[ins.out], ins.params):
+            st = _strides(tape.shapes[ins.args[0]])
+            home[ins.out] = (args[0][0], args[0][1] + sum(a * k for a, k in zip(ins.params["starts"], st)))
         elif key in seen:
-            same[ins.out] = seen[key]
+            home[ins.out] = (seen[key], 0)
         else:
             seen[key] = ins.out
             instrs.append(ins)
     # a broadcast of one element (a time step times a vector) is read by element-wise rows as
     # that element, and is only materialised when something else reads it
-    keep = {same.get(s, s) for s in tape.outputs}
+    keep = {home.get(s, (s, 0))[0] for s in tape.outputs}
     spread = {}
     for ins in instrs:
         if ins.prim == "expand" and size[ins.args[0]] == 1:
-            a = same.get(ins.args[0], ins.args[0])
-            spread[ins.out] = spread.get(a, a)
-    reads, needed = [], set(keep)
+            r, d = home.get(ins.args[0], (ins.args[0], 0))
+            spread[ins.out] = spread.get(r, (r, d))
+    reads, needed = [], set(keep)  # per instruction: (window, offset, read as one element)
     for ins in instrs:
         ew = ins.prim in _ELEMENTWISE
-        r = [same.get(a, a) for a in ins.args]
-        r = [spread.get(a, a) if ew else a for a in r]
-        needed.update(a for a in r)
+        r = []
+        for a in ins.args:
+            w, d = home.get(a, (a, 0))
+            if ew and w in spread:
+                r.append((*spread[w], True))
+            else:
+                r.append((w, d, False))
+        needed.update(w for w, _, _ in r)
         reads.append(r)
     kept = [j for j, ins in enumerate(instrs) if ins.out not in spread or ins.out in needed]
     instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
     last = {}
     for j, r in enumerate(reads):
-        for a in r:
-            last[a] = j
+        for w, _, _ in r:
+            last[w] = j
     free, top, at = {}, [0], {}
 
     def alloc(slot):
@@ -200,10 +216,9 @@ def encode(tape):
     dtypes = tape.dtypes
     for j, ins in enumerate(instrs):
         alloc(ins.out)  # before the arguments are freed: no row reads and writes one window
-        reps = reads[j]
-        o, args = at[ins.out], [at[a] for a in reps]
+        o, args = at[ins.out], [at[w] + d for w, d, _ in reads[j]]
         if ins.prim in _ELEMENTWISE:  # most rows: inline
-            one = tuple(size[a] != size[ins.out] for a in reps)  # operands read as one element
+            one = tuple(single for _, _, single in reads[j])
             key = (ins.prim, tuple(ins.params.items()), tuple(dtypes[a] for a in ins.args), dtypes[ins.out], one)
             op = named.get(key)
             if op is None:
@@ -212,10 +227,13 @@ def encode(tape):
             vals.append(0.0)
         else:
             _rows(tape, ins, o, args, size, row)
-        for a in set(reps):
-            if last[a] == j and a not in keep:
-                free.setdefault(size[a], []).append(at[a])
-    bc.outputs = [(at[same.get(s, s)], size[s], tape.shapes[s], tape.dtypes[s] == "b8") for s in tape.outputs]
+        for w in {w for w, _, _ in reads[j]}:
+            if last[w] == j and w not in keep:
+                free.setdefault(size[w], []).append(at[w])
+    bc.outputs = []
+    for s in tape.outputs:
+        w, d = home.get(s, (s, 0))
+        bc.outputs.append((at[w] + d, size[s], tape.shapes[s], tape.dtypes[s] == "b8"))
     bc.scalar_off = np.array(scalar_off, np.intp)
     bc.size, bc.dtype = max(top[0], 1), np_dtype(dt)
     # the rows name operations by their place in the sorted set, so equal sets share one loop
