@@ -3,7 +3,8 @@
 Contract: ``encode(tape)`` returns a ``Bytecode``, or None when the tape does not fit (an integer
 slot, more than one floating dtype, a movement or reduction of rank above ``RANK``, an indexing
 primitive). Every slot gets a fixed window of one flat *arena* (booleans are stored as 0 and 1),
-windows are reused once their slot is dead, and each instruction becomes one or more rows
+windows are reused once their slot is dead (see ``home`` in ``encode`` for the values that share
+one), and each instruction becomes one or more rows
 ``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]`` (int32). ``Bytecode.source`` is the
 text of the loop that runs such rows, rendered for exactly the operations the tape uses (so its
 compile cost grows with the variety of operations, never with the tape's length); the runtime
