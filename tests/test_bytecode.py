@@ -182,3 +182,21 @@ def test_contiguous_windows_take_the_flat_operations():
     assert ops("slice", [x], {"starts": (0, 1), "stops": (2, 3), "steps": (1, 1)}) == ("move",)
     assert ops("expand", [x[:1]], {"shape": (4, 3)}) == ("move",)
     assert ops("expand", [x[:1, :1]], {"shape": (4, 3)}) == ("spread",)
+
+
+def test_pieces_of_a_concatenation_are_made_in_place(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, y = b.input((1, 4), "f64"), b.input((1, 3), "f64")
+    made = x * x  # read only by the concatenation: made in its place
+    kept = y.exp()  # read twice: copied
+    out = b.emit("cat", [made, kept, y], {"axis": 1})
+    tape = b.finish([out, (kept * 2.0).sum(axes=(0, 1), keepdim=False)])
+    code = bytecode.encode(tape)
+    copies = sum(code.ops[op] == "copy" for op in code.code[:, bytecode.OP])
+    assert copies == 2  # exp(y) and y; x * x was written into the result
+    values = [rng.standard_normal((1, 4)), rng.standard_normal((1, 3)), 2.0]
+    values = values[:len(tape.inputs)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-15)

@@ -173,10 +173,23 @@ def encode(tape):
         reads.append(r)
     kept = [j for j, ins in enumerate(instrs) if ins.out not in spread or ins.out in needed]
     instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
-    last = {}
+    last, uses = {}, {}
     for j, r in enumerate(reads):
         for w, _, _ in r:
             last[w] = j
+            uses[w] = uses.get(w, 0) + 1
+    # a piece of a concatenation along its leading axes that an element-wise row makes and
+    # nothing else reads is made in its place in the result: ``into`` maps it to (result, offset)
+    into = {}
+    made = {ins.out for ins in instrs if ins.prim in _ELEMENTWISE}
+    for ins in instrs:
+        axis = ins.params.get("axis")
+        if ins.prim == "cat" and math.prod(tape.shapes[ins.out][:axis]) == 1:
+            at, step = 0, _strides(tape.shapes[ins.out])[axis]
+            for a in ins.args:
+                if a in made and a not in home and uses[a] == 1 and a not in keep:
+                    into[a] = (ins.out, at * step)
+                at += tape.shapes[a][axis]
     free, top, at = {}, [0], {}
 
     def alloc(slot):
@@ -216,7 +229,14 @@ def encode(tape):
     named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
     dtypes = tape.dtypes
     for j, ins in enumerate(instrs):
-        alloc(ins.out)  # before the arguments are freed: no row reads and writes one window
+        # allocated before the arguments are freed: no row reads and writes one window
+        if ins.out in into:
+            result, offset = into[ins.out]
+            if result not in at:
+                alloc(result)
+            at[ins.out] = at[result] + offset
+        elif ins.out not in at:
+            alloc(ins.out)
         o, args = at[ins.out], [at[w] + d for w, d, _ in reads[j]]
         if ins.prim in _ELEMENTWISE:  # most rows: inline
             one = tuple(single for _, _, single in reads[j])
@@ -227,9 +247,9 @@ def encode(tape):
             rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         else:
-            _rows(tape, ins, o, args, size, row)
+            _rows(tape, ins, o, args, size, row, into)
         for w in {w for w, _, _ in reads[j]}:
-            if last[w] == j and w not in keep:
+            if last[w] == j and w not in keep and w not in into:
                 free.setdefault(size[w], []).append(at[w])
     bc.outputs = []
     for s in tape.outputs:
@@ -255,8 +275,9 @@ def _element_op(tape, ins, one):
         "->b8" if tape.dtypes[ins.out] == "b8" else "")
 
 
-def _rows(tape, ins, o, args, size, row):
-    """Append the rows of one instruction (``o``, ``args``: arena offsets)."""
+def _rows(tape, ins, o, args, size, row, into):
+    """Append the rows of one instruction (``o``, ``args``: arena offsets; ``into``: pieces of a
+    concatenation already in place)."""
     p, shape, n = ins.params, tape.shapes[ins.out], size[ins.out]
     if ins.prim == "const":
         row("const", 1, o, val=float(p["value"]))
@@ -288,10 +309,11 @@ def _rows(tape, ins, o, args, size, row):
         flat = math.prod(shape[:axis]) == 1  # each piece is one contiguous window of the result
         for a, slot in zip(args, ins.args):
             piece = tape.shapes[slot]
-            if flat:
-                row("copy", size[slot], o + at * st[axis], a)
-            else:
-                row("move", size[slot], o + at * st[axis], a, shape=piece, src=_strides(piece), dst=st)
+            if slot not in into:  # a piece made in place needs no row
+                if flat:
+                    row("copy", size[slot], o + at * st[axis], a)
+                else:
+                    row("move", size[slot], o + at * st[axis], a, shape=piece, src=_strides(piece), dst=st)
             at += piece[axis]
     elif ins.prim in _REDUCE:
         src_shape = tape.shapes[ins.args[0]]
