@@ -73,7 +73,10 @@ def test_every_primitive_and_the_corpus_equal_the_interpreter(dtype, rng):
     cases = _cases(dtype, rng)
     codes = {name: bytecode.encode(tape) for name, (tape, _) in cases.items()}
     assert all(c is not None for c in codes.values()), [n for n, c in codes.items() if c is None]
-    assert any(op.startswith("mul(") and "*" in op for c in codes.values() for op in c.ops)  # one-element reads
+    used = {op for c in codes.values() for op in c.ops}
+    assert any(op.startswith("mul(") and "*" in op for op in used)  # one-element reads
+    assert {"place", "spread", "move", "copy", "fill", "matmul", "cumsum"} <= used
+    assert dtype == np.float32 or "accumulate" in used  # the corpus (float64) sums slice gradients
     fn = _union_loop(list(codes.values()), "f64" if dtype == np.float64 else "f32")
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for name, (tape, values) in cases.items():
@@ -200,3 +203,16 @@ def test_pieces_of_a_concatenation_are_made_in_place(rng):
     got, ref = code.run(kernel(code.source), values), interpret(tape, values)
     for a, r in zip(got, ref):
         np.testing.assert_allclose(a, r, rtol=1e-15)
+
+
+def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, g = b.input((7,), "f64"), b.input((3,), "f64")
+    placed = g.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,))
+    tape = b.finish([(x + placed) * x])
+    code = bytecode.encode(tape)
+    assert "accumulate" in code.ops and "place" not in code.ops
+    values = [rng.standard_normal(7), rng.standard_normal(3)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-15)

@@ -79,6 +79,16 @@ _NO_ARGS = [[0, 0, 0], [0, 0], [0], []]  # the operand fields a row with k opera
 _ELEMENTWISE = frozenset(name for name, prim in PRIMS.items() if prim.kind in ELEMENTWISE)
 
 
+def _window(shape, out, params):
+    """Where the window of ``unslice(x of shape; out, params)`` starts in the result, when it is
+    one contiguous run of it; else None."""
+    st = _strides(out)
+    live = [d for d, m in enumerate(shape) if m != 1]
+    if [st[d] * params["steps"][d] for d in live] != _strides([shape[d] for d in live]):
+        return None
+    return sum(a * k for a, k in zip(params["starts"], st))
+
+
 def _dense_slice(shape, out, params):
     """Whether a slice of ``shape`` to ``out`` is one contiguous run of its argument's elements."""
     live = [d for d, m in enumerate(out) if m != 1]
@@ -131,7 +141,7 @@ def encode(tape):
     dt = _fits(tape)
     if dt is None:
         return None
-    size = [math.prod(s) for s in tape.shapes]
+    size, dtypes = [math.prod(s) for s in tape.shapes], tape.dtypes
     # Windows are shared where values are: ``home`` maps a slot to (the slot whose window holds
     # it, the offset in that window). An instruction equal to an earlier one (the same slice of
     # an input in every step of a recurrence) reuses its window, a reshape is its argument's
@@ -173,6 +183,32 @@ def encode(tape):
         reads.append(r)
     kept = [j for j, ins in enumerate(instrs) if ins.out not in spread or ins.out in needed]
     instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
+    # the gradient of a contiguous slice that one sum reads (a fan-out being accumulated) is
+    # added into that sum's copy of its other operand: ``folded`` maps the sum's index to (the
+    # operand it replaced, where the window starts)
+    uses = {}
+    for r in reads:
+        for w, _, _ in r:
+            uses[w] = uses.get(w, 0) + 1
+    windows = {}
+    for j, ins in enumerate(instrs):
+        if ins.prim == "unslice" and ins.out not in keep and uses.get(ins.out) == 1:
+            start = _window(tape.shapes[ins.args[0]], tape.shapes[ins.out], ins.params)
+            if start is not None:
+                windows[ins.out] = (reads[j][0], (start, size[ins.args[0]]))
+    folded, gone = {}, set()
+    for j, ins in enumerate(instrs):
+        if ins.prim == "add" and dtypes[ins.out][0] == "f":
+            for k, (w, _, single) in enumerate(reads[j]):
+                if w in windows and not single and not reads[j][1 - k][2]:
+                    reads[j] = [reads[j][1 - k], windows[w][0]]
+                    folded[j] = windows[w][1]
+                    gone.add(w)
+                    break
+    if gone:
+        kept = [j for j, ins in enumerate(instrs) if ins.out not in gone]
+        folded = {kept.index(j): v for j, v in folded.items()}
+        instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
     last, uses = {}, {}
     for j, r in enumerate(reads):
         for w, _, _ in r:
@@ -227,7 +263,6 @@ def encode(tape):
         vals.append(val)
 
     named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
-    dtypes = tape.dtypes
     for j, ins in enumerate(instrs):
         # allocated before the arguments are freed: no row reads and writes one window
         if ins.out in into:
@@ -238,7 +273,11 @@ def encode(tape):
         elif ins.out not in at:
             alloc(ins.out)
         o, args = at[ins.out], [at[w] + d for w, d, _ in reads[j]]
-        if ins.prim in _ELEMENTWISE:  # most rows: inline
+        if j in folded:  # the sum of a value and a slice's gradient (see ``folded``)
+            start, length = folded[j]
+            rows.append([ops.setdefault("accumulate", len(ops)), size[ins.out], o, *args, length, start, *_FLAT[1:]])
+            vals.append(0.0)
+        elif ins.prim in _ELEMENTWISE:  # most rows: inline
             one = tuple(single for _, _, single in reads[j])
             key = (ins.prim, tuple(ins.params.items()), tuple(dtypes[a] for a in ins.args), dtypes[ins.out], one)
             op = named.get(key)
@@ -297,13 +336,13 @@ def _rows(tape, ins, o, args, size, row, into):
         row("move", n, o, base, shape=shape, src=src, dst=_strides(shape))
     elif ins.prim == "unslice":
         src_shape, st = tape.shapes[ins.args[0]], _strides(shape)
-        at, dst = sum(a * s for a, s in zip(p["starts"], st)), [s * k for s, k in zip(st, p["steps"])]
-        live = [d for d, m in enumerate(src_shape) if m != 1]
-        if all(dst[d] == k for d, k in zip(live, _strides([src_shape[d] for d in live]))):
-            row("place", n, o, args[0], at, size[ins.args[0]])  # one window: zeros around a copy
+        start = _window(src_shape, shape, p)
+        if start is not None:
+            row("place", n, o, args[0], start, size[ins.args[0]])  # one window: zeros around a copy
         else:
             row("fill", n, o, val=0.0)
-            row("move", size[ins.args[0]], o + at, args[0], shape=src_shape, src=_strides(src_shape), dst=dst)
+            row("move", size[ins.args[0]], o + sum(a * k for a, k in zip(p["starts"], st)), args[0],
+                shape=src_shape, src=_strides(src_shape), dst=[k * m for k, m in zip(st, p["steps"])])
     elif ins.prim == "cat":
         axis, st, at = p["axis"], _strides(shape), 0
         flat = math.prod(shape[:axis]) == 1  # each piece is one contiguous window of the result
@@ -357,6 +396,9 @@ def _branch(op, dt):
     zero = _typed(0, dt)
     if op == "copy":
         return ["r, x = f[o:o + n], f[a:a + n]", "for i in range(n):", "    r[i] = x[i]"]
+    if op == "accumulate":  # rows: x at a plus a window of c elements at b, added from code[k, 6] on
+        return ["r, x, g = f[o:o + n], f[a:a + n], f[b:b + c]", "w = code[k, 6]", "v = f[o + w:o + w + c]",
+                "for i in range(n):", "    r[i] = x[i]", "for i in range(c):", "    v[i] += g[i]"]
     if op == "place":  # rows: the window starts at b and is c long
         return ["r, w, x = f[o:o + n], f[o + b:o + b + c], f[a:a + c]", "for i in range(b):", f"    r[i] = {zero}",
                 "for i in range(c):", "    w[i] = x[i]", "for i in range(b + c, n):", f"    r[i] = {zero}"]
