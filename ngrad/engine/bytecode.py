@@ -207,7 +207,8 @@ def encode(tape):
                     break
     if gone:
         kept = [j for j, ins in enumerate(instrs) if ins.out not in gone]
-        folded = {kept.index(j): v for j, v in folded.items()}
+        position = {j: k for k, j in enumerate(kept)}
+        folded = {position[j]: v for j, v in folded.items()}
         instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
     last, uses = {}, {}
     for j, r in enumerate(reads):
