@@ -33,8 +33,7 @@ from .tape import params_key
 __all__ = ["encode", "Bytecode", "RANK"]
 
 RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
-OP, N, OUT, A, B, C, SHAPE, SRC, DST = 0, 1, 2, 3, 4, 5, 6, 10, 14
-WIDTH = 18
+OP, WIDTH = 0, 18  # a row's operation field, and its width (see the module docstring)
 
 _MOVES = ("reshape", "detach", "permute", "expand", "slice", "unslice", "flip", "cat")
 _REDUCE = ("sum", "prod", "amax", "amin")
@@ -79,21 +78,20 @@ _NO_ARGS = [[0, 0, 0], [0, 0], [0], []]  # the operand fields a row with k opera
 _ELEMENTWISE = frozenset(name for name, prim in PRIMS.items() if prim.kind in ELEMENTWISE)
 
 
-def _window(shape, out, params):
-    """Where the window of ``unslice(x of shape; out, params)`` starts in the result, when it is
-    one contiguous run of it; else None."""
-    st = _strides(out)
+def _dense(shape, strides):
+    """Whether walking ``shape`` with ``strides`` visits one contiguous run in order (axes of
+    extent 1 take no step)."""
     live = [d for d, m in enumerate(shape) if m != 1]
-    if [st[d] * params["steps"][d] for d in live] != _strides([shape[d] for d in live]):
+    return [strides[d] for d in live] == _strides([shape[d] for d in live])
+
+
+def _window(small, big, params):
+    """Where the window ``starts``/``steps`` of ``params`` of an array of shape ``big`` starts,
+    when its ``small`` elements are one contiguous run of it; else None (slice and unslice)."""
+    st = _strides(big)
+    if not _dense(small, [k * m for k, m in zip(st, params["steps"])]):
         return None
     return sum(a * k for a, k in zip(params["starts"], st))
-
-
-def _dense_slice(shape, out, params):
-    """Whether a slice of ``shape`` to ``out`` is one contiguous run of its argument's elements."""
-    live = [d for d, m in enumerate(out) if m != 1]
-    st = _strides(shape)
-    return [st[d] * params["steps"][d] for d in live] == _strides([out[d] for d in live])
 
 
 def _strides(shape):
@@ -153,9 +151,9 @@ def encode(tape):
         key = (ins.prim, args, params_key(ins.params) if ins.prim == "const" else tuple(ins.params.items()))
         if ins.prim in ("reshape", "detach"):
             home[ins.out] = args[0][:2]
-        elif ins.prim == "slice" and _dense_slice(tape.shapes[ins.args[0]], tape.shapes[ins.out], ins.params):
-            st = _strides(tape.shapes[ins.args[0]])
-            home[ins.out] = (args[0][0], args[0][1] + sum(a * k for a, k in zip(ins.params["starts"], st)))
+        elif ins.prim == "slice" and (start := _window(tape.shapes[ins.out], tape.shapes[ins.args[0]],
+                                                      ins.params)) is not None:
+            home[ins.out] = (args[0][0], args[0][1] + start)
         elif key in seen:
             home[ins.out] = (seen[key], 0)
         else:
@@ -210,11 +208,10 @@ def encode(tape):
         position = {j: k for k, j in enumerate(kept)}
         folded = {position[j]: v for j, v in folded.items()}
         instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
-    last, uses = {}, {}
+    last = {}  # (``uses`` still holds: a fold moves a read from the unslice to the sum)
     for j, r in enumerate(reads):
         for w, _, _ in r:
             last[w] = j
-            uses[w] = uses.get(w, 0) + 1
     # a piece of a concatenation along its leading axes that an element-wise row makes and
     # nothing else reads is made in its place in the result: ``into`` maps it to (result, offset)
     into = {}
@@ -250,15 +247,11 @@ def encode(tape):
     ops, rows, vals = {}, [], []
 
     def row(op, n, out, a=0, b=0, c=0, shape=(), src=(), dst=(), val=0.0):
-        if op == "move":  # the common moves as flat loops: a contiguous window, one value spread
-            live = [d for d, m in enumerate(shape) if m != 1]
-            dense = _strides([shape[d] for d in live])
-            if [dst[d] for d in live] == dense:
-                taken = [src[d] for d in live]
-                if taken == dense:
-                    op = "copy"
-                elif not any(taken):
-                    op = "spread"
+        if op == "move" and _dense(shape, dst):  # as flat loops: a contiguous window, one value spread
+            if _dense(shape, src):
+                op = "copy"
+            elif not any(k for k, m in zip(src, shape) if m != 1):
+                op = "spread"
         r = [ops.setdefault(op, len(ops)), n, out, a, b, c]
         rows.append(r + (_pad(shape, 1) + _pad(src, 0) + _pad(dst, 0) if shape else _FLAT))
         vals.append(val)

@@ -73,18 +73,22 @@ class Problem:
         raise KeyError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
 
 
+def _step(prob, T, t):
+    """The value and outputs from the inputs ``t`` (leaves in ``prob.wrt`` require grad)."""
+    if prob.compute is not None:
+        return prob.compute(T, t)
+    value = prob.objective(T, **t)
+    value.backward()
+    return value, {k: t[k].grad for k in prob.wrt}
+
+
 def _autograd(prob, T, from_numpy):
     """ngrad and PyTorch share the code: leaves from NumPy, the objective, backward."""
 
     def run(inp):
         t = {k: (from_numpy(v).requires_grad_(k in prob.wrt) if isinstance(v, np.ndarray) else v)
              for k, v in inp.items()}
-        if prob.compute is not None:
-            value, outs = prob.compute(T, t)
-        else:
-            value = prob.objective(T, **t)
-            value.backward()
-            outs = {k: t[k].grad for k in prob.wrt}
+        value, outs = _step(prob, T, t)
         return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
     return run
 
@@ -96,12 +100,7 @@ def _compiled(prob):
     peer runs under ``jax.jit``)."""
 
     def step(t, static):  # the Python numbers (sizes, hyperparameters) are static: a new value traces again
-        t = {**t, **dict(static)}
-        if prob.compute is not None:
-            return prob.compute(ngrad, t)
-        value = prob.objective(ngrad, **t)
-        value.backward()
-        return value, {k: t[k].grad for k in prob.wrt}
+        return _step(prob, ngrad, {**t, **dict(static)})
     step = ngrad.compile(step, static_argnums=(1,))
 
     def run(inp):
