@@ -257,25 +257,34 @@ class _Variant:
                 place[id(n)] = len(unique)
                 unique.append(n)
         self.where = [place[id(n)] for n in roots]
-        low = lower(unique)
-        self.inputs, self.consts = [], []
-        for n in low.sources:
+
+        def origin(n):
             i = id(n)
             if i in trace.calls:
-                self.inputs.append(("call", trace.calls[i]))
-            elif i in trace.traced:
-                self.inputs.append(("arg", trace.arg_of[i]))
-            elif i in grad_before:
-                self.inputs.append(("grad", grad_before[i]))
-            elif i in before:
+                return "call", trace.calls[i]
+            if i in trace.traced:
+                return "arg", trace.arg_of[i]
+            if i in grad_before:
+                return "grad", grad_before[i]
+            if i in before:
                 key, ref = before[i]
-                self.inputs.append(("node", _target(arg_at.get(key), ref)))
-            elif n.owner is not None and n.owner() is not None:
-                t = n.owner()
-                self.inputs.append(("node", _target(arg_at.get(id(t)), n.owner)))
-            else:
-                self.inputs.append(("const", n))
-                self.consts.append(n)
+                return "node", _target(arg_at.get(key), ref)
+            if n.owner is not None and n.owner() is not None:
+                return "node", _target(arg_at.get(id(n.owner())), n.owner)
+            return "const", n
+
+        # a one-element constant (a Python number in the function, a gradient seed) is a
+        # literal of the tape: kernels fold it instead of taking it as an argument per call
+        self.consts = []
+
+        def literal(n):
+            if np.size(n.value) != 1 or origin(n)[0] != "const":
+                return False
+            self.consts.append(n)
+            return True
+        low = lower(unique, literal=literal)
+        self.inputs = [origin(n) for n in low.sources]
+        self.consts += [data for kind, data in self.inputs if kind == "const"]
         self.tape = low.tape
         # ... and it reaches a tensor from outside the call that requires grad
         graph = graph and any(n.requires_grad for n in low.sources)
@@ -285,6 +294,7 @@ class _Variant:
         self.seen = replacements[0]
         self.statics = trace.statics
         self.entry = None if graph else self._entry([isinstance(a, Tensor) for a in flat])
+        self.plain = self.entry is not None and not self.statics and not self.guards  # see valid
 
     def valid(self, flat):
         for getter, value in self.statics:
@@ -417,7 +427,6 @@ class CompiledFunction:
         if _gm.trace is not None:  # called while tracing another compiled function: inline
             return self.fn(*args, **kwargs)
         if not kwargs and not self.static_argnums:
-            flat = list(args)
             key = []
             for a in args:
                 if type(a) is Tensor:
@@ -426,7 +435,15 @@ class CompiledFunction:
                 else:
                     break
             else:
-                return self._replay((tuple(key), _gm.enabled), flat, args, kwargs, None)
+                key = (tuple(key), _gm.enabled)
+                hit = self.variants.get(key)
+                # the common case, in as few Python calls as possible: one variant, nothing to guard
+                if hit is not None and hit[0].plain and hit[0].seen == replacements[0]:
+                    try:
+                        return hit[0].entry(args)
+                    except _Stale:
+                        pass
+                return self._replay(key, list(args), args, kwargs, None)
         flat = []
         parts = self._spec(args, kwargs, flat)
         return self._replay((parts, _gm.enabled), flat, args, kwargs, parts)

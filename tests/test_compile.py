@@ -34,12 +34,30 @@ def test_value_and_grad_replays_and_matches_finite_differences(rng):
     assert vg.traces == 2  # once per size, the Python function is not re-run on later calls
 
 
-def test_a_new_size_retraces_without_compiling(rng):
-    vg = ngrad.compile(ngrad.func.value_and_grad(lambda x: (x.tanh() * x.exp()).sum()))
+@pytest.mark.parametrize("fn", [lambda x: (x.tanh() * x.exp()).sum(), rosen])
+def test_a_new_size_retraces_without_compiling(fn, rng):
+    # slices too: their windows' bounds are kernel arguments, not text
+    vg = ngrad.compile(ngrad.func.value_and_grad(fn))
     vg(ngrad.tensor(rng.standard_normal(7), dtype=ngrad.float64))
     before = kcompile.stats["compiled"] + kcompile.stats["loaded"]
     vg(ngrad.tensor(rng.standard_normal(11), dtype=ngrad.float64))
     assert kcompile.stats["compiled"] + kcompile.stats["loaded"] == before
+
+
+def test_one_element_constants_are_literals_of_the_program(rng):
+    # Python numbers, the gradient's seed and a captured one-element tensor are folded into the
+    # kernels; updating that tensor in place makes the next call trace again
+    c = ngrad.tensor(3.0)
+    vg = ngrad.compile(ngrad.func.value_and_grad(lambda x: ((x * 2.5 + 1) ** 2).sum() * c))
+    x0 = rng.standard_normal(5)
+    value, g = vg(ngrad.tensor(x0))
+    (variant,) = [v for vs in vg.variants.values() for v in vs]
+    assert len(variant.tape.inputs) == 1 and variant.tape.format().count("const(") >= 3
+    assert value.item() == pytest.approx((((x0 * 2.5 + 1) ** 2).sum() * 3))
+    np.testing.assert_allclose(g.numpy(), 2 * (x0 * 2.5 + 1) * 2.5 * 3, rtol=1e-12)
+    c.mul_(2.0)
+    np.testing.assert_allclose(vg(ngrad.tensor(x0))[1].numpy(), 2 * (x0 * 2.5 + 1) * 2.5 * 6, rtol=1e-12)
+    assert vg.traces == 2
 
 
 def _eager_step(w, A, b, lr):

@@ -51,7 +51,13 @@ def _pairs(x, w):
     return ((1 / r2) ** 3 * w[None, :]).sum() / 2
 
 
-@pytest.mark.parametrize("fn", [_program, _chain, _pairs])
+def _windows(x, w):
+    # slices read through windows and their gradients read as padded arrays: along the rows
+    # (no chunks: a chunk would need its neighbours' rows) and along axis 1 only (chunked)
+    return (x[1:, 2:] * x[:-1, :-2]).sum() + ((x[:, ::2] - w[::2]).sin() ** 2).sum() + x[:, 1:-1].exp().sum()
+
+
+@pytest.mark.parametrize("fn", [_program, _chain, _pairs, _windows])
 def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypatch):
     rng = np.random.default_rng(0)
     if fn is _pairs:

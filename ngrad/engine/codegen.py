@@ -15,12 +15,13 @@ import math
 
 import numpy as np
 
+from .dtypes import from_short
 from .prims import PRIMS
 from .tape import format_instr
 
 __all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
 
-CODEGEN_VERSION = 21  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 22  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -164,24 +165,33 @@ class Part:
     ``late[k]``: passed as a one-element array because an earlier loop of the same function makes
     it), stored slots, reductions (their accumulator arrays, passed without their reduced axes),
     and ``guard``: a last one-element bool array set when an argument left the range of a guarded
-    primitive. ``fresh[k]``: the kernel writes all of accumulator k itself."""
+    primitive. ``fresh[k]``: the kernel writes all of accumulator k itself. ``padded``: input
+    array position -> whether its rows are shifted, for arrays read through a window (a slice,
+    or an unslice: zero outside the window); ``shifted``: some array (passed or local) is read at
+    other rows than the loop's, so the loop cannot run in chunks of rows. Stores the function
+    keeps as local scratch are in neither ``stores`` nor ``arrays``. ``bounds``: None, or the
+    int64 array of window starts and stops passed last."""
 
-    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh")
+    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "padded", "shifted",
+                 "bounds")
 
-    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh):
+    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh, padded=None, shifted=False,
+                 bounds=None):
         self.dims, self.late = dims, late
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
-        self.guard, self.fresh = guard, fresh
+        self.guard, self.fresh, self.padded, self.shifted = guard, fresh, padded or {}, shifted
+        self.bounds = bounds
 
     @property
     def rows(self):
-        """Per input array: indexed by the outermost loop variable (else read at row 0 only)."""
-        return [not pattern[0] for _, pattern in self.arrays]
+        """Per input array: indexed by the outermost loop variable (else read at row 0 only; a
+        padded array whose rows are shifted is neither: see ``shifted``)."""
+        return [not pattern[0] and not self.padded.get(k) for k, (_, pattern) in enumerate(self.arrays)]
 
     @property
     def whole(self):
-        """Per input array: read only at the loop's own index (no broadcast axis)."""
-        return [not any(pattern) for _, pattern in self.arrays]
+        """Per input array: read only at the loop's own index (no broadcast axis, no padding)."""
+        return [not any(pattern) and k not in self.padded for k, (_, pattern) in enumerate(self.arrays)]
 
 
 class Source:
@@ -228,10 +238,15 @@ def identity(prim, dtype):
 SMALL_DIM = 4
 
 
-def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag=""):
+def _unsigned(index):
+    return f"np.uint64({index})"
+
+
+def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None):
     """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
     (reads, its instructions against the math namespace ``math_``, stores); return the expression
-    of every slot it defines. ``arrays`` and ``scalars`` collect the kernel's parameters."""
+    of every slot it defines. ``arrays`` and ``scalars`` collect the kernel's parameters;
+    ``bounds`` (key -> (name, value)) the window starts and stops, which are arguments too."""
     names = {}
     for slot in sorted(kernel.reads):
         r = kernel.reads[slot]
@@ -242,6 +257,37 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag=""):
             if r[1] not in scalars:
                 scalars.append(r[1])
             names[slot] = Expr(f"{p}s{scalars.index(r[1])}", dtype)
+        elif r[0] in ("window", "pad"):
+            src, pattern = r[1], tuple(False for _ in tape.shapes[r[1]]) or (False,)
+            if (src, pattern) not in arrays:
+                arrays.append((src, pattern))
+            # unsigned indices: Numba checks a signed one for negativity, which stops LLVM
+            # from vectorising the loop
+            # Starts and stops are arguments, so one kernel serves every size (x[1:] and x[:-1]
+            # at n=100 and n=1000); steps are in the text. A start of 0 or a stop at the end is
+            # left out, so the text depends on sizes only when a window is whole at one size.
+            def bound(axis, end, value):
+                name, _ = bounds.setdefault((slot, axis, end), (f"{p}w{len(bounds)}", value))
+                return name
+            ix, inside = [], []
+            for d, (i, (a, b, c), n) in enumerate(zip(idx, r[2], kernel.shape)):
+                a_ = bound(d, 0, a) if a else None
+                if r[0] == "window":
+                    ix.append(i if c == 1 else f"{i} * {c}")
+                    ix[-1] = _unsigned(f"{a_} + {ix[-1]}") if a else ix[-1]
+                    continue
+                ix.append(_unsigned(f"{i} - {a_}") if a else i)
+                inside += ([f"{i} >= {a_}"] if a else []) + ([f"{i} < {bound(d, 1, b)}"] if b < n else [])
+                if c != 1:
+                    ix[-1] = f"{ix[-1]} // {c}"
+                    inside.append(f"({i} - {a_ or 0}) % {c} == 0")
+            v = f"{p}r{slot}{tag}"
+            load = f"{p}a{arrays.index((src, pattern))}[{', '.join(ix) or '0'}]"
+            if inside:
+                load += f" if {' and '.join(inside)} else {_typed(0, dtype)}"
+            what = "slice" if r[0] == "window" else "unslice, zero outside"
+            body.append(f"{v} = {load}  # read %{src} as %{slot} = {what}")
+            names[slot] = Expr(v, dtype)
         else:
             src, pattern = r[1], tuple(r[2]) or (False,)
             if (src, pattern) not in arrays:
@@ -292,8 +338,11 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag=""):
     return names
 
 
-def _loops(kernel, tape, p, late):
-    """The parameters and lines of one kernel's loop nest, every name prefixed with ``p``."""
+def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
+    """The parameters and lines of one kernel's loop nest, every name prefixed with ``p``.
+    ``scratch``: stores the function allocates itself; ``bound``: slot -> the local array an
+    earlier loop of the function stored it in (read from there, not passed)."""
+    bound = bound or {}
     rank = max(1, len(kernel.shape))
     shape = kernel.shape or (1,)
     # A short innermost extent (xyz coordinates) is unrolled here: its copies of the body become
@@ -311,10 +360,11 @@ def _loops(kernel, tape, p, late):
     post = {d: [] for d in range(-1, rank)}  # lines run inside loop d, after loop d + 1 ends
     fresh = [True] * len(kernel.reductions)  # accumulator arrays the kernel overwrites whole
 
+    bounds = {}
     for copy in range(max(unroll, 1)):
         idx = [f"{p}i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
         tag = f"_{copy}" if unroll else ""
-        names = _element(kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag)
+        names = _element(kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag, bounds)
         for ins in kernel.body:
             if ins.prim in GUARDED and names[ins.args[0]].text not in guards:
                 guards.append(names[ins.args[0]].text)
@@ -362,15 +412,21 @@ def _loops(kernel, tape, p, late):
         body.append(f"{p}bad += {test}  # range guard of sin/cos")
         pre[-1].append(f"{p}bad = 0")
         post[-1].append(f"{p}flag[0] = {p}bad > 0")
-    stores = list(kernel.stores)
     dims = [d for d in range(loop_dims) if d == 0 or shape[d] > SMALL_DIM]  # extents not in the text
-    params = ([f"{p}n{d}" for d in dims] + [f"{p}a{k}" for k in range(len(arrays))]
+    params = ([f"{p}n{d}" for d in dims] + [f"{p}a{k}" for k, (a, _) in enumerate(arrays) if a not in bound]
               + [f"{p}S{k}" if sc in late else f"{p}s{k}" for k, sc in enumerate(scalars)]
-              + [f"{p}o{k}" for k in range(len(stores))]
-              + [f"{p}c{k}" for k in range(len(kernel.reductions))] + ([f"{p}flag"] if guard else []))
+              + [f"{p}o{k}" for k, st in enumerate(kernel.stores) if st not in scratch]
+              + [f"{p}c{k}" for k in range(len(kernel.reductions))] + ([f"{p}flag"] if guard else [])
+              + ([f"{p}w"] if bounds else []))
+    extents = "".join(f"{p}n{d}, " if d in dims else f"{shape[d]}, " for d in range(rank))
+    out = [f"{p}o{k} = np.empty(({extents}), {_NP_TYPE[tape.dtypes[st]]})  # scratch %{st}"
+           for k, st in enumerate(kernel.stores) if st in scratch]
+    out += [f"{p}a{k} = {bound[a]}  # %{a}, stored above" for k, (a, _) in enumerate(arrays) if a in bound]
+    out += [f"{name} = {p}w[{k}]  # {'start' if end == 0 else 'stop'} of %{slot}'s window on axis {axis}"
+            for k, ((slot, axis, end), (name, _)) in enumerate(bounds.items())]
     # a scalar made by an earlier loop of the same function arrives as a one-element array, read
     # once that loop has run; any other is a plain argument
-    out = [f"{p}s{k} = {p}S{k}[0]" for k, sc in enumerate(scalars) if sc in late]
+    out += [f"{p}s{k} = {p}S{k}[0]" for k, sc in enumerate(scalars) if sc in late]
     ind = ""
     for d in range(loop_dims):
         out += [ind + ln for ln in pre[d - 1]]
@@ -389,8 +445,15 @@ def _loops(kernel, tape, p, late):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
-    return params, out, Part(dims, arrays, scalars, [sc in late for sc in scalars], stores, list(kernel.reductions),
-                             guard, fresh)
+    shifted = {r[1] for r in kernel.reads.values()
+               if r[0] in ("window", "pad") and r[2] and tuple(r[2][0]) != (0, shape[0], 1)}
+    windowed = {r[1] for r in kernel.reads.values() if r[0] in ("window", "pad")}
+    passed = [(a, pattern) for a, pattern in arrays if a not in bound]
+    padded = {k: a in shifted for k, (a, pattern) in enumerate(passed) if a in windowed and not any(pattern)}
+    part = Part(dims, passed, scalars, [sc in late for sc in scalars], [st for st in kernel.stores if st not in scratch],
+                list(kernel.reductions), guard, fresh, padded, bool(shifted),
+                np.array([v for _, v in bounds.values()], np.int64) if bounds else None)
+    return params, out, part
 
 
 def render(kernel, tape):
@@ -398,14 +461,38 @@ def render(kernel, tape):
     return program([kernel], tape)
 
 
-def program(kernels, tape, late=frozenset()):
+# A value one loop stores and only later loops of the same function read is allocated by the
+# function (Numba: tens of nanoseconds) instead of passed in (NumPy: a few hundred), up to this
+# size; bigger ones come from the runtime's buffer pool, where they cost no page faults.
+SCRATCH_MAX_BYTES = 1 << 15
+
+
+def program(kernels, tape, late=frozenset(), outside=None):
     """One function running several kernels' loops in order (``late``: the slots its own loops
     make). One compile instead of one per kernel: Numba spends about 0.2 s on every function
-    whatever its size. Kernel j's names carry the prefix ``k{j}_``."""
-    params, lines, parts = [], [], []
+    whatever its size. Kernel j's names carry the prefix ``k{j}_``. ``outside``: the slots read
+    by anything but this function's loops (None: all); a small store no one outside reads is
+    local scratch (see ``SCRATCH_MAX_BYTES``)."""
+    scratch = set()
+    if outside is not None:
+        denied = set(outside)
+        for kern in kernels:
+            for r in kern.reads.values():  # a local array is read at the loop's index or through a window
+                if r[0] == "scalar" or (r[0] == "array" and (any(r[2]) or tape.shapes[r[1]] != kern.shape)):
+                    denied.add(r[1])
+            for st in kern.stores:
+                if st in scratch or math.prod(kern.shape) * from_short(tape.dtypes[st]).itemsize > SCRATCH_MAX_BYTES \
+                        or (kern.shape or (1,)) != (tape.shapes[st] or (1,)):
+                    denied.add(st)  # stored twice (recomputed by a later loop), big, or reshaped
+                scratch.add(st)
+        scratch -= denied
+    params, lines, parts, bound = [], [], [], {}
     for j, kern in enumerate(kernels):
         p = f"k{j}_" if len(kernels) > 1 else ""
-        ps, ls, part = _loops(kern, tape, p, late)
+        ps, ls, part = _loops(kern, tape, p, late, scratch, bound)
+        for k, st in enumerate(kern.stores):
+            if st in scratch:
+                bound[st] = f"{p}o{k}"
         params += ps
         if len(kernels) > 1:
             lines.append(f"# loop {j}")

@@ -82,6 +82,7 @@ def fuse(tape, target="cpu"):
     steps = []  # (position, step)
     where = {s: ((-1,), False) for s in tape.inputs}  # slot -> (position of its step, by an epilogue)
     literal = {}
+    windows = {}  # slot of a slice -> the kernel read of its source through the slice's window
     latest = {}  # shape -> (position, kernel)
     loops = [0]  # loop kernels made so far
     defs = {}  # slot -> how a kernel computed it: ("read", read) or ("instr", instr)
@@ -156,6 +157,8 @@ def fuse(tape, target="cpu"):
             return
         if slot in literal:
             kern.reads[slot] = ("literal", literal[slot])
+        elif slot in windows:
+            kern.reads[slot] = windows[slot]
         elif where[slot][0] == pos or not remat(kern, pos, slot, budget or [REMAT_BUDGET]):
             kern.reads[slot] = ("array", slot, tuple(False for _ in kern.shape))
         kern.defined.add(slot)
@@ -194,6 +197,22 @@ def fuse(tape, target="cpu"):
             kern.defined.add(ins.out)
             defs[ins.out] = ("read", kern.reads[ins.out])
             where[ins.out] = (pos, False)
+        elif ins.prim == "slice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
+            # a view for glue; a kernel reads the source at the window's indices instead (no
+            # view built per call, and every slice of one array is one kernel argument)
+            p = ins.params
+            windows[ins.out] = ("window", ins.args[0], tuple(zip(p["starts"], p["stops"], p["steps"])))
+            glue(ins)
+        elif ins.prim == "unslice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
+            # the gradient of a slice is read where it is used (zero outside its window) instead
+            # of being built as a zeroed array: a fan-out of slices sums in one loop
+            src = ins.args[0]
+            pos, kern = kernel_for(shape, [src])
+            p = ins.params
+            kern.reads[ins.out] = ("pad", src, tuple(zip(p["starts"], p["stops"], p["steps"])))
+            kern.defined.add(ins.out)
+            defs[ins.out] = ("read", kern.reads[ins.out])
+            where[ins.out] = (pos, False)
         elif prim.kind in FUSED:
             pos, kern = kernel_for(shape, ins.args)
             for a in ins.args:
@@ -222,10 +241,10 @@ def fuse(tape, target="cpu"):
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
     for step in steps:
-        if cpu and isinstance(step, Kernel) and len(step.body) == 1 and not step.reductions and \
+        if cpu and isinstance(step, Kernel) and len(step.body) <= 1 and not step.reductions and \
                 math.prod(step.shape) < SMALL_LOOP:
             flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items()) if r[0] != "literal" and r[1] != slot]
-            flat.append(Glue(step.body[0]))
+            flat += [Glue(ins) for ins in step.body]
         else:
             flat.append(step)
     steps = _live(_sink(flat), tape)

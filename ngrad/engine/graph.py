@@ -142,13 +142,14 @@ class Lowered:
     __slots__ = ("tape", "sources", "slot_of", "node_of_instr")
 
 
-def lower(roots, grad=False, cuts=(), recompute=()):
+def lower(roots, grad=False, cuts=(), recompute=(), literal=None):
     """Lower the graph below ``roots`` to a tape whose outputs are the roots (see module doc).
 
     ``cuts``: realized nodes read as inputs even in ``grad`` mode (the reverse pass then runs
     in segments between them: tensor hooks, custom Functions; forward mode reads its dual
     tensors this way). ``recompute``: realized nodes put on the tape anyway (forward mode: the
-    path from the dual tensors, which tangents must flow along)."""
+    path from the dual tensors, which tangents must flow along). ``literal(node)``: whether a
+    one-element source becomes a const of the tape instead of an input (``ngrad.compile``)."""
     b = Builder()
     slot_of, sources, node_of_instr = {}, [], {}
     bcast = {}
@@ -158,6 +159,9 @@ def lower(roots, grad=False, cuts=(), recompute=()):
         if n in slot_of:
             continue
         if n.value is not None and (n in cuts or not ((grad and n.differentiable) or n in recompute)):
+            if literal is not None and literal(n):
+                slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
+                continue
             kind = "scalar" if n.params and n.params.get("scalar") else "tensor"
             slot_of[n] = b.input(n.shape, n.dtype.short, kind).slot
             sources.append(n)

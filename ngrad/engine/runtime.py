@@ -94,9 +94,12 @@ class _Layout:
         from .fuse import Kernel
         steps = plan.steps
         self.segments, self.sources, self.chunked = [], [], []
-        for seg in _segments(steps):
+        segments = _segments(steps)
+        readers = _readers(segments, steps, tape)
+        for n, seg in enumerate(segments):
             kerns = [steps[k] for k in seg if isinstance(steps[k], Kernel)]
-            src = program(kerns, tape, _made_in(seg, steps)) if kerns else None
+            outside = {s for k in seg if isinstance(steps[k], Kernel) for s in steps[k].stores if readers.get(s, {n}) != {n}}
+            src = program(kerns, tape, _made_in(seg, steps), outside) if kerns else None
             big = split and any(_big(kn) for kn in kerns)
             if big and not _row_local(seg, steps, src, tape):
                 for k in seg:  # each loop on its own, so each can be chunked (or not) alone
@@ -141,6 +144,20 @@ def _donors(gone, part, env, made):
 VECTOR_MATH = frozenset(name[len("_v"):] for name in FUNCTIONS)
 
 
+def _readers(segments, steps, tape):
+    """slot -> the segments whose loops read it; None stands for a reader that is not a loop
+    (glue, or the caller: an output)."""
+    from .fuse import Glue
+    readers = {s: {None} for s in tape.outputs}
+    for n, seg in enumerate(segments):
+        for k in seg:
+            st = steps[k]
+            for s in (st.instr.args if isinstance(st, Glue) else
+                      [r[1] for r in st.reads.values() if r[0] != "literal"]):
+                readers.setdefault(s, set()).add(None if isinstance(st, Glue) else n)
+    return readers
+
+
 def _made_in(seg, steps):
     """The slots a segment's own steps make."""
     from .fuse import Glue
@@ -178,6 +195,8 @@ def _row_local(seg, steps, src, tape):
                     whole.add(step.instr.out)
             continue
         part = next(parts)
+        if part.shifted:
+            return False
         for (a, _), rows in zip(part.arrays, part.rows):
             if a in made and (a in whole or not rows):
                 return False
@@ -369,7 +388,7 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
         scalars = args[at + rank + na:at + rank + na + ns]
         stores = args[at + rank + na + ns:at + rank + na + ns + no]
         accs = args[at + rank + na + ns + no:at + rank + na + ns + no + nc]
-        at += rank + na + ns + no + nc + (1 if part.guard else 0)
+        at += rank + na + ns + no + nc + (1 if part.guard else 0) + (part.bounds is not None)
         privates = []
         for ins, fresh, c in zip(part.reductions, part.fresh, accs):
             if 0 in ins.params["axes"]:
@@ -387,6 +406,8 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
             if part.guard:
                 flags.append(np.zeros(1, np.bool_))
                 calls[j].append(flags[-1])
+            if part.bounds is not None:  # a chunked loop has no window along its rows
+                calls[j].append(part.bounds)
     first = calls[0]
     if not fn.ready:  # the first call compiles (or loads from disk): once, in this thread
         fn(*first)
@@ -564,6 +585,8 @@ def _execute(comp, tape, values):
                 if part.guard:
                     flags.append(np.zeros(1, np.bool_))
                     args.append(flags[-1])
+                if part.bounds is not None:
+                    args.append(part.bounds)
             t = time.perf_counter()
             if chunked:
                 bad = _run_chunked(fn, [steps[j] for j in seg if not isinstance(steps[j], Glue)], src, args,
@@ -915,6 +938,9 @@ def _driver(comp, tape):
                 guards.append(f"b{len(guards)}_{j}")
                 lines.append(f"{guards[-1]} = zeros(1, bool_)")
                 args.append(guards[-1])
+            if part.bounds is not None:
+                g[f"W{n_seg}_{j}"] = part.bounds
+                args.append(f"W{n_seg}_{j}")
         name = f"K{n_seg}"
         g[name] = _warming(fn, g, name)
         lines.append(f"{name}({', '.join(args)})")
