@@ -13,6 +13,7 @@ tape into a driver, so a later call is: check the signature and guards, gather i
 the driver, write back the updates.
 """
 import functools
+import math
 import weakref
 
 import numpy as np
@@ -21,6 +22,7 @@ from . import grad_mode as _grad_mode
 from ._gc import paused
 from .engine import dtypes as D
 from .engine.graph import Node as _Node, lower, replay, source
+from .engine.prims import PRIMS
 from .engine.realize import realize
 from .engine.runtime import prepare
 from .tensor import Tensor, _replace, _wrap, replacements
@@ -203,6 +205,67 @@ def _fetch(kind, data, flat):
     return t._node
 
 
+# Values computed from constants alone are computed once, when the program is made, up to this
+# size each; bigger ones are recomputed by every call rather than held.
+FOLD_MAX_BYTES = 1 << 26
+
+
+def _fold(roots, constant):
+    """Compute the constant subexpressions below ``roots`` now: nodes whose sources are all
+    constant sources (``constant(node)``) or such nodes, and that something non-constant reads
+    (a Vandermonde matrix of fixed points, ``sign(t)``). Their values make them sources of the
+    tape, so a call no longer recomputes them. Movements (a reshape, a broadcast) are not
+    folded, their sources are: a broadcast stays a broadcast read. Returns the constant
+    sources the folded values came from (the program is stale once one is updated in place)."""
+    const, order, stack = {}, [], [(n, False) for n in roots]
+    while stack:  # post-order, iteratively: graphs can be 100,000 nodes deep
+        n, done = stack.pop()
+        if id(n) in const:
+            continue
+        if done or n.value is not None or not n.srcs:
+            const[id(n)] = (constant(n) if n.value is not None else
+                            n.op != "input" and not n.requires_grad and all(const[id(a)] for a in n.srcs))
+            order.append(n)
+            continue
+        stack.append((n, True))
+        stack.extend((a, False) for a in n.srcs if id(a) not in const)
+    fold, sources, seen = [], [], set()
+    edge = [n for n in roots if const[id(n)]]
+    edge += [a for n in order if not const[id(n)] for a in n.srcs if const[id(a)]]
+    while edge:
+        n = edge.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.value is not None:
+            sources.append(n)
+        elif n.op == "const":
+            continue
+        elif PRIMS[n.op].kind == "movement" or math.prod(n.shape) * n.dtype.itemsize > FOLD_MAX_BYTES:
+            edge.extend(n.srcs)
+        else:
+            fold.append(n)
+            edge.extend(_leaves(n))
+    if fold:
+        realize(fold)
+    return sources
+
+
+def _leaves(n):
+    """The sources with values below ``n``."""
+    out, stack, seen = [], [n], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.value is not None:
+            out.append(m)
+        else:
+            stack.extend(m.srcs)
+    return out
+
+
 def _tensor_of(a, dt):
     t = _object_new(Tensor)
     t._node = _Node("input", (), None, a.shape, dt, False, a)
@@ -276,6 +339,7 @@ class _Variant:
         # a one-element constant (a Python number in the function, a gradient seed) is a
         # literal of the tape: kernels fold it instead of taking it as an argument per call
         self.consts = []
+        self.consts += _fold(unique, lambda n: origin(n)[0] == "const")
 
         def literal(n):
             if np.size(n.value) != 1 or origin(n)[0] != "const":

@@ -256,3 +256,31 @@ def test_create_graph_loop_does_not_leak(rng):
     grown = tracemalloc.get_traced_memory()[0] - first
     tracemalloc.stop()
     assert grown < 200_000, grown
+
+
+def test_constant_subexpressions_are_computed_once(rng):
+    # a Vandermonde matrix of fixed points and sign(t) depend on no argument: the program reads
+    # them as inputs instead of recomputing pow and sign per call; updating t retraces
+    t = ngrad.linspace(-1, 1, 50, dtype=ngrad.float64)
+    k = ngrad.arange(4, dtype=ngrad.float64)
+    def residual(x):
+        return ((t[:, None] ** k) * x).sum(1) - t.sign()
+    vg = ngrad.compile(ngrad.func.value_and_grad(lambda x: (residual(x) * residual(x)).sum()))
+    x0 = rng.standard_normal(4)
+
+    def expect(tv):
+        V = tv[:, None] ** np.arange(4)
+        r = V @ x0 - np.sign(tv)
+        return r @ r, 2 * V.T @ r
+    for _ in range(2):
+        value, g = vg(ngrad.tensor(x0))
+        want = expect(t.numpy())
+        assert value.item() == pytest.approx(want[0], rel=1e-12)
+        np.testing.assert_allclose(g.numpy(), want[1], rtol=1e-12)
+    (variant,) = [v for vs in vg.variants.values() for v in vs]
+    prims = {ins.prim for ins in variant.tape.instrs}
+    assert not prims & {"pow", "sign"} and "expand" in prims
+    assert max(np.prod(variant.tape.shapes[s]) for s in variant.tape.inputs) == 50 * 4
+    t.mul_(0.5)
+    np.testing.assert_allclose(vg(ngrad.tensor(x0))[1].numpy(), expect(t.numpy())[1], rtol=1e-12)
+    assert vg.traces == 2
