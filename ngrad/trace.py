@@ -213,57 +213,41 @@ FOLD_MAX_BYTES = 1 << 26
 def _fold(roots, constant):
     """Compute the constant subexpressions below ``roots`` now: nodes whose sources are all
     constant sources (``constant(node)``) or such nodes, and that something non-constant reads
-    (a Vandermonde matrix of fixed points, ``sign(t)``). Their values make them sources of the
-    tape, so a call no longer recomputes them. Movements (a reshape, a broadcast) are not
-    folded, their sources are: a broadcast stays a broadcast read. Returns the constant
-    sources the folded values came from (the program is stale once one is updated in place)."""
-    const, order, stack = {}, [], [(n, False) for n in roots]
+    (a Vandermonde matrix of fixed points, ``sign(t)``), unless they only broadcast one-element
+    constants (literals in the kernels). Their values make them sources of the tape, so a call
+    no longer recomputes them. Movements (a reshape, a broadcast) are not folded, their sources
+    are: a broadcast stays a broadcast read. Returns the constant sources of the graph (the
+    program is stale once one is updated in place)."""
+    const, wide, order, stack = {}, {}, [], [(n, False) for n in roots]
     while stack:  # post-order, iteratively: graphs can be 100,000 nodes deep
         n, done = stack.pop()
         if id(n) in const:
             continue
-        if done or n.value is not None or not n.srcs:
-            const[id(n)] = (constant(n) if n.value is not None else
-                            n.op != "input" and not n.requires_grad and all(const[id(a)] for a in n.srcs))
-            order.append(n)
+        if n.value is not None:
+            const[id(n)] = c = constant(n)
+            wide[id(n)] = c and np.size(n.value) > 1
+        elif done or not n.srcs:
+            const[id(n)] = c = n.op != "input" and not n.requires_grad and all(const[id(a)] for a in n.srcs)
+            wide[id(n)] = c and any(wide[id(a)] for a in n.srcs)
+        else:
+            stack.append((n, True))
+            stack.extend((a, False) for a in n.srcs if id(a) not in const)
             continue
-        stack.append((n, True))
-        stack.extend((a, False) for a in n.srcs if id(a) not in const)
-    fold, sources, seen = [], [], set()
-    edge = [n for n in roots if const[id(n)]]
-    edge += [a for n in order if not const[id(n)] for a in n.srcs if const[id(a)]]
+        order.append(n)
+    fold, seen = [], set()
+    edge = [n for n in roots if const[id(n)]] + [a for n in order if not const[id(n)] for a in n.srcs if const[id(a)]]
     while edge:
         n = edge.pop()
-        if id(n) in seen:
+        if id(n) in seen or n.value is not None or not wide[id(n)]:
             continue
         seen.add(id(n))
-        if n.value is not None:
-            sources.append(n)
-        elif n.op == "const":
-            continue
-        elif PRIMS[n.op].kind == "movement" or math.prod(n.shape) * n.dtype.itemsize > FOLD_MAX_BYTES:
+        if PRIMS[n.op].kind == "movement" or math.prod(n.shape) * n.dtype.itemsize > FOLD_MAX_BYTES:
             edge.extend(n.srcs)
         else:
             fold.append(n)
-            edge.extend(_leaves(n))
     if fold:
         realize(fold)
-    return sources
-
-
-def _leaves(n):
-    """The sources with values below ``n``."""
-    out, stack, seen = [], [n], set()
-    while stack:
-        m = stack.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        if m.value is not None:
-            out.append(m)
-        else:
-            stack.extend(m.srcs)
-    return out
+    return [n for n in order if n.value is not None and const[id(n)]]
 
 
 def _tensor_of(a, dt):
