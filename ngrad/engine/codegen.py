@@ -242,6 +242,31 @@ def _unsigned(index):
     return f"np.uint64({index})"
 
 
+def _window_index(r, slot, idx, shape, bounds, p):
+    """The index expressions of a window read ``r`` (a slice: the source at start + step * i; an
+    unslice: at (i - start) / step) at loop indices ``idx``, and the conditions under which an
+    unslice's element is inside its window (zero outside). Starts and stops are arguments
+    (``bounds``: key -> (name, value)), so one kernel serves every size (x[1:] and x[:-1] at
+    n=100 and n=1000); steps are literals. A start of 0 or a stop at the end is left out, so the
+    text depends on sizes only where a window is whole at one size. Indices are unsigned: Numba
+    checks a signed one for negativity, which stops LLVM from vectorising the loop."""
+    def bound(axis, end, value):
+        return bounds.setdefault((slot, axis, end), (f"{p}w{len(bounds)}", value))[0]
+    ix, inside = [], []
+    for d, (i, (a, b, c), n) in enumerate(zip(idx, r[2], shape)):
+        start = bound(d, 0, a) if a else None
+        if r[0] == "window":
+            at = i if c == 1 else f"{i} * {c}"
+            ix.append(_unsigned(f"{start} + {at}") if a else at)
+            continue
+        ix.append(_unsigned(f"{i} - {start}") if a else i)
+        inside += ([f"{i} >= {start}"] if a else []) + ([f"{i} < {bound(d, 1, b)}"] if b < n else [])
+        if c != 1:
+            ix[-1] = f"{ix[-1]} // {c}"
+            inside.append(f"({i} - {start or 0}) % {c} == 0")
+    return ix, inside
+
+
 def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None):
     """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
     (reads, its instructions against the math namespace ``math_``, stores); return the expression
@@ -261,26 +286,7 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             src, pattern = r[1], tuple(False for _ in tape.shapes[r[1]]) or (False,)
             if (src, pattern) not in arrays:
                 arrays.append((src, pattern))
-            # unsigned indices: Numba checks a signed one for negativity, which stops LLVM
-            # from vectorising the loop
-            # Starts and stops are arguments, so one kernel serves every size (x[1:] and x[:-1]
-            # at n=100 and n=1000); steps are in the text. A start of 0 or a stop at the end is
-            # left out, so the text depends on sizes only when a window is whole at one size.
-            def bound(axis, end, value):
-                name, _ = bounds.setdefault((slot, axis, end), (f"{p}w{len(bounds)}", value))
-                return name
-            ix, inside = [], []
-            for d, (i, (a, b, c), n) in enumerate(zip(idx, r[2], kernel.shape)):
-                a_ = bound(d, 0, a) if a else None
-                if r[0] == "window":
-                    ix.append(i if c == 1 else f"{i} * {c}")
-                    ix[-1] = _unsigned(f"{a_} + {ix[-1]}") if a else ix[-1]
-                    continue
-                ix.append(_unsigned(f"{i} - {a_}") if a else i)
-                inside += ([f"{i} >= {a_}"] if a else []) + ([f"{i} < {bound(d, 1, b)}"] if b < n else [])
-                if c != 1:
-                    ix[-1] = f"{ix[-1]} // {c}"
-                    inside.append(f"({i} - {a_ or 0}) % {c} == 0")
+            ix, inside = _window_index(r, slot, idx, kernel.shape, bounds, p)
             v = f"{p}r{slot}{tag}"
             load = f"{p}a{arrays.index((src, pattern))}[{', '.join(ix) or '0'}]"
             if inside:

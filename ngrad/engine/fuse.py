@@ -163,6 +163,15 @@ def fuse(tape, target="cpu"):
             kern.reads[slot] = ("array", slot, tuple(False for _ in kern.shape))
         kern.defined.add(slot)
 
+    def as_read(ins, r):
+        """``ins`` computed by the way a kernel of its shape reads its operand (a broadcast, an
+        unslice), in the latest such kernel: it costs no step of its own."""
+        pos, kern = kernel_for(tape.shapes[ins.out], [r[1]])
+        kern.reads[ins.out] = r
+        kern.defined.add(ins.out)
+        defs[ins.out] = ("read", r)
+        where[ins.out] = (pos, False)
+
     # Next to real loops, one-element arithmetic (a seed times a constant, the max of a logsumexp
     # checked for inf) runs as NumPy glue: microseconds per call, against a fifth of a second to
     # compile a kernel for it. A tape of scalars only still compiles to one kernel.
@@ -189,30 +198,19 @@ def fuse(tape, target="cpu"):
             where[ins.out] = (pos, False)
         elif ins.prim == "expand" and ins.args[0] not in literal:
             src = ins.args[0]
-            pos, kern = kernel_for(shape, [src])
             if _ones(tape.shapes[src]):
-                kern.reads[ins.out] = ("scalar", src)
+                as_read(ins, ("scalar", src))
             else:
-                kern.reads[ins.out] = ("array", src, tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape)))
-            kern.defined.add(ins.out)
-            defs[ins.out] = ("read", kern.reads[ins.out])
-            where[ins.out] = (pos, False)
+                as_read(ins, ("array", src, tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape))))
         elif ins.prim == "slice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
             # a view for glue; a kernel reads the source at the window's indices instead (no
             # view built per call, and every slice of one array is one kernel argument)
-            p = ins.params
-            windows[ins.out] = ("window", ins.args[0], tuple(zip(p["starts"], p["stops"], p["steps"])))
+            windows[ins.out] = ("window", ins.args[0], _window(ins.params))
             glue(ins)
         elif ins.prim == "unslice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
             # the gradient of a slice is read where it is used (zero outside its window) instead
             # of being built as a zeroed array: a fan-out of slices sums in one loop
-            src = ins.args[0]
-            pos, kern = kernel_for(shape, [src])
-            p = ins.params
-            kern.reads[ins.out] = ("pad", src, tuple(zip(p["starts"], p["stops"], p["steps"])))
-            kern.defined.add(ins.out)
-            defs[ins.out] = ("read", kern.reads[ins.out])
-            where[ins.out] = (pos, False)
+            as_read(ins, ("pad", ins.args[0], _window(ins.params)))
         elif prim.kind in FUSED:
             pos, kern = kernel_for(shape, ins.args)
             for a in ins.args:
@@ -243,7 +241,9 @@ def fuse(tape, target="cpu"):
     for step in steps:
         if cpu and isinstance(step, Kernel) and len(step.body) <= 1 and not step.reductions and \
                 math.prod(step.shape) < SMALL_LOOP:
-            flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items()) if r[0] != "literal" and r[1] != slot]
+            # its reads as NumPy steps (a slice's own view step is already there)
+            flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items())
+                     if r[0] not in ("literal", "window") and r[1] != slot]
             flat += [Glue(ins) for ins in step.body]
         else:
             flat.append(step)
@@ -256,6 +256,11 @@ def fuse(tape, target="cpu"):
         if isinstance(step, Kernel):
             step.stores = [s for s in _defined_order(step) if s in needed and s not in literal]
     return Plan(tape, steps)
+
+
+def _window(params):
+    """A slice's or unslice's (start, stop, step) per axis."""
+    return tuple(zip(params["starts"], params["stops"], params["steps"]))
 
 
 def _live(steps, tape):
