@@ -320,19 +320,12 @@ class _Variant:
                 return "node", _target(arg_at.get(id(n.owner())), n.owner)
             return "const", n
 
-        # a one-element constant (a Python number in the function, a gradient seed) is a
-        # literal of the tape: kernels fold it instead of taking it as an argument per call
-        self.consts = []
-        self.consts += _fold(unique, lambda n: origin(n)[0] == "const")
-
-        def literal(n):
-            if np.size(n.value) != 1 or origin(n)[0] != "const":
-                return False
-            self.consts.append(n)
-            return True
-        low = lower(unique, literal=literal)
+        # constant subexpressions are computed now, and a one-element constant (a Python number
+        # in the function, a gradient seed) is a literal of the tape: kernels fold it instead of
+        # taking it as an argument per call. ``consts``: every constant source the program used.
+        self.consts = _fold(unique, lambda n: origin(n)[0] == "const")
+        low = lower(unique, literal=lambda n: np.size(n.value) == 1 and origin(n)[0] == "const")
         self.inputs = [origin(n) for n in low.sources]
-        self.consts += [data for kind, data in self.inputs if kind == "const"]
         self.tape = low.tape
         # ... and it reaches a tensor from outside the call that requires grad
         graph = graph and any(n.requires_grad for n in low.sources)

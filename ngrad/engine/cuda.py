@@ -25,7 +25,7 @@ import numpy as np
 
 from .codegen import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source, identity
 from .interpret import compute, interpret, np_dtype
-from .runtime import _check, _squeezed, _threshold, debug_level, jit_mode
+from .runtime import _check, _dead_after_steps, _squeezed, _threshold, debug_level, jit_mode
 
 __all__ = ["run"]
 
@@ -62,7 +62,6 @@ class _Program:
 
     def __init__(self, tape, host=()):
         from .fuse import Glue, Kernel, fuse
-        from .interpret import dead_after
         self.plan = fuse(tape, "cuda")
         self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"} | set(host)
         for step in self.plan.steps:
@@ -72,9 +71,7 @@ class _Program:
         self.sources = [cuda_source(st, tape, late) if isinstance(st, Kernel) else None for st in self.plan.steps]
         self.kernels = None
         self.seen = 0
-        reads = [st.instr.args if isinstance(st, Glue) else [r[1] for r in st.reads.values() if r[0] != "literal"]
-                 for st in self.plan.steps]
-        self.dead = dead_after(reads, set(tape.outputs))
+        self.dead = _dead_after_steps(tape, self.plan)
         self.consts = {}
 
     def compile(self):

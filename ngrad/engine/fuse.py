@@ -18,7 +18,7 @@ import math
 
 from .prims import PRIMS
 
-__all__ = ["fuse", "Plan", "Kernel", "Glue"]
+__all__ = ["fuse", "reads_of", "Plan", "Kernel", "Glue"]
 
 FUSED = ("unary", "binary", "compare", "logical", "where", "cast")
 EPILOGUES = ("sum", "prod", "amax", "amin")
@@ -251,7 +251,7 @@ def fuse(tape, target="cpu"):
     # a value defined in a kernel is stored when anything outside that kernel reads it
     needed = set(tape.outputs)
     for step in steps:
-        needed |= _reads(step)
+        needed |= reads_of(step)
     for step in steps:
         if isinstance(step, Kernel):
             step.stores = [s for s in _defined_order(step) if s in needed and s not in literal]
@@ -269,18 +269,16 @@ def _live(steps, tape):
     CPU but a device allocation and launch on the GPU."""
     live, kept = set(tape.outputs), []
     for step in reversed(steps):
-        if isinstance(step, Glue):
-            if step.instr.out not in live:
-                continue
-            live.update(step.instr.args)
-        else:
-            live.update(r[1] for r in step.reads.values() if r[0] != "literal")
+        if isinstance(step, Glue) and step.instr.out not in live:
+            continue
+        live.update(reads_of(step))
         kept.append(step)
     return kept[::-1]
 
 
-def _reads(step):
-    """The slots a step reads from outside itself."""
+def reads_of(step):
+    """The slots a step reads from outside itself (a glue step's operands, a kernel's arrays
+    and scalars)."""
     if isinstance(step, Glue):
         return set(step.instr.args)
     r = {src[1] for src in step.reads.values() if src[0] != "literal"}
@@ -295,7 +293,7 @@ def _sink(steps):
     they are views and never separate loops."""
     out, pending, after_kernel = [], [], False
     for step in steps:
-        need = _reads(step)
+        need = reads_of(step)
         for g in reversed(pending):  # release the pending producers of this step, transitively
             if g.instr.out in need:
                 need |= set(g.instr.args)

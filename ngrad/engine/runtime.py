@@ -147,14 +147,12 @@ VECTOR_MATH = frozenset(name[len("_v"):] for name in FUNCTIONS)
 def _readers(segments, steps, tape):
     """slot -> the segments whose loops read it; None stands for a reader that is not a loop
     (glue, or the caller: an output)."""
-    from .fuse import Glue
+    from .fuse import Glue, reads_of
     readers = {s: {None} for s in tape.outputs}
     for n, seg in enumerate(segments):
         for k in seg:
-            st = steps[k]
-            for s in (st.instr.args if isinstance(st, Glue) else
-                      [r[1] for r in st.reads.values() if r[0] != "literal"]):
-                readers.setdefault(s, set()).add(None if isinstance(st, Glue) else n)
+            for s in reads_of(steps[k]):
+                readers.setdefault(s, set()).add(None if isinstance(steps[k], Glue) else n)
     return readers
 
 
@@ -426,10 +424,8 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
 
 
 def _dead_after_steps(tape, plan):
-    from .fuse import Glue
-    reads = [step.instr.args if isinstance(step, Glue) else [r[1] for r in step.reads.values() if r[0] != "literal"]
-             for step in plan.steps]
-    return dead_after(reads, set(tape.outputs))
+    from .fuse import reads_of
+    return dead_after([reads_of(step) for step in plan.steps], set(tape.outputs))
 
 
 def _squeezed(shape, pattern):
