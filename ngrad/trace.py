@@ -12,8 +12,10 @@ require grad or that the function updates, and their ``.grad``. ``runtime.prepar
 tape into a driver, so a later call is: check the signature and guards, gather input arrays, run
 the driver, write back the updates.
 """
+import builtins
 import functools
 import math
+import sys
 import weakref
 
 import numpy as np
@@ -24,7 +26,7 @@ from .engine import dtypes as D
 from .engine.graph import Node as _Node, lower, replay, source
 from .engine.prims import PRIMS
 from .engine.realize import realize
-from .engine.runtime import prepare
+from .engine.runtime import debug_level, inline, prepare
 from .tensor import Tensor, _replace, _wrap, replacements
 
 __all__ = ["compile", "TraceError"]
@@ -250,13 +252,17 @@ def _fold(roots, constant):
     return [n for n in order if n.value is not None and const[id(n)]]
 
 
-def _tensor_of(a, dt):
-    t = _object_new(Tensor)
-    t._node = _Node("input", (), None, a.shape, dt, False, a)
-    return t
+def _define(name, lines, g):
+    """Define the generated function ``name(flat)`` with body ``lines`` in globals ``g``."""
+    text = f"def {name}(flat):\n" + "".join(f"    {line}\n" for line in lines)
+    if debug_level() >= 2:
+        print(f"ngrad: generated {name}\n{text}", file=sys.stderr)
+    exec(builtins.compile(text, f"<ngrad {name}>", "exec"), g)  # ``compile`` is ours
+    return g[name]
 
 
 _object_new = object.__new__
+MISS = object()  # what a probe returns when its call is not the one it was made for
 
 
 class _Stale(Exception):
@@ -281,7 +287,7 @@ class _Variant:
     """A traced program: where each input comes from, the prepared tape, effects, guards and the
     output tree. Inputs are ("arg", k), ("const", node), ("node", target) or ("grad", target)."""
 
-    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph):
+    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, key):
         arg_at = {}
         for k, a in enumerate(flat):
             if isinstance(a, Tensor):
@@ -334,8 +340,9 @@ class _Variant:
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
         self.statics = trace.statics
-        self.entry = None if graph else self._entry([isinstance(a, Tensor) for a in flat])
-        self.plain = self.entry is not None and not self.statics and not self.guards  # see valid
+        self.plain = not graph and not self.statics and not self.guards  # see valid
+        self.entry, self.probe = (None, None) if graph else self._entry(
+            [isinstance(a, Tensor) for a in flat], key if self.plain else None)
 
     def valid(self, flat):
         for getter, value in self.statics:
@@ -354,50 +361,66 @@ class _Variant:
             self.seen = replacements[0]
         return True
 
-    def _entry(self, is_tensor):
-        """A generated function for the replay of a run-mode program (see ``__call__``): input
-        reads, the driver call, output wrapping and the output tree as straight-line code."""
+    def _entry(self, is_tensor, key):
+        """Generated functions for the replay of a run-mode program (see ``__call__``): input
+        reads, the driver call, output tensors and the output tree as straight-line code.
+        ``entry(flat)`` runs once ``valid`` held. ``probe(args)``, made for a plain variant of a
+        call with only positional tensors (``key`` is its signature, else None), first checks
+        what ``CompiledFunction.__call__`` and ``valid`` would and returns ``MISS`` when any
+        differs; the driver's code is inlined in it (``runtime.inline``), so a call of the common
+        case runs one generated Python function and the kernels. Names here start with ``_``."""
         from .engine.dtypes import from_short
-        g = {"run": self.run, "ready": lambda n: realize([n])[0], "Stale": _Stale, "apply": self._apply,
-             "tensor_of": _tensor_of}
-        lines, vals = [], []
+        from .engine.graph import ON_RECORD
+        g = {"_run": self.run, "_ready": lambda n: realize([n])[0], "_Stale": _Stale, "_apply": self._apply,
+             "_Tensor": Tensor, "_Node": _Node, "_new": _object_new, "_RECORD": ON_RECORD, "_GM": _gm,
+             "_REPL": replacements, "_V": self, "_MISS": MISS}
+        reads, vals, probed = [], [], []  # probed: reads of arguments, as the probe makes them
         for i, (kind, data) in enumerate(self.inputs):
-            v = f"v{i}"
+            v = f"_v{i}"
             vals.append(v)
             if kind == "arg" and not is_tensor[data]:
-                lines.append(f"{v} = flat[{data}]")
+                reads.append(f"{v} = flat[{data}]")
                 continue
             if kind == "const":
-                g[f"C{i}"] = data.value
-                lines.append(f"{v} = C{i}")
+                g[f"_C{i}"] = data.value
+                reads.append(f"{v} = _C{i}")
                 continue
             if kind == "call":
-                g[f"F{i}"] = data
-                lines.append(f"{v} = F{i}()")
+                g[f"_F{i}"] = data
+                reads.append(f"{v} = _F{i}()")
                 continue
             if kind == "arg":
-                lines.append(f"n{i} = flat[{data}]._node")
+                reads.append(f"_n{i} = flat[{data}]._node")
+                probed.append((len(reads) - 1, f"_n{i} = _a{data}"))
             else:
-                g[f"T{i}"] = data
+                g[f"_T{i}"] = data
                 if kind == "grad":
-                    lines += [f"n{i} = T{i}(flat)._grad", f"if n{i} is None: raise Stale()", f"n{i} = n{i}._node"]
+                    reads += [f"_n{i} = _T{i}(flat)._grad", f"if _n{i} is None: raise _Stale()", f"_n{i} = _n{i}._node"]
                 else:
-                    lines.append(f"n{i} = T{i}(flat)._node")
-            lines += [f"{v} = n{i}.value", f"if {v} is None: {v} = ready(n{i})"]
-        lines.append(f"o = run([{', '.join(vals)}])")
+                    reads.append(f"_n{i} = _T{i}(flat)._node")
+            reads += [f"{v} = _n{i}.value", f"if {v} is None: {v} = _ready(_n{i})"]
+        n_unique = len(self.tape.outputs)
+        outs = [f"_o{w}" for w in range(n_unique)]
+        tail = []
+        # the output tensors, built field by field: Node.__init__ and a wrapper call cost more
+        # than the rest of a small program's replay (outputs are sources: no placement to do)
         for k in range(self.n_out):
-            g[f"D{k}"] = from_short(self.tape.dtypes[self.tape.outputs[self.where[k]]])
-            lines.append(f"r{k} = tensor_of(o[{self.where[k]}], D{k})")
+            out = self.tape.outputs[self.where[k]]
+            g[f"_D{k}"] = from_short(self.tape.dtypes[out])
+            tail += ["_m = _new(_Node)", "_m.op = 'input'", "_m.srcs = ()", "_m.params = None",
+                     f"_m.shape = {tuple(self.tape.shapes[out])!r}", f"_m.dtype = _D{k}",
+                     f"_m.value = {outs[self.where[k]]}", "_m.requires_grad = _m.differentiable = False",
+                     "if _RECORD[0] is not None: _RECORD[0](_m)", f"_r{k} = _new(_Tensor)", f"_r{k}._node = _m"]
         if self.effects:
-            lines.append(f"apply(flat, [{''.join(f'o[{w}], ' for w in self.where[self.n_out:])}])")
+            tail.append(f"_apply(flat, [{''.join(f'{outs[w]}, ' for w in self.where[self.n_out:])}])")
         counter = iter(range(self.n_out))
 
         def tree(spec):
             tag = spec[0]
             if tag == "T":
-                return f"r{next(counter)}"
+                return f"_r{next(counter)}"
             if tag == "S":
-                name = f"S{len(g)}"
+                name = f"_S{len(g)}"
                 g[name] = spec[1]
                 return name
             items = [tree(x) for x in spec[1]] if tag != "dict" else None
@@ -406,14 +429,32 @@ class _Variant:
             if tag == "list":
                 return "[" + ", ".join(items) + "]"
             parts = []
-            for key, sub in spec[1]:
-                name = f"K{len(g)}"
-                g[name] = key
+            for name_, sub in spec[1]:
+                name = f"_K{len(g)}"
+                g[name] = name_
                 parts.append(f"{name}: {tree(sub)}")
             return "{" + ", ".join(parts) + "}"
-        lines.append(f"return {tree(self.out_spec)}")
-        exec("def entry(flat):\n" + "\n".join("    " + line for line in lines) + "\n", g)
-        return g["entry"]
+        tail.append(f"return {tree(self.out_spec)}")
+        call = [f"_o = _run([{', '.join(vals)}])"] + [f"{o} = _o[{w}]" for w, o in enumerate(outs)]
+        entry = _define("entry", reads + call + tail, g)
+        if key is None:
+            return entry, None
+        sig, enabled = key
+        head = [f"if len(flat) != {len(sig)} or _GM.trace is not None or _GM.enabled != {enabled!r} or "
+                f"_V.seen != _REPL[0]: return _MISS"]
+        for k, (shape, dtype, requires_grad) in enumerate(sig):
+            g[f"_P{k}"] = dtype
+            head += [f"_a{k} = flat[{k}]", f"if _a{k}.__class__ is not _Tensor: return _MISS", f"_a{k} = _a{k}._node",
+                     f"if _a{k}.shape != {shape!r} or _a{k}.dtype is not _P{k} or "
+                     f"_a{k}.requires_grad != {requires_grad!r}: return _MISS"]
+        g["_entry"] = entry
+        for at, line in probed:
+            reads[at] = line
+        code = inline(self.tape, vals, g, "return _entry(flat)")
+        if code is not None:
+            driver, results = code
+            call = driver + [f"{o} = {r}" for o, r in zip(outs, results)]
+        return entry, _define("probe", head + reads + call + tail, g)
 
     def __call__(self, flat):
         if self.entry is not None:  # run mode
@@ -460,11 +501,20 @@ class CompiledFunction:
         self.static_argnames = frozenset(static_argnames)
         self.variants = {}
         self.traces = 0
+        self.probe = None  # the probe of the variant that ran last (see _Variant._entry)
 
     def __get__(self, obj, objtype=None):  # decorating a method binds like a function
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args, **kwargs):
+        probe = self.probe
+        if probe is not None and not kwargs:  # the variant of the last call, if it fits again
+            try:
+                out = probe(args)
+                if out is not MISS:
+                    return out
+            except _Stale:
+                pass
         if _gm.trace is not None:  # called while tracing another compiled function: inline
             return self.fn(*args, **kwargs)
         if not kwargs and not self.static_argnums:
@@ -476,15 +526,7 @@ class CompiledFunction:
                 else:
                     break
             else:
-                key = (tuple(key), _gm.enabled)
-                hit = self.variants.get(key)
-                # the common case, in as few Python calls as possible: one variant, nothing to guard
-                if hit is not None and hit[0].plain and hit[0].seen == replacements[0]:
-                    try:
-                        return hit[0].entry(args)
-                    except _Stale:
-                        pass
-                return self._replay(key, list(args), args, kwargs, None)
+                return self._replay((tuple(key), _gm.enabled), list(args), args, kwargs, None)
         flat = []
         parts = self._spec(args, kwargs, flat)
         return self._replay((parts, _gm.enabled), flat, args, kwargs, parts)
@@ -494,9 +536,11 @@ class CompiledFunction:
         for v in self.variants.get(key, ()):
             if v.valid(flat):
                 try:
-                    return v(flat)
+                    out = v(flat)
                 except _Stale:
                     break
+                self.probe = v.probe
+                return out
         return self._trace(key, flat, args, kwargs, parts)
 
     def _spec(self, args, kwargs, flat):
@@ -551,14 +595,17 @@ class CompiledFunction:
         graph = any(n.requires_grad and not n.freed for n in roots)
         effects, effect_roots, clears = _effects(trace)
         with paused():  # lowering and compiling a big trace: see ngrad/_gc.py
-            variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph)
+            variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph,
+                               key if parts is None else None)
         _restore(trace)
         self.traces += 1
         variants = self.variants.setdefault(key, [])
         if len(variants) >= 8:
             variants.pop(0)
         variants.append(variant)
-        return variant(flat)
+        out = variant(flat)
+        self.probe = variant.probe
+        return out
 
     def _rebuild(self, args, kwargs, parts, call_flat):
         """The call's arguments with their leaves taken from ``call_flat`` (``parts`` as ``_spec``

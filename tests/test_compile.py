@@ -44,6 +44,38 @@ def test_a_new_size_retraces_without_compiling(fn, rng):
     assert kcompile.stats["compiled"] + kcompile.stats["loaded"] == before
 
 
+def test_the_last_variant_runs_only_while_everything_it_checks_holds(rng):
+    # a call first tries the variant of the previous call (one generated function with the
+    # driver inlined); any change of dtype, size, grad requirement or grad mode must miss it
+    vg = ngrad.compile(ngrad.func.value_and_grad(lambda x: (x.sin() * x).sum()))
+
+    def check(a, t=None):
+        value, g = vg(ngrad.tensor(a) if t is None else t)
+        rtol = 1e-5 if a.dtype == np.float32 else 1e-12
+        assert value.dtype == g.dtype == ngrad.tensor(a).dtype and g.shape == a.shape
+        np.testing.assert_allclose(value.item(), (np.sin(a) * a).sum(), rtol=rtol)
+        np.testing.assert_allclose(g.numpy(), np.cos(a) * a + np.sin(a), rtol=rtol, atol=1e-6)
+
+    cases = [rng.normal(size=5), rng.normal(size=5).astype(np.float32), rng.normal(size=7), rng.normal(size=5)]
+    for a in cases + cases:
+        check(a)
+    assert vg.traces == 3
+    with ngrad.no_grad():  # the gradient is still taken, by a variant traced under no_grad
+        check(cases[0])
+    assert vg.traces == 4
+    check(cases[0])
+    # an argument outside the vectorised sin's range: the guarded kernel falls back to the interpreter
+    check(np.array([1e7, -3e9, 0.5, 2.0, 1e12]))
+    # a strided view and a read-only array as the tensor's value: copied, or read as they are
+    base = rng.normal(size=10)
+    check(base[::2], ngrad.from_numpy(base[::2]))
+    frozen = rng.normal(size=5)
+    frozen.flags.writeable = False
+    check(frozen, ngrad.from_numpy(frozen))
+    check(cases[0])
+    assert vg.traces == 4
+
+
 def test_one_element_constants_are_literals_of_the_program(rng):
     # Python numbers, the gradient's seed and a captured one-element tensor are folded into the
     # kernels; updating that tensor in place makes the next call trace again

@@ -33,7 +33,7 @@ from .fuse import SMALL_LOOP
 from .interpret import bind, compute, dead_after, evaluate, interpret, np_dtype, unslice_into
 from .vmath import FUNCTIONS
 
-__all__ = ["run", "prepare", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
+__all__ = ["run", "prepare", "inline", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
 
 _plans = {}
 
@@ -796,6 +796,36 @@ _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 def _driver(comp, tape):
     """The driver of a compiled plan (see ``prepare``), or None when the plan is too big for one:
     a loop big enough for threads, or a buffer the pool should keep."""
+    g = {}
+    code = _driver_code(comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return interpret(values)")
+    if code is None:
+        return None
+    lines, outs = code
+    text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
+    if debug_level() >= 2:
+        print(f"ngrad: generated driver\n{text}", file=sys.stderr)
+    exec(compile(text, f"<ngrad driver {len(tape.instrs)} instrs>", "exec"), g)
+    return g["drive"]
+
+
+def inline(tape, inputs, g, fallback):
+    """The body of ``prepare(tape)``'s driver for a caller's generated function (``ngrad.compile``
+    puts it in the function that also checks the call's signature and builds its tensors):
+    ``inputs[i]`` is the expression of input i (checked like ``run`` checks it); ``g`` the globals the code runs in (every name the driver adds to it starts with a letter,
+    and its locals too: the caller's names start with ``_``); ``fallback`` the statement that
+    replaces ``return interpret(values)`` (a sin/cos argument out of range). Returns the lines
+    and the expression of each output, or None when the tape runs without a driver (not
+    compiled, bytecode, or too big)."""
+    if jit_mode() == "never":
+        return None
+    comp = _compiled_for(tape, "always")
+    if not isinstance(comp, _Compiled):
+        return None
+    return _driver_code(comp, tape, inputs, g, fallback)
+
+
+def _driver_code(comp, tape, inputs, g, fallback):
+    """Lines and output expressions of a driver (see ``_driver`` and ``inline``)."""
     from .fuse import Glue, Kernel
     from .prims import PRIMS
     steps = comp.plan.steps
@@ -806,8 +836,8 @@ def _driver(comp, tape):
             return None
     lay = comp.serial
     comp.compile()
-    g = {"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
-         "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_}
+    g.update({"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
+              "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_})
     lines = []
     # slot -> variable; variables holding fresh arrays; slot -> the variable owning its memory;
     # slots that may not be C-contiguous; variables holding a runtime scalar as a NumPy scalar
@@ -822,10 +852,10 @@ def _driver(comp, tape):
         v = var[s] = f"x{s}"
         root[s] = v
         if kind == "scalar":
-            lines.append(f"{v} = {dtype_name(s)}.type(values[{i}])  # in %{s} scalar")
+            lines.append(f"{v} = {dtype_name(s)}.type({inputs[i]})  # in %{s} scalar")
             scalar.add(v)
         else:
-            lines.append(f"{v} = values[{i}]  # in %{s}")
+            lines.append(f"{v} = {inputs[i]}  # in %{s}")
             lines.append(f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
                          f"{v}.dtype is not {dtype_name(s)} or not {v}.flags.c_contiguous:")
             lines.append(f"    {v} = fix({i}, {v})")
@@ -943,7 +973,7 @@ def _driver(comp, tape):
         if guards:
             # an argument outside the range of a vectorised sin/cos: the interpreter is exact
             lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
-            lines.append("    return interpret(values)")
+            lines.append(f"    {fallback}")
     g["interpret"] = lambda values: interpret(tape, values)
     outs, taken = [], set()
     for s in tape.outputs:
@@ -954,12 +984,7 @@ def _driver(comp, tape):
             v = f"{v}.copy()"
         taken.add(root.get(s))
         outs.append(v)
-    lines.append(f"return [{', '.join(outs)}]")
-    text = "def drive(values):\n" + "\n".join("    " + line for line in lines) + "\n"
-    if debug_level() >= 2:
-        print(f"ngrad: generated driver\n{text}", file=sys.stderr)
-    exec(compile(text, f"<ngrad driver {len(tape.instrs)} instrs>", "exec"), g)
-    return g["drive"]
+    return lines, outs
 
 
 def _index_text(params):
@@ -968,11 +993,14 @@ def _index_text(params):
 
 def _warming(kernel, g, name):
     """The kernel's first calls go through its wrapper (load or compile, cache repair); once it
-    is ready, the driver calls Numba's dispatcher directly."""
+    is ready, the driver calls the machine code for these argument types (``compile.direct``):
+    a driver's arguments are inputs it checked (class, shape, dtype, layout), arrays it made and
+    literals, so their types are the same on every call."""
     def call(*args):
         r = kernel(*args)
         if kernel.ready:
-            g[name] = kernel.fn
+            from .compile import direct
+            g[name] = direct(kernel, args)
         return r
     return call
 
