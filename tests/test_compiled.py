@@ -319,12 +319,14 @@ def test_consecutive_loops_compile_to_one_function(rng):
 
 def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
     """After a warm-up run, every big buffer of logsumexp's gradient (intermediates, the slice
-    gradients' unslice, the result the caller dropped) comes back from the plan."""
+    gradients' unslice, the result the caller dropped) comes back from the plan. (Plans whose
+    buffers are all under DRIVER_MAX_BYTES run through a driver that takes them from malloc,
+    which keeps memory of that size mapped by itself.)"""
     taken = []
     real = runtime._taker
     monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
         lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
-    x0 = rng.standard_normal(runtime.PARALLEL_MIN + 5)
+    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 5)
 
     def gradient():
         x = ngrad.from_numpy(x0).requires_grad_()
@@ -346,11 +348,12 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
 
 
 def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch):
-    # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers
+    # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers.
+    # (In plans run step by step, those with a buffer of DRIVER_MAX_BYTES or more.)
     donated = []
     real = runtime._donors
     monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
-    x0 = rng.standard_normal(runtime.PARALLEL_MIN + 5)
+    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 5)
     x = ngrad.from_numpy(x0).requires_grad_()
     y = x.logsumexp(0)
     y.backward()
@@ -365,7 +368,7 @@ def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch):
     donated = []
     real = runtime._donors
     monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
-    x0 = rng.standard_normal(runtime.PARALLEL_MIN + 5)
+    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 5)
     for _ in range(3):
         x = ngrad.from_numpy(x0).requires_grad_()
         d = x[1:] - x[:-1]

@@ -89,6 +89,27 @@ def test_big_kernels_get_their_own_functions_when_threads_are_on():
     assert any(comp.threaded.chunked)
 
 
+def test_a_driver_made_with_threads_off_runs_in_chunks_once_they_are_on(monkeypatch):
+    x = ngrad.from_numpy(np.random.default_rng(1).uniform(-3, 3, (N // 64, 64))).requires_grad_()
+    low = lower([_program(x, ngrad.ones(64))._node])
+    values = [n.value for n in low.sources]
+    run = runtime.prepare(low.tape)  # threads off: the serial driver
+    serial = run(values)
+    chunks = []
+    real = runtime._run_chunked
+    monkeypatch.setattr(runtime, "_run_chunked", lambda *a: chunks.append(1) or real(*a))
+    ngrad.set_num_threads(2)
+    parallel = run(values)
+    assert chunks
+    ngrad.set_num_threads(1)
+    count = len(chunks)
+    again = run(values)
+    assert len(chunks) == count  # serial again
+    for p, s, a in zip(parallel, serial, again, strict=True):
+        np.testing.assert_allclose(p, s, rtol=1e-12)
+        np.testing.assert_array_equal(a, s)
+
+
 def test_huge_trig_argument_in_a_parallel_kernel_falls_back():
     x0 = np.linspace(-1, 1, N)
     x0[N // 3] = 3e7

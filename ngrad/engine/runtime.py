@@ -261,6 +261,8 @@ class _Compiled:
         """The compiled plan's generated driver (see ``prepare``), built once; None when the plan
         is too big for one."""
         if self.drive is None:
+            if _threads > 1 and self.threaded is not self.serial:
+                return None  # it would run step by step anyway, after compiling the serial functions
             self.drive = _driver(self, tape) or False
         return self.drive or None
 
@@ -277,9 +279,10 @@ class _Compiled:
         from .compile import on_disk
         return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
 
-    def compile(self):
+    def compile(self, lay=None):
+        """Compile (or load) the functions of ``lay``, by default the current thread count's."""
         from .compile import kernel
-        lay = self.layout()
+        lay = lay or self.layout()
         if lay.kernels is None:
             lay.kernels = [None if s is None else kernel(s.text) for s in lay.sources]
 
@@ -738,7 +741,17 @@ def run(tape, values, target="cpu"):
         drive = comp.driver(tape)
         if drive is not None and debug_level() < 3:
             return drive(values)
-        outs = _execute(comp, tape, values)
+        return _executed(comp, tape, values)
+    return _owned(outs, values)
+
+
+def _executed(comp, tape, values):
+    """The outputs of the compiled plan ``comp`` run step by step (``_execute``), owned."""
+    comp.compile()  # a driver made with threads off calls this once they are on
+    return _owned(_execute(comp, tape, values), values)
+
+
+def _owned(outs, values):
     taken = {id(_root(v)) for v in values if isinstance(v, np.ndarray)}
     res = []
     for o in outs:
@@ -753,11 +766,13 @@ def run(tape, values, target="cpu"):
 def prepare(tape, target="cpu"):
     """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
 
-    The plan is compiled now (unless ``NGRAD_JIT=never``), and when every buffer is small (the
-    loop of an optimizer on a small problem) it is unrolled into a generated Python *driver*:
-    input checks, allocations and kernel calls as straight-line code with every shape a
-    literal, so a call costs little more than the kernels themselves. Big plans run through
-    ``run`` (buffer pool, threads), where per-call overhead does not matter.
+    The plan is compiled now (unless ``NGRAD_JIT=never``), and when every buffer it stores is
+    under ``DRIVER_MAX_BYTES`` (the loop of an optimizer, a training step on a small batch) it
+    is unrolled into a generated Python *driver*: input checks, allocations and kernel calls as
+    straight-line code with every shape a literal, so a call costs little more than the kernels
+    and NumPy calls themselves. With threads on, a plan with loops big enough for them runs
+    through ``run``'s step-by-step path, as do plans with bigger buffers (the buffer pool keeps
+    those mapped), where per-call overhead does not matter.
     """
     if target == "cuda":
         return lambda values: run(tape, values, target)
@@ -794,10 +809,12 @@ _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
 
 def _driver(comp, tape):
-    """The driver of a compiled plan (see ``prepare``), or None when the plan is too big for one:
-    a loop big enough for threads, or a buffer the pool should keep."""
-    g = {}
-    code = _driver_code(comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return interpret(values)")
+    """The driver of a compiled plan (see ``prepare``), or None when the plan is too big for one
+    (a buffer the pool should keep)."""
+    # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
+    # of its range (``_execute`` falls back to the interpreter), and with threads on
+    g = {"execute": lambda values: _executed(comp, tape, values)}
+    code = _driver_code(comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)")
     if code is None:
         return None
     lines, outs = code
@@ -811,11 +828,13 @@ def _driver(comp, tape):
 def inline(tape, inputs, g, fallback):
     """The body of ``prepare(tape)``'s driver for a caller's generated function (``ngrad.compile``
     puts it in the function that also checks the call's signature and builds its tensors):
-    ``inputs[i]`` is the expression of input i (checked like ``run`` checks it); ``g`` the globals the code runs in (every name the driver adds to it starts with a letter,
-    and its locals too: the caller's names start with ``_``); ``fallback`` the statement that
-    replaces ``return interpret(values)`` (a sin/cos argument out of range). Returns the lines
-    and the expression of each output, or None when the tape runs without a driver (not
-    compiled, bytecode, or too big)."""
+    ``inputs[i]`` is the expression of input i (checked like ``run`` checks it); ``g`` the
+    globals the code runs in (every name the driver adds to it starts with a letter, and its
+    locals too: the caller's names start with ``_``); ``fallback`` the statement run when the
+    driver cannot finish the call (a sin/cos argument out of range; threads are on and the plan
+    has loops big enough for them), before anything it did is seen. Returns the lines and the
+    expression of each output, or None when the tape runs without a driver (not compiled,
+    bytecode, or too big)."""
     if jit_mode() == "never":
         return None
     comp = _compiled_for(tape, "always")
@@ -830,12 +849,11 @@ def _driver_code(comp, tape, inputs, g, fallback):
     from .prims import PRIMS
     steps = comp.plan.steps
     for st in steps:
-        if isinstance(st, Kernel) and (_big(st) or any(
-                math.prod(tape.shapes[s]) * np_dtype(tape.dtypes[s]).itemsize >= DRIVER_MAX_BYTES
-                for s in st.stores)):
+        if isinstance(st, Kernel) and any(
+                math.prod(tape.shapes[s]) * np_dtype(tape.dtypes[s]).itemsize >= DRIVER_MAX_BYTES for s in st.stores):
             return None
     lay = comp.serial
-    comp.compile()
+    comp.compile(lay)
     g.update({"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
               "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_})
     lines = []
@@ -860,6 +878,11 @@ def _driver_code(comp, tape, inputs, g, fallback):
                          f"{v}.dtype is not {dtype_name(s)} or not {v}.flags.c_contiguous:")
             lines.append(f"    {v} = fix({i}, {v})")
     g["fix"] = lambda i, v: _fix_input(tape, i, v)
+    if comp.threaded is not comp.serial:  # loops big enough for threads: with threads on, they run
+        g["runtime"] = sys.modules[__name__]  # in chunks (``_execute``); the driver is serial
+        g["execute"] = lambda values: _executed(comp, tape, values)
+        lines.append("if runtime._threads > 1:")
+        lines.append(f"    {fallback}")
 
     consts = comp.consts  # constants (literals and their reshapes), computed once per plan
     for step in steps:
@@ -974,7 +997,6 @@ def _driver_code(comp, tape, inputs, g, fallback):
             # an argument outside the range of a vectorised sin/cos: the interpreter is exact
             lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
             lines.append(f"    {fallback}")
-    g["interpret"] = lambda values: interpret(tape, values)
     outs, taken = [], set()
     for s in tape.outputs:
         v = var[s]
