@@ -547,6 +547,14 @@ def _readers(new, old):
     return found
 
 
+def _index_array(a, size, dim):
+    """NumPy index array ``a`` into dimension ``dim`` (of ``size``) checked and made non-negative."""
+    if a.size and (a.min() < -size or a.max() >= size):
+        bad = int(a.max() if a.max() >= size else a.min())
+        raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
+    return _index_source(np.where(a < 0, a + size, a))
+
+
 def _index_source(arr):
     """Index arrays the facade computed: copied to the device of the graph that uses them."""
     arr = np.ascontiguousarray(arr, dtype=np.int64)
@@ -1771,16 +1779,23 @@ class Tensor:
         return _named(out, "IndexSelectBackward0")
 
     def _advanced(self, axis, arrays):
-        """Integer-array indexing of consecutive axes starting at ``axis`` (arrays broadcast)."""
+        """Integer-array indexing of consecutive axes starting at ``axis`` (arrays broadcast).
+        NumPy arrays are checked and made non-negative here; integer tensors (see ``_getitem``)
+        are checked by the ``index`` primitive when it runs, negative entries counting from the
+        end as NumPy counts them."""
         n = self._node
+        if any(isinstance(a, Tensor) for a in arrays):
+            shape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
+            nodes = []
+            for k, a in enumerate(arrays):
+                if not isinstance(a, Tensor):
+                    a = _wrap(_index_array(np.asarray(a), n.shape[axis + k], axis + k))
+                a = a.to(D.int64)
+                nodes.append((a if tuple(a.shape) == shape else a.expand(shape))._node)
+            shape = n.shape[:axis] + shape + n.shape[axis + len(arrays):]
+            return _new("index", (n, *nodes), {"axis": axis}, shape, n.dtype, "IndexBackward0")
         arrays = np.broadcast_arrays(*[np.asarray(a) for a in arrays])
-        fixed = []
-        for k, a in enumerate(arrays):
-            size = n.shape[axis + k]
-            if a.size and (a.min() < -size or a.max() >= size):
-                bad = int(a.max() if a.max() >= size else a.min())
-                raise IndexError(f"index {bad} is out of bounds for dimension {axis + k} with size {size}")
-            fixed.append(_index_source(np.where(a < 0, a + size, a)))
+        fixed = [_index_array(a, n.shape[axis + k], axis + k) for k, a in enumerate(arrays)]
         shape = n.shape[:axis] + arrays[0].shape + n.shape[axis + len(arrays):]
         return _new("index", (n, *fixed), {"axis": axis}, shape, n.dtype, "IndexBackward0")
 
@@ -2086,7 +2101,10 @@ def _getitem(t, key):
             if k.dtype is D.bool_:
                 items.append(("mask", _host(k)))
             elif k.dtype.category == 1:
-                items.append(("adv", _host(k)))
+                # under ngrad.compile an index tensor on the CPU stays a tensor: its values may
+                # come from the arguments, and NumPy checks them when the program runs
+                lazy = _gm.trace is not None and k._node.device == "cpu" and t._node.device == "cpu"
+                items.append(("adv", k if lazy else _host(k)))
             else:
                 raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
         elif isinstance(k, (list, np.ndarray)):

@@ -76,6 +76,36 @@ def test_the_last_variant_runs_only_while_everything_it_checks_holds(rng):
     assert vg.traces == 4
 
 
+def test_indices_from_the_arguments_are_read_when_the_program_runs(rng):
+    # integer index tensors stay tensors under a trace (their values are not needed to record),
+    # NumPy checks them when the program runs, and an index out of range is PyTorch's IndexError
+    x0 = rng.standard_normal((6, 4))
+
+    def gather(x, rows, cols):
+        y = x[rows[:, 0]] * x[rows[:, 1], cols]  # a column of rows, and two index tensors broadcast
+        return (y * y).sum() + x[rows[:, 0], [0, 3, -1, 1]].sum()
+
+    vg = ngrad.compile(ngrad.func.value_and_grad(gather))
+    cols = ngrad.tensor(np.array([[1], [3], [0], [2]]))
+    for rows in ([[0, 5], [2, -1], [5, 5], [1, 0]], [[3, 3], [-6, 4], [0, 1], [2, 2]]):
+        r = ngrad.tensor(np.array(rows), dtype=ngrad.int32)
+        value, g = vg(ngrad.tensor(x0), r, cols)
+        want = ngrad.func.value_and_grad(gather)(ngrad.tensor(x0), r, cols)
+        assert value.item() == pytest.approx(want[0].item(), rel=1e-12)
+        np.testing.assert_allclose(g.numpy(), want[1].numpy(), rtol=1e-12)
+
+        def f(flat):
+            return gather(ngrad.tensor(flat.reshape(6, 4)), r, cols).item()
+        np.testing.assert_allclose(g.numpy().ravel(), fd_gradient(f, x0.ravel()), rtol=1e-6, atol=1e-6)
+    assert vg.traces == 1  # new index values: the same program
+    with pytest.raises(IndexError, match="index 6 is out of bounds for dimension 0 with size 6"):
+        vg(ngrad.tensor(x0), ngrad.tensor(np.array([[0, 1], [6, 0], [1, 1], [2, 2]]), dtype=ngrad.int32), cols)
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 6"):
+        vg(ngrad.tensor(x0), ngrad.tensor(np.array([[0, 1], [-7, 0], [1, 1], [2, 2]]), dtype=ngrad.int32), cols)
+    with pytest.raises(ngrad.TraceError):  # a mask's values decide the result's shape
+        ngrad.compile(lambda x, m: x[m].sum())(ngrad.tensor(x0), ngrad.tensor(x0 > 0))
+
+
 def test_one_element_constants_are_literals_of_the_program(rng):
     # Python numbers, the gradient's seed and a captured one-element tensor are folded into the
     # kernels; updating that tensor in place makes the next call trace again

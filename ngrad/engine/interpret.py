@@ -107,7 +107,10 @@ class NumpyMath:
 
     @staticmethod
     def index(x, idx, axis):
-        return x[(slice(None),) * axis + tuple(idx)]
+        try:
+            return x[(slice(None),) * axis + tuple(idx)]
+        except IndexError as e:  # indices a compiled program computed or was given: PyTorch's words
+            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
 
     @staticmethod
     def unindex(x, idx, shape, axis):
