@@ -22,6 +22,31 @@ def np_dtype(short):
     return np.dtype(_NP[short])
 
 
+def _blas_ready(x):
+    """``x`` if BLAS can read each of its matrices where they lie (rows or columns contiguous),
+    else a C-contiguous copy: NumPy's matmul otherwise runs its plain loop, 2x slower at gmm's
+    (25, 10, 10) matrices than the copy plus BLAS."""
+    if x.ndim < 2 or x.dtype.kind not in "fc":
+        return x
+    size, (r, c), (m, n) = x.itemsize, x.strides[-2:], x.shape[-2:]
+    if (c == size and r % size == 0 and r // size >= n) or (r == size and c % size == 0 and c // size >= m):
+        return x
+    return np.ascontiguousarray(x)
+
+
+def matmul_into(x, y, out=None):
+    """``np.matmul(x, y, out=out)`` with every operand in a layout BLAS takes (see ``_blas_ready``;
+    an ``out`` whose matrices are not row-major gets the product copied in)."""
+    x, y = _blas_ready(x), _blas_ready(y)
+    if out is None:
+        return np.matmul(x, y)
+    if out.ndim >= 2 and out.dtype.kind in "fc" and (out.strides[-1] != out.itemsize or
+                                                     out.strides[-2] < out.shape[-1] * out.itemsize):
+        out[...] = np.matmul(x, y)
+        return out
+    return np.matmul(x, y, out=out)
+
+
 class NumpyMath:
     """The math namespace the primitive table's forward expressions are evaluated against."""
 
@@ -31,7 +56,9 @@ class NumpyMath:
     floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
     maximum, minimum, where, pow = np.maximum, np.minimum, np.where, np.power
     logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
-    matmul = np.matmul
+    @staticmethod
+    def matmul(x, y):
+        return matmul_into(x, y)
 
     @staticmethod
     def sigmoid(x):

@@ -30,7 +30,7 @@ import numpy as np
 
 from .codegen import identity
 from .fuse import SMALL_LOOP
-from .interpret import bind, compute, dead_after, evaluate, interpret, np_dtype, unslice_into
+from .interpret import bind, compute, dead_after, evaluate, interpret, matmul_into, np_dtype, unslice_into
 from .vmath import FUNCTIONS
 
 __all__ = ["run", "prepare", "inline", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
@@ -541,7 +541,7 @@ def _execute(comp, tape, values):
                 buf = take(tape.shapes[perm.out], np_dtype(tape.dtypes[ins.out]))
                 value = buf.transpose(np.argsort(perm.params["perm"]))
                 with np.errstate(all="ignore"):
-                    np.matmul(env[ins.args[0]], env[ins.args[1]], out=value)
+                    matmul_into(env[ins.args[0]], env[ins.args[1]], value)
             elif value is None:
                 with np.errstate(all="ignore"):
                     value = evaluate(tape, ins, env)
