@@ -17,6 +17,8 @@ N = runtime.PARALLEL_MIN * 2
 
 @pytest.fixture(autouse=True)
 def _jit_always(monkeypatch, tmp_path_factory):
+    # loops of PARALLEL_MIN elements are worth threads here, whatever their instruction count
+    monkeypatch.setattr(runtime, "PARALLEL_WORK", 1)
     monkeypatch.setenv("NGRAD_JIT", "always")
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
     yield
@@ -110,6 +112,24 @@ def test_a_driver_made_with_threads_off_runs_in_chunks_once_they_are_on(monkeypa
         np.testing.assert_array_equal(a, s)
 
 
+def test_loops_with_little_work_stay_serial_in_the_driver(monkeypatch):
+    # llsq's shape: a (1024, 32) product summed over rows is 32K elements of two instructions;
+    # with threads on it stays in the plan's driver, while a long chain over as many elements
+    # is worth chunks
+    monkeypatch.setattr(runtime, "PARALLEL_WORK", 1 << 22)
+    ngrad.set_num_threads(2)
+    rng = np.random.default_rng(2)
+    a, v = ngrad.from_numpy(rng.standard_normal((1024, 32))), ngrad.from_numpy(rng.standard_normal(32))
+    light = lower([(a * v).sum(0)._node]).tape
+    comp = runtime._Compiled(light)
+    assert comp.threaded is comp.serial and runtime.prepare(light).__name__ == "drive"
+    heavy = a
+    for _ in range(200):
+        heavy = (heavy * 1.0001).sin()
+    comp = runtime._Compiled(lower([heavy.sum(0)._node]).tape)
+    assert any(comp.threaded.chunked)
+
+
 def test_huge_trig_argument_in_a_parallel_kernel_falls_back():
     x0 = np.linspace(-1, 1, N)
     x0[N // 3] = 3e7
@@ -129,6 +149,8 @@ def test_set_num_threads_errors():
 
 SAFETY = r"""
 import os, sys, threading, numpy as np, ngrad
+from ngrad.engine import runtime
+runtime.PARALLEL_WORK = 1
 ngrad.set_num_threads(2)
 x0 = np.linspace(-1, 1, {n})
 def step():
