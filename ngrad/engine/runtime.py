@@ -945,14 +945,13 @@ def _driver_code(comp, tape, inputs, g, fallback):
             lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
         return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
 
+    quiet = False  # some NumPy glue computes: no floating-point warnings (one errstate per call)
     for n_seg, (seg, src, fn) in enumerate(zip(lay.segments, lay.sources, lay.kernels)):
         if src is None:
             ins = steps[seg[0]].instr
             line = glue_line(ins)
-            if not line.startswith("#") and ins.out not in consts and \
-                    PRIMS[ins.prim].kind not in ("movement", "index", "cast"):
-                lines.append("with errstate(all='ignore'):")
-                line = "    " + line
+            quiet = quiet or (not line.startswith("#") and ins.out not in consts and
+                              PRIMS[ins.prim].kind not in ("movement", "index", "cast"))
             lines.append(line)
             continue
         args, guards, parts = [], [], iter(src.parts)
@@ -1007,6 +1006,8 @@ def _driver_code(comp, tape, inputs, g, fallback):
             # an argument outside the range of a vectorised sin/cos: the interpreter is exact
             lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
             lines.append(f"    {fallback}")
+    if quiet:  # entering errstate costs about a microsecond: once, around everything
+        lines = ["with errstate(all='ignore'):"] + ["    " + line for line in lines]
     outs, taken = [], set()
     for s in tape.outputs:
         v = var[s]
