@@ -429,9 +429,9 @@ class _Variant:
             if tag == "list":
                 return "[" + ", ".join(items) + "]"
             parts = []
-            for name_, sub in spec[1]:
+            for field, sub in spec[1]:
                 name = f"_K{len(g)}"
-                g[name] = name_
+                g[name] = field
                 parts.append(f"{name}: {tree(sub)}")
             return "{" + ", ".join(parts) + "}"
         tail.append(f"return {tree(self.out_spec)}")

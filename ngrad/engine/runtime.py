@@ -261,10 +261,15 @@ class _Compiled:
         """The compiled plan's generated driver (see ``prepare``), built once; None when the plan
         is too big for one."""
         if self.drive is None:
-            if _threads > 1 and self.threaded is not self.serial:
-                return None  # it would run step by step anyway, after compiling the serial functions
+            if self.chunks():
+                return None  # made once threads are off
             self.drive = _driver(self, tape) or False
         return self.drive or None
+
+    def chunks(self):
+        """Whether threads are on and some loop of the plan is big enough for them: a call then
+        runs step by step (``_execute``), not through the serial driver."""
+        return _threads > 1 and self.threaded is not self.serial
 
     @property
     def sources(self):
@@ -291,7 +296,8 @@ def _big(kernel):
     """Whether threads would run ``kernel`` faster: at least ``PARALLEL_MIN`` elements and
     ``PARALLEL_WORK`` element-instructions (each counting one)."""
     size = math.prod(kernel.shape) if kernel.shape else 0
-    return kernel.shape[:1] >= (2,) and size >= PARALLEL_MIN and size * (len(kernel.body) + len(kernel.reductions)) >= PARALLEL_WORK
+    work = size * (len(kernel.body) + len(kernel.reductions))
+    return kernel.shape[:1] >= (2,) and size >= PARALLEL_MIN and work >= PARALLEL_WORK
 
 
 def _segments(steps):
@@ -848,7 +854,7 @@ def inline(tape, inputs, g, fallback):
     if jit_mode() == "never":
         return None
     comp = _compiled_for(tape, "always")
-    if not isinstance(comp, _Compiled):
+    if not isinstance(comp, _Compiled) or comp.chunks():
         return None
     return _driver_code(comp, tape, inputs, g, fallback)
 
@@ -888,10 +894,9 @@ def _driver_code(comp, tape, inputs, g, fallback):
                          f"{v}.dtype is not {dtype_name(s)} or not {v}.flags.c_contiguous:")
             lines.append(f"    {v} = fix({i}, {v})")
     g["fix"] = lambda i, v: _fix_input(tape, i, v)
-    if comp.threaded is not comp.serial:  # loops big enough for threads: with threads on, they run
-        g["runtime"] = sys.modules[__name__]  # in chunks (``_execute``); the driver is serial
-        g["execute"] = lambda values: _executed(comp, tape, values)
-        lines.append("if runtime._threads > 1:")
+    if comp.threaded is not comp.serial:  # loops big enough for threads: once threads are on,
+        g["plan"] = comp  # they run in chunks (``_execute``); the driver is serial
+        lines.append("if plan.chunks():")
         lines.append(f"    {fallback}")
 
     consts = comp.consts  # constants (literals and their reshapes), computed once per plan
