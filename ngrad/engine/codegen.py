@@ -21,7 +21,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
 
-CODEGEN_VERSION = 22  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 23  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -376,8 +376,8 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
                 guards.append(names[ins.args[0]].text)
         for k, ins in enumerate(kernel.reductions):
             axes = ins.params["axes"]
-            # the accumulator arrives without its reduced axes
-            ix = ", ".join(idx[d] for d in range(len(kernel.shape)) if d not in axes) or "0"
+            # the accumulator arrives without its reduced axes (a full reduction's is 0-d)
+            ix = ", ".join(idx[d] for d in range(len(kernel.shape)) if d not in axes) or "()"
             x = names[ins.args[0]].text
             depth = max([d for d in range(loop_dims) if d not in axes and d < len(kernel.shape)], default=-1)
             across = unroll and rank - 1 in axes  # the unrolled copies add into one local

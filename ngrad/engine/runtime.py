@@ -453,8 +453,9 @@ def _squeezed(shape, pattern):
 
 
 def _kept(shape, ins):
-    """An accumulator's shape without the reduced axes (codegen indexes it that way)."""
-    return tuple(n for d, n in enumerate(shape) if d not in ins.params["axes"]) or (1,)
+    """An accumulator's shape without the reduced axes (codegen indexes it that way; a full
+    reduction's accumulator is 0-d)."""
+    return tuple(n for d, n in enumerate(shape) if d not in ins.params["axes"])
 
 
 def _accumulator(ins, tape, shape, fresh, take):
@@ -986,16 +987,17 @@ def _driver_code(comp, tape, inputs, g, fallback):
             for ins, isfresh in zip(part.reductions, part.fresh):
                 c = f"r{ins.out}"
                 keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(step.shape)) or (1,)
+                kept = _kept(keep, ins)
+                made = () if not kept else keep  # a full reduction's 0-d accumulator: no reshape
                 dt = dtype_name(ins.out)
                 if isfresh:
-                    lines.append(f"{c} = empty({keep!r}, {dt})  # %{ins.out} = {ins.prim}")
+                    lines.append(f"{c} = empty({made!r}, {dt})  # %{ins.out} = {ins.prim}")
                 else:
                     g[f"I{ins.out}"] = identity(ins.prim, tape.dtypes[ins.out])
-                    lines.append(f"{c} = full({keep!r}, I{ins.out}, {dt})  # %{ins.out} = {ins.prim}")
-                kept = _kept(keep, ins)
-                args.append(c if kept == keep else f"{c}.reshape({kept!r})")
+                    lines.append(f"{c} = full({made!r}, I{ins.out}, {dt})  # %{ins.out} = {ins.prim}")
+                args.append(c if kept == made else f"{c}.reshape({kept!r})")
                 fresh.add(c)
-                var[ins.out] = c if keep == tuple(tape.shapes[ins.out]) else f"{c}.reshape({tape.shapes[ins.out]!r})"
+                var[ins.out] = c if made == tuple(tape.shapes[ins.out]) else f"{c}.reshape({tape.shapes[ins.out]!r})"
                 root[ins.out] = c
             if part.guard:
                 guards.append(f"b{len(guards)}_{j}")
