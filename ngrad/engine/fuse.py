@@ -235,12 +235,14 @@ def fuse(tape, target="cpu"):
 
     steps = [st for _, st in sorted(steps, key=lambda ps: ps[0])]
     # A small loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is
-    # compiled. A big one stays a kernel: it can run on threads and write into a reused buffer.
+    # compiled. A big one stays a kernel: it can run on threads and write into a reused buffer;
+    # so does one reading a slice's gradient, which NumPy would first build as a zeroed array
+    # (the gradient of x[:-1] plus that of x[1:]: five NumPy calls against one loop).
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
     for step in steps:
         if cpu and isinstance(step, Kernel) and len(step.body) <= 1 and not step.reductions and \
-                math.prod(step.shape) < SMALL_LOOP:
+                math.prod(step.shape) < SMALL_LOOP and not any(r[0] == "pad" for r in step.reads.values()):
             # its reads as NumPy steps (a slice's own view step is already there)
             flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items())
                      if r[0] not in ("literal", "window") and r[1] != slot]
