@@ -412,7 +412,10 @@ def _realize(nodes):
 
 
 def _value(t):
-    return _realize([t._node])[0]
+    n = t._node
+    if n.value is not None and _gm.trace is None:  # the common case: nothing to compute or check
+        return n.value
+    return _realize([n])[0]
 
 
 # In-place operations replace a tensor's node: values are immutable, so a graph recorded before

@@ -263,6 +263,7 @@ def _define(name, lines, g):
 
 _object_new = object.__new__
 MISS = object()  # what a probe returns when its call is not the one it was made for
+PROBE_CONSTS = 16  # a probe asks each captured constant whether it was replaced, up to this many
 
 
 class _Stale(Exception):
@@ -287,7 +288,7 @@ class _Variant:
     """A traced program: where each input comes from, the prepared tape, effects, guards and the
     output tree. Inputs are ("arg", k), ("const", node), ("node", target) or ("grad", target)."""
 
-    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, key):
+    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, signature):
         arg_at = {}
         for k, a in enumerate(flat):
             if isinstance(a, Tensor):
@@ -340,9 +341,8 @@ class _Variant:
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
         self.statics = trace.statics
-        self.plain = not graph and not self.statics and not self.guards  # see valid
-        self.entry, self.probe = (None, None) if graph else self._entry(
-            [isinstance(a, Tensor) for a in flat], key if self.plain else None)
+        self.entry, self.probe = (None, None) if graph else self._entry([isinstance(a, Tensor) for a in flat],
+                                                                         signature)
 
     def valid(self, flat):
         for getter, value in self.statics:
@@ -361,12 +361,13 @@ class _Variant:
             self.seen = replacements[0]
         return True
 
-    def _entry(self, is_tensor, key):
+    def _entry(self, is_tensor, signature):
         """Generated functions for the replay of a run-mode program (see ``__call__``): input
         reads, the driver call, output tensors and the output tree as straight-line code.
-        ``entry(flat)`` runs once ``valid`` held. ``probe(args)``, made for a plain variant of a
-        call with only positional tensors (``key`` is its signature, else None), first checks
-        what ``CompiledFunction.__call__`` and ``valid`` would and returns ``MISS`` when any
+        ``entry(flat)`` runs once ``valid`` held. ``probe(args)``, made for a call with only
+        positional tensors (``signature``: its key in ``variants``, else None), first checks what
+        ``CompiledFunction.__call__`` and ``valid`` would (the signature, static values such as
+        an optimizer's hyperparameters, which ``.grad`` exist) and returns ``MISS`` when any
         differs; the driver's code is inlined in it (``runtime.inline``), so a call of the common
         case runs one generated Python function and the kernels. Names here start with ``_``."""
         from .engine.dtypes import from_short
@@ -437,16 +438,30 @@ class _Variant:
         tail.append(f"return {tree(self.out_spec)}")
         call = [f"_o = _run([{', '.join(vals)}])"] + [f"{o} = _o[{w}]" for w, o in enumerate(outs)]
         entry = _define("entry", reads + call + tail, g)
-        if key is None:
+        if signature is None:
             return entry, None
-        sig, enabled = key
-        head = [f"if len(flat) != {len(sig)} or _GM.trace is not None or _GM.enabled != {enabled!r} or "
-                f"_V.seen != _REPL[0]: return _MISS"]
+        sig, enabled = signature
+        # a captured constant updated in place (see valid): asked of each constant when there are
+        # few, since every in-place update anywhere (a training step's own) moves the counter
+        if len(self.consts) <= PROBE_CONSTS:
+            for j, n in enumerate(self.consts):
+                g[f"_CN{j}"] = n
+            replaced = "".join(f" or _CN{j}.replaced" for j in range(len(self.consts)))
+        else:
+            replaced = " or _V.seen != _REPL[0]"
+        head = [f"if len(flat) != {len(sig)} or _GM.trace is not None or _GM.enabled != {enabled!r}{replaced}: "
+                f"return _MISS"]
         for k, (shape, dtype, requires_grad) in enumerate(sig):
             g[f"_P{k}"] = dtype
             head += [f"_a{k} = flat[{k}]", f"if _a{k}.__class__ is not _Tensor: return _MISS", f"_a{k} = _a{k}._node",
                      f"if _a{k}.shape != {shape!r} or _a{k}.dtype is not _P{k} or "
                      f"_a{k}.requires_grad != {requires_grad!r}: return _MISS"]
+        for j, (getter, value) in enumerate(self.statics):
+            g[f"_SG{j}"], g[f"_SV{j}"] = getter, value
+            head.append(f"if _SG{j}() != _SV{j}: return _MISS")
+        for j, (target, had) in enumerate(self.guards):  # a target gone raises _Stale: __call__ goes on
+            g[f"_GT{j}"] = target
+            head.append(f"if (_GT{j}(flat)._grad is not None) != {had!r}: return _MISS")
         g["_entry"] = entry
         for at, line in probed:
             reads[at] = line

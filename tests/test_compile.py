@@ -209,6 +209,56 @@ def test_optimizer_inside_compiled_step_and_scheduler_without_retrace(rng):
     assert step.traces == 2  # the first step creates the optimizer state; then one program
 
 
+def test_the_last_program_misses_when_a_hyperparameter_or_a_grad_changes(rng):
+    # the program of the last call is tried first: it must notice a .grad that exists where it
+    # did not (backward then accumulates) and a changed static value (an optimizer's weight decay)
+    w = ngrad.zeros(3, dtype=ngrad.float64, requires_grad=True)
+    x = ngrad.tensor(rng.standard_normal(3))
+
+    @ngrad.compile
+    def grad_of(x):
+        (x * w).sum().backward()
+        return w.grad * 1.0
+
+    for i in range(6):
+        if i % 2 == 0:
+            w.grad = None
+        np.testing.assert_array_equal(grad_of(x).numpy(), x.numpy() * (1 + i % 2))
+    assert grad_of.traces == 2
+
+    A, b = ngrad.tensor(rng.standard_normal((16, 3))), ngrad.tensor(rng.standard_normal(16))
+
+    def make():
+        v = ngrad.zeros(3, dtype=ngrad.float64, requires_grad=True)
+        return v, ngrad.optim.SGD([v], lr=0.05)
+
+    (v, opt), (v_ref, opt_ref) = make(), make()
+
+    def loss_of(x, v):
+        return ((x @ v - b) ** 2).mean() + v.sum()
+
+    @ngrad.compile
+    def step(x):
+        opt.zero_grad()
+        loss = loss_of(x, v)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for i in range(8):
+        if i == 4:
+            opt.param_groups[0]["weight_decay"] = opt_ref.param_groups[0]["weight_decay"] = 0.5
+            before = step.traces
+        got = step(A)
+        opt_ref.zero_grad()
+        want = loss_of(A, v_ref)
+        want.backward()
+        opt_ref.step()
+        assert got.item() == pytest.approx(want.item(), rel=1e-12)
+    np.testing.assert_allclose(v.detach().numpy(), v_ref.detach().numpy(), rtol=1e-12)
+    assert step.traces == before + 1  # one new program for the new weight decay
+
+
 def test_value_control_flow_is_an_error_not_a_stale_program():
     @ngrad.compile
     def f(x):
