@@ -252,13 +252,50 @@ def _fold(roots, constant):
     return [n for n in order if n.value is not None and const[id(n)]]
 
 
-def _define(name, lines, g):
-    """Define the generated function ``name(flat)`` with body ``lines`` in globals ``g``."""
-    text = f"def {name}(flat):\n" + "".join(f"    {line}\n" for line in lines)
+def _define(name, lines, g, param="flat"):
+    """Define the generated function ``name(param)`` with body ``lines`` in globals ``g``."""
+    text = f"def {name}({param}):\n" + "".join(f"    {line}\n" for line in lines)
     if debug_level() >= 2:
         print(f"ngrad: generated {name}\n{text}", file=sys.stderr)
     exec(builtins.compile(text, f"<ngrad {name}>", "exec"), g)  # ``compile`` is ours
     return g[name]
+
+
+def _probe_part(spec, e, g):
+    """A probe's lines checking that the argument expression ``e`` has the structure ``spec``
+    (from ``CompiledFunction._spec``: ``_flatten``'s, or a static argument's) and appending its
+    leaves to ``flat`` as ``_flatten`` would; classes are matched exactly (a subclass misses)."""
+    tag, lines = spec[0], []
+    if tag in ("static", "S"):
+        t, v = spec[1] if tag == "static" else spec[1:]
+        name = f"_X{len(g)}"
+        g[name], g[name + "t"] = v, t
+        lines.append(f"if {e}.__class__ is not {name}t or {e} != {name}: return _MISS")
+        return lines + ([f"flat.append({e})"] if tag == "S" else [])
+    if tag == "T":
+        name = f"_X{len(g)}"
+        g[name] = spec[1]
+        return [f"{name}v = {e}", f"if {name}v.__class__ is not _Tensor: return _MISS", f"{name}n = {name}v._node",
+                f"if {name}n.shape != {spec[2]!r} or {name}n.dtype is not {name} or "
+                f"{name}n.requires_grad != {spec[3]!r}: return _MISS", f"flat.append({name}v)"]
+    if tag == "F":
+        return [f"if {e}.__class__ is not float: return _MISS", f"flat.append({e})"]
+    name = f"_X{len(g)}"
+    g[name] = None  # the name is the probe's local for this container: reserved
+    items = spec[1]
+    cls = {"tuple": "tuple", "list": "list", "dict": "dict"}[tag]
+    lines += [f"{name} = {e}", f"if {name}.__class__ is not {cls} or len({name}) != {len(items)}: return _MISS"]
+    if tag == "dict":
+        g[name + "k"] = tuple(k for k, _ in items)
+        lines.append(f"if tuple({name}) != {name}k: return _MISS")
+        for k, sub in items:
+            key = f"{name}_{len(g)}"
+            g[key] = k
+            lines += _probe_part(sub, f"{name}[{key}]", g)
+    else:
+        for i, sub in enumerate(items):
+            lines += _probe_part(sub, f"{name}[{i}]", g)
+    return lines
 
 
 _object_new = object.__new__
@@ -288,7 +325,7 @@ class _Variant:
     """A traced program: where each input comes from, the prepared tape, effects, guards and the
     output tree. Inputs are ("arg", k), ("const", node), ("node", target) or ("grad", target)."""
 
-    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, signature):
+    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, signature, parts):
         arg_at = {}
         for k, a in enumerate(flat):
             if isinstance(a, Tensor):
@@ -342,7 +379,7 @@ class _Variant:
         self.seen = replacements[0]
         self.statics = trace.statics
         self.entry, self.probe = (None, None) if graph else self._entry([isinstance(a, Tensor) for a in flat],
-                                                                         signature)
+                                                                         signature, parts)
 
     def valid(self, flat):
         for getter, value in self.statics:
@@ -361,11 +398,12 @@ class _Variant:
             self.seen = replacements[0]
         return True
 
-    def _entry(self, is_tensor, signature):
+    def _entry(self, is_tensor, signature, parts):
         """Generated functions for the replay of a run-mode program (see ``__call__``): input
         reads, the driver call, output tensors and the output tree as straight-line code.
-        ``entry(flat)`` runs once ``valid`` held. ``probe(args)``, made for a call with only
-        positional tensors (``signature``: its key in ``variants``, else None), first checks what
+        ``entry(flat)`` runs once ``valid`` held. ``probe(args)``, made for a call without
+        keyword arguments (``signature``: its key in ``variants``, else None; ``parts``: the
+        structure of its arguments, None for plain tensors), first checks what
         ``CompiledFunction.__call__`` and ``valid`` would (the signature, static values such as
         an optimizer's hyperparameters, which ``.grad`` exist) and returns ``MISS`` when any
         differs; the driver's code is inlined in it (``runtime.inline``), so a call of the common
@@ -449,13 +487,20 @@ class _Variant:
             replaced = "".join(f" or _CN{j}.replaced" for j in range(len(self.consts)))
         else:
             replaced = " or _V.seen != _REPL[0]"
-        head = [f"if len(flat) != {len(sig)} or _GM.trace is not None or _GM.enabled != {enabled!r}{replaced}: "
+        count = len(sig) if parts is None else len(parts)
+        head = [f"if len(args) != {count} or _GM.trace is not None or _GM.enabled != {enabled!r}{replaced}: "
                 f"return _MISS"]
-        for k, (shape, dtype, requires_grad) in enumerate(sig):
-            g[f"_P{k}"] = dtype
-            head += [f"_a{k} = flat[{k}]", f"if _a{k}.__class__ is not _Tensor: return _MISS", f"_a{k} = _a{k}._node",
-                     f"if _a{k}.shape != {shape!r} or _a{k}.dtype is not _P{k} or "
-                     f"_a{k}.requires_grad != {requires_grad!r}: return _MISS"]
+        if parts is None:  # positional tensors: ``flat`` is ``args``
+            head.append("flat = args")
+            for k, (shape, dtype, requires_grad) in enumerate(sig):
+                g[f"_P{k}"] = dtype
+                head += [f"_a{k} = flat[{k}]", f"if _a{k}.__class__ is not _Tensor: return _MISS",
+                         f"_a{k} = _a{k}._node", f"if _a{k}.shape != {shape!r} or _a{k}.dtype is not _P{k} or "
+                         f"_a{k}.requires_grad != {requires_grad!r}: return _MISS"]
+        else:  # nested arguments and static values: ``flat`` as ``_flatten`` would make it
+            head.append("flat = []")
+            for k, part in enumerate(parts):
+                head += _probe_part(part, f"args[{k}]", g)
         for j, (getter, value) in enumerate(self.statics):
             g[f"_SG{j}"], g[f"_SV{j}"] = getter, value
             head.append(f"if _SG{j}() != _SV{j}: return _MISS")
@@ -464,12 +509,13 @@ class _Variant:
             head.append(f"if (_GT{j}(flat)._grad is not None) != {had!r}: return _MISS")
         g["_entry"] = entry
         for at, line in probed:
-            reads[at] = line
+            if parts is None:
+                reads[at] = line
         code = inline(self.tape, vals, g, "return _entry(flat)")
         if code is not None:
             driver, results = code
             call = driver + [f"{o} = {r}" for o, r in zip(outs, results)]
-        return entry, _define("probe", head + reads + call + tail, g)
+        return entry, _define("probe", head + reads + call + tail, g, "args")
 
     def __call__(self, flat):
         if self.entry is not None:  # run mode
@@ -611,7 +657,7 @@ class CompiledFunction:
         effects, effect_roots, clears = _effects(trace)
         with paused():  # lowering and compiling a big trace: see ngrad/_gc.py
             variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph,
-                               key if parts is None else None)
+                               None if kwargs else key, parts)
         _restore(trace)
         self.traces += 1
         variants = self.variants.setdefault(key, [])
