@@ -282,9 +282,8 @@ def _probe_part(spec, e, g):
         return [f"if {e}.__class__ is not float: return _MISS", f"flat.append({e})"]
     name = f"_X{len(g)}"
     g[name] = None  # the name is the probe's local for this container: reserved
-    items = spec[1]
-    cls = {"tuple": "tuple", "list": "list", "dict": "dict"}[tag]
-    lines += [f"{name} = {e}", f"if {name}.__class__ is not {cls} or len({name}) != {len(items)}: return _MISS"]
+    items = spec[1]  # tag: "tuple", "list" or "dict", the name of the builtin class
+    lines += [f"{name} = {e}", f"if {name}.__class__ is not {tag} or len({name}) != {len(items)}: return _MISS"]
     if tag == "dict":
         g[name + "k"] = tuple(k for k, _ in items)
         lines.append(f"if tuple({name}) != {name}k: return _MISS")
@@ -508,8 +507,8 @@ class _Variant:
             g[f"_GT{j}"] = target
             head.append(f"if (_GT{j}(flat)._grad is not None) != {had!r}: return _MISS")
         g["_entry"] = entry
-        for at, line in probed:
-            if parts is None:
+        if parts is None:  # the probe has each argument's node already
+            for at, line in probed:
                 reads[at] = line
         code = inline(self.tape, vals, g, "return _entry(flat)")
         if code is not None:
