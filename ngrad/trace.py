@@ -638,26 +638,29 @@ class CompiledFunction:
             call_args, call_kwargs = tuple(call_flat), {}
         else:
             call_args, call_kwargs = self._rebuild(args, kwargs, parts, call_flat)
-        _gm.trace = trace
-        try:
-            with paused():  # the call records the whole program at once: see ngrad/_gc.py
+        # The call records the whole program at once, and it is lowered and compiled in one go,
+        # with the collector paused (see ngrad/_gc.py). The recorded graph is dropped before the
+        # collector runs again: freed by reference counts, it is never scanned.
+        with paused():
+            _gm.trace = trace
+            try:
                 result = self.fn(*call_args, **call_kwargs)
-        except BaseException:
+            except BaseException:
+                _gm.trace = None
+                _restore(trace)
+                raise
             _gm.trace = None
-            _restore(trace)
-            raise
-        _gm.trace = None
-        found = []
-        out_spec = _out_spec(result, found)
-        roots = [t._node for t in found]
-        # outputs stay differentiable only when a gradient could still flow from them: their
-        # graph was not consumed by a backward() in the call (see _Variant for the second half)
-        graph = any(n.requires_grad and not n.freed for n in roots)
-        effects, effect_roots, clears = _effects(trace)
-        with paused():  # lowering and compiling a big trace: see ngrad/_gc.py
+            found = []
+            out_spec = _out_spec(result, found)
+            roots = [t._node for t in found]
+            # outputs stay differentiable only when a gradient could still flow from them: their
+            # graph was not consumed by a backward() in the call (see _Variant for the second half)
+            graph = any(n.requires_grad and not n.freed for n in roots)
+            effects, effect_roots, clears = _effects(trace)
             variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph,
                                None if kwargs else key, parts)
-        _restore(trace)
+            _restore(trace)
+            del trace, result, found, roots, effects, effect_roots, clears, call_args, call_kwargs, call_flat
         self.traces += 1
         variants = self.variants.setdefault(key, [])
         if len(variants) >= 8:
