@@ -220,27 +220,42 @@ def _fold(roots, constant):
     no longer recomputes them. Movements (a reshape, a broadcast) are not folded, their sources
     are: a broadcast stays a broadcast read. Returns the constant sources of the graph (the
     program is stale once one is updated in place)."""
-    const, wide, order, stack = {}, {}, [], [(n, False) for n in roots]
+    # const: id -> whether the node is constant; wide: ids of constants with a multi-element
+    # constant below them. Plain loops: this walks every node of a traced training step.
+    const, wide, order, stack = {}, set(), [], [(n, False) for n in roots]
     while stack:  # post-order, iteratively: graphs can be 100,000 nodes deep
         n, done = stack.pop()
-        if id(n) in const:
+        i = id(n)
+        if i in const:
             continue
         if n.value is not None:
-            const[id(n)] = c = constant(n)
-            wide[id(n)] = c and np.size(n.value) > 1
+            const[i] = c = constant(n)
+            if c and np.size(n.value) > 1:
+                wide.add(i)
         elif done or not n.srcs:
-            const[id(n)] = c = n.op != "input" and not n.requires_grad and all(const[id(a)] for a in n.srcs)
-            wide[id(n)] = c and any(wide[id(a)] for a in n.srcs)
+            c = w = n.op != "input" and not n.requires_grad
+            if c:
+                w = False
+                for a in n.srcs:
+                    if not const[id(a)]:
+                        c = False
+                        break
+                    w = w or id(a) in wide
+            const[i] = c
+            if c and w:
+                wide.add(i)
         else:
             stack.append((n, True))
-            stack.extend((a, False) for a in n.srcs if id(a) not in const)
+            for a in n.srcs:
+                if id(a) not in const:
+                    stack.append((a, False))
             continue
         order.append(n)
     fold, seen = [], set()
     edge = [n for n in roots if const[id(n)]] + [a for n in order if not const[id(n)] for a in n.srcs if const[id(a)]]
     while edge:
         n = edge.pop()
-        if id(n) in seen or n.value is not None or not wide[id(n)]:
+        if id(n) in seen or n.value is not None or id(n) not in wide:
             continue
         seen.add(id(n))
         if PRIMS[n.op].kind == "movement" or math.prod(n.shape) * n.dtype.itemsize > FOLD_MAX_BYTES:
