@@ -276,6 +276,14 @@ def _define(name, lines, g, param="flat"):
     return g[name]
 
 
+def _probe_tensor(v, node, dtype, shape, requires_grad):
+    """A probe's lines checking that ``v`` is a tensor of the signature (``dtype``: the global
+    holding its dtype), its node left in the local ``node``."""
+    return [f"if {v}.__class__ is not _Tensor: return _MISS", f"{node} = {v}._node",
+            f"if {node}.shape != {shape!r} or {node}.dtype is not {dtype} or "
+            f"{node}.requires_grad != {requires_grad!r}: return _MISS"]
+
+
 def _probe_part(spec, e, g):
     """A probe's lines checking that the argument expression ``e`` has the structure ``spec``
     (from ``CompiledFunction._spec``: ``_flatten``'s, or a static argument's) and appending its
@@ -290,9 +298,8 @@ def _probe_part(spec, e, g):
     if tag == "T":
         name = f"_X{len(g)}"
         g[name] = spec[1]
-        return [f"{name}v = {e}", f"if {name}v.__class__ is not _Tensor: return _MISS", f"{name}n = {name}v._node",
-                f"if {name}n.shape != {spec[2]!r} or {name}n.dtype is not {name} or "
-                f"{name}n.requires_grad != {spec[3]!r}: return _MISS", f"flat.append({name}v)"]
+        return [f"{name}v = {e}", *_probe_tensor(f"{name}v", f"{name}n", name, spec[2], spec[3]),
+                f"flat.append({name}v)"]
     if tag == "F":
         return [f"if {e}.__class__ is not float: return _MISS", f"flat.append({e})"]
     name = f"_X{len(g)}"
@@ -508,9 +515,7 @@ class _Variant:
             head.append("flat = args")
             for k, (shape, dtype, requires_grad) in enumerate(sig):
                 g[f"_P{k}"] = dtype
-                head += [f"_a{k} = flat[{k}]", f"if _a{k}.__class__ is not _Tensor: return _MISS",
-                         f"_a{k} = _a{k}._node", f"if _a{k}.shape != {shape!r} or _a{k}.dtype is not _P{k} or "
-                         f"_a{k}.requires_grad != {requires_grad!r}: return _MISS"]
+                head += [f"_a{k} = flat[{k}]", *_probe_tensor(f"_a{k}", f"_a{k}", f"_P{k}", shape, requires_grad)]
         else:  # nested arguments and static values: ``flat`` as ``_flatten`` would make it
             head.append("flat = []")
             for k, part in enumerate(parts):
