@@ -86,6 +86,7 @@ def fuse(tape, target="cpu"):
     latest = {}  # shape -> (position, kernel)
     loops = [0]  # loop kernels made so far
     defs = {}  # slot -> how a kernel computed it: ("read", read) or ("instr", instr)
+    home = {}  # slot -> the kernel that computes it first (others may recompute it, never store it)
     seq = [0]
 
     def available(slot, pos):
@@ -170,6 +171,7 @@ def fuse(tape, target="cpu"):
         kern.reads[ins.out] = r
         kern.defined.add(ins.out)
         defs[ins.out] = ("read", r)
+        home[ins.out] = kern
         where[ins.out] = (pos, False)
 
     # Next to real loops, one-element arithmetic (a seed times a constant, the max of a logsumexp
@@ -195,6 +197,7 @@ def fuse(tape, target="cpu"):
             kern.body.append(ins)
             kern.defined.add(ins.out)
             defs[ins.out] = ("instr", ins)
+            home[ins.out] = kern
             where[ins.out] = (pos, False)
         elif ins.prim == "expand" and ins.args[0] not in literal:
             src = ins.args[0]
@@ -218,6 +221,7 @@ def fuse(tape, target="cpu"):
             kern.body.append(ins)
             kern.defined.add(ins.out)
             defs[ins.out] = ("instr", ins)
+            home[ins.out] = kern
             where[ins.out] = (pos, False)
         elif ins.prim in EPILOGUES and (cpu or (ins.prim != "prod" and tape.dtypes[ins.out] in CUDA_ATOMIC)):
             src = ins.args[0]
@@ -250,13 +254,14 @@ def fuse(tape, target="cpu"):
         else:
             flat.append(step)
     steps = _live(_sink(flat), tape)
-    # a value defined in a kernel is stored when anything outside that kernel reads it
+    # a value is stored by the kernel that computes it first when anything outside that kernel
+    # reads it; a later kernel recomputing it (rather than reloading it) does not store it again
     needed = set(tape.outputs)
     for step in steps:
         needed |= reads_of(step)
     for step in steps:
         if isinstance(step, Kernel):
-            step.stores = [s for s in _defined_order(step) if s in needed and s not in literal]
+            step.stores = [s for s in _defined_order(step) if s in needed and s not in literal and home.get(s) is step]
     return Plan(tape, steps)
 
 
