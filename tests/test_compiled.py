@@ -485,3 +485,32 @@ def test_strided_and_two_dimensional_windows(dtype, rng):
     assert "% 2 == 0" in text and "unslice, zero outside" in text and "= slice" in text
     seeds = [np.ones(joint.tape.shapes[s], dtype) for s in joint.seeds]
     assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_a_value_is_stored_only_by_the_kernel_that_computes_it_first(rng):
+    # gmm's shape of plan: x - mu is stored for a matmul, and later loops recompute it (cheap
+    # arithmetic) rather than reload it; they must not store it again
+    x = ngrad.tensor(rng.standard_normal((40, 5, 3)), requires_grad=True)
+    mu = ngrad.tensor(rng.standard_normal((5, 3)), requires_grad=True)
+    w = ngrad.tensor(rng.standard_normal((5, 3, 3)), requires_grad=True)
+    xc = x - mu
+    z = xc * mu.exp() + ngrad.matmul(xc.transpose(0, 1), w).transpose(0, 1)
+    low = lower([(z * z).sum()._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[n._node] for n in (x, mu, w)])
+    stored = [s for k in fuse(joint.tape).kernels() for s in k.stores]
+    assert len(stored) == len(set(stored))
+    values = [n.value for n in low.sources] + [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
+    assert_same(joint.tape, values, rtol=1e-12)
+
+
+def test_reads_that_ignore_the_inner_indices_are_hoisted_out_of_the_inner_loop(rng):
+    a = ngrad.tensor(rng.standard_normal((6, 1)), requires_grad=True)
+    b = ngrad.tensor(rng.standard_normal((6, 7)), requires_grad=True)
+    low = lower([((a.exp() * 2) * b).sum(1)._node])
+    tape = low.tape
+    text = render(fuse(tape).kernels()[-1], tape).text
+    lines = text.splitlines()
+    inner = next(k for k, ln in enumerate(lines) if ln.strip().startswith("for i1"))
+    hoisted = [k for k, ln in enumerate(lines) if "(broadcast)" in ln or "exp(" in ln]
+    assert hoisted and all(k < inner for k in hoisted), text
+    assert_same(tape, [n.value for n in low.sources], rtol=1e-12)

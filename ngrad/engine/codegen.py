@@ -21,7 +21,7 @@ from .tape import format_instr
 
 __all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
 
-CODEGEN_VERSION = 23  # bump whenever generated text or engine/vmath.py changes meaning
+CODEGEN_VERSION = 24  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
@@ -267,12 +267,29 @@ def _window_index(r, slot, idx, shape, bounds, p):
     return ix, inside
 
 
-def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None):
+def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None, outer=None):
     """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
     (reads, its instructions against the math namespace ``math_``, stores); return the expression
     of every slot it defines. ``arrays`` and ``scalars`` collect the kernel's parameters;
-    ``bounds`` (key -> (name, value)) the window starts and stops, which are arguments too."""
+    ``bounds`` (key -> (name, value)) the window starts and stops, which are arguments too.
+
+    ``outer``: a loop nest's lists of lines run inside loop d before loop d + 1 starts (d = 0,
+    1, ...; the last list is the innermost body's head). A read that does not use the inner
+    indices (a broadcast operand), and arithmetic on such reads only, goes into the list of the
+    deepest loop it depends on: the stores of the inner loop might alias any array as far as
+    LLVM knows, so it would not hoist those loads itself (gmm's (n, k, d) loops reading (n, k)
+    and (k, d) operands: 0.70 -> 0.50 ms measured)."""
     names = {}
+    level = {}  # name -> the deepest loop its value depends on (-1: none)
+    depth_of = {i: d for d, i in enumerate(idx) if outer is None or d < len(outer)}  # not an unrolled copy's literal
+
+    def emit(line, name, deps):
+        d = max(deps, default=-1)
+        level[name] = d
+        if outer is None or d >= len(outer) - 1:
+            body.append(line)
+        else:
+            outer[max(d, 0)].append(line)  # never before every loop: a zero extent runs nothing
     for slot in sorted(kernel.reads):
         r = kernel.reads[slot]
         dtype = tape.dtypes[slot]
@@ -292,17 +309,17 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             if inside:
                 load += f" if {' and '.join(inside)} else {_typed(0, dtype)}"
             what = "slice" if r[0] == "window" else "unslice, zero outside"
-            body.append(f"{v} = {load}  # read %{src} as %{slot} = {what}")
+            emit(f"{v} = {load}  # read %{src} as %{slot} = {what}", v, [depth_of.get(i, -1) for i in idx])
             names[slot] = Expr(v, dtype)
         else:
             src, pattern = r[1], tuple(r[2]) or (False,)
             if (src, pattern) not in arrays:
                 arrays.append((src, pattern))
             # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
-            ix = ", ".join(idx[d] for d in range(len(pattern)) if not pattern[d]) or "0"
+            used = [idx[d] for d in range(len(pattern)) if not pattern[d]]
             v = f"{p}r{slot}{tag}"
-            body.append(f"{v} = {p}a{arrays.index((src, pattern))}[{ix}]  # read %{src}"
-                        + (" (broadcast)" if any(pattern) else ""))
+            emit(f"{v} = {p}a{arrays.index((src, pattern))}[{', '.join(used) or '0'}]  # read %{src}"
+                 + (" (broadcast)" if any(pattern) else ""), v, [depth_of.get(i, -1) for i in used])
             names[slot] = Expr(v, dtype)
     # sin and cos of one value share their range reduction when the target has sincos (about
     # 13% of the element-wise chain's value+gradient kernel in float64 on an H100)
@@ -322,11 +339,12 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
         if pair is not None:
             v = f"{p}v{ins.out}{tag}"
             sin, cos = pair
+            deps = [level.get(a.text, -1) for a in args]
             if (cos if ins is sin else sin).out in names:
-                body.append(f"# %{ins.out} = {format_instr(ins)}: {v} was made with it")
+                emit(f"# %{ins.out} = {format_instr(ins)}: {v} was made with it", v, deps)
             else:
-                body.append(f"{p}v{sin.out}{tag}, {p}v{cos.out}{tag} = {math_.sincos(args[0]).text}"
-                            f"  # %{sin.out} = {format_instr(sin)}; %{cos.out} = {format_instr(cos)}")
+                emit(f"{p}v{sin.out}{tag}, {p}v{cos.out}{tag} = {math_.sincos(args[0]).text}"
+                     f"  # %{sin.out} = {format_instr(sin)}; %{cos.out} = {format_instr(cos)}", v, deps)
             names[ins.out] = Expr(v, tape.dtypes[ins.out])
             continue
         text = None
@@ -337,7 +355,7 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
         if text is None:
             text = PRIMS[ins.prim].fwd(math_, *args, **ins.params).text
         v = f"{p}v{ins.out}{tag}"
-        body.append(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}")
+        emit(f"{v} = {text}  # %{ins.out} = {format_instr(ins)}", v, [level.get(a.text, -1) for a in args])
         names[ins.out] = Expr(v, tape.dtypes[ins.out])
     for k, slot in enumerate(kernel.stores):
         body.append(f"{p}o{k}[{', '.join(idx)}] = {names[slot].text}  # store %{slot}")
@@ -370,7 +388,8 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
     for copy in range(max(unroll, 1)):
         idx = [f"{p}i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
         tag = f"_{copy}" if unroll else ""
-        names = _element(kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag, bounds)
+        names = _element(kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag, bounds,
+                         [pre[d] for d in range(loop_dims)])
         for ins in kernel.body:
             if ins.prim in GUARDED and names[ins.args[0]].text not in guards:
                 guards.append(names[ins.args[0]].text)
