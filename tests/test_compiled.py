@@ -6,7 +6,7 @@ import pytest
 import ngrad
 from ngrad.engine import runtime
 from ngrad.engine.codegen import render
-from ngrad.engine.fuse import fuse
+from ngrad.engine.fuse import SMALL_LOOP, fuse
 from ngrad.engine.graph import lower
 from ngrad.engine.interpret import interpret
 from ngrad.engine.differentiate import vjp
@@ -257,7 +257,7 @@ def test_one_element_kernels_run_early_so_big_loops_fuse():
 
 
 def test_results_never_share_the_plan_buffers(rng):
-    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 1)  # big enough to run from the pool
+    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
     x = ngrad.from_numpy(x0).requires_grad_()
     y = (x.exp() * x).sin()
     (y * 2).sum().backward()
@@ -278,7 +278,7 @@ def test_dropped_results_are_reused_and_held_ones_never(rng, monkeypatch):
     real = runtime._taker
     monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
         lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
-    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 1)  # big enough to run from the pool
+    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
 
     def gradient(scale):
         x = ngrad.from_numpy(x0 * scale).requires_grad_()
@@ -318,15 +318,13 @@ def test_consecutive_loops_compile_to_one_function(rng):
 
 
 def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
-    """After a warm-up run, every big buffer of logsumexp's gradient (intermediates, the slice
-    gradients' unslice, the result the caller dropped) comes back from the plan. (Plans whose
-    buffers are all under DRIVER_MAX_BYTES run through a driver that takes them from malloc,
-    which keeps memory of that size mapped by itself.)"""
+    """After a warm-up run, every big buffer of logsumexp's gradient (intermediates, the result
+    the caller dropped) comes back from the plan."""
     taken = []
     real = runtime._taker
     monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
         lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
-    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 5)
+    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 5)
 
     def gradient():
         x = ngrad.from_numpy(x0).requires_grad_()
@@ -347,34 +345,66 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
     assert big and all(id(a) in before for a in big)
 
 
-def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch):
-    # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers.
-    # (In plans run step by step, those with a buffer of DRIVER_MAX_BYTES or more.)
+def _driver_text(fn, capsys, monkeypatch):
+    """``fn()``'s result and the text of the drivers generated while it ran."""
+    monkeypatch.setenv("NGRAD_DEBUG", "2")
+    capsys.readouterr()
+    result = fn()
+    monkeypatch.setenv("NGRAD_DEBUG", "0")
+    return result, capsys.readouterr().err
+
+
+def _joint_of(build, x0):
+    x = ngrad.from_numpy(x0).requires_grad_()
+    low = lower([build(x)._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    return joint.tape, [n.value for n in low.sources] + [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
+
+
+def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch, capsys):
+    # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers,
+    # whether the plan runs through its driver (decided when the driver is made) or step by step
+    # (decided at run time, as threads run it); big enough for a loop of one operation
+    x0 = rng.standard_normal(SMALL_LOOP + 5)
+
+    def gradient():
+        x = ngrad.from_numpy(x0).requires_grad_()
+        y = x.logsumexp(0)
+        y.backward()
+        return y.item(), x.grad.numpy()
+    (value, grad), text = _driver_text(gradient, capsys, monkeypatch)
+    e = np.exp(x0 - x0.max())
+    np.testing.assert_allclose(grad, e / e.sum(), rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(value, np.log(e.sum()) + x0.max(), rtol=1e-14)
+    assert "which dies here" in text, text
     donated = []
     real = runtime._donors
     monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
-    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 5)
-    x = ngrad.from_numpy(x0).requires_grad_()
-    y = x.logsumexp(0)
-    y.backward()
-    e = np.exp(x0 - x0.max())
-    np.testing.assert_allclose(x.grad.numpy(), e / e.sum(), rtol=1e-12, atol=1e-18)
-    np.testing.assert_allclose(y.item(), np.log(e.sum()) + x0.max(), rtol=1e-14)
+    assert_same(*_joint_of(lambda x: x.logsumexp(0), x0), rtol=1e-12)
     assert donated
 
 
-def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch):
+def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch, capsys):
     # aliased operands would make LLVM's overlap check fail and the sin/cos loop run unvectorised
+    x0 = rng.standard_normal(SMALL_LOOP + 5)
+
+    def loss(x):
+        d = x[1:] - x[:-1]
+        return (d * d).sum() + (x.cos() * x).sum()
+
+    def gradient():
+        for _ in range(3):
+            x = ngrad.from_numpy(x0).requires_grad_()
+            loss(x).backward()
+        return x.grad.numpy()
+    grad, text = _driver_text(gradient, capsys, monkeypatch)
+    np.testing.assert_allclose(grad[1:-1], 2 * (x0[1:-1] - x0[:-2]) - 2 * (x0[2:] - x0[1:-1])
+                               + np.cos(x0[1:-1]) - x0[1:-1] * np.sin(x0[1:-1]), rtol=1e-10, atol=1e-12)
+    assert "generated driver" in text and "which dies here" not in text
     donated = []
     real = runtime._donors
     monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
-    x0 = rng.standard_normal(runtime.DRIVER_MAX_BYTES // 8 + 5)
-    for _ in range(3):
-        x = ngrad.from_numpy(x0).requires_grad_()
-        d = x[1:] - x[:-1]
-        ((d * d).sum() + (x.cos() * x).sum()).backward()
-    np.testing.assert_allclose(x.grad.numpy()[1:-1], 2 * (x0[1:-1] - x0[:-2]) - 2 * (x0[2:] - x0[1:-1])
-                               + np.cos(x0[1:-1]) - x0[1:-1] * np.sin(x0[1:-1]), rtol=1e-10, atol=1e-12)
+    assert_same(*_joint_of(loss, x0), rtol=1e-10)
     assert not donated
 
 
@@ -438,6 +468,9 @@ def test_matmul_read_through_a_permute_is_written_in_the_permuted_layout(rng):
     values = [n.value for n in low.sources] + [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
     assert runtime._Compiled(joint.tape).permuted  # the forward matmul and the gradient's
     assert_same(joint.tape, values, rtol=1e-12)
+    comp = runtime._Compiled(joint.tape)
+    lines, _ = runtime._driver_code(comp, joint.tape, [f"v[{i}]" for i in range(len(values))], {}, "return None")
+    assert sum("laid out as" in line for line in lines) == 2, lines  # the driver writes them so too
 
 
 def _rosenbrock_joint(n, shared=False):

@@ -237,7 +237,7 @@ class _Compiled:
         big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
         self.threaded = _Layout(self.plan, tape, dead, split=True) if big else self.serial
         self.seen, self.cached, self.pending, self.rent = 0, False, 0, 0.0
-        self.drive = None  # the generated driver, once asked for (False: the plan is too big for one)
+        self.drive = None  # the generated driver, once asked for
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         self.lent = {}  # (shape, dtype) -> results handed out, taken back once unreferenced
         # steps that may write into a dying input's buffer (see VECTOR_MATH)
@@ -258,13 +258,13 @@ class _Compiled:
         return self.layout().kernels is not None
 
     def driver(self, tape):
-        """The compiled plan's generated driver (see ``prepare``), built once; None when the plan
-        is too big for one."""
+        """The compiled plan's generated driver (see ``prepare``), built once; None while threads
+        run its loops in chunks."""
+        if self.chunks():
+            return None
         if self.drive is None:
-            if self.chunks():
-                return None  # made once threads are off
-            self.drive = _driver(self, tape) or False
-        return self.drive or None
+            self.drive = _driver(self, tape)
+        return self.drive
 
     def chunks(self):
         """Whether threads are on and some loop of the plan is big enough for them: a call then
@@ -478,8 +478,6 @@ def _accumulator(ins, tape, shape, fresh, take):
 # is alive), so the next run writes into memory that is already mapped.
 POOL_MIN_BYTES = 1 << 16
 LENT_MAX = 2
-# plans whose stores are smaller than this get a generated driver (see ``prepare``)
-DRIVER_MAX_BYTES = 1 << 20
 
 
 def _refcount(arrays, i):
@@ -783,13 +781,13 @@ def _owned(outs, values):
 def prepare(tape, target="cpu"):
     """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
 
-    The plan is compiled now (unless ``NGRAD_JIT=never``), and when every buffer it stores is
-    under ``DRIVER_MAX_BYTES`` (the loop of an optimizer, a training step on a small batch) it
-    is unrolled into a generated Python *driver*: input checks, allocations and kernel calls as
-    straight-line code with every shape a literal, so a call costs little more than the kernels
-    and NumPy calls themselves. With threads on, a plan with loops big enough for them runs
-    through ``run``'s step-by-step path, as do plans with bigger buffers (the buffer pool keeps
-    those mapped), where per-call overhead does not matter.
+    The plan is compiled now (unless ``NGRAD_JIT=never``) and unrolled into a generated Python
+    *driver*: input checks, allocations and kernel calls as straight-line code with every shape
+    a literal, so a call costs little more than the kernels and NumPy calls themselves. Big
+    buffers come from the plan's pool (``POOL_MIN_BYTES``), and a loop writes in place of a
+    value that dies there where ``_execute`` would (decided once, when the driver is made).
+    With threads on, a plan with loops big enough for them runs through ``run``'s step-by-step
+    path, which cuts those loops into chunks.
     """
     if target == "cuda":
         return lambda values: run(tape, values, target)
@@ -826,15 +824,12 @@ _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
 
 def _driver(comp, tape):
-    """The driver of a compiled plan (see ``prepare``), or None when the plan is too big for one
-    (a buffer the pool should keep)."""
+    """The driver of a compiled plan (see ``prepare``)."""
     # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
     # of its range (``_execute`` falls back to the interpreter), and with threads on
     g = {"execute": lambda values: _executed(comp, tape, values)}
-    code = _driver_code(comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)")
-    if code is None:
-        return None
-    lines, outs = code
+    lines, outs = _driver_code(comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g,
+                               "return execute(values)")
     text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
         print(f"ngrad: generated driver\n{text}", file=sys.stderr)
@@ -851,7 +846,7 @@ def inline(tape, inputs, g, fallback):
     driver cannot finish the call (a sin/cos argument out of range; threads are on and the plan
     has loops big enough for them), before anything it did is seen. Returns the lines and the
     expression of each output, or None when the tape runs without a driver (not compiled,
-    bytecode, or too big)."""
+    bytecode, or threads on for its loops)."""
     if jit_mode() == "never":
         return None
     comp = _compiled_for(tape, "always")
@@ -862,26 +857,33 @@ def inline(tape, inputs, g, fallback):
 
 def _driver_code(comp, tape, inputs, g, fallback):
     """Lines and output expressions of a driver (see ``_driver`` and ``inline``)."""
-    from .fuse import Glue, Kernel
+    from .fuse import Glue
     from .prims import PRIMS
     steps = comp.plan.steps
-    for st in steps:
-        if isinstance(st, Kernel) and any(
-                math.prod(tape.shapes[s]) * np_dtype(tape.dtypes[s]).itemsize >= DRIVER_MAX_BYTES for s in st.stores):
-            return None
     lay = comp.serial
     comp.compile(lay)
     g.update({"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
-              "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_})
+              "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_,
+              "taker": lambda made: _taker(comp, made), "recycle": lambda made, res: _recycle(comp, made, res),
+              "matmul_into": matmul_into})
     lines = []
     # slot -> variable; variables holding fresh arrays; slot -> the variable owning its memory;
     # slots that may not be C-contiguous; variables holding a runtime scalar as a NumPy scalar
     var, fresh, root, loose, scalar = {}, set(), {}, set(), set()
+    pooled = [False]  # some buffer comes from the plan's pool (see POOL_MIN_BYTES)
 
     def dtype_name(s):
         name = f"D{s}"
         g[name] = np_dtype(tape.dtypes[s])
         return name
+
+    def alloc(shape, s):
+        """An expression making a buffer for slot ``s``: a big one from the plan's pool, where
+        its pages are already mapped; a small one from malloc, which keeps such memory itself."""
+        if math.prod(shape) * np_dtype(tape.dtypes[s]).itemsize >= POOL_MIN_BYTES:
+            pooled[0] = True
+            return f"take({tuple(shape)!r}, {dtype_name(s)})"
+        return f"empty({tuple(shape)!r}, {dtype_name(s)})"
 
     for i, (s, kind) in enumerate(zip(tape.inputs, tape.kinds)):
         v = var[s] = f"x{s}"
@@ -924,6 +926,15 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 loose.add(out)
             return f"# %{out} = detach(%{a0}) is {var[a0]}"
         args = [f"asarray({var[a]})" if var[a] in scalar else var[a] for a in ins.args]
+        if out in comp.permuted:  # see _Compiled.permuted
+            perm = comp.permuted[out]
+            buf = f"p{out}"
+            lines.append(f"{buf} = {alloc(tape.shapes[perm.out], out)}  # %{out} = matmul, laid out as %{perm.out}")
+            root[out] = buf
+            fresh.add(buf)
+            loose.add(out)
+            lines.append(f"{v} = {buf}.transpose({tuple(int(d) for d in np.argsort(perm.params['perm']))!r})")
+            return f"matmul_into({args[0]}, {args[1]}, {v})"
         if ins.prim == "reshape":
             expr = f"{args[0]}.reshape({ins.params['shape']!r})"
         elif ins.prim == "slice":
@@ -951,20 +962,40 @@ def _driver_code(comp, tape, inputs, g, fallback):
             lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
         return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
 
+    live = {s: root[s] for s in tape.inputs}  # slot -> its root, for the values alive now
+
+    def donors(j, part, gone):
+        """Buffers a one-loop segment may write its stores into, as ``_donors`` decides at run
+        time: arrays this driver made that the loop reads only at its own index, whose values
+        die here and that no other live value shares."""
+        if j not in comp.in_place or not part.stores:
+            return []
+        sharing = {}
+        for r in live.values():
+            sharing[r] = sharing.get(r, 0) + 1
+        return [a for (a, _), whole in zip(part.arrays, part.whole) if whole and a in gone and root[a] in fresh
+                and var[a] == root[a] and a not in loose and sharing[root[a]] == 1]
+
     quiet = False  # some NumPy glue computes: no floating-point warnings (one errstate per call)
-    for n_seg, (seg, src, fn) in enumerate(zip(lay.segments, lay.sources, lay.kernels)):
+    for n_seg, (seg, src, fn, gone) in enumerate(zip(lay.segments, lay.sources, lay.kernels, lay.dead)):
+        gone = set(gone)
         if src is None:
             ins = steps[seg[0]].instr
             line = glue_line(ins)
             quiet = quiet or (not line.startswith("#") and ins.out not in consts and
                               PRIMS[ins.prim].kind not in ("movement", "index", "cast"))
             lines.append(line)
+            if ins.out in root:
+                live[ins.out] = root[ins.out]
+            for s in gone:
+                live.pop(s, None)
             continue
         args, guards, parts = [], [], iter(src.parts)
         for j in seg:
             step = steps[j]
             if isinstance(step, Glue):
                 lines.append(glue_line(step.instr))
+                live[step.instr.out] = root[step.instr.out]
                 continue
             part = next(parts)
             sizes = step.shape or (1,)
@@ -977,24 +1008,32 @@ def _driver_code(comp, tape, inputs, g, fallback):
                     args.append(f"asarray({v}).reshape(-1)" if late else v)
                 else:
                     args.append(f"{v}.reshape(-1)" if late else f"{v}.reshape(-1)[0]")
+            spare = donors(j, part, gone) if len(seg) == 1 else []
             for st in part.stores:
-                o = f"o{st}"
-                lines.append(f"{o} = empty({tuple(sizes)!r}, {dtype_name(st)})  # store %{st}")
+                d = next((a for a in spare if tape.dtypes[a] == tape.dtypes[st] and tape.shapes[a] == tuple(sizes)), None)
+                if d is None:
+                    o = f"o{st}"
+                    lines.append(f"{o} = {alloc(sizes, st)}  # store %{st}")
+                    fresh.add(o)
+                else:  # written in place of a value that dies here (see ``donors``)
+                    spare.remove(d)
+                    o = var[d]
+                    lines.append(f"# store %{st} into {o}, the buffer of %{d}, which dies here")
                 args.append(o)
-                fresh.add(o)
                 var[st] = o if tuple(sizes) == tuple(tape.shapes[st]) else f"{o}.reshape({tape.shapes[st]!r})"
                 root[st] = o
+                live[st] = o
             for ins, isfresh in zip(part.reductions, part.fresh):
                 c = f"r{ins.out}"
                 keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(step.shape)) or (1,)
                 kept = _kept(keep, ins)
                 made = () if not kept else keep  # a full reduction's 0-d accumulator: no reshape
                 dt = dtype_name(ins.out)
-                if isfresh:
-                    lines.append(f"{c} = empty({made!r}, {dt})  # %{ins.out} = {ins.prim}")
-                else:
+                lines.append(f"{c} = {alloc(made, ins.out)}  # %{ins.out} = {ins.prim}")
+                if not isfresh:
                     g[f"I{ins.out}"] = identity(ins.prim, tape.dtypes[ins.out])
-                    lines.append(f"{c} = full({made!r}, I{ins.out}, {dt})  # %{ins.out} = {ins.prim}")
+                    lines.append(f"{c}.fill(I{ins.out})")
+                live[ins.out] = c
                 args.append(c if kept == made else f"{c}.reshape({kept!r})")
                 fresh.add(c)
                 var[ins.out] = c if made == tuple(tape.shapes[ins.out]) else f"{c}.reshape({tape.shapes[ins.out]!r})"
@@ -1013,6 +1052,8 @@ def _driver_code(comp, tape, inputs, g, fallback):
             # an argument outside the range of a vectorised sin/cos: the interpreter is exact
             lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
             lines.append(f"    {fallback}")
+        for s in gone:
+            live.pop(s, None)
     if quiet:  # entering errstate costs about a microsecond: once, around everything
         lines = ["with errstate(all='ignore'):"] + ["    " + line for line in lines]
     outs, taken = [], set()
@@ -1024,6 +1065,13 @@ def _driver_code(comp, tape, inputs, g, fallback):
             v = f"{v}.copy()"
         taken.add(root.get(s))
         outs.append(v)
+    if pooled[0]:
+        # big buffers come from the plan's pool and go back to it (the results are watched
+        # until the caller drops them; see ``_recycle``)
+        lines = ["made = []", "take = taker(made)"] + lines
+        lines.append(f"y = [{', '.join(outs)}]")
+        lines.append("recycle(made, y)")
+        outs = [f"y[{k}]" for k in range(len(outs))]
     return lines, outs
 
 
