@@ -1028,7 +1028,6 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(step.shape)) or (1,)
                 kept = _kept(keep, ins)
                 made = () if not kept else keep  # a full reduction's 0-d accumulator: no reshape
-                dt = dtype_name(ins.out)
                 lines.append(f"{c} = {alloc(made, ins.out)}  # %{ins.out} = {ins.prim}")
                 if not isfresh:
                     g[f"I{ins.out}"] = identity(ins.prim, tape.dtypes[ins.out])
