@@ -862,7 +862,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
     steps = comp.plan.steps
     lay = comp.serial
     comp.compile(lay)
-    g.update({"ndarray": np.ndarray, "empty": np.empty, "full": np.full, "zeros": np.zeros, "asarray": np.asarray,
+    g.update({"ndarray": np.ndarray, "empty": np.empty, "zeros": np.zeros, "asarray": np.asarray,
               "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_,
               "taker": lambda made: _taker(comp, made), "recycle": lambda made, res: _recycle(comp, made, res),
               "matmul_into": matmul_into})
@@ -871,6 +871,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
     # slots that may not be C-contiguous; variables holding a runtime scalar as a NumPy scalar
     var, fresh, root, loose, scalar = {}, set(), {}, set(), set()
     pooled = [False]  # some buffer comes from the plan's pool (see POOL_MIN_BYTES)
+    allocated = set()  # variables holding a C-contiguous buffer the driver allocated for a loop
 
     def dtype_name(s):
         name = f"D{s}"
@@ -967,14 +968,15 @@ def _driver_code(comp, tape, inputs, g, fallback):
     def donors(j, part, gone):
         """Buffers a one-loop segment may write its stores into, as ``_donors`` decides at run
         time: arrays this driver made that the loop reads only at its own index, whose values
-        die here and that no other live value shares."""
+        die here and that no other live value shares (NumPy's results are not candidates: their
+        layout follows their operands')."""
         if j not in comp.in_place or not part.stores:
             return []
         sharing = {}
         for r in live.values():
             sharing[r] = sharing.get(r, 0) + 1
-        return [a for (a, _), whole in zip(part.arrays, part.whole) if whole and a in gone and root[a] in fresh
-                and var[a] == root[a] and a not in loose and sharing[root[a]] == 1]
+        return [a for (a, _), whole in zip(part.arrays, part.whole) if whole and a in gone and root[a] in allocated
+                and var[a] == root[a] and sharing[root[a]] == 1]
 
     quiet = False  # some NumPy glue computes: no floating-point warnings (one errstate per call)
     for n_seg, (seg, src, fn, gone) in enumerate(zip(lay.segments, lay.sources, lay.kernels, lay.dead)):
@@ -1015,6 +1017,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
                     o = f"o{st}"
                     lines.append(f"{o} = {alloc(sizes, st)}  # store %{st}")
                     fresh.add(o)
+                    allocated.add(o)
                 else:  # written in place of a value that dies here (see ``donors``)
                     spare.remove(d)
                     o = var[d]
