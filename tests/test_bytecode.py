@@ -68,15 +68,7 @@ def _union_loop(codes, dt):
     return fn
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_every_primitive_and_the_corpus_equal_the_interpreter(dtype, rng):
-    cases = _cases(dtype, rng)
-    codes = {name: bytecode.encode(tape) for name, (tape, _) in cases.items()}
-    assert all(c is not None for c in codes.values()), [n for n, c in codes.items() if c is None]
-    used = {op for c in codes.values() for op in c.ops}
-    assert any(op.startswith("mul(") and "*" in op for op in used)  # one-element reads
-    assert {"place", "spread", "move", "copy", "fill", "matmul", "cumsum"} <= used
-    assert dtype == np.float32 or "accumulate" in used  # the corpus (float64) sums slice gradients
+def _equal_the_interpreter(cases, codes, dtype):
     fn = _union_loop(list(codes.values()), "f64" if dtype == np.float64 else "f32")
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for name, (tape, values) in cases.items():
@@ -84,6 +76,33 @@ def test_every_primitive_and_the_corpus_equal_the_interpreter(dtype, rng):
         for a, b in zip(got, ref):
             assert a.shape == b.shape and a.dtype == b.dtype, name
             np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_primitive_and_the_corpus_equal_the_interpreter(dtype, rng):
+    # every instruction in rows of its own: the branch of each operation (pairs below)
+    cases = _cases(dtype, rng)
+    codes = {name: bytecode.encode(tape, pairs=False) for name, (tape, _) in cases.items()}
+    assert all(c is not None for c in codes.values()), [n for n, c in codes.items() if c is None]
+    used = {op for c in codes.values() for op in c.ops}
+    assert any(op.startswith("mul(") and "*" in op for op in used)  # one-element reads
+    assert {"place", "spread", "move", "copy", "fill", "matmul", "cumsum"} <= used
+    assert dtype == np.float64 or "accumulate" not in used  # the corpus (float64) sums slice gradients
+    assert dtype == np.float32 or "accumulate" in used
+    _equal_the_interpreter(cases, codes, dtype)
+
+
+def test_pairs_in_every_primitives_gradient_equal_the_interpreter(rng):
+    # element-wise pairs in one row (the default), in float32: each pair computes in registers
+    # what separate rows would round into the arena, and must round alike (float64 pairs run in
+    # every recurrence test and benchmark problem)
+    cases, codes = _cases(np.float32, rng), {}
+    for name, (tape, _) in cases.items():
+        code = bytecode.encode(tape)
+        if any(op.startswith("=") for op in code.ops):  # the others run as in the test above
+            codes[name] = code
+    assert sum(op.startswith("=") for op in {op for c in codes.values() for op in c.ops}) >= 20
+    _equal_the_interpreter({name: cases[name] for name in codes}, codes, np.float32)
 
 
 def test_what_does_not_fit_is_declined(rng):
@@ -101,7 +120,7 @@ def test_windows_are_reused_once_their_slot_is_dead():
     tape = lower([y.sum()._node]).tape
     code = bytecode.encode(tape)
     assert code.size < 5 * 100  # a hundred slots of 100 elements live in a few windows
-    assert sorted(code.ops) == list(code.ops) and "sin(f64)" in code.ops
+    assert sorted(code.ops) == list(code.ops) and "=f64,f64* math.sin((x[i] * y))" in code.ops
 
 
 def test_the_loop_depends_on_the_operations_not_on_the_tape():
@@ -112,7 +131,7 @@ def test_the_loop_depends_on_the_operations_not_on_the_tape():
         return lower([y.sum()._node]).tape
     a, b = bytecode.encode(tape_of(3, 5)), bytecode.encode(tape_of(40, 700))
     assert a.source == b.source and len(b.code) > len(a.code)
-    assert "# mul(f64,f64)" in a.source and "# sum" in a.source
+    assert "# =f64,f64,f64* ((x[i] * y[i]) + z)" in a.source and "# sum" in a.source
 
 
 def _rk4(T, x, steps=40):
@@ -216,3 +235,21 @@ def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
     values = [rng.standard_normal(7), rng.standard_normal(3)]
     got, ref = code.run(kernel(code.source), values), interpret(tape, values)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-15)
+
+
+def test_an_element_wise_pair_runs_as_one_row(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, y, z = b.input((50,), "f64"), b.input((50,), "f64"), b.input((50,), "f64")
+    t = x * y  # read once, by the sum below: computed in its row, with no window of its own
+    u = (z * 2.0).exp()  # made between them: it must not take x's or y's window
+    shared = z - x  # read twice: a row of its own
+    tape = b.finish([t + u, shared * shared + shared])
+    code = bytecode.encode(tape)
+    assert "=f64,f64,f64 ((x[i] * y[i]) + z[i])" in code.ops and "sub(f64,f64)" in code.ops
+    # rows: the literal 2, exp(z * 2), z - x, x * y + exp(...), and shared * shared + shared
+    assert "mul(f64,f64)" not in code.ops and len(code.code) == 5
+    values = [rng.standard_normal(50) for _ in range(3)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-14)  # a multiply-add may round once (fused)

@@ -123,8 +123,10 @@ def _fits(tape):
     return floats.pop() if floats else "f64"  # booleans only: any arena holds 0 and 1
 
 
-def encode(tape):
+def encode(tape, pairs=True):
     """The bytecode of ``tape``, or None when it does not fit (see the module docstring).
+    ``pairs``: an element-wise instruction runs in the row of the one that alone reads its
+    result (see ``tree`` below); off, every instruction has rows of its own.
 
     ```python
     >>> from ngrad.engine.tape import Builder
@@ -208,10 +210,6 @@ def encode(tape):
         position = {j: k for k, j in enumerate(kept)}
         folded = {position[j]: v for j, v in folded.items()}
         instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
-    last = {}  # (``uses`` still holds: a fold moves a read from the unslice to the sum)
-    for j, r in enumerate(reads):
-        for w, _, _ in r:
-            last[w] = j
     # a piece of a concatenation along its leading axes that an element-wise row makes and
     # nothing else reads is made in its place in the result: ``into`` maps it to (result, offset)
     into = {}
@@ -224,6 +222,39 @@ def encode(tape):
                 if a in made and a not in home and uses[a] == 1 and a not in keep:
                     into[a] = (ins.out, at * step)
                 at += tape.shapes[a][axis]
+    # An element-wise instruction whose operand is made by another element-wise instruction,
+    # read there and nowhere else, runs with it as one row (``y + h * k``: one pass over the
+    # window instead of two, and no window for ``h * k``). ``tree[j]`` is instruction j's
+    # expression: (instr, operands), an operand being ("leaf", read) or an inlined instruction's
+    # tree. Trees are two deep at most, so the operations a loop needs depend on the patterns of
+    # the tape, not on its length (longer chains would end wherever a recurrence ends), and read
+    # at most three windows (a row's operand fields). An inlined instruction makes no row; its
+    # operands are read where it is used, so they stay alive until then.
+    tree, inlined, chains = {}, set(), set()
+    made_at = {ins.out: j for j, ins in enumerate(instrs)}
+    for j, ins in enumerate(instrs):
+        if not pairs or ins.prim not in _ELEMENTWISE or j in folded:
+            continue
+        kids = [("leaf", r) for r in reads[j]]
+        for p, (w, d, single) in enumerate(reads[j]):
+            k = made_at.get(w)
+            if k is None or k not in tree or k in chains or single or d or uses.get(w) != 1 or w in keep \
+                    or w in into or size[w] != size[ins.out]:
+                continue
+            trial = kids[:p] + [tree[k]] + kids[p + 1:]
+            if len(_leaves(trial)) <= 3:
+                kids = trial
+                inlined.add(k)
+        tree[j] = (ins, kids)
+        if any(kid[0] != "leaf" for kid in kids):
+            chains.add(j)
+            reads[j] = _leaves(kids)
+    for k in inlined:
+        reads[k] = []
+    last = {}  # (``uses`` still holds: a fold or a chain moves reads, it does not add any)
+    for j, r in enumerate(reads):
+        for w, _, _ in r:
+            last[w] = j
     free, top, at = {}, [0], {}
 
     def alloc(slot):
@@ -258,6 +289,8 @@ def encode(tape):
 
     named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
     for j, ins in enumerate(instrs):
+        if j in inlined:
+            continue
         # allocated before the arguments are freed: no row reads and writes one window
         if ins.out in into:
             result, offset = into[ins.out]
@@ -270,6 +303,10 @@ def encode(tape):
         if j in folded:  # the sum of a value and a slice's gradient (see ``folded``)
             start, length = folded[j]
             rows.append([ops.setdefault("accumulate", len(ops)), size[ins.out], o, *args, length, start, *_FLAT[1:]])
+            vals.append(0.0)
+        elif j in chains:
+            op = _chain_op(tape, tree[j], reads[j])
+            rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         elif ins.prim in _ELEMENTWISE:  # most rows: inline
             one = tuple(single for _, _, single in reads[j])
@@ -298,6 +335,35 @@ def encode(tape):
     bc.code, bc.vals, bc.ops = code, np.array(vals, np.float64), tuple(names)
     bc.source = source(bc.ops, dt)
     return bc
+
+
+def _leaves(kids):
+    """The distinct reads under the operands ``kids`` of a tree, in order of appearance."""
+    out, stack = [], list(reversed(kids))
+    while stack:
+        node = stack.pop()
+        if node[0] == "leaf":
+            if node[1] not in out:
+                out.append(node[1])
+        else:
+            stack.extend(reversed(node[1]))
+    return out
+
+
+def _chain_op(tape, node, leaves):
+    """The operation of a chain row: "=" and its operands' dtypes (marked as in ``_element_op``),
+    then the expression of one element (operands x, y, z in the order of ``leaves``)."""
+    def render(node):  # two deep at most
+        if node[0] == "leaf":
+            i = leaves.index(node[1])
+            w, _, single = node[1]
+            ref = "xyz"[i] if single else f"{'xyz'[i]}[i]"
+            return Expr(f"({ref} != 0)" if tape.dtypes[w] == "b8" else ref, tape.dtypes[w])
+        ins, kids = node
+        return PRIMS[ins.prim].fwd(_Math, *[render(k) for k in kids], **ins.params)
+    e = render(node)
+    text = f"(1 if {e.text} else 0)" if tape.dtypes[node[0].out] == "b8" else e.text
+    return "=" + ",".join(tape.dtypes[w] + "*" * single for w, _, single in leaves) + " " + text
 
 
 def _element_op(tape, ins, one):
@@ -424,6 +490,10 @@ def _branch(op, dt):
                 "            at = (p * s1 + q) * s2 + j",
                 "            acc += x[at]",
                 "            r[at] = acc"]
+    if op.startswith("="):  # a chain of element-wise primitives (see _chain_op)
+        head, _, text = op[1:].partition(" ")
+        dtypes = head.split(",")
+        return [_take(dtypes), "for i in range(n):", f"    r[i] = {text}"]
     # an element-wise primitive (see _element_op for its name)
     head, _, out = op.partition("->")
     name, _, rest = head.partition("(")
@@ -437,9 +507,15 @@ def _branch(op, dt):
         args.append(Expr(f"({ref} != 0)" if d == "b8" else ref, d))
     e = PRIMS[prim].fwd(_Math, *args, **kw)
     text = f"(1 if {e.text} else 0)" if out == "b8" else e.text
-    take = "".join(f", {v}" for v in views) + " = f[o:o + n]" + "".join(
+    return [_take(dtypes), "for i in range(n):", f"    r[i] = {text}"]
+
+
+def _take(dtypes):
+    """The line taking an element-wise row's result window and operands (``dtypes`` marked "*":
+    that operand is one element) as views."""
+    views = "xyz"[:len(dtypes)]
+    return "r" + "".join(f", {v}" for v in views) + " = f[o:o + n]" + "".join(
         f", f[{w}]" if d.endswith("*") else f", f[{w}:{w} + n]" for w, d in zip("abc", dtypes))
-    return [f"r{take}", "for i in range(n):", f"    r[i] = {text}"]
 
 
 def source(ops, dt):
