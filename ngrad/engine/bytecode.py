@@ -21,6 +21,7 @@ per instruction and is compiled once per set of operations, then loaded from the
 Element-wise rows render the primitive table's forward expressions (``codegen.SourceMath``), so
 they share one definition with the interpreter and the fused kernels.
 """
+import functools
 import math
 
 import numpy as np
@@ -88,10 +89,15 @@ def _dense(shape, strides):
 def _window(small, big, params):
     """Where the window ``starts``/``steps`` of ``params`` of an array of shape ``big`` starts,
     when its ``small`` elements are one contiguous run of it; else None (slice and unslice)."""
+    return _window_at(small, big, tuple(params["starts"]), tuple(params["steps"]))
+
+
+@functools.lru_cache(maxsize=4096)  # an unrolled recurrence takes the same few windows thousands of times
+def _window_at(small, big, starts, steps):
     st = _strides(big)
-    if not _dense(small, [k * m for k, m in zip(st, params["steps"])]):
+    if not _dense(small, [k * m for k, m in zip(st, steps)]):
         return None
-    return sum(a * k for a, k in zip(params["starts"], st))
+    return sum(a * k for a, k in zip(starts, st))
 
 
 def _strides(shape):
@@ -288,6 +294,7 @@ def encode(tape, pairs=True):
         vals.append(val)
 
     named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
+    chained = {}  # _chain_key -> the operation of a chain row
     for j, ins in enumerate(instrs):
         if j in inlined:
             continue
@@ -305,7 +312,10 @@ def encode(tape, pairs=True):
             rows.append([ops.setdefault("accumulate", len(ops)), size[ins.out], o, *args, length, start, *_FLAT[1:]])
             vals.append(0.0)
         elif j in chains:
-            op = _chain_op(tape, tree[j], reads[j])
+            shape = _chain_key(tape, tree[j], reads[j])
+            op = chained.get(shape)
+            if op is None:
+                op = chained[shape] = _chain_op(tape, tree[j], reads[j])
             rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         elif ins.prim in _ELEMENTWISE:  # most rows: inline
@@ -348,6 +358,16 @@ def _leaves(kids):
         else:
             stack.extend(reversed(node[1]))
     return out
+
+
+def _chain_key(tape, node, leaves):
+    """What ``_chain_op`` renders of a tree, as a key: its instructions' primitives, parameters
+    and dtypes, and which leaf each operand is."""
+    if node[0] == "leaf":
+        w, _, single = node[1]
+        return leaves.index(node[1]), single, tape.dtypes[w]
+    ins, kids = node
+    return (ins.prim, tuple(ins.params.items()), tape.dtypes[ins.out]) + tuple(_chain_key(tape, k, leaves) for k in kids)
 
 
 def _chain_op(tape, node, leaves):
