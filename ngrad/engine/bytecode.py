@@ -5,7 +5,9 @@ slot, more than one floating dtype, a movement or reduction of rank above ``RANK
 primitive). Every slot gets a fixed window of one flat *arena* (booleans are stored as 0 and 1),
 windows are reused once their slot is dead (see ``home`` in ``encode`` for the values that share
 one), and each instruction becomes one or more rows
-``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]`` (int32). ``Bytecode.source`` is the
+``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]`` (int32), except that an
+element-wise instruction whose result only another element-wise one reads becomes part of that
+one's row. ``Bytecode.source`` is the
 text of the loop that runs such rows, rendered for exactly the operations the tape uses (so its
 compile cost grows with the variety of operations, never with the tape's length); the runtime
 compiles it like any kernel (``compile.kernel``) and calls ``bytecode.run(fn, values)``, which
