@@ -225,13 +225,15 @@ class _Compiled:
         # a matmul whose result is read through a permute (a batched matmul moved back to the
         # caller's axes) writes into a buffer laid out as the permute's result, through the
         # inverse permutation: kernels then read it contiguously, where copying the permuted
-        # view on every read cost 2 ms per (1000, 25, 10) array (GradBench's gmm)
+        # view on every read cost 2 ms per (1000, 25, 10) array (GradBench's gmm). ``permuted``:
+        # matmul slot -> (the buffer's shape, the permutation that views it as the product)
         made_by = {st.instr.out: st.instr for st in self.plan.steps if isinstance(st, Glue)}
         self.permuted = {}
         for st in self.plan.steps:
             src = made_by.get(st.instr.args[0]) if isinstance(st, Glue) and st.instr.prim == "permute" else None
             if src is not None and src.prim == "matmul" and tape.dtypes[src.out][0] == "f":
-                self.permuted.setdefault(src.out, st.instr)
+                inverse = tuple(int(d) for d in np.argsort(st.instr.params["perm"]))
+                self.permuted.setdefault(src.out, (tape.shapes[st.instr.out], inverse))
         dead = _dead_after_steps(tape, self.plan)
         self.serial = _Layout(self.plan, tape, dead, split=False)
         big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
@@ -552,9 +554,8 @@ def _execute(comp, tape, values):
                 value = unslice_into(take(tape.shapes[ins.out], np_dtype(tape.dtypes[ins.out])), env[ins.args[0]],
                                      p["starts"], p["stops"], p["steps"])
             elif value is None and ins.out in comp.permuted:  # see _Compiled.permuted
-                perm = comp.permuted[ins.out]
-                buf = take(tape.shapes[perm.out], np_dtype(tape.dtypes[ins.out]))
-                value = buf.transpose(np.argsort(perm.params["perm"]))
+                shape, inverse = comp.permuted[ins.out]
+                value = take(shape, np_dtype(tape.dtypes[ins.out])).transpose(inverse)
                 with np.errstate(all="ignore"):
                     matmul_into(env[ins.args[0]], env[ins.args[1]], value)
             elif value is None:
@@ -928,13 +929,13 @@ def _driver_code(comp, tape, inputs, g, fallback):
             return f"# %{out} = detach(%{a0}) is {var[a0]}"
         args = [f"asarray({var[a]})" if var[a] in scalar else var[a] for a in ins.args]
         if out in comp.permuted:  # see _Compiled.permuted
-            perm = comp.permuted[out]
+            shape, inverse = comp.permuted[out]
             buf = f"p{out}"
-            lines.append(f"{buf} = {alloc(tape.shapes[perm.out], out)}  # %{out} = matmul, laid out as %{perm.out}")
+            lines.append(f"{buf} = {alloc(shape, out)}  # %{out} = matmul, laid out as its permute's result")
             root[out] = buf
             fresh.add(buf)
             loose.add(out)
-            lines.append(f"{v} = {buf}.transpose({tuple(int(d) for d in np.argsort(perm.params['perm']))!r})")
+            lines.append(f"{v} = {buf}.transpose({inverse!r})")
             return f"matmul_into({args[0]}, {args[1]}, {v})"
         if ins.prim == "reshape":
             expr = f"{args[0]}.reshape({ins.params['shape']!r})"
@@ -963,7 +964,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
             lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
         return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
 
-    live = {s: root[s] for s in tape.inputs}  # slot -> its root, for the values alive now
+    live = set(tape.inputs)  # the slots whose values are alive now
 
     def donors(j, part, gone):
         """Buffers a one-loop segment may write its stores into, as ``_donors`` decides at run
@@ -973,8 +974,8 @@ def _driver_code(comp, tape, inputs, g, fallback):
         if j not in comp.in_place or not part.stores:
             return []
         sharing = {}
-        for r in live.values():
-            sharing[r] = sharing.get(r, 0) + 1
+        for s in live:
+            sharing[root[s]] = sharing.get(root[s], 0) + 1
         return [a for (a, _), whole in zip(part.arrays, part.whole) if whole and a in gone and root[a] in allocated
                 and var[a] == root[a] and sharing[root[a]] == 1]
 
@@ -987,17 +988,15 @@ def _driver_code(comp, tape, inputs, g, fallback):
             quiet = quiet or (not line.startswith("#") and ins.out not in consts and
                               PRIMS[ins.prim].kind not in ("movement", "index", "cast"))
             lines.append(line)
-            if ins.out in root:
-                live[ins.out] = root[ins.out]
-            for s in gone:
-                live.pop(s, None)
+            live.add(ins.out)
+            live -= gone
             continue
         args, guards, parts = [], [], iter(src.parts)
         for j in seg:
             step = steps[j]
             if isinstance(step, Glue):
                 lines.append(glue_line(step.instr))
-                live[step.instr.out] = root[step.instr.out]
+                live.add(step.instr.out)
                 continue
             part = next(parts)
             sizes = step.shape or (1,)
@@ -1025,7 +1024,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 args.append(o)
                 var[st] = o if tuple(sizes) == tuple(tape.shapes[st]) else f"{o}.reshape({tape.shapes[st]!r})"
                 root[st] = o
-                live[st] = o
+                live.add(st)
             for ins, isfresh in zip(part.reductions, part.fresh):
                 c = f"r{ins.out}"
                 keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(step.shape)) or (1,)
@@ -1035,7 +1034,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 if not isfresh:
                     g[f"I{ins.out}"] = identity(ins.prim, tape.dtypes[ins.out])
                     lines.append(f"{c}.fill(I{ins.out})")
-                live[ins.out] = c
+                live.add(ins.out)
                 args.append(c if kept == made else f"{c}.reshape({kept!r})")
                 fresh.add(c)
                 var[ins.out] = c if made == tuple(tape.shapes[ins.out]) else f"{c}.reshape({tape.shapes[ins.out]!r})"
@@ -1054,8 +1053,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
             # an argument outside the range of a vectorised sin/cos: the interpreter is exact
             lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
             lines.append(f"    {fallback}")
-        for s in gone:
-            live.pop(s, None)
+        live -= gone
     if quiet:  # entering errstate costs about a microsecond: once, around everything
         lines = ["with errstate(all='ignore'):"] + ["    " + line for line in lines]
     outs, taken = [], set()
