@@ -237,6 +237,38 @@ def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-15)
 
 
+def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, g = b.input((7,), "f64"), b.input((3,), "f64")
+    placed = [h.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,)) for h in (g, g * g)]
+    dies, lives = x.exp(), x.sin()
+    tape = b.finish([(dies + placed[0]) * 2.0, (lives + placed[1]) * lives])
+    code = bytecode.encode(tape)
+    rows = code.code[code.code[:, bytecode.OP] == code.ops.index("accumulate")]
+    # [op, n, out, a, ...]: exp(x) is not read again, so the sum is made in its window; sin(x) is
+    assert sorted(rows[:, 2] == rows[:, 3]) == [False, True]
+    values = [rng.standard_normal(7), rng.standard_normal(3)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-15)
+
+
+def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    s, x, y = b.input((3,), "f64"), b.input((64,), "f64"), b.input((65,), "f64")
+    tape = b.finish([s.exp(), x.sin(), y.cos()])
+    code = bytecode.encode(tape)
+    starts = {i: at for i, at, _ in code.tensors}
+    assert starts[0] == 0 and starts[1] % bytecode.ALIGN == 0 and starts[2] % bytecode.ALIGN == 0
+    assert [o % bytecode.ALIGN for o, n, *_ in code.outputs if n >= 64] == [0, 0]
+    values = [rng.standard_normal(3), rng.standard_normal(64), rng.standard_normal(65)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-15)
+
+
 def test_an_element_wise_pair_runs_as_one_row(rng):
     from ngrad.engine.tape import Builder
     b = Builder()

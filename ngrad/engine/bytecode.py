@@ -4,7 +4,8 @@ Contract: ``encode(tape)`` returns a ``Bytecode``, or None when the tape does no
 slot, more than one floating dtype, a movement or reduction of rank above ``RANK``, an indexing
 primitive). Every slot gets a fixed window of one flat *arena* (booleans are stored as 0 and 1),
 windows are reused once their slot is dead (see ``home`` in ``encode`` for the values that share
-one), and each instruction becomes one or more rows
+one; windows of ``8 * ALIGN`` elements or more start at a multiple of ``ALIGN`` elements of an
+arena aligned alike), and each instruction becomes one or more rows
 ``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]`` (int32), except that an
 element-wise instruction whose result only another element-wise one reads becomes part of that
 one's row. ``Bytecode.source`` is the
@@ -36,6 +37,7 @@ from .tape import params_key
 __all__ = ["encode", "Bytecode", "RANK"]
 
 RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
+ALIGN = 8  # elements: 64 bytes of float64, a cache line (vector loads that straddle two cost more)
 OP, WIDTH = 0, 18  # a row's operation field, and its width (see the module docstring)
 
 _MOVES = ("reshape", "detach", "permute", "expand", "slice", "unslice", "flip", "cat")
@@ -63,7 +65,9 @@ class Bytecode:
 
     def run(self, fn, values):
         """Run the compiled loop ``fn`` on checked input ``values``; fresh output arrays."""
-        f = np.empty(self.size, self.dtype)
+        raw = np.empty(self.size + ALIGN, self.dtype)
+        skip = (-raw.ctypes.data // raw.itemsize) % ALIGN
+        f = raw[skip:skip + self.size]
         for i, o, n in self.tensors:
             f[o:o + n] = values[i].reshape(-1)
         if self.scalar_at:
@@ -271,6 +275,8 @@ def encode(tape, pairs=True):
         if spare:
             at[slot] = spare.pop()
         else:
+            if n >= 8 * ALIGN:
+                top[0] = -(-top[0] // ALIGN) * ALIGN
             at[slot] = top[0]
             top[0] += n
 
@@ -300,12 +306,19 @@ def encode(tape, pairs=True):
     for j, ins in enumerate(instrs):
         if j in inlined:
             continue
-        # allocated before the arguments are freed: no row reads and writes one window
+        # allocated before the arguments are freed: no row reads and writes one window (LLVM's
+        # overlap check would send the loop down its scalar path), except a fold's sum, which
+        # adds into its first operand's window when that operand dies there (no copy at all)
+        w, d, _ = reads[j][0] if reads[j] else (None, 0, False)
+        taken = j in folded and not d and last[w] == j and w not in keep and w not in into \
+            and size[w] == size[ins.out] and all(r[0] != w for r in reads[j][1:])
         if ins.out in into:
             result, offset = into[ins.out]
             if result not in at:
                 alloc(result)
             at[ins.out] = at[result] + offset
+        elif taken:
+            at[ins.out] = at[w]
         elif ins.out not in at:
             alloc(ins.out)
         o, args = at[ins.out], [at[w] + d for w, d, _ in reads[j]]
@@ -331,7 +344,7 @@ def encode(tape, pairs=True):
         else:
             _rows(tape, ins, o, args, size, row, into)
         for w in {w for w, _, _ in reads[j]}:
-            if last[w] == j and w not in keep and w not in into:
+            if last[w] == j and w not in keep and w not in into and at[w] != at.get(ins.out):
                 free.setdefault(size[w], []).append(at[w])
     bc.outputs = []
     for s in tape.outputs:
@@ -478,9 +491,10 @@ def _branch(op, dt):
     zero = _typed(0, dt)
     if op == "copy":
         return ["r, x = f[o:o + n], f[a:a + n]", "for i in range(n):", "    r[i] = x[i]"]
-    if op == "accumulate":  # rows: x at a plus a window of c elements at b, added from code[k, 6] on
-        return ["r, x, g = f[o:o + n], f[a:a + n], f[b:b + c]", "w = code[k, 6]", "v = f[o + w:o + w + c]",
-                "for i in range(n):", "    r[i] = x[i]", "for i in range(c):", "    v[i] += g[i]"]
+    if op == "accumulate":  # rows: x at a (maybe the result's own window) plus a window of c
+        # elements at b, added from code[k, 6] on
+        return ["if o != a:", "    r, x = f[o:o + n], f[a:a + n]", "    for i in range(n):", "        r[i] = x[i]",
+                "w = code[k, 6]", "v, g = f[o + w:o + w + c], f[b:b + c]", "for i in range(c):", "    v[i] += g[i]"]
     if op == "place":  # rows: the window starts at b and is c long
         return ["r, w, x = f[o:o + n], f[o + b:o + b + c], f[a:a + c]", "for i in range(b):", f"    r[i] = {zero}",
                 "for i in range(c):", "    w[i] = x[i]", "for i in range(b + c, n):", f"    r[i] = {zero}"]
