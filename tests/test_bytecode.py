@@ -254,6 +254,46 @@ def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
         np.testing.assert_allclose(a, r, rtol=1e-15)
 
 
+def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, g, h = b.input((7,), "f64"), b.input((3,), "f64"), b.input((3,), "f64")
+    t, u = x.exp(), x.sin()
+
+    def placed(v):
+        return v.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,))
+    fused = (t + placed(g * h)) * 2.0  # dx[2:5] += g * h: t's window, one row
+    u2 = u.slice(starts=(1,), stops=(4,), steps=(1,))
+    apart = (u + placed(u2 * g)) * 3.0  # the product reads u's own window: a row of its own
+    tape = b.finish([fused, apart])
+    code = bytecode.encode(tape)
+    ops = [code.ops[op] for op in code.code[:, bytecode.OP]]
+    assert ops.count("+=f64,f64 (x[i] * y[i])") == 1 and ops.count("accumulate") == 1
+    assert ops.count("mul(f64,f64)") == 1
+    values = [rng.standard_normal(7), rng.standard_normal(3), rng.standard_normal(3)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-15)
+
+
+def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x = b.input((3,), "f64")
+    shared = x * 2.0
+
+    def placed(v):
+        return v.unslice(shape=(6,), starts=(1,), stops=(4,), steps=(1,))
+    tape = b.finish([placed(x * x), placed(shared) * shared.sum(axes=(0,), keepdim=True).expand(shape=(6,))])
+    code = bytecode.encode(tape)
+    ops = [code.ops[op] for op in code.code[:, bytecode.OP]]
+    assert ops.count("pad") == 1 and ops.count("place") == 1  # x * x made in place; 2x is read twice
+    values = [rng.standard_normal(3)]
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-15)
+
+
 def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
     from ngrad.engine.tape import Builder
     b = Builder()

@@ -8,7 +8,7 @@ one; windows of ``8 * ALIGN`` elements or more start at a multiple of ``ALIGN`` 
 arena aligned alike), and each instruction becomes one or more rows
 ``[op, n, out, a, b, c, shape[4], src strides[4], dst strides[4]]`` (int32), except that an
 element-wise instruction whose result only another element-wise one reads becomes part of that
-one's row. ``Bytecode.source`` is the
+one's row (or of the row adding it into a slice of a value, in that value's window). ``Bytecode.source`` is the
 text of the loop that runs such rows, rendered for exactly the operations the tape uses (so its
 compile cost grows with the variety of operations, never with the tape's length); the runtime
 compiles it like any kernel (``compile.kernel``) and calls ``bytecode.run(fn, values)``, which
@@ -222,8 +222,9 @@ def encode(tape, pairs=True):
         position = {j: k for k, j in enumerate(kept)}
         folded = {position[j]: v for j, v in folded.items()}
         instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
-    # a piece of a concatenation along its leading axes that an element-wise row makes and
-    # nothing else reads is made in its place in the result: ``into`` maps it to (result, offset)
+    # a piece of a concatenation along its leading axes, or the operand of an unslice that is
+    # one contiguous window of its result, that an element-wise row makes and nothing else reads
+    # is made in its place in the result: ``into`` maps it to (result, offset)
     into = {}
     made = {ins.out for ins in instrs if ins.prim in _ELEMENTWISE}
     for ins in instrs:
@@ -234,6 +235,9 @@ def encode(tape, pairs=True):
                 if a in made and a not in home and uses[a] == 1 and a not in keep:
                     into[a] = (ins.out, at * step)
                 at += tape.shapes[a][axis]
+        elif ins.prim == "unslice" and (a := ins.args[0]) in made and a not in home and uses[a] == 1 \
+                and a not in keep and (start := _window(tape.shapes[a], tape.shapes[ins.out], ins.params)) is not None:
+            into[a] = (ins.out, start)
     # An element-wise instruction whose operand is made by another element-wise instruction,
     # read there and nowhere else, runs with it as one row (``y + h * k``: one pass over the
     # window instead of two, and no window for ``h * k``). ``tree[j]`` is instruction j's
@@ -242,9 +246,27 @@ def encode(tape, pairs=True):
     # the tape, not on its length (longer chains would end wherever a recurrence ends), and read
     # at most three windows (a row's operand fields). An inlined instruction makes no row; its
     # operands are read where it is used, so they stay alive until then.
-    tree, inlined, chains = {}, set(), set()
+    #
+    # A fold's sum that can add in place (see ``taken`` below) takes the element-wise
+    # instruction making the slice's gradient the same way: ``dx[1:] += g[1:] * u[:-1]`` is one
+    # pass. ``added`` maps the sum's index to the inlined instruction's.
+    tree, inlined, chains, added = {}, set(), set(), {}
     made_at = {ins.out: j for j, ins in enumerate(instrs)}
+    final = {}  # the last instruction reading each window, before any inlining (which moves reads later, up to the reader)
+    for j, r in enumerate(reads):
+        for w, _, _ in r:
+            final[w] = j
     for j, ins in enumerate(instrs):
+        if pairs and j in folded:
+            (x, dx, _), (w, d, single) = reads[j]
+            k = made_at.get(w)
+            if k in tree and k not in chains and not single and not d and uses.get(w) == 1 and w not in keep \
+                    and w not in into and size[w] == folded[j][1] and ins.out not in into and not dx \
+                    and final[x] == j and x not in keep and x not in into and size[x] == size[ins.out] \
+                    and all(leaf[0] != x for leaf in _leaves(tree[k][1])):
+                added[j] = k
+                inlined.add(k)
+                reads[j] = [reads[j][0], *_leaves(tree[k][1])]
         if not pairs or ins.prim not in _ELEMENTWISE or j in folded:
             continue
         kids = [("leaf", r) for r in reads[j]]
@@ -311,7 +333,7 @@ def encode(tape, pairs=True):
         # adds into its first operand's window when that operand dies there (no copy at all)
         w, d, _ = reads[j][0] if reads[j] else (None, 0, False)
         taken = j in folded and not d and last[w] == j and w not in keep and w not in into \
-            and size[w] == size[ins.out] and all(r[0] != w for r in reads[j][1:])
+            and size[w] == size[ins.out] and all(r[0] != w for r in reads[j][1:]) and ins.out not in into
         if ins.out in into:
             result, offset = into[ins.out]
             if result not in at:
@@ -322,7 +344,16 @@ def encode(tape, pairs=True):
         elif ins.out not in at:
             alloc(ins.out)
         o, args = at[ins.out], [at[w] + d for w, d, _ in reads[j]]
-        if j in folded:  # the sum of a value and a slice's gradient (see ``folded``)
+        if j in added:  # in place: the window plus an element-wise expression (see ``added``)
+            start, length = folded[j]
+            key = ("+=", _chain_key(tape, tree[added[j]], reads[j][1:]))
+            op = chained.get(key)
+            if op is None:
+                op = chained[key] = "+" + _chain_op(tape, tree[added[j]], reads[j][1:])
+            rows.append([ops.setdefault(op, len(ops)), length, o + start, *args[1:], *_NO_ARGS[len(args) - 1],
+                         *_FLAT])
+            vals.append(0.0)
+        elif j in folded:  # the sum of a value and a slice's gradient (see ``folded``)
             start, length = folded[j]
             rows.append([ops.setdefault("accumulate", len(ops)), size[ins.out], o, *args, length, start, *_FLAT[1:]])
             vals.append(0.0)
@@ -432,7 +463,9 @@ def _rows(tape, ins, o, args, size, row, into):
     elif ins.prim == "unslice":
         src_shape, st = tape.shapes[ins.args[0]], _strides(shape)
         start = _window(src_shape, shape, p)
-        if start is not None:
+        if ins.args[0] in into:  # made in its place: zeros around it
+            row("pad", n, o, 0, start, size[ins.args[0]])
+        elif start is not None:
             row("place", n, o, args[0], start, size[ins.args[0]])  # one window: zeros around a copy
         else:
             row("fill", n, o, val=0.0)
@@ -495,6 +528,9 @@ def _branch(op, dt):
         # elements at b, added from code[k, 6] on
         return ["if o != a:", "    r, x = f[o:o + n], f[a:a + n]", "    for i in range(n):", "        r[i] = x[i]",
                 "w = code[k, 6]", "v, g = f[o + w:o + w + c], f[b:b + c]", "for i in range(c):", "    v[i] += g[i]"]
+    if op == "pad":  # rows: zeros around the window that starts at b and is c long
+        return ["r = f[o:o + n]", "for i in range(b):", f"    r[i] = {zero}", "for i in range(b + c, n):",
+                f"    r[i] = {zero}"]
     if op == "place":  # rows: the window starts at b and is c long
         return ["r, w, x = f[o:o + n], f[o + b:o + b + c], f[a:a + c]", "for i in range(b):", f"    r[i] = {zero}",
                 "for i in range(c):", "    w[i] = x[i]", "for i in range(b + c, n):", f"    r[i] = {zero}"]
@@ -526,10 +562,11 @@ def _branch(op, dt):
                 "            at = (p * s1 + q) * s2 + j",
                 "            acc += x[at]",
                 "            r[at] = acc"]
-    if op.startswith("="):  # a chain of element-wise primitives (see _chain_op)
-        head, _, text = op[1:].partition(" ")
-        dtypes = head.split(",")
-        return [_take(dtypes), "for i in range(n):", f"    r[i] = {text}"]
+    if op.startswith(("=", "+=")):  # a chain of element-wise primitives (see _chain_op), or one
+        # added into the result's window
+        assign = "+=" if op.startswith("+=") else "="
+        head, _, text = op[len(assign):].partition(" ")
+        return [_take(head.split(",")), "for i in range(n):", f"    r[i] {assign} {text}"]
     # an element-wise primitive (see _element_op for its name)
     head, _, out = op.partition("->")
     name, _, rest = head.partition("(")
