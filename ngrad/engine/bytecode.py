@@ -83,6 +83,9 @@ class Bytecode:
 _FLAT = [1] * RANK + [0] * (2 * RANK)  # the shape and strides fields of a row that has none
 _NO_ARGS = [[0, 0, 0], [0, 0], [0], []]  # the operand fields a row with k operands leaves empty
 _ELEMENTWISE = frozenset(name for name, prim in PRIMS.items() if prim.kind in ELEMENTWISE)
+_RANKED = frozenset(_MOVES + _REDUCE + ("cumsum",))  # primitives whose rows walk shapes (rank <= RANK)
+_REDUCE_SET = frozenset(_REDUCE)
+_TAKEN = _ELEMENTWISE | _RANKED | {"const", "matmul"}
 
 
 def _dense(shape, strides):
@@ -119,19 +122,22 @@ def _pad(values, fill):
 
 
 def _fits(tape):
-    floats = {d for d in tape.dtypes if d[0] == "f"}
-    if len(floats) > 1 or any(d not in ("b8", *floats) for d in tape.dtypes):
+    kinds = set(tape.dtypes)
+    floats = {d for d in kinds if d[0] == "f"}
+    if len(floats) > 1 or kinds - floats - {"b8"}:
         return None
-    for ins in tape.instrs:
-        kind = PRIMS[ins.prim].kind
-        if kind in ELEMENTWISE or ins.prim in ("const", "matmul"):
-            continue
-        if ins.prim not in _MOVES + _REDUCE + ("cumsum",):
-            return None
-        if any(len(tape.shapes[s]) > RANK for s in (ins.out, *ins.args)):
-            return None
-        if ins.prim in _REDUCE and tape.dtypes[ins.out] == "b8":
-            return None
+    prims = {ins.prim for ins in tape.instrs}
+    if not prims <= _TAKEN:
+        return None
+    # one pass over the tape's shapes and its primitives first: the loops below are for the rare tape they
+    # leave in doubt (an encoding is made on a program's first call, so its cost is a first call's)
+    if max(map(len, tape.shapes), default=0) > RANK:
+        shapes = tape.shapes
+        for ins in tape.instrs:
+            if ins.prim in _RANKED and any(len(shapes[s]) > RANK for s in (ins.out, *ins.args)):
+                return None
+    if prims & _REDUCE_SET and any(ins.prim in _REDUCE and tape.dtypes[ins.out] == "b8" for ins in tape.instrs):
+        return None
     return floats.pop() if floats else "f64"  # booleans only: any arena holds 0 and 1
 
 
@@ -158,40 +164,48 @@ def encode(tape, pairs=True):
     # it, the offset in that window). An instruction equal to an earlier one (the same slice of
     # an input in every step of a recurrence) reuses its window, a reshape is its argument's
     # window read with another shape, and a contiguous slice is a part of its argument's window.
-    home, seen, instrs = {}, {}, []
+    home, seen, instrs, shapes = {}, {}, [], tape.shapes
+    where = home.get
     for ins in tape.instrs:
-        args = tuple((*home.get(a, (a, 0)), tape.shapes[a]) for a in ins.args)  # a window, read as a shape
-        # params of everything but a literal are ints and tuples of ints: equal means identical
-        key = (ins.prim, args, params_key(ins.params) if ins.prim == "const" else tuple(ins.params.items()))
-        if ins.prim in ("reshape", "detach"):
-            home[ins.out] = args[0][:2]
-        elif ins.prim == "slice" and (start := _window(tape.shapes[ins.out], tape.shapes[ins.args[0]],
-                                                      ins.params)) is not None:
-            home[ins.out] = (args[0][0], args[0][1] + start)
-        elif key in seen:
-            home[ins.out] = (seen[key], 0)
+        prim, a = ins.prim, ins.args
+        if prim == "reshape" or prim == "detach":
+            home[ins.out] = where(a[0], (a[0], 0))
+            continue
+        if prim == "slice" and (start := _window(shapes[ins.out], shapes[a[0]], ins.params)) is not None:
+            w, d = where(a[0], (a[0], 0))
+            home[ins.out] = (w, d + start)
+            continue
+        # a window, read as a shape; params of everything but a literal are ints and tuples of
+        # ints: equal means identical
+        key = (prim, tuple([(*where(x, (x, 0)), shapes[x]) for x in a]),
+               params_key(ins.params) if prim == "const" else tuple(ins.params.items()))
+        twin = seen.get(key)
+        if twin is not None:
+            home[ins.out] = (twin, 0)
         else:
             seen[key] = ins.out
             instrs.append(ins)
     # a broadcast of one element (a time step times a vector) is read by element-wise rows as
     # that element, and is only materialised when something else reads it
-    keep = {home.get(s, (s, 0))[0] for s in tape.outputs}
+    keep = {where(s, (s, 0))[0] for s in tape.outputs}
     spread = {}
     for ins in instrs:
         if ins.prim == "expand" and size[ins.args[0]] == 1:
-            r, d = home.get(ins.args[0], (ins.args[0], 0))
+            r, d = where(ins.args[0], (ins.args[0], 0))
             spread[ins.out] = spread.get(r, (r, d))
     reads, needed = [], set(keep)  # per instruction: (window, offset, read as one element)
+    note = needed.add
     for ins in instrs:
         ew = ins.prim in _ELEMENTWISE
         r = []
         for a in ins.args:
-            w, d = home.get(a, (a, 0))
+            w, d = where(a, (a, 0))
             if ew and w in spread:
-                r.append((*spread[w], True))
+                w, d = spread[w]
+                r.append((w, d, True))
             else:
                 r.append((w, d, False))
-        needed.update(w for w, _, _ in r)
+            note(w)
         reads.append(r)
     kept = [j for j, ins in enumerate(instrs) if ins.out not in spread or ins.out in needed]
     instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
@@ -263,24 +277,26 @@ def encode(tape, pairs=True):
             if k in tree and k not in chains and not single and not d and uses.get(w) == 1 and w not in keep \
                     and w not in into and size[w] == folded[j][1] and ins.out not in into and not dx \
                     and final[x] == j and x not in keep and x not in into and size[x] == size[ins.out] \
-                    and all(leaf[0] != x for leaf in _leaves(tree[k][1])):
+                    and all(leaf[0] != x for leaf in reads[k]):
                 added[j] = k
                 inlined.add(k)
+                tree[k] = _tree(tree, reads, k)
                 reads[j] = [reads[j][0], *_leaves(tree[k][1])]
         if not pairs or ins.prim not in _ELEMENTWISE or j in folded:
             continue
-        kids = [("leaf", r) for r in reads[j]]
+        kids, n = None, size[ins.out]
         for p, (w, d, single) in enumerate(reads[j]):
             k = made_at.get(w)
-            if k is None or k not in tree or k in chains or single or d or uses.get(w) != 1 or w in keep \
-                    or w in into or size[w] != size[ins.out]:
+            if k is None or k not in tree or k in chains or single or d or uses[w] != 1 or w in keep \
+                    or w in into or size[w] != n:
                 continue
-            trial = kids[:p] + [tree[k]] + kids[p + 1:]
+            trial = (kids or [("leaf", e) for e in reads[j]])[:]
+            trial[p] = _tree(tree, reads, k)
             if len(_leaves(trial)) <= 3:
                 kids = trial
                 inlined.add(k)
-        tree[j] = (ins, kids)
-        if any(kid[0] != "leaf" for kid in kids):
+        tree[j] = (ins, kids)  # None: its operands are its reads (see _tree)
+        if kids is not None:
             chains.add(j)
             reads[j] = _leaves(kids)
     for k in inlined:
@@ -325,58 +341,58 @@ def encode(tape, pairs=True):
 
     named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
     chained = {}  # _chain_key -> the operation of a chain row
+    code_of = ops.setdefault
     for j, ins in enumerate(instrs):
         if j in inlined:
             continue
+        r, out = reads[j], ins.out
         # allocated before the arguments are freed: no row reads and writes one window (LLVM's
         # overlap check would send the loop down its scalar path), except a fold's sum, which
         # adds into its first operand's window when that operand dies there (no copy at all)
-        w, d, _ = reads[j][0] if reads[j] else (None, 0, False)
-        taken = j in folded and not d and last[w] == j and w not in keep and w not in into \
-            and size[w] == size[ins.out] and all(r[0] != w for r in reads[j][1:]) and ins.out not in into
-        if ins.out in into:
-            result, offset = into[ins.out]
+        if out in into:
+            result, offset = into[out]
             if result not in at:
                 alloc(result)
-            at[ins.out] = at[result] + offset
-        elif taken:
-            at[ins.out] = at[w]
-        elif ins.out not in at:
-            alloc(ins.out)
-        o, args = at[ins.out], [at[w] + d for w, d, _ in reads[j]]
+            at[out] = at[result] + offset
+        elif j in folded and not r[0][1] and last[w := r[0][0]] == j and w not in keep and w not in into \
+                and size[w] == size[out] and all(e[0] != w for e in r[1:]):
+            at[out] = at[w]
+        elif out not in at:
+            alloc(out)
+        o, args = at[out], [at[w] + d for w, d, _ in r]
         if j in added:  # in place: the window plus an element-wise expression (see ``added``)
             start, length = folded[j]
-            key = ("+=", _chain_key(tape, tree[added[j]], reads[j][1:]))
+            key = ("+=", _chain_key(tape, tree[added[j]], r[1:]))
             op = chained.get(key)
             if op is None:
-                op = chained[key] = "+" + _chain_op(tape, tree[added[j]], reads[j][1:])
-            rows.append([ops.setdefault(op, len(ops)), length, o + start, *args[1:], *_NO_ARGS[len(args) - 1],
-                         *_FLAT])
+                op = chained[key] = "+" + _chain_op(tape, tree[added[j]], r[1:])
+            rows.append([code_of(op, len(ops)), length, o + start, *args[1:], *_NO_ARGS[len(args) - 1], *_FLAT])
             vals.append(0.0)
         elif j in folded:  # the sum of a value and a slice's gradient (see ``folded``)
             start, length = folded[j]
-            rows.append([ops.setdefault("accumulate", len(ops)), size[ins.out], o, *args, length, start, *_FLAT[1:]])
+            rows.append([code_of("accumulate", len(ops)), size[out], o, *args, length, start, *_FLAT[1:]])
             vals.append(0.0)
         elif j in chains:
-            shape = _chain_key(tape, tree[j], reads[j])
-            op = chained.get(shape)
+            key = _chain_key(tape, tree[j], r)
+            op = chained.get(key)
             if op is None:
-                op = chained[shape] = _chain_op(tape, tree[j], reads[j])
-            rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
+                op = chained[key] = _chain_op(tape, tree[j], r)
+            rows.append([code_of(op, len(ops)), size[out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         elif ins.prim in _ELEMENTWISE:  # most rows: inline
-            one = tuple(single for _, _, single in reads[j])
-            key = (ins.prim, tuple(ins.params.items()), tuple(dtypes[a] for a in ins.args), dtypes[ins.out], one)
+            key = (ins.prim, *ins.params.items(), dtypes[out], *[(dtypes[a], single) for a, (_, _, single)
+                                                                 in zip(ins.args, r)])
             op = named.get(key)
             if op is None:
-                op = named[key] = _element_op(tape, ins, one)
-            rows.append([ops.setdefault(op, len(ops)), size[ins.out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
+                op = named[key] = _element_op(tape, ins, tuple(single for _, _, single in r))
+            rows.append([code_of(op, len(ops)), size[out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         else:
             _rows(tape, ins, o, args, size, row, into)
-        for w in {w for w, _, _ in reads[j]}:
-            if last[w] == j and w not in keep and w not in into and at[w] != at.get(ins.out):
+        for w, _, _ in r:
+            if last[w] == j and w not in keep and w not in into and at[w] != at[out]:
                 free.setdefault(size[w], []).append(at[w])
+                last[w] = -1  # read twice by this row: freed once
     bc.outputs = []
     for s in tape.outputs:
         w, d = home.get(s, (s, 0))
@@ -391,6 +407,13 @@ def encode(tape, pairs=True):
     bc.code, bc.vals, bc.ops = code, np.array(vals, np.float64), tuple(names)
     bc.source = source(bc.ops, dt)
     return bc
+
+
+def _tree(tree, reads, k):
+    """Instruction k's tree with its operands spelled out (``tree[k]`` leaves them out, None, when
+    they are all reads: they are ``reads[k]`` then, until k is inlined somewhere)."""
+    ins, kids = tree[k]
+    return (ins, kids if kids is not None else [("leaf", e) for e in reads[k]])
 
 
 def _leaves(kids):
