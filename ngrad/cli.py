@@ -43,7 +43,7 @@ def cache(args):
     if args.action == "info":
         info = cache_info()
         print(f"cache root: {info['root']}\nthis version: {info['folder']}\n"
-              f"kernels: {info['kernels']}\nsize: {info['bytes'] / 1e6:.2f} MB")
+              f"kernels: {info['kernels']}\nplans: {info['plans']}\nsize: {info['bytes'] / 1e6:.2f} MB")
     else:
         print(f"removed {cache_clear()} files")
     return 0

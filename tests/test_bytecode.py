@@ -178,6 +178,46 @@ def test_compile_replays_an_unrolled_recurrence_through_bytecode(rng):
                                    atol=1e-8)
 
 
+def test_an_encoding_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch, tmp_path, rng):
+    import hashlib
+    import marshal
+    import os
+
+    from ngrad.engine.compile import cache_dir
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    low = lower([_rk4(ngrad, ngrad.tensor(rng.uniform(-1, 1, 12)))._node])
+    tape, values = low.tape, [n.value for n in low.sources]
+    ref = interpret(tape, values)
+    made = []
+    real = bytecode.encode
+    monkeypatch.setattr(bytecode, "encode", lambda t: made.append(t) or real(t))
+
+    def machine():
+        m = runtime._machine(tape)
+        m.compile()
+        for a, r in zip(m.run(values), ref):
+            np.testing.assert_allclose(a, r, rtol=1e-13)
+        return m.code
+
+    first = machine()
+    path = os.path.join(cache_dir(), "plans", bytecode.plan_name(tape))
+    stored = open(path, "rb").read()
+    again = machine()  # a new process would do the same: nothing in memory is consulted
+    assert len(made) == 1 and again.ops == first.ops and np.array_equal(again.code, first.code)
+    for damaged in (stored[:len(stored) // 2], stored[:40] + bytes([stored[40] ^ 1]) + stored[41:], b"", b"x" * 10):
+        with open(path, "wb") as f:
+            f.write(damaged)
+        machine()
+        assert open(path, "rb").read() == stored  # encoded again, and replaced
+    assert len(made) == 5
+    # a checksum that holds is not enough: every offset the loop is given is checked too
+    fields = list(marshal.loads(stored[32:]))
+    fields[6] = [(i, o + first.size, n) for i, o, n in first.tensors]  # inputs outside the arena
+    body = marshal.dumps(tuple(fields))
+    with pytest.raises(ValueError, match="out of range"):
+        bytecode.Bytecode.loads(hashlib.sha256(body).digest() + body)
+
+
 def test_bad_input_is_rejected_before_the_loop_runs():
     x = ngrad.ones(10, dtype=ngrad.float64, requires_grad=True)
     y = x

@@ -25,6 +25,8 @@ Element-wise rows render the primitive table's forward expressions (``codegen.So
 they share one definition with the interpreter and the fused kernels.
 """
 import functools
+import hashlib
+import marshal
 import math
 
 import numpy as np
@@ -34,9 +36,10 @@ from .interpret import np_dtype
 from .prims import ELEMENTWISE, PRIMS
 from .tape import params_key
 
-__all__ = ["encode", "Bytecode", "RANK"]
+__all__ = ["encode", "Bytecode", "RANK", "plan_name"]
 
 RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
+_FORMAT = 1  # of ``Bytecode.dumps``
 ALIGN = 8  # elements: 64 bytes of float64, a cache line (vector loads that straddle two cost more)
 OP, WIDTH = 0, 18  # a row's operation field, and its width (see the module docstring)
 
@@ -78,6 +81,42 @@ class Bytecode:
             r = f[o:o + n].reshape(shape)
             outs.append(r != 0 if boolean else r.copy())
         return outs
+
+    def dumps(self):
+        """This encoding as bytes: a SHA-256 of the rest, then the rest (``loads`` reads it)."""
+        body = marshal.dumps((_FORMAT, self.code.shape[0], self.code.tobytes(), self.vals.tobytes(), self.size,
+                              self.dtype.str, self.tensors, self.scalar_at, self.scalar_off.tolist(),
+                              self.outputs, self.ops))
+        return hashlib.sha256(body).digest() + body
+
+    @staticmethod
+    def loads(data):
+        """The encoding ``dumps`` wrote, or ValueError when ``data`` is anything else: damaged,
+        cut short, another format, or rows that would reach outside the arena (the loop does
+        not check bounds, so nothing read here is trusted before it is checked)."""
+        body = data[32:]
+        if len(data) < 32 or hashlib.sha256(body).digest() != data[:32]:
+            raise ValueError("checksum mismatch")
+        try:
+            fmt, rows, code, vals, size, dt, tensors, scalar_at, scalar_off, outputs, ops = marshal.loads(body)
+            bc = Bytecode()
+            bc.code = np.frombuffer(code, np.int32).reshape(rows, WIDTH).copy()
+            bc.vals = np.frombuffer(vals, np.float64).copy()
+            bc.size, bc.dtype, bc.ops = size, np.dtype(dt), tuple(ops)
+            bc.tensors, bc.scalar_at, bc.outputs = tensors, scalar_at, outputs
+            bc.scalar_off = np.array(scalar_off, np.intp)
+            spans = [(o, n) for _, o, n in tensors] + [(o, n) for o, n, _, _ in outputs]
+            ok = fmt == _FORMAT and len(bc.vals) == rows and len(scalar_off) == len(scalar_at) and \
+                bc.dtype in (np.float32, np.float64) and all(0 <= o and o + n <= size for o, n in spans) and \
+                all(math.prod(shape) == n for _, n, shape, _ in outputs) and \
+                all(0 <= o < size for o in scalar_off) and \
+                (not rows or 0 <= bc.code[:, OP].min() and bc.code[:, OP].max() < len(ops))
+        except (TypeError, ValueError, EOFError) as e:
+            raise ValueError(f"not an encoding: {e}") from None
+        if not ok:
+            raise ValueError("not an encoding: fields out of range")
+        bc.source = source(bc.ops, "f32" if bc.dtype == np.float32 else "f64")
+        return bc
 
 
 _FLAT = [1] * RANK + [0] * (2 * RANK)  # the shape and strides fields of a row that has none
@@ -414,6 +453,30 @@ def _tree(tree, reads, k):
     they are all reads: they are ``reads[k]`` then, until k is inlined somewhere)."""
     ins, kids = tree[k]
     return (ins, kids if kids is not None else [("leaf", e) for e in reads[k]])
+
+
+@functools.lru_cache(maxsize=None)
+def _encoder_digest():
+    """A hash of the code that an encoding depends on: this module (the encoder), the primitive
+    table and codegen (the expressions inside chain operations' names), and the tape format."""
+    from . import codegen, prims, tape
+    h = hashlib.sha256()
+    for module in (__name__, codegen.__name__, prims.__name__, tape.__name__):
+        with open(__import__("sys").modules[module].__file__, "rb") as f:
+            h.update(f.read())
+    return h.digest()
+
+
+def plan_name(tape):
+    """The name the encoding of ``tape`` is stored under (see ``compile.write_plan``): a hash
+    of the encoder's code and of the tape's structural key, which holds everything ``encode``
+    reads (slots, shapes, dtypes, primitives, parameters, literal values); None when that key
+    cannot be serialised."""
+    try:
+        body = marshal.dumps(tape.key())
+    except ValueError:
+        return None
+    return "b" + hashlib.sha256(_encoder_digest() + body).hexdigest()[:32]
 
 
 def _leaves(kids):

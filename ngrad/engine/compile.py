@@ -6,7 +6,8 @@ module (see ``codegen``), cached in memory by the text's hash and on disk under
 back and compared before it is imported, and registered in ``sys.modules`` before its body runs,
 so Numba's own cache (``cache=True``) reloads the machine code in a new process without
 compiling. A disk entry that is corrupt (the module text or Numba's cache files) is deleted and
-rebuilt, never trusted. Flags: ``nogil``, ``error_model='numpy'`` (vectorised division, IEEE
+rebuilt, never trusted. ``read_plan``/``write_plan`` keep other compiled artefacts (bytecode
+encodings) in the same versioned folder, written atomically; their readers check them. Flags: ``nogil``, ``error_model='numpy'`` (vectorised division, IEEE
 results), ``fastmath={'reassoc', 'contract'}`` (not ``fastmath=True``: that breaks NaN checks).
 
 The CUDA target: ``kernel(text, "cuda")`` is the same for ``cuda.jit`` kernels (default IEEE
@@ -33,7 +34,7 @@ from .._version import __version__ as _ngrad_version
 from . import vmath
 from .codegen import CODEGEN_VERSION, CUDA_BLOCK
 
-__all__ = ["kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats"]
+__all__ = ["kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats", "read_plan", "write_plan"]
 
 FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
@@ -181,6 +182,29 @@ def _write_atomically(path, text):
         raise
 
 
+def read_plan(name):
+    """The bytes stored under ``name`` by ``write_plan`` in this version's cache, or None."""
+    try:
+        with open(os.path.join(cache_dir(), "plans", name), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def write_plan(name, data):
+    """Store ``data`` under ``name`` (atomically: a reader sees the old file, the new one, or
+    none). A cache that cannot be written is no error: the plan is made again next time."""
+    folder = os.path.join(cache_dir(), "plans")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(folder, name))
+    except OSError:
+        pass
+
+
 def _purge(key):
     folder = cache_dir()
     for p in glob.glob(os.path.join(folder, f"{key}.py")) + glob.glob(os.path.join(folder, "__pycache__", f"{key}.*")):
@@ -296,13 +320,14 @@ def kernel(text, target="cpu"):
 
 
 def cache_info():
-    """Where the cache is, and how many kernels and bytes it holds."""
+    """Where the cache is, and how many kernels, plans and bytes it holds."""
     folder = cache_dir()
     files = glob.glob(os.path.join(folder, "k*.py"))
+    plans = glob.glob(os.path.join(folder, "plans", "b*"))
     size = 0
     for root, _, names in os.walk(cache_root()):
         size += sum(os.path.getsize(os.path.join(root, n)) for n in names)
-    return {"root": cache_root(), "folder": folder, "kernels": len(files), "bytes": size}
+    return {"root": cache_root(), "folder": folder, "kernels": len(files), "plans": len(plans), "bytes": size}
 
 
 def cache_clear():

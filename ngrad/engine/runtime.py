@@ -672,12 +672,28 @@ class _Machine:
 
 
 def _machine(tape):
-    """The bytecode of ``tape`` when it should run as bytecode, else None."""
+    """The bytecode of ``tape`` when it should run as bytecode, else None. Encodings are kept
+    on disk next to the kernels: encoding costs about 10 µs an instruction (half a second for
+    an unrolled LSTM's 47,000), reading one back a hundredth of that. One that fails its
+    checks is encoded again and replaced."""
     if len(tape.instrs) < BYTECODE_MIN_INSTRS or max(map(math.prod, tape.shapes)) > BYTECODE_MAX_ELEMENTS:
         return None
-    from .bytecode import encode
+    from .bytecode import Bytecode, encode, plan_name
+    from .compile import read_plan, write_plan
+    name = plan_name(tape)
+    data = name and read_plan(name)
+    if data:
+        try:
+            return _Machine(Bytecode.loads(data))
+        except ValueError:
+            if debug_level():
+                print(f"ngrad: stored encoding {name} failed its checks; encoding again", file=sys.stderr)
     code = encode(tape)
-    return None if code is None else _Machine(code)
+    if code is None:
+        return None
+    if name:
+        write_plan(name, code.dumps())
+    return _Machine(code)
 
 
 class _Cold:
