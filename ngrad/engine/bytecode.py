@@ -28,6 +28,7 @@ import functools
 import hashlib
 import marshal
 import math
+import sys
 
 import numpy as np
 
@@ -461,8 +462,8 @@ def _encoder_digest():
     table and codegen (the expressions inside chain operations' names), and the tape format."""
     from . import codegen, prims, tape
     h = hashlib.sha256()
-    for module in (__name__, codegen.__name__, prims.__name__, tape.__name__):
-        with open(__import__("sys").modules[module].__file__, "rb") as f:
+    for module in (sys.modules[__name__], codegen, prims, tape):
+        with open(module.__file__, "rb") as f:
             h.update(f.read())
     return h.digest()
 
@@ -474,9 +475,10 @@ def plan_name(tape):
     cannot be serialised."""
     try:
         body = marshal.dumps(tape.key())
-    except ValueError:
+        digest = _encoder_digest()
+    except (ValueError, OSError):  # a value marshal does not take; sources that cannot be read
         return None
-    return "b" + hashlib.sha256(_encoder_digest() + body).hexdigest()[:32]
+    return "b" + hashlib.sha256(digest + body).hexdigest()[:32]
 
 
 def _leaves(kids):
