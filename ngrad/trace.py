@@ -388,8 +388,20 @@ class _Variant:
         # constant subexpressions are computed now, and a one-element constant (a Python number
         # in the function, a gradient seed) is a literal of the tape: kernels fold it instead of
         # taking it as an argument per call. ``consts``: every constant source the program used.
-        self.consts = _fold(unique, lambda n: origin(n)[0] == "const")
-        low = lower(unique, literal=lambda n: np.size(n.value) == 1 and origin(n)[0] == "const")
+        # Lowering meets every constant source too, so it runs first: only when one of them has
+        # more than one element can anything fold (see _fold), and the graph is walked again.
+        literals = []
+
+        def literal(n):
+            if np.size(n.value) == 1 and origin(n)[0] == "const":
+                literals.append(n)
+                return True
+            return False
+        low = lower(unique, literal=literal)
+        self.consts = literals + [n for n in low.sources if origin(n)[0] == "const"]
+        if len(literals) < len(self.consts):
+            self.consts = _fold(unique, lambda n: origin(n)[0] == "const")
+            low = lower(unique, literal=lambda n: np.size(n.value) == 1 and origin(n)[0] == "const")
         self.inputs = [origin(n) for n in low.sources]
         self.tape = low.tape
         # ... and it reaches a tensor from outside the call that requires grad
