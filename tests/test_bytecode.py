@@ -123,6 +123,13 @@ def test_windows_are_reused_once_their_slot_is_dead():
     assert sorted(code.ops) == list(code.ops) and "=f64,f64* math.sin((x[i] * y))" in code.ops
 
 
+def _equals_the_interpreter(code, tape, values, rtol):
+    """Run ``code``'s own loop on ``values`` and compare every output with the interpreter's."""
+    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
+    for a, r in zip(got, ref):
+        np.testing.assert_allclose(a, r, rtol=rtol)
+
+
 def test_the_loop_depends_on_the_operations_not_on_the_tape():
     def tape_of(steps, n):
         y = x = ngrad.ones(n, dtype=ngrad.float64)
@@ -259,9 +266,7 @@ def test_pieces_of_a_concatenation_are_made_in_place(rng):
     assert copies == 2  # exp(y) and y; x * x was written into the result
     values = [rng.standard_normal((1, 4)), rng.standard_normal((1, 3)), 2.0]
     values = values[:len(tape.inputs)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    for a, r in zip(got, ref):
-        np.testing.assert_allclose(a, r, rtol=1e-15)
+    _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
@@ -273,8 +278,7 @@ def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
     code = bytecode.encode(tape)
     assert "accumulate" in code.ops and "place" not in code.ops
     values = [rng.standard_normal(7), rng.standard_normal(3)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    np.testing.assert_allclose(got[0], ref[0], rtol=1e-15)
+    _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
@@ -289,9 +293,7 @@ def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
     # [op, n, out, a, ...]: exp(x) is not read again, so the sum is made in its window; sin(x) is
     assert sorted(rows[:, 2] == rows[:, 3]) == [False, True]
     values = [rng.standard_normal(7), rng.standard_normal(3)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    for a, r in zip(got, ref):
-        np.testing.assert_allclose(a, r, rtol=1e-15)
+    _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(rng):
@@ -311,9 +313,7 @@ def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(r
     assert ops.count("+=f64,f64 (x[i] * y[i])") == 1 and ops.count("accumulate") == 1
     assert ops.count("mul(f64,f64)") == 1
     values = [rng.standard_normal(7), rng.standard_normal(3), rng.standard_normal(3)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    for a, r in zip(got, ref):
-        np.testing.assert_allclose(a, r, rtol=1e-15)
+    _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
@@ -329,9 +329,7 @@ def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
     ops = [code.ops[op] for op in code.code[:, bytecode.OP]]
     assert ops.count("pad") == 1 and ops.count("place") == 1  # x * x made in place; 2x is read twice
     values = [rng.standard_normal(3)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    for a, r in zip(got, ref):
-        np.testing.assert_allclose(a, r, rtol=1e-15)
+    _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
@@ -344,9 +342,7 @@ def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
     assert starts[0] == 0 and starts[1] % bytecode.ALIGN == 0 and starts[2] % bytecode.ALIGN == 0
     assert [o % bytecode.ALIGN for o, n, *_ in code.outputs if n >= 64] == [0, 0]
     values = [rng.standard_normal(3), rng.standard_normal(64), rng.standard_normal(65)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    for a, r in zip(got, ref):
-        np.testing.assert_allclose(a, r, rtol=1e-15)
+    _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_an_element_wise_pair_runs_as_one_row(rng):
@@ -362,6 +358,4 @@ def test_an_element_wise_pair_runs_as_one_row(rng):
     # rows: the literal 2, exp(z * 2), z - x, x * y + exp(...), and shared * shared + shared
     assert "mul(f64,f64)" not in code.ops and len(code.code) == 5
     values = [rng.standard_normal(50) for _ in range(3)]
-    got, ref = code.run(kernel(code.source), values), interpret(tape, values)
-    for a, r in zip(got, ref):
-        np.testing.assert_allclose(a, r, rtol=1e-14)  # a multiply-add may round once (fused)
+    _equals_the_interpreter(code, tape, values, 1e-14)  # a multiply-add may round once (fused)
