@@ -316,6 +316,20 @@ def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(r
     _equals_the_interpreter(code, tape, values, 1e-15)
 
 
+def test_a_product_added_into_a_value_read_again_later_is_added_into_a_copy(rng):
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    a, g, h, c = b.input((7,), "f64"), b.input((3,), "f64"), b.input((3,), "f64"), b.input((7,), "f64")
+    x = a.exp()
+    t = x * 2.0  # read once, by the last sum: computed there, so it reads x after the fold
+    y = x + (g * h).unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,))
+    tape = b.finish([y * 3.0, t + c])
+    code = bytecode.encode(tape)
+    assert "+=f64,f64 (x[i] * y[i])" in code.ops and "copy" in code.ops
+    values = [rng.standard_normal(7), rng.standard_normal(3), rng.standard_normal(3), rng.standard_normal(7)]
+    _equals_the_interpreter(code, tape, values, 1e-15)
+
+
 def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
     from ngrad.engine.tape import Builder
     b = Builder()

@@ -301,9 +301,10 @@ def encode(tape, pairs=True):
     # at most three windows (a row's operand fields). An inlined instruction makes no row; its
     # operands are read where it is used, so they stay alive until then.
     #
-    # A fold's sum that can add in place (see ``taken`` below) takes the element-wise
-    # instruction making the slice's gradient the same way: ``dx[1:] += g[1:] * u[:-1]`` is one
-    # pass. ``added`` maps the sum's index to the inlined instruction's.
+    # A fold's sum that can add in place (its first operand dies there: see the allocation
+    # below) takes the element-wise instruction making the slice's gradient the same way:
+    # ``dx[1:] += g[1:] * u[:-1]`` is one pass. ``added`` maps the sum's index to the inlined
+    # instruction's.
     tree, inlined, chains, added = {}, set(), set(), {}
     made_at = {ins.out: j for j, ins in enumerate(instrs)}
     final = {}  # the last instruction reading each window, before any inlining (which moves reads later, up to the reader)
@@ -389,6 +390,7 @@ def encode(tape, pairs=True):
         # allocated before the arguments are freed: no row reads and writes one window (LLVM's
         # overlap check would send the loop down its scalar path), except a fold's sum, which
         # adds into its first operand's window when that operand dies there (no copy at all)
+        in_place = False
         if out in into:
             result, offset = into[out]
             if result not in at:
@@ -396,11 +398,13 @@ def encode(tape, pairs=True):
             at[out] = at[result] + offset
         elif j in folded and not r[0][1] and last[w := r[0][0]] == j and w not in keep and w not in into \
                 and size[w] == size[out] and all(e[0] != w for e in r[1:]):
-            at[out] = at[w]
+            at[out], in_place = at[w], True
         elif out not in at:
             alloc(out)
         o, args = at[out], [at[w] + d for w, d, _ in r]
-        if j in added:  # in place: the window plus an element-wise expression (see ``added``)
+        if j in added:  # the window plus an element-wise expression (see ``added``)
+            if not in_place:  # its operand outlived the fold after all (another read moved after it)
+                row("copy", size[out], o, args[0])
             start, length = folded[j]
             key = ("+=", _chain_key(tape, tree[added[j]], r[1:]))
             op = chained.get(key)
