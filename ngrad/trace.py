@@ -390,18 +390,21 @@ class _Variant:
         # taking it as an argument per call. ``consts``: every constant source the program used.
         # Lowering meets every constant source too, so it runs first: only when one of them has
         # more than one element can anything fold (see _fold), and the graph is walked again.
-        literals = []
+        literals = []  # what the first lowering made literals (read only before any second one)
+
+        def constant(n):
+            return origin(n)[0] == "const"
 
         def literal(n):
-            if np.size(n.value) == 1 and origin(n)[0] == "const":
+            if np.size(n.value) == 1 and constant(n):
                 literals.append(n)
                 return True
             return False
         low = lower(unique, literal=literal)
-        self.consts = literals + [n for n in low.sources if origin(n)[0] == "const"]
+        self.consts = literals + [n for n in low.sources if constant(n)]
         if len(literals) < len(self.consts):
-            self.consts = _fold(unique, lambda n: origin(n)[0] == "const")
-            low = lower(unique, literal=lambda n: np.size(n.value) == 1 and origin(n)[0] == "const")
+            self.consts = _fold(unique, constant)
+            low = lower(unique, literal=literal)
         self.inputs = [origin(n) for n in low.sources]
         self.tape = low.tape
         # ... and it reaches a tensor from outside the call that requires grad

@@ -168,13 +168,15 @@ def cache_dir():
     return os.path.join(cache_root(), f"ngrad{_ngrad_version}-numba{numba.__version__}-codegen{CODEGEN_VERSION}")
 
 
-def _write_atomically(path, text):
+def _write_atomically(path, data):
+    """Write ``data`` (text, or bytes) to ``path`` through a temporary file renamed into place:
+    a reader sees the old file, the new one, or none."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".py")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -192,15 +194,10 @@ def read_plan(name):
 
 
 def write_plan(name, data):
-    """Store ``data`` under ``name`` (atomically: a reader sees the old file, the new one, or
-    none). A cache that cannot be written is no error: the plan is made again next time."""
-    folder = os.path.join(cache_dir(), "plans")
+    """Store the bytes ``data`` under ``name``, atomically. A cache that cannot be written is no
+    error: the plan is made again next time."""
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, os.path.join(folder, name))
+        _write_atomically(os.path.join(cache_dir(), "plans", name), data)
     except OSError:
         pass
 

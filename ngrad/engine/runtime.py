@@ -460,12 +460,16 @@ def _kept(shape, ins):
     return tuple(n for d, n in enumerate(shape) if d not in ins.params["axes"])
 
 
+def _keepdims(shape, ins):
+    """The shape of reduction ``ins``'s result over a loop of ``shape``, reduced axes kept as 1."""
+    return tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(shape)) or (1,)
+
+
 def _accumulator(ins, tape, shape, fresh, take):
     """The array a kernel reduces into: filled with the identity, unless the kernel writes every
     element itself (``fresh``, see codegen)."""
     dt = np_dtype(tape.dtypes[ins.out])
-    keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(shape)) or (1,)
-    acc = take(keep, dt)
+    acc = take(_keepdims(shape, ins), dt)
     if not fresh:
         acc.fill(identity(ins.prim, tape.dtypes[ins.out]))
     return acc
@@ -1043,7 +1047,7 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 live.add(st)
             for ins, isfresh in zip(part.reductions, part.fresh):
                 c = f"r{ins.out}"
-                keep = tuple(1 if d in ins.params["axes"] else n for d, n in enumerate(step.shape)) or (1,)
+                keep = _keepdims(step.shape, ins)
                 kept = _kept(keep, ins)
                 made = () if not kept else keep  # a full reduction's 0-d accumulator: no reshape
                 lines.append(f"{c} = {alloc(made, ins.out)}  # %{ins.out} = {ins.prim}")

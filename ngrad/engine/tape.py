@@ -313,19 +313,15 @@ class Builder:
         if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
             return args[0]  # a no-op movement is never written down
         slots = [a.slot for a in args]
-        key = (prim, tuple(slots), params_key(params))  # as _instr_key
+        key = _instr_key(prim, slots, params)
         hit = self._seen.get(key)
         if hit is not None:  # common subexpression: a VJP re-deriving cos(x) reuses the forward's
             return self.var(hit)
         shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
-        t = self.tape
-        t.shapes.append(shape)
-        t.dtypes.append(dtype)
-        s = len(t.shapes) - 1
+        s = self._new(shape, dtype)
         ins = Instr(s, prim, slots, params)
-        t.instrs.append(ins)
-        if prim == "const" or prim == "reshape" or prim == "expand":
-            self._note_literal(ins)
+        self.tape.instrs.append(ins)
+        self._note_literal(ins)
         self._seen[key] = s
         return Var(self, s, shape, dtype)
 
