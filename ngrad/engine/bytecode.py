@@ -28,6 +28,7 @@ import functools
 import hashlib
 import marshal
 import math
+import re
 import sys
 
 import numpy as np
@@ -592,9 +593,11 @@ def _rows(tape, ins, o, args, size, row, into):
 
 # --- the loop ---------------------------------------------------------------------------------
 
-# Windows are taken as views before a loop: indexing the arena at ``o + i`` makes Numba check
-# for a negative index on every element, which keeps LLVM from vectorising (measured 6x slower
-# on rows of 100 products). Strided loops index with unsigned integers for the same reason.
+# The arena is indexed with unsigned integers (``_at``). A signed index makes Numba check for a
+# negative one on every element, which keeps LLVM from vectorising (measured 6x slower on rows of
+# 100 products); views of the arena (``f[o:o + n]``) cost reference counting on every row, which
+# Numba fails to prune from a loop of many branches (lstm c=256's loop: 1.12 ms with views, 0.44
+# ms without), and lowering them was a third of the loop's compile time.
 _ND = ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
        "t0, t1, t2, t3 = code[k, 10], code[k, 11], code[k, 12], code[k, 13]",
        "d0, d1, d2, d3 = code[k, 14], code[k, 15], code[k, 16], code[k, 17]",
@@ -604,30 +607,37 @@ _ND = ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
        "            p = a + i0 * t0 + i1 * t1 + i2 * t2",
        "            q = o + i0 * d0 + i1 * d1 + i2 * d2",
        "            for i3 in range(s3):"]
-_SRC, _DST = "f[np.uint64(p + i3 * t3)]", "f[np.uint64(q + i3 * d3)]"
+
+
+def _at(base, index="i"):
+    """The arena's element at ``base + index``."""
+    return f"f[np.uint64({base} + {index})]"
+
+
+_SRC, _DST = _at("p", "i3 * t3"), _at("q", "i3 * d3")
 _COMBINE = {"sum": [f"{_DST} += {_SRC}"], "prod": [f"{_DST} *= {_SRC}"],
             "amax": [f"v = {_SRC}", f"if v > {_DST} or v != v:", f"    {_DST} = v"],
             "amin": [f"v = {_SRC}", f"if v < {_DST} or v != v:", f"    {_DST} = v"]}
-_FILL = ["v = vals[k]", "r = f[o:o + n]", "for i in range(n):", "    r[i] = v"]
+_FILL = ["v = vals[k]", "for i in range(n):", f"    {_at('o')} = v"]
+_OPERAND = re.compile(r"\b([xyz])\[i\]")
 
 
 def _branch(op, dt):
     """The lines running one operation (indented under its ``if op == ...``)."""
     zero = _typed(0, dt)
     if op == "copy":
-        return ["r, x = f[o:o + n], f[a:a + n]", "for i in range(n):", "    r[i] = x[i]"]
+        return ["for i in range(n):", f"    {_at('o')} = {_at('a')}"]
     if op == "accumulate":  # rows: x at a (maybe the result's own window) plus a window of c
         # elements at b, added from code[k, 6] on
-        return ["if o != a:", "    r, x = f[o:o + n], f[a:a + n]", "    for i in range(n):", "        r[i] = x[i]",
-                "w = code[k, 6]", "v, g = f[o + w:o + w + c], f[b:b + c]", "for i in range(c):", "    v[i] += g[i]"]
+        return ["if o != a:", "    for i in range(n):", f"        {_at('o')} = {_at('a')}",
+                "w = o + code[k, 6]", "for i in range(c):", f"    {_at('w')} += {_at('b')}"]
     if op == "pad":  # rows: zeros around the window that starts at b and is c long
-        return ["r = f[o:o + n]", "for i in range(b):", f"    r[i] = {zero}", "for i in range(b + c, n):",
-                f"    r[i] = {zero}"]
+        return ["for i in range(b):", f"    {_at('o')} = {zero}", "for i in range(b + c, n):", f"    {_at('o')} = {zero}"]
     if op == "place":  # rows: the window starts at b and is c long
-        return ["r, w, x = f[o:o + n], f[o + b:o + b + c], f[a:a + c]", "for i in range(b):", f"    r[i] = {zero}",
-                "for i in range(c):", "    w[i] = x[i]", "for i in range(b + c, n):", f"    r[i] = {zero}"]
+        return ["for i in range(b):", f"    {_at('o')} = {zero}", "w = o + b", "for i in range(c):",
+                f"    {_at('w')} = {_at('a')}", "for i in range(b + c, n):", f"    {_at('o')} = {zero}"]
     if op == "spread":
-        return ["v = f[a]", "r = f[o:o + n]", "for i in range(n):", "    r[i] = v"]
+        return ["v = f[a]", "for i in range(n):", f"    {_at('o')} = v"]
     if op in ("const", "fill"):
         return _FILL
     if op == "move":
@@ -636,51 +646,48 @@ def _branch(op, dt):
         return _FILL + _ND + ["                " + line for line in _COMBINE[op]]
     if op == "matmul":  # rows: batch s0, m s1, k s2, n s3; contiguous operands
         return ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
-                "r, x, y = f[o:o + n], f[a:a + s0 * s1 * s2], f[b:b + s0 * s2 * s3]",
                 "for p in range(s0):",
                 "    for i in range(s1):",
                 "        for j in range(s3):",
                 f"            acc = {zero}",
                 "            for q in range(s2):",
-                "                acc += x[(p * s1 + i) * s2 + q] * y[(p * s2 + q) * s3 + j]",
-                "            r[(p * s1 + i) * s3 + j] = acc"]
+                f"                acc += {_at('a', '(p * s1 + i) * s2 + q')} * {_at('b', '(p * s2 + q) * s3 + j')}",
+                f"            {_at('o', '(p * s1 + i) * s3 + j')} = acc"]
     if op == "cumsum":  # rows: shape (1, outer s0, along s1, inner s2)
         return ["s0, s1, s2 = code[k, 7], code[k, 8], code[k, 9]",
-                "r, x = f[o:o + n], f[a:a + n]",
                 "for p in range(s0):",
                 "    for j in range(s2):",
                 f"        acc = {zero}",
                 "        for q in range(s1):",
                 "            at = (p * s1 + q) * s2 + j",
-                "            acc += x[at]",
-                "            r[at] = acc"]
+                f"            acc += {_at('a', 'at')}",
+                f"            {_at('o', 'at')} = acc"]
     if op.startswith(("=", "+=")):  # a chain of element-wise primitives (see _chain_op), or one
         # added into the result's window
         assign = "+=" if op.startswith("+=") else "="
         head, _, text = op[len(assign):].partition(" ")
-        return [_take(head.split(",")), "for i in range(n):", f"    r[i] {assign} {text}"]
+        return _elementwise(head.split(","), assign, text)
     # an element-wise primitive (see _element_op for its name)
     head, _, out = op.partition("->")
     name, _, rest = head.partition("(")
     dtypes = rest[:-1].split(",") if rest[:-1] else []
     prim, _, params = name.partition("[")
     kw = eval(f"dict({params[:-1]})") if params else {}  # noqa: S307 - text _element_op wrote
-    views, args = "xyz"[:len(dtypes)], []
-    for v, d in zip(views, dtypes):
+    args = []
+    for v, d in zip("xyz", dtypes):
         ref = v if d.endswith("*") else f"{v}[i]"
         d = d.rstrip("*")
         args.append(Expr(f"({ref} != 0)" if d == "b8" else ref, d))
     e = PRIMS[prim].fwd(_Math, *args, **kw)
-    text = f"(1 if {e.text} else 0)" if out == "b8" else e.text
-    return [_take(dtypes), "for i in range(n):", f"    r[i] = {text}"]
+    return _elementwise(dtypes, "=", f"(1 if {e.text} else 0)" if out == "b8" else e.text)
 
 
-def _take(dtypes):
-    """The line taking an element-wise row's result window and operands (``dtypes`` marked "*":
-    that operand is one element) as views."""
-    views = "xyz"[:len(dtypes)]
-    return "r" + "".join(f", {v}" for v in views) + " = f[o:o + n]" + "".join(
-        f", f[{w}]" if d.endswith("*") else f", f[{w}:{w} + n]" for w, d in zip("abc", dtypes))
+def _elementwise(dtypes, assign, text):
+    """The lines of an element-wise row: ``text`` reads operand x, y, z as ``x[i]`` (from the
+    windows at a, b, c) or, for a dtype marked "*", as ``x`` (the one element there)."""
+    lines = [f"{v} = f[{w}]" for v, w, d in zip("xyz", "abc", dtypes) if d.endswith("*")]
+    text = _OPERAND.sub(lambda m: _at("abc"["xyz".index(m.group(1))]), text)
+    return lines + ["for i in range(n):", f"    {_at('o')} {assign} {text}"]
 
 
 def source(ops, dt):
