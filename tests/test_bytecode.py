@@ -56,16 +56,13 @@ def _cases(dtype, rng):
 
 
 def _union_loop(codes, dt):
-    """One loop over every operation in ``codes``, and each code renumbered to it (the text of an
+    """One loop over every operation in ``codes``, and each code moved onto it (the text of an
     operation's branch does not depend on the set it is in, so this tests the very branches a
     tape's own loop has, at the cost of one compile instead of one per set)."""
-    ops = sorted({op for c in codes for op in c.ops})
-    fn = kernel(bytecode.source(tuple(ops), dt))
+    ops = tuple(sorted({op for c in codes for op in c.ops}))
     for c in codes:
-        where = np.array([ops.index(op) for op in c.ops], np.int32)
-        c.code = c.code.copy()
-        c.code[:, bytecode.OP] = where[c.code[:, bytecode.OP]]
-    return fn
+        c.use(ops)
+    return kernel(bytecode.source(ops, dt))
 
 
 def _equal_the_interpreter(cases, codes, dtype):
@@ -223,6 +220,62 @@ def test_an_encoding_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch
     body = marshal.dumps(tuple(fields))
     with pytest.raises(ValueError, match="out of range"):
         bytecode.Bytecode.loads(hashlib.sha256(body).digest() + body)
+
+
+def test_loop_ops_picks_a_loop_that_holds_the_operations_or_grows_a_close_one():
+    a, b = ("add(f64,f64)", "mul(f64,f64)", "sum"), ("copy", "neg(f64)")
+    assert bytecode.loop_ops(("sum", "add(f64,f64)"), [b, a]) == a  # the first that holds them
+    assert bytecode.loop_ops(a, []) == a
+    assert bytecode.loop_ops(b, [a]) == b  # nothing in common: a loop of its own
+    near = ("add(f64,f64)", "mul(f64,f64)", "pad", "sum")  # three of four known: the union
+    assert bytecode.loop_ops(near, [b, a]) == ("add(f64,f64)", "mul(f64,f64)", "pad", "sum")
+    assert bytecode.loop_ops(("add(f64,f64)", "copy", "pad", "sum"), [a]) == ("add(f64,f64)", "copy", "pad", "sum")
+    big = tuple(f"op{i}" for i in range(bytecode.LOOP_MAX_OPS))
+    assert bytecode.loop_ops(big[1:] + ("other",), [big]) == big[1:] + ("other",)  # the union is too big
+
+
+def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(monkeypatch, tmp_path, rng):
+    import os
+
+    from ngrad.engine import compile as compile_
+    from ngrad.engine.differentiate import vjp
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(runtime, "_loops", {})
+    monkeypatch.setattr(runtime, "_compiled_loops", set())
+    monkeypatch.setattr(compile_, "_memory", {})  # loops compiled by other tests are in another cache
+    x = ngrad.tensor(rng.uniform(-1, 1, 12), requires_grad=True)
+    low = lower([_rk4(ngrad, x)._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]]).tape
+    forward = lower([_rk4(ngrad, x.detach())._node]).tape
+    shorter = lower([_rk4(ngrad, x.detach(), steps=10)._node]).tape
+    own = {name: bytecode.encode(t).ops for name, t in (("joint", joint), ("forward", forward), ("shorter", shorter))}
+    # the forward pass has one operation the gradient's loop lacks (sin and a product in one row)
+    assert len(set(own["forward"]) - set(own["joint"])) == 1 and own["shorter"] == own["forward"]
+
+    def machine(tape):
+        values = [rng.uniform(-1, 1, tape.shapes[s]) for s in tape.inputs]
+        m = runtime._machine(tape)
+        m.compile()
+        for a, r in zip(m.run(values), interpret(tape, values)):
+            np.testing.assert_allclose(a, r, rtol=1e-12)
+        return m
+
+    assert machine(joint).code.ops == own["joint"]
+    union = tuple(sorted(set(own["joint"]) | set(own["forward"])))
+    assert machine(forward).code.ops == union  # close enough to grow the gradient's loop
+    # a new process: nothing in memory, the loops and the list of their operations on disk
+    for memory in (runtime._loops, runtime._compiled_loops, compile_._memory):
+        memory.clear()
+    compiled = compile_.stats["compiled"]
+    m = machine(shorter)
+    assert m.code.ops == union and m.cached and compile_.stats["compiled"] == compiled
+    # a damaged list is ignored (each tape gets a loop of its own again) and written anew
+    path = tmp_path / os.path.basename(compile_.cache_dir()) / "plans" / runtime.LOOPS
+    for damaged in (b"", b"x" * 40, path.read_bytes()[:-3]):
+        path.write_bytes(damaged)
+        runtime._loops.clear()
+        assert machine(shorter).code.ops == own["shorter"]
+        assert runtime._read_loops()  # readable again
 
 
 def test_bad_input_is_rejected_before_the_loop_runs():

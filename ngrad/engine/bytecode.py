@@ -38,12 +38,13 @@ from .interpret import np_dtype
 from .prims import ELEMENTWISE, PRIMS
 from .tape import params_key
 
-__all__ = ["encode", "Bytecode", "RANK", "plan_name"]
+__all__ = ["encode", "Bytecode", "RANK", "plan_name", "loop_ops", "LOOP_MAX_OPS"]
 
 RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
 _FORMAT = 1  # of ``Bytecode.dumps``
 ALIGN = 8  # elements: 64 bytes of float64, a cache line (vector loads that straddle two cost more)
 OP, WIDTH = 0, 18  # a row's operation field, and its width (see the module docstring)
+LOOP_MAX_OPS = 48  # Numba compiles a loop in about 0.1 s an operation, more for many (30: 3 s)
 
 _MOVES = ("reshape", "detach", "permute", "expand", "slice", "unslice", "flip", "cat")
 _REDUCE = ("sum", "prod", "amax", "amin")
@@ -83,6 +84,14 @@ class Bytecode:
             r = f[o:o + n].reshape(shape)
             outs.append(r != 0 if boolean else r.copy())
         return outs
+
+    def use(self, ops):
+        """Run on the loop of ``ops`` instead, a superset of this encoding's operations (in any
+        order): the rows' operation numbers are renumbered into it."""
+        place = {op: j for j, op in enumerate(ops)}
+        self.code[:, OP] = np.array([place[op] for op in self.ops], np.int32)[self.code[:, OP]]
+        self.ops = tuple(ops)
+        self.source = source(self.ops, "f32" if self.dtype == np.float32 else "f64")
 
     def dumps(self):
         """This encoding as bytes: a SHA-256 of the rest, then the rest (``loads`` reads it)."""
@@ -454,6 +463,30 @@ def encode(tape, pairs=True):
     return bc
 
 
+def loop_ops(ops, known):
+    """The operations of the loop to run an encoding of operations ``ops`` on, given the op sets
+    of loops already compiled (``known``, most recent first): the first that holds them all;
+    else, when one holds at least three quarters of them, the union with it, if that has at
+    most ``LOOP_MAX_OPS`` (variants of one model share a loop: an LSTM of another length can
+    inline one pair differently); else ``ops``. Sorted names, like ``encode``'s.
+
+    ```python
+    >>> loop_ops(("add(f64,f64)",), [("add(f64,f64)", "mul(f64,f64)")])
+    ('add(f64,f64)', 'mul(f64,f64)')
+
+    ```
+    """
+    want = set(ops)
+    for k in known:
+        if want <= set(k):
+            return tuple(k)
+    best = max(known, key=lambda k: len(want & set(k)), default=())
+    union = want | set(best)
+    if 4 * len(want & set(best)) >= 3 * len(want) and len(union) <= LOOP_MAX_OPS:
+        return tuple(sorted(union))
+    return tuple(ops)
+
+
 def _tree(tree, reads, k):
     """Instruction k's tree with its operands spelled out (``tree[k]`` leaves them out, None, when
     they are all reads: they are ``reads[k]`` then, until k is inlined somewhere)."""
@@ -690,6 +723,7 @@ def _elementwise(dtypes, assign, text):
     return lines + ["for i in range(n):", f"    {_at('o')} {assign} {text}"]
 
 
+@functools.lru_cache(maxsize=64)
 def source(ops, dt):
     """The loop running rows of the operations ``ops`` (sorted names) on an arena of dtype ``dt``."""
     lines = [f'"""ngrad bytecode loop over a {dt} arena: {len(ops)} operations."""', "import math", "",

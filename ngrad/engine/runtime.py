@@ -656,6 +656,7 @@ class _Machine:
 
     def __init__(self, code):
         from .compile import on_disk
+        _share_loop(code)
         self.code, self.fn, self.seen, self.rent, self.pending = code, None, 0, 0.0, 0
         self.cached = on_disk(code.source)
 
@@ -670,9 +671,61 @@ class _Machine:
         from .compile import kernel
         if self.fn is None:
             self.fn = kernel(self.code.source)
+            _compiled_loops.add(self.fn.key)
 
     def run(self, values):
         return self.code.run(self.fn, values)
+
+
+# The op sets of the bytecode loops compiled on this machine, most recent first, per arena dtype:
+# kept in memory and under LOOPS in the cache's plans, so a tape whose operations a compiled
+# loop holds runs on it (``bytecode.loop_ops``) instead of compiling a loop of its own.
+_loops = {}
+LOOPS = "loops"
+_LOOPS_KEPT = 32
+
+
+def _read_loops():
+    """The op sets stored under LOOPS, or {} when there are none or the file fails its checks."""
+    import hashlib
+    import marshal
+    from .compile import read_plan
+    data = read_plan(LOOPS) or b""
+    try:
+        if hashlib.sha256(data[32:]).digest() != data[:32]:
+            return {}
+        stored = marshal.loads(data[32:])
+        return {dt: [tuple(ops) for ops in sets if all(isinstance(op, str) for op in ops)]
+                for dt, sets in stored.items() if dt in ("f32", "f64")}
+    except (TypeError, ValueError, EOFError, AttributeError):
+        return {}
+
+
+def _share_loop(code):
+    """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
+    before (in this process, or on disk and still there), and remember the one it runs on."""
+    import hashlib
+    import marshal
+    from .bytecode import loop_ops, source
+    from .compile import key_of, on_disk, write_plan
+    dt = "f32" if code.dtype == np.float32 else "f64"
+    if not _loops:
+        _loops.update(_read_loops())
+    known = _loops.setdefault(dt, [])
+    usable = [ops for ops in known if key_of(source(ops, dt)) in _compiled_loops or on_disk(source(ops, dt))]
+    ops = loop_ops(code.ops, usable)
+    if ops != code.ops:
+        code.use(ops)
+    if known[:1] != [ops]:
+        known[:] = [ops] + [k for k in known if k != ops][:_LOOPS_KEPT - 1]
+        merged = _read_loops()
+        for d, sets in _loops.items():
+            merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][:_LOOPS_KEPT - len(sets)]
+        body = marshal.dumps(merged)
+        write_plan(LOOPS, hashlib.sha256(body).digest() + body)
+
+
+_compiled_loops = set()  # kernel keys of the loops compiled or loaded in this process
 
 
 def _machine(tape):
