@@ -643,8 +643,8 @@ PLAN_EAGER = 2000
 # BYTECODE_MAX_ELEMENTS elements run as bytecode (``engine/bytecode.py``): one loop over all
 # instructions, compiled once per set of operations. There, Python and Numba's per-function
 # compile time are the cost, not memory traffic: an unrolled RK4 solver of 6,800 instructions
-# on 100 elements takes 0.08 ms per call (1.1 ms when first measured), against 19 ms for its 1,500 fused kernels and glue
-# steps (and minutes compiling them) or 60 ms on the interpreter.
+# on 100 elements takes 0.08 ms per call (1.1 ms when first measured), against 19 ms for its
+# 1,500 fused kernels and glue steps (and minutes compiling them) or 60 ms on the interpreter.
 BYTECODE_MIN_INSTRS = 256
 BYTECODE_MAX_ELEMENTS = 4096
 
