@@ -270,8 +270,11 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     m = machine(shorter)
     assert m.code.ops == union and m.cached and compile_.stats["compiled"] == compiled
     # a damaged list is ignored (each tape gets a loop of its own again) and written anew
-    path = tmp_path / os.path.basename(compile_.cache_dir()) / "plans" / runtime.LOOPS
-    for damaged in (b"", b"x" * 40, path.read_bytes()[:-3]):
+    path = tmp_path / os.path.basename(compile_.cache_dir()) / "plans" / bytecode.loops_name()
+    import hashlib
+    import marshal
+    body = marshal.dumps({"f64": [("add(f64,f64)", 1), "sum"], "f32": "sum"})  # intact, but not op sets
+    for damaged in (b"", b"x" * 40, path.read_bytes()[:-3], hashlib.sha256(body).digest() + body):
         path.write_bytes(damaged)
         runtime._loops.clear()
         assert machine(shorter).code.ops == own["shorter"]

@@ -38,7 +38,7 @@ from .interpret import np_dtype
 from .prims import ELEMENTWISE, PRIMS
 from .tape import params_key
 
-__all__ = ["encode", "Bytecode", "RANK", "plan_name", "loop_ops", "LOOP_MAX_OPS"]
+__all__ = ["encode", "Bytecode", "RANK", "plan_name", "loop_ops", "loops_name", "LOOP_MAX_OPS"]
 
 RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
 _FORMAT = 1  # of ``Bytecode.dumps``
@@ -517,6 +517,12 @@ def plan_name(tape):
     except (ValueError, OSError):  # a value marshal does not take; sources that cannot be read
         return None
     return "b" + hashlib.sha256(digest + body).hexdigest()[:32]
+
+
+def loops_name():
+    """The name the op sets of compiled loops are stored under (see ``runtime._share_loop``): it
+    changes with the encoder's code, which names the operations and renders their branches."""
+    return "loops-" + hashlib.sha256(_encoder_digest()).hexdigest()[:16]
 
 
 def _leaves(kids):

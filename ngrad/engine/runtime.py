@@ -678,25 +678,25 @@ class _Machine:
 
 
 # The op sets of the bytecode loops compiled on this machine, most recent first, per arena dtype:
-# kept in memory and under LOOPS in the cache's plans, so a tape whose operations a compiled
-# loop holds runs on it (``bytecode.loop_ops``) instead of compiling a loop of its own.
+# kept in memory and in the cache's plans (``bytecode.loops_name``), so a tape whose operations a
+# compiled loop holds runs on it (``bytecode.loop_ops``) instead of compiling a loop of its own.
 _loops = {}
-LOOPS = "loops"
 _LOOPS_KEPT = 32
 
 
 def _read_loops():
-    """The op sets stored under LOOPS, or {} when there are none or the file fails its checks."""
+    """The op sets stored in the cache, or {} when there are none or the file fails its checks."""
     import hashlib
     import marshal
+    from .bytecode import loops_name
     from .compile import read_plan
-    data = read_plan(LOOPS) or b""
+    data = read_plan(loops_name()) or b""
     try:
         if hashlib.sha256(data[32:]).digest() != data[:32]:
             return {}
         stored = marshal.loads(data[32:])
-        return {dt: [tuple(ops) for ops in sets if all(isinstance(op, str) for op in ops)]
-                for dt, sets in stored.items() if dt in ("f32", "f64")}
+        return {dt: [tuple(ops) for ops in sets if type(ops) is tuple and all(type(op) is str for op in ops)]
+                for dt, sets in stored.items() if dt in ("f32", "f64") and type(sets) is list}
     except (TypeError, ValueError, EOFError, AttributeError):
         return {}
 
@@ -706,7 +706,7 @@ def _share_loop(code):
     before (in this process, or on disk and still there), and remember the one it runs on."""
     import hashlib
     import marshal
-    from .bytecode import loop_ops, source
+    from .bytecode import loop_ops, loops_name, source
     from .compile import key_of, on_disk, write_plan
     dt = "f32" if code.dtype == np.float32 else "f64"
     if not _loops:
@@ -722,7 +722,7 @@ def _share_loop(code):
         for d, sets in _loops.items():
             merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][:_LOOPS_KEPT - len(sets)]
         body = marshal.dumps(merged)
-        write_plan(LOOPS, hashlib.sha256(body).digest() + body)
+        write_plan(loops_name(), hashlib.sha256(body).digest() + body)
 
 
 _compiled_loops = set()  # kernel keys of the loops compiled or loaded in this process
