@@ -10,7 +10,8 @@ arena aligned alike), and each instruction becomes one or more rows
 element-wise instruction whose result only another element-wise one reads becomes part of that
 one's row (or of the row adding it into a slice of a value, in that value's window). ``Bytecode.source`` is the
 text of the loop that runs such rows, rendered for exactly the operations the tape uses (so its
-compile cost grows with the variety of operations, never with the tape's length); the runtime
+compile cost grows with the variety of operations, never with the tape's length), or for a
+superset of them that a loop compiled before holds (``Bytecode.use``, ``loop_ops``); the runtime
 compiles it like any kernel (``compile.kernel``) and calls ``bytecode.run(fn, values)``, which
 copies the inputs into a fresh arena, runs the loop and returns fresh output arrays. Inputs must
 already be checked (``runtime._check``).
