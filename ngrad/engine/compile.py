@@ -7,7 +7,8 @@ back and compared before it is imported, and registered in ``sys.modules`` befor
 so Numba's own cache (``cache=True``) reloads the machine code in a new process without
 compiling. A disk entry that is corrupt (the module text or Numba's cache files) is deleted and
 rebuilt, never trusted. ``read_plan``/``write_plan`` keep other compiled artefacts (bytecode
-encodings) in the same versioned folder, written atomically; their readers check them. Flags: ``nogil``, ``error_model='numpy'`` (vectorised division, IEEE
+encodings) in the same versioned folder, written atomically under a SHA-256 of their bytes, so a
+damaged one reads as missing. Flags: ``nogil``, ``error_model='numpy'`` (vectorised division, IEEE
 results), ``fastmath={'reassoc', 'contract'}`` (not ``fastmath=True``: that breaks NaN checks).
 
 The CUDA target: ``kernel(text, "cuda")`` is the same for ``cuda.jit`` kernels (default IEEE
@@ -185,19 +186,23 @@ def _write_atomically(path, data):
 
 
 def read_plan(name):
-    """The bytes stored under ``name`` by ``write_plan`` in this version's cache, or None."""
+    """The bytes stored under ``name`` by ``write_plan`` in this version's cache; None when there
+    are none or they fail their checksum (damaged, cut short, written by something else)."""
     try:
         with open(os.path.join(cache_dir(), "plans", name), "rb") as f:
-            return f.read()
+            data = f.read()
     except OSError:
         return None
+    body = data[32:]
+    return body if len(data) >= 32 and hashlib.sha256(body).digest() == data[:32] else None
 
 
 def write_plan(name, data):
-    """Store the bytes ``data`` under ``name``, atomically. A cache that cannot be written is no
-    error: the plan is made again next time."""
+    """Store the bytes ``data`` under ``name``: atomically, after a SHA-256 of them that
+    ``read_plan`` checks. A cache that cannot be written is no error: the plan is made again
+    next time."""
     try:
-        _write_atomically(os.path.join(cache_dir(), "plans", name), data)
+        _write_atomically(os.path.join(cache_dir(), "plans", name), hashlib.sha256(data).digest() + data)
     except OSError:
         pass
 

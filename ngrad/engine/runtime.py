@@ -686,15 +686,14 @@ _LOOPS_KEPT = 32
 
 def _read_loops():
     """The op sets stored in the cache, or {} when there are none or the file fails its checks."""
-    import hashlib
     import marshal
     from .bytecode import loops_name
     from .compile import read_plan
-    data = read_plan(loops_name()) or b""
+    data = read_plan(loops_name())
+    if data is None:
+        return {}
     try:
-        if hashlib.sha256(data[32:]).digest() != data[:32]:
-            return {}
-        stored = marshal.loads(data[32:])
+        stored = marshal.loads(data)
         return {dt: [tuple(ops) for ops in sets if type(ops) is tuple and all(type(op) is str for op in ops)]
                 for dt, sets in stored.items() if dt in ("f32", "f64") and type(sets) is list}
     except (TypeError, ValueError, EOFError, AttributeError):
@@ -704,7 +703,6 @@ def _read_loops():
 def _share_loop(code):
     """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
     before (in this process, or on disk and still there), and remember the one it runs on."""
-    import hashlib
     import marshal
     from .bytecode import loop_ops, loops_name, source
     from .compile import key_of, on_disk, write_plan
@@ -721,8 +719,7 @@ def _share_loop(code):
         merged = _read_loops()
         for d, sets in _loops.items():
             merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][:_LOOPS_KEPT - len(sets)]
-        body = marshal.dumps(merged)
-        write_plan(loops_name(), hashlib.sha256(body).digest() + body)
+        write_plan(loops_name(), marshal.dumps(merged))
 
 
 _compiled_loops = set()  # kernel keys of the loops compiled or loaded in this process
