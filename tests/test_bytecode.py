@@ -239,7 +239,6 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     from ngrad.engine.differentiate import vjp
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "_loops", {})
-    monkeypatch.setattr(runtime, "_compiled_loops", set())
     monkeypatch.setattr(compile_, "_memory", {})  # loops compiled by other tests are in another cache
     x = ngrad.tensor(rng.uniform(-1, 1, 12), requires_grad=True)
     low = lower([_rk4(ngrad, x)._node], grad=True)
@@ -262,7 +261,7 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     union = tuple(sorted(set(own["joint"]) | set(own["forward"])))
     assert machine(forward).code.ops == union  # close enough to grow the gradient's loop
     # a new process: nothing in memory, the loops and the list of their operations on disk
-    for memory in (runtime._loops, runtime._compiled_loops, compile_._memory):
+    for memory in (runtime._loops, compile_._memory):
         memory.clear()
     compiled = compile_.stats["compiled"]
     m = machine(shorter)

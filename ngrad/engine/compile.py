@@ -302,6 +302,12 @@ def key_of(text):
     return "k" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def loaded(text):
+    """True when ``kernel(text)`` was asked for in this process (its machine code is here, or
+    comes with its first call)."""
+    return key_of(text) in _memory
+
+
 def on_disk(text):
     """True when this kernel's module and Numba's cache index already exist on disk."""
     key = key_of(text)

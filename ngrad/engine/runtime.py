@@ -671,7 +671,6 @@ class _Machine:
         from .compile import kernel
         if self.fn is None:
             self.fn = kernel(self.code.source)
-            _compiled_loops.add(self.fn.key)
 
     def run(self, values):
         return self.code.run(self.fn, values)
@@ -705,12 +704,12 @@ def _share_loop(code):
     before (in this process, or on disk and still there), and remember the one it runs on."""
     import marshal
     from .bytecode import loop_ops, loops_name, source
-    from .compile import key_of, on_disk, write_plan
+    from .compile import loaded, on_disk, write_plan
     dt = "f32" if code.dtype == np.float32 else "f64"
     if not _loops:
         _loops.update(_read_loops())
     known = _loops.setdefault(dt, [])
-    usable = [ops for ops in known if key_of(source(ops, dt)) in _compiled_loops or on_disk(source(ops, dt))]
+    usable = [ops for ops in known if loaded(text := source(ops, dt)) or on_disk(text)]
     ops = loop_ops(code.ops, usable)
     if ops != code.ops:
         code.use(ops)
@@ -720,9 +719,6 @@ def _share_loop(code):
         for d, sets in _loops.items():
             merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][:_LOOPS_KEPT - len(sets)]
         write_plan(loops_name(), marshal.dumps(merged))
-
-
-_compiled_loops = set()  # kernel keys of the loops compiled or loaded in this process
 
 
 def _machine(tape):
