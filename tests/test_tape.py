@@ -146,3 +146,93 @@ def test_structural_keys_and_cse_keep_signed_zeros_apart():
     zero = b.emit("const", (), {"value": 0.0, "dtype": "f64"})
     negzero = b.emit("const", (), {"value": -0.0, "dtype": "f64"})
     assert zero.slot != negzero.slot and b.full(0.0, (), "f64").slot == zero.slot
+
+
+def _recurrence(rng, steps=40):
+    """A long tape (a few hundred instructions) and its source values."""
+    x = ngrad.tensor(rng.uniform(-1, 1, 6), requires_grad=True)
+    w = ngrad.tensor(rng.uniform(-1, 1, 6), requires_grad=True)
+    h = x
+    for _ in range(steps):
+        h = (h * w).tanh() + 0.5 * h.sin()
+    low = lower([(h * h).sum()._node], grad=True)
+    return low.tape, [n.value for n in low.sources]
+
+
+def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch, tmp_path, rng):
+    import os
+
+    from ngrad.engine import differentiate
+    from ngrad.engine.compile import cache_dir
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(differentiate, "_JOINTS", {})
+    tape, values = _recurrence(rng)
+    assert len(tape.instrs) >= differentiate.STORE_MIN_INSTRS
+    wrt = list(tape.inputs)
+    made = []
+    real = differentiate.vjp
+    monkeypatch.setattr(differentiate, "vjp", lambda t, w: made.append(t) or real(t, w))
+    seeds = [np.ones(())]
+    want = interpret(real(tape, wrt).tape, values + seeds)
+
+    def joint():
+        differentiate._JOINTS.clear()  # what a new process has in memory
+        j = differentiate.joint(tape, wrt)
+        assert differentiate.joint(tape, wrt) is j  # and then it is held in memory
+        for a, b in zip(interpret(j.tape.verify(), values + seeds), want):
+            np.testing.assert_array_equal(a, b)
+        return j
+
+    first = joint()
+    path = os.path.join(cache_dir(), "plans", differentiate._joint_name((tape.key(), tuple(wrt))))
+    stored = open(path, "rb").read()
+    again = joint()
+    assert len(made) == 1 and again.tape.format() == first.tape.format()
+    for field in ("seeds", "grads", "ran", "reads_saved", "saved", "contributions"):
+        assert getattr(again, field) == getattr(first, field), field
+    for damaged in (stored[:len(stored) // 2], stored[:40] + bytes([stored[40] ^ 1]) + stored[41:], b"", b"x" * 10):
+        with open(path, "wb") as f:
+            f.write(damaged)
+        joint()
+        assert open(path, "rb").read() == stored  # differentiated again, and replaced
+    assert len(made) == 5
+    # a checksum that holds is not enough: the tape it continues and its slots are checked too
+    other, _ = _recurrence(rng, steps=41)
+    with pytest.raises(ValueError, match="another tape"):
+        differentiate.Joint.loads(other, first.dumps(tape))
+    with pytest.raises(ValueError, match="not a stored joint"):
+        differentiate.Joint.loads(tape, b"\x00garbage")
+    import marshal
+    fields = list(marshal.loads(first.dumps(tape)))
+    out, prim, args, params = fields[5][3]
+    fields[5][3] = (out, prim, (out,) + args[1:], params)  # reads itself
+    with pytest.raises(ValueError, match="malformed"):
+        differentiate.Joint.loads(tape, marshal.dumps(tuple(fields)))
+    # a short tape differentiates faster than a file is read: nothing is stored for it
+    b = Builder()
+    x = b.input((3,), "f64")
+    short = b.finish([(x * x).sum(axes=(0,), keepdim=False)])
+    before = set(os.listdir(os.path.dirname(path)))
+    differentiate.joint(short, [x.slot])
+    assert set(os.listdir(os.path.dirname(path))) == before
+
+
+def test_backward_gives_the_same_gradients_from_a_stored_joint(monkeypatch, tmp_path, rng):
+    from ngrad.engine import differentiate
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(differentiate, "_JOINTS", {})
+    x0, w0 = rng.uniform(-1, 1, 6), rng.uniform(-1, 1, 6)
+
+    def grads():
+        x, w = ngrad.tensor(x0, requires_grad=True), ngrad.tensor(w0, requires_grad=True)
+        h = x
+        for _ in range(40):
+            h = (h * w).tanh() + 0.5 * h.sin()
+        (h * h).sum().backward()
+        return x.grad.numpy(), w.grad.numpy()
+
+    first = grads()
+    differentiate._JOINTS.clear()
+    monkeypatch.setattr(differentiate, "vjp", lambda t, w: pytest.fail("differentiated again"))
+    for a, b in zip(grads(), first):
+        np.testing.assert_array_equal(a, b)

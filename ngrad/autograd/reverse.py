@@ -19,7 +19,7 @@ from .. import grad_mode
 from .._gc import paused
 from ..grad_mode import _Anomaly
 from ..engine.batch import batch
-from ..engine.differentiate import vjp
+from ..engine import differentiate
 from ..engine.graph import Node, lower, post_order, replay, source, target_of
 from ..engine.realize import realize
 from ..engine.runtime import run
@@ -151,7 +151,7 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     low = lower(roots, grad=True, cuts=cuts)
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
-    joint = _joint(low.tape, present)
+    joint = differentiate.joint(low.tape, present)
     _check_saved(low, joint)
     if _Anomaly.enabled and _Anomaly.check_nan and not batched:
         realize(list(seed_nodes))
@@ -284,22 +284,6 @@ def _run_hooks(n, g):
             raise RuntimeError(f"hook '{name}' has changed the device of value (was {t.device} got {r.device})")
         t = r
     return t._node
-
-
-_JOINTS = {}
-
-
-def _joint(tape, wrt):
-    """The joint tape of ``tape`` (memoized by structure: an optimizer loop differentiates the
-    same tape structure on every step). Slot numbers of equal-keyed tapes are equal, because
-    lowering numbers slots deterministically."""
-    key = (tape.key(), tuple(wrt))
-    j = _JOINTS.get(key)
-    if j is None:
-        if len(_JOINTS) > 512:
-            _JOINTS.clear()
-        j = _JOINTS[key] = vjp(tape, wrt)
-    return j
 
 
 def _accumulate(t, g, create_graph):

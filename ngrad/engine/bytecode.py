@@ -492,16 +492,12 @@ def _tree(tree, reads, k):
     return (ins, kids if kids is not None else [("leaf", e) for e in reads[k]])
 
 
-@functools.lru_cache(maxsize=None)
 def _encoder_digest():
     """A hash of the code that an encoding depends on: this module (the encoder), the primitive
     table and codegen (the expressions inside chain operations' names), and the tape format."""
     from . import codegen, prims, tape
-    h = hashlib.sha256()
-    for module in (sys.modules[__name__], codegen, prims, tape):
-        with open(module.__file__, "rb") as f:
-            h.update(f.read())
-    return h.digest()
+    from .compile import source_digest
+    return source_digest(sys.modules[__name__], codegen, prims, tape)
 
 
 def plan_name(tape):

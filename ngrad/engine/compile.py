@@ -16,6 +16,7 @@ flags, cached on disk the same way), ``cuda_status()`` says whether CUDA can be 
 not, and the ``device_*`` functions are the few device-memory operations the CUDA runtime needs
 (``numba.cuda`` is imported on first use, so a CPU-only process never loads it).
 """
+import functools
 import glob
 import hashlib
 import importlib.util
@@ -197,6 +198,21 @@ def read_plan(name):
     return body if len(data) >= 32 and hashlib.sha256(body).digest() == data[:32] else None
 
 
+@functools.lru_cache(maxsize=None)
+def source_digest(*modules):
+    """A SHA-256 of the source files of ``modules``: a stored plan is named after the code that
+    made it (with ``read_plan``'s checksum, a plan is read back only by code that makes the same).
+
+    >>> len(source_digest(sys.modules[__name__]))
+    32
+    """
+    h = hashlib.sha256()
+    for module in modules:
+        with open(module.__file__, "rb") as f:
+            h.update(f.read())
+    return h.digest()
+
+
 def write_plan(name, data):
     """Store the bytes ``data`` under ``name``: atomically, after a SHA-256 of them that
     ``read_plan`` checks. A cache that cannot be written is no error: the plan is made again
@@ -328,10 +344,11 @@ def kernel(text, target="cpu"):
 
 
 def cache_info():
-    """Where the cache is, and how many kernels, plans and bytes it holds."""
+    """Where the cache is, and how many kernels, plans (``write_plan``: bytecode encodings, joint
+    tapes, the list of compiled loops) and bytes it holds."""
     folder = cache_dir()
     files = glob.glob(os.path.join(folder, "k*.py"))
-    plans = glob.glob(os.path.join(folder, "plans", "b*"))
+    plans = glob.glob(os.path.join(folder, "plans", "*"))
     size = 0
     for root, _, names in os.walk(cache_root()):
         size += sum(os.path.getsize(os.path.join(root, n)) for n in names)
