@@ -90,9 +90,11 @@ def test_device_op_corpus_values_and_gradients(name, rng):
 @device
 @pytest.mark.parametrize("op", ["sum", "amax", "amin"])
 def test_device_reductions_across_many_blocks(op, rng):
-    # more elements than one block of threads: the per-block trees and the atomics combine
-    x = rng.standard_normal(1500)
-    x[700] = 9.0
+    # more elements than one block of threads: the per-block trees and the atomics combine (the
+    # simulator's blocks are smaller, and its threads are Python threads: fewer elements there)
+    from ngrad.engine.compile import threads_per_block
+    x = rng.standard_normal(6 * threads_per_block() - 36)
+    x[len(x) // 2] = 9.0
     tape, _ = prim_tape(op, [x], {"axes": (0,), "keepdim": False})
     assert_same_on_cuda(tape, [x], 1e-12)
     m = rng.standard_normal((40, 50))
@@ -130,9 +132,10 @@ def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
     """Calls after the first skip Numba's dispatcher on a GPU (``compile._Launcher``): every call
     with new values, new sizes and a new seed still equals the interpreter, and the launcher
     refuses arguments that do not match its compiled signature."""
-    from ngrad.engine.compile import _Launcher, kernel, simulated, to_device
+    from ngrad.engine.compile import _Launcher, kernel, simulated, threads_per_block, to_device
     from ngrad.engine.cuda import _programs
-    for i, n in enumerate((1000, 1000, 4099, 1000, 1000)):
+    block = threads_per_block()  # sizes of several blocks, not multiples of one (1,000 and 4,099 on a GPU)
+    for i, n in enumerate((4 * block - 24, 4 * block - 24, 16 * block + 3, 4 * block - 24, 4 * block - 24)):
         data = rng.standard_normal(n).astype(dtype)
         x = ngrad.tensor(data, device="cuda", requires_grad=True)
         loss = ((x.sin() * (-(x ** 2) / 2).exp()) + x.tanh() * x + x.cos()).sum()
