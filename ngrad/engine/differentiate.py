@@ -169,8 +169,9 @@ def joint(tape, wrt):
     """``vjp(tape, wrt)``, memoized by ``tape``'s structure: an optimizer loop differentiates the
     same tape on every step, and slot numbers of equal-keyed tapes are equal. The joint of a tape
     of ``STORE_MIN_INSTRS`` or more is also kept in the cache's plans (``compile.write_plan``),
-    named after the tape's key, ``wrt`` and the code that differentiates; one that fails its
-    checks is made again and replaced. The result is shared: callers do not change it.
+    named after the tape's key, ``wrt`` and the code that differentiates (not under
+    ``NGRAD_JIT=never``); one that fails its checks is made again and replaced. The result is
+    shared: callers do not change it.
 
     >>> from ngrad.engine.tape import Builder
     >>> b = Builder()
@@ -186,7 +187,11 @@ def joint(tape, wrt):
         return j
     if len(_JOINTS) > 512:
         _JOINTS.clear()
-    name = _joint_name(key) if len(tape.instrs) >= STORE_MIN_INSTRS else None
+    name = None
+    if len(tape.instrs) >= STORE_MIN_INSTRS:
+        from .runtime import jit_mode
+        if jit_mode() != "never":  # which touches no cache (nor imports Numba)
+            name = _joint_name(key)
     if name:
         from .compile import read_plan
         data = read_plan(name)
