@@ -214,7 +214,7 @@ def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monk
     x = b.input((3,), "f64")
     short = b.finish([(x * x).sum(axes=(0,), keepdim=False)])
     before = set(os.listdir(os.path.dirname(path)))
-    differentiate.joint(short, [x.slot])
+    differentiate.joint(short, [x.slot], keep=True)
     assert set(os.listdir(os.path.dirname(path))) == before
     monkeypatch.setenv("NGRAD_JIT", "never")  # nor for any tape under NGRAD_JIT=never
     os.unlink(path)
@@ -222,24 +222,48 @@ def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monk
     assert set(os.listdir(os.path.dirname(path))) == before - {os.path.basename(path)}
 
 
-def test_backward_gives_the_same_gradients_from_a_stored_joint(monkeypatch, tmp_path, rng):
+def test_backward_stores_a_joint_it_meets_again_or_traces_and_reads_it_back(monkeypatch, tmp_path, rng):
+    import glob
+    import os
+
     from ngrad.engine import differentiate
+    from ngrad.engine.compile import cache_dir
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NGRAD_JIT", "auto")
     monkeypatch.setattr(differentiate, "_JOINTS", {})
     x0, w0 = rng.uniform(0.5, 1, 6), rng.uniform(0.5, 1, 6)
 
+    def loss(x, w):
+        h = x
+        for _ in range(80):  # a tape of over 256 instructions
+            h = h + 0.05 * (h * w).sin()
+        return (h * h).sum()
+
     def grads():
         x, w = ngrad.tensor(x0, requires_grad=True), ngrad.tensor(w0, requires_grad=True)
-        h = x
-        for _ in range(80):  # a tape of over 256 instructions: its joint is stored
-            h = h + 0.05 * (h * w).sin()
-        (h * h).sum().backward()
+        loss(x, w).backward()
         return x.grad.numpy(), w.grad.numpy()
+
+    def stored():
+        return glob.glob(os.path.join(cache_dir(), "plans", "j*"))
 
     first = grads()
     assert all(np.abs(g).min() > 0.1 for g in first), first
-    differentiate._JOINTS.clear()  # what a new process has in memory
-    monkeypatch.setattr(differentiate, "vjp", lambda t, w: pytest.fail("differentiated again"))
-    for a, b in zip(grads(), first):  # the second call runs compiled: equal up to rounding
+    assert not stored()  # a structure met once leaves nothing on disk ...
+    for a, b in zip(grads(), first):  # ... one met again is stored (this call runs compiled)
         np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert len(stored()) == 1
+    differentiate._JOINTS.clear()  # what a new process has in memory
+    real = differentiate.vjp
+    monkeypatch.setattr(differentiate, "vjp", lambda t, w: pytest.fail("differentiated again"))
+    for a, b in zip(grads(), first):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    # a backward that ngrad.compile traces is stored the first time: the program is made to be reused
+    os.unlink(stored()[0])
+    differentiate._JOINTS.clear()
+    monkeypatch.setattr(differentiate, "vjp", real)
+    step = ngrad.compile(lambda x, w: ngrad.autograd.grad(loss(x, w), (x, w)))
+    x, w = ngrad.tensor(x0, requires_grad=True), ngrad.tensor(w0, requires_grad=True)
+    for a, b in zip(step(x, w), first):
+        np.testing.assert_allclose(a.numpy(), b, rtol=1e-12)
+    assert len(stored()) == 1

@@ -151,7 +151,7 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     low = lower(roots, grad=True, cuts=cuts)
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
-    joint = differentiate.joint(low.tape, present)
+    joint = differentiate.joint(low.tape, present, keep=grad_mode.state.trace is not None)
     _check_saved(low, joint)
     if _Anomaly.enabled and _Anomaly.check_nan and not batched:
         realize(list(seed_nodes))

@@ -162,16 +162,21 @@ def vjp(tape, wrt):
     return j
 
 
-_JOINTS = {}
+_JOINTS = {}  # structural key -> [joint, the name to store it under once it is seen again, or None]
 
 
-def joint(tape, wrt):
+def joint(tape, wrt, keep=False):
     """``vjp(tape, wrt)``, memoized by ``tape``'s structure: an optimizer loop differentiates the
-    same tape on every step, and slot numbers of equal-keyed tapes are equal. The joint of a tape
-    of ``STORE_MIN_INSTRS`` or more is also kept in the cache's plans (``compile.write_plan``),
-    named after the tape's key, ``wrt`` and the code that differentiates (not under
-    ``NGRAD_JIT=never``); one that fails its checks is made again and replaced. The result is
+    same tape on every step, and slot numbers of equal-keyed tapes are equal. The result is
     shared: callers do not change it.
+
+    The joint of a tape of ``STORE_MIN_INSTRS`` or more is also kept in the cache's plans
+    (``compile.write_plan``, not under ``NGRAD_JIT=never``), named after the tape's key, ``wrt``
+    and the code that differentiates, for a new process to read back; one that fails its checks
+    is made again and replaced. It is stored at once when ``keep`` (a program ``ngrad.compile``
+    traces, made to be called again), otherwise the second time its structure is differentiated,
+    as a tape compiles the second time it runs: structures met once (an adaptive solver's varying
+    step counts) leave nothing on disk.
 
     >>> from ngrad.engine.tape import Builder
     >>> b = Builder()
@@ -182,34 +187,36 @@ def joint(tape, wrt):
     (True, 2)
     """
     key = (tape.key(), tuple(wrt))
-    j = _JOINTS.get(key)
-    if j is not None:
-        return j
-    if len(_JOINTS) > 512:
-        _JOINTS.clear()
-    name = None
-    if len(tape.instrs) >= STORE_MIN_INSTRS:
-        from .runtime import jit_mode
-        if jit_mode() != "never":  # which touches no cache (nor imports Numba)
-            name = _joint_name(key)
-    if name:
-        from .compile import read_plan
-        data = read_plan(name)
-        if data:
-            try:
-                j = Joint.loads(tape, data)
-            except ValueError:
-                pass
-    if j is None:
-        j = vjp(tape, wrt)
+    entry = _JOINTS.get(key)
+    if entry is None:
+        if len(_JOINTS) > 512:
+            _JOINTS.clear()
+        entry = _JOINTS[key] = [None, None]
+        name = None
+        if len(tape.instrs) >= STORE_MIN_INSTRS:
+            from .runtime import jit_mode
+            if jit_mode() != "never":  # which touches no cache (nor imports Numba)
+                name = _joint_name(key)
         if name:
-            from .compile import write_plan
-            try:
-                write_plan(name, j.dumps(tape))
-            except ValueError:
-                pass
-    _JOINTS[key] = j
-    return j
+            from .compile import read_plan
+            data = read_plan(name)
+            if data:
+                try:
+                    entry[0] = Joint.loads(tape, data)
+                except ValueError:
+                    pass
+        if entry[0] is None:
+            entry[:] = vjp(tape, wrt), name
+        if not keep:
+            return entry[0]
+    if entry[1] is not None:
+        from .compile import write_plan
+        try:
+            write_plan(entry[1], entry[0].dumps(tape))
+        except ValueError:
+            pass
+        entry[1] = None
+    return entry[0]
 
 
 def _joint_name(key):
