@@ -189,10 +189,7 @@ def joint(tape, wrt, keep=False):
     key = (tape.key(), tuple(wrt))
     entry = _JOINTS.get(key)
     if entry is None:
-        if len(_JOINTS) > 512:
-            _JOINTS.clear()
-        entry = _JOINTS[key] = [None, None]
-        name = None
+        name = j = None
         if len(tape.instrs) >= STORE_MIN_INSTRS:
             from .runtime import jit_mode
             if jit_mode() != "never":  # which touches no cache (nor imports Numba)
@@ -202,20 +199,22 @@ def joint(tape, wrt, keep=False):
             data = read_plan(name)
             if data:
                 try:
-                    entry[0] = Joint.loads(tape, data)
+                    j, name = Joint.loads(tape, data), None  # stored already
                 except ValueError:
                     pass
-        if entry[0] is None:
-            entry[:] = vjp(tape, wrt), name
+        if len(_JOINTS) > 512:
+            _JOINTS.clear()
+        # made whole before it is shared: another thread may look it up meanwhile
+        entry = _JOINTS[key] = [j or vjp(tape, wrt), name]
         if not keep:
             return entry[0]
     if entry[1] is not None:
+        name, entry[1] = entry[1], None
         from .compile import write_plan
         try:
-            write_plan(entry[1], entry[0].dumps(tape))
+            write_plan(name, entry[0].dumps(tape))
         except ValueError:
             pass
-        entry[1] = None
     return entry[0]
 
 
