@@ -309,29 +309,20 @@ class Builder:
         return s
 
     def emit(self, prim, args, params=None):
-        if params:
-            if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
-                return args[0]  # a no-op movement is never written down
-            slots = tuple([a.slot for a in args])
-            key = (prim, slots, params_key(params))
-        else:
-            params = {}
-            slots = tuple([a.slot for a in args])
-            key = (prim, slots, ())
-        seen = self._seen
-        hit = seen.get(key)
-        t = self.tape
+        params = params or {}
+        if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
+            return args[0]  # a no-op movement is never written down
+        slots = [a.slot for a in args]
+        key = _instr_key(prim, slots, params)
+        hit = self._seen.get(key)
         if hit is not None:  # common subexpression: a VJP re-deriving cos(x) reuses the forward's
-            return Var(self, hit, t.shapes[hit], t.dtypes[hit])
+            return self.var(hit)
         shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
-        s = len(t.shapes)
-        t.shapes.append(shape)
-        t.dtypes.append(dtype)
+        s = self._new(shape, dtype)
         ins = Instr(s, prim, slots, params)
-        t.instrs.append(ins)
-        if prim == "const" or prim == "reshape" or prim == "expand":
-            self._note_literal(ins)
-        seen[key] = s
+        self.tape.instrs.append(ins)
+        self._note_literal(ins)
+        self._seen[key] = s
         return Var(self, s, shape, dtype)
 
     def full(self, value, shape, dtype):
