@@ -110,3 +110,16 @@ def tensor_fd_check(fn, inputs, rng, rtol=1e-5, atol=1e-7, second=True):
                 analytic = 0.0 if g is None else float(np.sum(u * g.numpy()))
                 numeric = _fd(hf, [np.asarray(a, np.float64) for a in inputs], i, u)
                 assert np.isclose(analytic, numeric, rtol=1e-4, atol=1e-6), ("second", i, analytic, numeric)
+
+
+def check_damaged_plan_is_made_again(path, make):
+    """Damage the stored plan at ``path`` four ways (cut in half, one bit flipped, emptied,
+    garbage); after each, ``make()`` must make it again and store exactly what was there."""
+    with open(path, "rb") as f:
+        stored = f.read()
+    for damaged in (stored[:len(stored) // 2], stored[:40] + bytes([stored[40] ^ 1]) + stored[41:], b"", b"x" * 10):
+        with open(path, "wb") as f:
+            f.write(damaged)
+        make()
+        with open(path, "rb") as f:
+            assert f.read() == stored
