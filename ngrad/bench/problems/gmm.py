@@ -44,11 +44,12 @@ def objective(T, alpha, mu, q, l, x, gamma, m):
     (n, d), k = x.shape, alpha.shape[0]
     diag = T.exp(q)
     L = T.cat([T.zeros((k, 1), dtype=T.float64), l], 1)[:, ltri_index(d)]
-    xc = x[:, None, :] - mu[None, :, :]
-    z = diag * xc + T.swapaxes(T.matmul(T.swapaxes(xc, 0, 1), T.swapaxes(L, 1, 2)), 0, 1)
-    main = alpha + T.sum(q, 1) - 0.5 * T.sum(z * z, 2)
+    # (k, n, d): the components lead, as a batched matrix product takes its batch
+    xc = x[None, :, :] - mu[:, None, :]
+    z = diag[:, None, :] * xc + T.matmul(xc, T.swapaxes(L, 1, 2))
+    main = alpha[:, None] + T.sum(q, 1)[:, None] - 0.5 * T.sum(z * z, 2)  # (k, n)
     prior = T.sum(0.5 * gamma ** 2 * (T.sum(diag * diag, 1) + T.sum(l * l, 1)) - m * T.sum(q, 1))
-    return constant(n, d, k, gamma, m) + T.sum(T.logsumexp(main, 1)) - n * T.logsumexp(alpha, 0) + prior
+    return constant(n, d, k, gamma, m) + T.sum(T.logsumexp(main, 0)) - n * T.logsumexp(alpha, 0) + prior
 
 
 def _softmax(a, axis):
