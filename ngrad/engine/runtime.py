@@ -1026,8 +1026,6 @@ def _driver_code(comp, tape, inputs, g, fallback):
 
     def array_arg(a, shape):
         v = var[a]
-        if v in scalar:  # a runtime scalar (reshaped) that a loop reads as an array
-            return f"asarray({v}).reshape({tuple(shape)!r})"
         if a in loose:
             lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
         return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
