@@ -206,6 +206,14 @@ def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monk
     fields[5][3] = (out, prim, (out,) + args[1:], params)  # reads itself
     with pytest.raises(ValueError, match="malformed"):
         differentiate.Joint.loads(tape, marshal.dumps(tuple(fields)))
+    fields = list(marshal.loads(first.dumps(tape)))
+    fields[8] = ["x"] * len(fields[8])  # gradient positions of another type
+    with pytest.raises(ValueError, match="malformed"):
+        differentiate.Joint.loads(tape, marshal.dumps(tuple(fields)))
+    fields = list(marshal.loads(first.dumps(tape)))
+    fields[10] = list(fields[10])  # the saved-tensor readers as a list, not a set
+    with pytest.raises(ValueError, match="malformed"):
+        differentiate.Joint.loads(tape, marshal.dumps(tuple(fields)))
     # a short tape differentiates faster than a file is read: nothing is stored for it
     b = Builder()
     x = b.input((3,), "f64")

@@ -61,22 +61,15 @@ class Joint:
              contributions) = marshal.loads(data)
         except (EOFError, ValueError, TypeError) as e:
             raise ValueError(f"not a stored joint: {e}") from None
-        total = n + len(shapes)
-        if fmt != _FORMAT or n != len(tape.shapes) or m != len(tape.instrs) or len(dtypes) != len(shapes):
+        if fmt != _FORMAT or n != len(tape.shapes) or m != len(tape.instrs):
             raise ValueError("the stored joint belongs to another tape")
-        if seeds != list(range(n, n + len(seeds))) or len(seeds) != len(tape.outputs):
-            raise ValueError("the stored joint's seeds are not its first new slots")
-        defined = n + len(seeds)
-        made = []
-        for out, prim, args, params in instrs:
-            if out != defined or prim not in PRIMS or type(params) is not dict or any(
-                    type(a) is not int or not 0 <= a < out for a in args):
-                raise ValueError(f"the stored joint's instruction %{out} = {prim} is malformed")
-            made.append(Instr(out, prim, args, params))
-            defined += 1
-        if defined != total or any(type(s) is not int or not 0 <= s < total for s in outputs) or any(
-                g is not None and not 0 <= g < len(outputs) for g in grads):
-            raise ValueError("the stored joint's slots are out of range")
+        try:
+            made = _continuation(n, shapes, dtypes, instrs, outputs, seeds, grads, len(tape.outputs))
+        except (TypeError, ValueError) as e:  # a field of another type than dumps writes
+            raise ValueError(f"the stored joint is malformed: {e}") from None
+        if not (type(ran) is list and type(reads_saved) is set and type(saved) is dict
+                and type(contributions) is list):
+            raise ValueError("the stored joint is malformed: its bookkeeping has the wrong types")
         t = Tape()
         t.shapes, t.dtypes = tape.shapes + shapes, tape.dtypes + dtypes
         t.inputs, t.kinds = tape.inputs + seeds, tape.kinds + ["tensor"] * len(seeds)
@@ -85,6 +78,27 @@ class Joint:
         j.tape, j.seeds, j.grads, j.ran, j.reads_saved = t, seeds, grads, ran, reads_saved
         j.saved, j.contributions = saved, contributions
         return j
+
+
+def _continuation(n, shapes, dtypes, instrs, outputs, seeds, grads, n_outputs):
+    """The instructions of a stored joint that continues a tape of ``n`` slots and ``n_outputs``
+    outputs, checked: seeds are its first new slots, every instruction defines the next slot from
+    earlier ones, outputs and gradient positions are in range (ValueError or TypeError if not)."""
+    if not all(type(f) is list for f in (shapes, dtypes, instrs, outputs, seeds, grads)) or len(dtypes) != len(shapes):
+        raise ValueError("a field is not a list of its length")
+    if seeds != list(range(n, n + len(seeds))) or len(seeds) != n_outputs:
+        raise ValueError("the seeds are not its first new slots")
+    defined, made = n + len(seeds), []
+    for out, prim, args, params in instrs:
+        if out != defined or prim not in PRIMS or type(params) is not dict or type(args) is not tuple or any(
+                type(a) is not int or not 0 <= a < out for a in args):
+            raise ValueError(f"instruction %{out} = {prim} is malformed")
+        made.append(Instr(out, prim, args, params))
+        defined += 1
+    if defined != n + len(shapes) or any(type(s) is not int or not 0 <= s < defined for s in outputs) or any(
+            g is not None and (type(g) is not int or not 0 <= g < len(outputs)) for g in grads):
+        raise ValueError("its slots are out of range")
+    return made
 
 
 def _accumulate(ct, slot, c):
