@@ -35,6 +35,7 @@ import sys
 import numpy as np
 
 from .codegen import Expr, SourceMath, _typed, identity
+from .dtypes import from_numpy_dtype
 from .interpret import np_dtype
 from .prims import ELEMENTWISE, PRIMS
 from .tape import params_key
@@ -92,14 +93,17 @@ class Bytecode:
         place = {op: j for j, op in enumerate(ops)}
         self.code[:, OP] = np.array([place[op] for op in self.ops], np.int32)[self.code[:, OP]]
         self.ops = tuple(ops)
-        self.source = source(self.ops, "f32" if self.dtype == np.float32 else "f64")
+        self.source = source(self.ops, self.arena())
+
+    def arena(self):
+        """The short name of the arena's dtype ("f32" or "f64"), as ``source`` takes it."""
+        return from_numpy_dtype(self.dtype).short
 
     def dumps(self):
         """This encoding as bytes (``loads`` reads them)."""
-        body = marshal.dumps((_FORMAT, self.code.shape[0], self.code.tobytes(), self.vals.tobytes(), self.size,
+        return marshal.dumps((_FORMAT, self.code.shape[0], self.code.tobytes(), self.vals.tobytes(), self.size,
                               self.dtype.str, self.tensors, self.scalar_at, self.scalar_off.tolist(),
                               self.outputs, self.ops))
-        return body
 
     @staticmethod
     def loads(data):
@@ -124,7 +128,7 @@ class Bytecode:
             raise ValueError(f"not an encoding: {e}") from None
         if not ok:
             raise ValueError("not an encoding: fields out of range")
-        bc.source = source(bc.ops, "f32" if bc.dtype == np.float32 else "f64")
+        bc.source = source(bc.ops, bc.arena())
         return bc
 
 

@@ -705,7 +705,7 @@ def _share_loop(code):
     import marshal
     from .bytecode import loop_ops, loops_name, source
     from .compile import loaded, on_disk, write_plan
-    dt = "f32" if code.dtype == np.float32 else "f64"
+    dt = code.arena()
     if not _loops:
         _loops.update(_read_loops())
     known = _loops.setdefault(dt, [])
