@@ -272,3 +272,22 @@ def test_backward_stores_a_joint_it_meets_again_or_traces_and_reads_it_back(monk
     for a, b in zip(step(x, w), first):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-12)
     assert len(stored()) == 1
+
+
+def test_nothing_is_stored_when_the_code_that_names_plans_cannot_be_read(monkeypatch, tmp_path, rng):
+    import os
+
+    from ngrad.engine import bytecode, compile as compile_, differentiate
+
+    def unreadable(modules):
+        raise OSError("no source")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setattr(differentiate, "_JOINTS", {})
+    monkeypatch.setattr(compile_, "_source_digest", unreadable)
+    tape, values = _recurrence(rng)
+    assert bytecode.plan_name(tape) is None and bytecode.loops_name() is None
+    j = differentiate.joint(tape, list(tape.inputs), keep=True)
+    for a, b in zip(interpret(j.tape, values + [np.ones(())]), interpret(vjp(tape, list(tape.inputs)).tape, values + [np.ones(())])):
+        np.testing.assert_array_equal(a, b)
+    assert not os.path.exists(os.path.join(compile_.cache_dir(), "plans"))

@@ -26,7 +26,6 @@ Element-wise rows render the primitive table's forward expressions (``codegen.So
 they share one definition with the interpreter and the fused kernels.
 """
 import functools
-import hashlib
 import marshal
 import math
 import re
@@ -496,31 +495,27 @@ def _tree(tree, reads, k):
     return (ins, kids if kids is not None else [("leaf", e) for e in reads[k]])
 
 
-def _encoder_digest():
-    """A hash of the code that an encoding depends on: this module (the encoder), the primitive
-    table and codegen (the expressions inside chain operations' names), and the tape format."""
+def _encoder():
+    """The code an encoding depends on: this module (the encoder), the primitive table and
+    codegen (the expressions inside chain operations' names), and the tape format."""
     from . import codegen, prims, tape
-    from .compile import source_digest
-    return source_digest(sys.modules[__name__], codegen, prims, tape)
+    return sys.modules[__name__], codegen, prims, tape
 
 
 def plan_name(tape):
-    """The name the encoding of ``tape`` is stored under (see ``compile.write_plan``): a hash
-    of the encoder's code and of the tape's structural key, which holds everything ``encode``
-    reads (slots, shapes, dtypes, primitives, parameters, literal values); None when that key
-    cannot be serialised."""
-    try:
-        body = marshal.dumps(tape.key())
-        digest = _encoder_digest()
-    except (ValueError, OSError):  # a value marshal does not take; sources that cannot be read
-        return None
-    return "b" + hashlib.sha256(digest + body).hexdigest()[:32]
+    """The name the encoding of ``tape`` is stored under (see ``compile.write_plan``), from the
+    encoder's code and the tape's structural key, which holds everything ``encode`` reads (slots,
+    shapes, dtypes, primitives, parameters, literal values); None when it cannot be stored."""
+    from .compile import plan_name as named
+    return named("b", _encoder(), tape.key())
 
 
 def loops_name():
     """The name the op sets of compiled loops are stored under (see ``runtime._share_loop``): it
-    changes with the encoder's code, which names the operations and renders their branches."""
-    return "loops-" + hashlib.sha256(_encoder_digest()).hexdigest()[:16]
+    changes with the encoder's code, which names the operations and renders their branches; None
+    when that code cannot be read."""
+    from .compile import plan_name as named
+    return named("loops-", _encoder(), "loops")
 
 
 def _leaves(kids):

@@ -20,6 +20,7 @@ import functools
 import glob
 import hashlib
 import importlib.util
+import marshal
 import os
 import sys
 import tempfile
@@ -199,18 +200,29 @@ def read_plan(name):
 
 
 @functools.lru_cache(maxsize=None)
-def source_digest(*modules):
-    """A SHA-256 of the source files of ``modules``: a stored plan is named after the code that
-    made it (with ``read_plan``'s checksum, a plan is read back only by code that makes the same).
-
-    >>> len(source_digest(sys.modules[__name__]))
-    32
-    """
+def _source_digest(modules):
     h = hashlib.sha256()
     for module in modules:
         with open(module.__file__, "rb") as f:
             h.update(f.read())
     return h.digest()
+
+
+def plan_name(kind, modules, key):
+    """The name a plan of ``kind`` (a prefix) made from ``key`` by the code of ``modules`` is
+    stored under: a hash of both, so a plan is read back only by code that makes the same (and
+    ``read_plan``'s checksum holds). None when ``key`` holds a value ``marshal`` does not take or
+    the sources cannot be read: such a plan is not stored.
+
+    >>> plan_name("x", (sys.modules[__name__],), ("a", 1))[:1], len(plan_name("x", (), 0))
+    ('x', 33)
+    """
+    try:
+        body = marshal.dumps(key)
+        digest = _source_digest(tuple(modules))
+    except (ValueError, OSError):
+        return None
+    return kind + hashlib.sha256(digest + body).hexdigest()[:32]
 
 
 def write_plan(name, data):

@@ -17,7 +17,6 @@ differentiating takes.
 tangent per ``wrt`` input slot and returns the original outputs followed by the tangent of each
 output that depends on them (``Tangent.tangents`` gives each output's position, or None).
 """
-import hashlib
 import marshal
 import sys
 
@@ -233,15 +232,11 @@ def joint(tape, wrt, keep=False):
 
 
 def _joint_name(key):
-    """The name a joint is stored under: a hash of ``key`` and of the code that makes joints;
-    None when ``key`` holds a value that ``marshal`` does not take."""
+    """The name a joint is stored under (see ``compile.plan_name``): from ``key`` and the code
+    that makes joints; None when it cannot be stored."""
     from . import prims, tape
-    from .compile import source_digest
-    try:
-        body = marshal.dumps(key)
-    except ValueError:
-        return None
-    return "j" + hashlib.sha256(source_digest(sys.modules[__name__], prims, tape) + body).hexdigest()[:32]
+    from .compile import plan_name
+    return plan_name("j", (sys.modules[__name__], prims, tape), key)
 
 
 class Tangent:

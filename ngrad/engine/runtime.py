@@ -688,8 +688,9 @@ def _read_loops():
     import marshal
     from .bytecode import loops_name
     from .compile import read_plan
-    data = read_plan(loops_name())
-    if data is None:
+    name = loops_name()
+    data = name and read_plan(name)
+    if not data:
         return {}
     try:
         stored = marshal.loads(data)
@@ -718,7 +719,9 @@ def _share_loop(code):
         merged = _read_loops()
         for d, sets in _loops.items():
             merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][:_LOOPS_KEPT - len(sets)]
-        write_plan(loops_name(), marshal.dumps(merged))
+        name = loops_name()
+        if name:
+            write_plan(name, marshal.dumps(merged))
 
 
 def _machine(tape):
