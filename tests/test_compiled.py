@@ -1,5 +1,7 @@
 """Compiled tapes (fused Numba kernels) against the NumPy interpreter: every primitive, float32
 and float64, the op corpus with gradients, and fusion decisions."""
+import math
+
 import numpy as np
 import pytest
 
@@ -345,6 +347,40 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
     assert big and all(id(a) in before for a in big)
 
 
+def test_matmul_products_are_written_into_the_plan_buffers(rng, monkeypatch):
+    """A tanh layer's gradient: its products (forward, and both of the backward's) land in
+    buffers the plan takes, so a repeated run reuses their memory, by the runtime and by the
+    driver alike, and agrees with the interpreter."""
+    x = ngrad.from_numpy(rng.standard_normal((64, 80)))
+    w = ngrad.from_numpy(rng.standard_normal((80, 128)) / 9).requires_grad_()
+    v = ngrad.from_numpy(rng.standard_normal((128, 3))).requires_grad_()
+    low = lower([ngrad.matmul(ngrad.tanh(ngrad.matmul(x, w)), v).logsumexp(1).sum()._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[w._node], low.slot_of[v._node]])
+    tape = joint.tape
+    values = [n.value for n in low.sources] + [np.ones(tape.shapes[s]) for s in joint.seeds]
+    ref = interpret(tape, values)
+    comp = runtime._Compiled(tape)
+    comp.compile()
+    big = {s for s in comp.into if math.prod(tape.shapes[s]) * 8 >= runtime.POOL_MIN_BYTES}
+    assert {tape.shapes[s] for s in big} == {(64, 128), (80, 128)}, comp.into  # h = x @ w, x.T @ dh
+    drive = runtime.prepare(tape)
+    real = runtime._taker
+    for run in (lambda: runtime._execute(comp, tape, values), lambda: drive(values)):
+        taken = []
+        monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
+            lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
+        seen = []
+        for _ in range(3):
+            taken.clear()
+            got = run()  # the results are dropped at the next assignment: their memory may come back
+            for a, b in zip(got, ref):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+            seen.append({(a.shape, a.ctypes.data) for a in taken if a.shape in ((64, 128), (80, 128))})
+            del got
+        assert {shape for shape, _ in seen[-1]} == {(64, 128), (80, 128)}
+        assert seen[-1] <= seen[-2] | seen[-3]  # no new memory for them once warm
+
+
 def _driver_text(fn, capsys, monkeypatch):
     """``fn()``'s result and the text of the drivers generated while it ran."""
     monkeypatch.setenv("NGRAD_DEBUG", "2")
@@ -467,7 +503,7 @@ def test_matmul_read_through_a_permute_is_written_in_the_permuted_layout(rng):
     joint = vjp(low.tape, [low.slot_of[x._node], low.slot_of[w._node]])
     values = [n.value for n in low.sources] + [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
     comp = runtime._Compiled(joint.tape)
-    assert comp.permuted  # the forward matmul and the gradient's
+    assert any(inverse for _, inverse in comp.into.values())  # the forward matmul and the gradient's
     assert_same(joint.tape, values, rtol=1e-12)
     lines, _ = runtime._driver_code(comp, joint.tape, [f"v[{i}]" for i in range(len(values))], {}, "return None")
     assert sum("laid out as" in line for line in lines) == 2, lines  # the driver writes them so too

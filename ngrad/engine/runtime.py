@@ -217,23 +217,26 @@ class _Compiled:
     are on), so that threads can run each in chunks of rows."""
 
     __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "lent", "consts",
-                 "drive", "in_place", "permuted")
+                 "drive", "in_place", "into")
 
     def __init__(self, tape):
         from .fuse import Glue, Kernel, fuse
         self.plan = fuse(tape)
-        # a matmul whose result is read through a permute (a batched matmul moved back to the
-        # caller's axes) writes into a buffer laid out as the permute's result, through the
-        # inverse permutation: kernels then read it contiguously, where copying the permuted
-        # view on every read cost 2 ms per (1000, 25, 10) array (GradBench's gmm). ``permuted``:
-        # matmul slot -> (the buffer's shape, the permutation that views it as the product)
+        # a float matmul writes into a buffer the plan allocates (``into``: matmul slot -> the
+        # buffer's shape, and the permutation that views it as the product, or None): a big one
+        # comes from the pool, where a fresh 2 MB product cost 0.5 to 1 ms of page faults per
+        # call (mlp's 1024x256 activations). A product read through a permute (a batched matmul
+        # moved back to the caller's axes) is laid out as the permute's result, written through
+        # the inverse permutation: kernels then read it contiguously, where copying the permuted
+        # view on every read cost 2 ms per (1000, 25, 10) array (GradBench's gmm).
         made_by = {st.instr.out: st.instr for st in self.plan.steps if isinstance(st, Glue)}
-        self.permuted = {}
+        self.into = {ins.out: (tape.shapes[ins.out], None) for ins in made_by.values()
+                     if ins.prim == "matmul" and tape.dtypes[ins.out][0] == "f"}
         for st in self.plan.steps:
             src = made_by.get(st.instr.args[0]) if isinstance(st, Glue) and st.instr.prim == "permute" else None
-            if src is not None and src.prim == "matmul" and tape.dtypes[src.out][0] == "f":
+            if src is not None and src.out in self.into and self.into[src.out][1] is None:
                 inverse = tuple(int(d) for d in np.argsort(st.instr.params["perm"]))
-                self.permuted.setdefault(src.out, (tape.shapes[st.instr.out], inverse))
+                self.into[src.out] = (tape.shapes[st.instr.out], inverse)
         dead = _dead_after_steps(tape, self.plan)
         self.serial = _Layout(self.plan, tape, dead, split=False)
         big = any(isinstance(st, Kernel) and _big(st) for st in self.plan.steps)
@@ -557,9 +560,11 @@ def _execute(comp, tape, values):
                 p = ins.params
                 value = unslice_into(take(tape.shapes[ins.out], np_dtype(tape.dtypes[ins.out])), env[ins.args[0]],
                                      p["starts"], p["stops"], p["steps"])
-            elif value is None and ins.out in comp.permuted:  # see _Compiled.permuted
-                shape, inverse = comp.permuted[ins.out]
-                value = take(shape, np_dtype(tape.dtypes[ins.out])).transpose(inverse)
+            elif value is None and ins.out in comp.into:  # see _Compiled.into
+                shape, inverse = comp.into[ins.out]
+                value = take(shape, np_dtype(tape.dtypes[ins.out]))
+                if inverse is not None:
+                    value = value.transpose(inverse)
                 with np.errstate(all="ignore"):
                     matmul_into(env[ins.args[0]], env[ins.args[1]], value)
             elif value is None:
@@ -997,14 +1002,19 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 loose.add(out)
             return f"# %{out} = detach(%{a0}) is {var[a0]}"
         args = [f"asarray({var[a]})" if var[a] in scalar else var[a] for a in ins.args]
-        if out in comp.permuted:  # see _Compiled.permuted
-            shape, inverse = comp.permuted[out]
-            buf = f"p{out}"
-            lines.append(f"{buf} = {alloc(shape, out)}  # %{out} = matmul, laid out as its permute's result")
-            root[out] = buf
-            fresh.add(buf)
-            loose.add(out)
-            lines.append(f"{v} = {buf}.transpose({inverse!r})")
+        if out in comp.into:  # see _Compiled.into
+            shape, inverse = comp.into[out]
+            if inverse is None:
+                lines.append(f"{v} = {alloc(shape, out)}  # %{out} = matmul, into a buffer of the plan's")
+                root[out] = v
+                fresh.add(v)
+            else:
+                buf = f"p{out}"
+                lines.append(f"{buf} = {alloc(shape, out)}  # %{out} = matmul, laid out as its permute's result")
+                root[out] = buf
+                fresh.add(buf)
+                loose.add(out)
+                lines.append(f"{v} = {buf}.transpose({inverse!r})")
             return f"matmul_into({args[0]}, {args[1]}, {v})"
         if ins.prim == "reshape":
             expr = f"{args[0]}.reshape({ins.params['shape']!r})"
