@@ -8,6 +8,7 @@ import pytest
 import ngrad
 from ngrad.engine import bytecode, runtime
 from ngrad.engine.compile import kernel
+from ngrad.engine.differentiate import vjp
 from ngrad.engine.graph import lower
 from ngrad.engine.interpret import interpret
 
@@ -166,6 +167,34 @@ def test_runtime_runs_an_unrolled_recurrence_as_bytecode(monkeypatch, rng):
     np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _rk4(_NumpyT, a), x0), rtol=1e-6, atol=1e-8)
 
 
+def _walk(T, w, seq):
+    """A recurrence reading its (steps, n) input a row at a time."""
+    h = seq[0] * 0
+    for t in range(seq.shape[0]):
+        h = T.tanh(w * h + seq[t])
+    return (h * h).sum()
+
+
+def test_a_long_input_read_a_row_at_a_time_still_runs_as_bytecode(monkeypatch, rng):
+    """Only the slices' windows count against BYTECODE_MAX_ELEMENTS: a 300-step walk over a
+    (300, 16) input runs as bytecode (it went to fused kernels, whose compile took minutes at
+    an LSTM's size); a tape reading such an input whole does not."""
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    s0 = rng.uniform(-1, 1, (300, 16))
+    assert s0.size > runtime.BYTECODE_MAX_ELEMENTS
+    w0 = rng.uniform(-1, 1, 16)
+    w = ngrad.tensor(w0, requires_grad=True)
+    seq = ngrad.tensor(s0)
+    loss = _walk(ngrad, w, seq)
+    low = lower([loss._node], grad=True)
+    assert runtime._machine(vjp(low.tape, [low.slot_of[w._node]]).tape) is not None
+    loss.backward()
+    np.testing.assert_allclose(loss.item(), _walk(np, w0, s0), rtol=1e-13)
+    np.testing.assert_allclose(w.grad.numpy(), fd_gradient(lambda a: _walk(np, a, s0), w0), rtol=1e-6, atol=1e-8)
+    whole = lower([(_walk(ngrad, w, seq) + seq.sum())._node])
+    assert runtime._machine(whole.tape) is None  # the sum's row would walk 4,800 elements
+
+
 def test_compile_replays_an_unrolled_recurrence_through_bytecode(rng):
     @ngrad.compile
     def step(x):
@@ -232,7 +261,6 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     import os
 
     from ngrad.engine import compile as compile_
-    from ngrad.engine.differentiate import vjp
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "_loops", {})
     monkeypatch.setattr(compile_, "_memory", {})  # loops compiled by other tests are in another cache

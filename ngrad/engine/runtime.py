@@ -644,14 +644,27 @@ PLAN_S = 2e-4
 PLAN_EAGER = 2000
 
 
-# Tapes of at least BYTECODE_MIN_INSTRS instructions whose every slot has at most
+# Tapes of at least BYTECODE_MIN_INSTRS instructions whose every instruction works on at most
 # BYTECODE_MAX_ELEMENTS elements run as bytecode (``engine/bytecode.py``): one loop over all
 # instructions, compiled once per set of operations. There, Python and Numba's per-function
 # compile time are the cost, not memory traffic: an unrolled RK4 solver of 6,800 instructions
 # on 100 elements takes 0.08 ms per call (1.1 ms when first measured), against 19 ms for its
 # 1,500 fused kernels and glue steps (and minutes compiling them) or 60 ms on the interpreter.
+# A slice counts the window it takes, not the array it reads: the input an unrolled recurrence
+# walks through a step at a time (an LSTM's (c, b) sequence) is only copied into the arena, and
+# counting it whole sent an LSTM of 300 steps to fused kernels (over ten minutes compiling).
 BYTECODE_MIN_INSTRS = 256
 BYTECODE_MAX_ELEMENTS = 4096
+
+
+def _small_steps(tape):
+    """Whether every instruction of ``tape`` reads and writes at most BYTECODE_MAX_ELEMENTS
+    elements, a slice counting only its result."""
+    sizes = [math.prod(s) for s in tape.shapes]
+    if max(sizes, default=0) <= BYTECODE_MAX_ELEMENTS:
+        return True
+    big = {s for s, n in enumerate(sizes) if n > BYTECODE_MAX_ELEMENTS}
+    return not any(ins.out in big or (ins.prim != "slice" and not big.isdisjoint(ins.args)) for ins in tape.instrs)
 
 
 class _Machine:
@@ -734,7 +747,7 @@ def _machine(tape):
     on disk next to the kernels: encoding costs about 10 µs an instruction (half a second for
     an unrolled LSTM's 47,000), reading one back a hundredth of that. One that fails its
     checks is encoded again and replaced."""
-    if len(tape.instrs) < BYTECODE_MIN_INSTRS or max(map(math.prod, tape.shapes)) > BYTECODE_MAX_ELEMENTS:
+    if len(tape.instrs) < BYTECODE_MIN_INSTRS or not _small_steps(tape):
         return None
     from .bytecode import Bytecode, encode, plan_name
     from .compile import read_plan, write_plan
