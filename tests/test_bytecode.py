@@ -195,6 +195,32 @@ def test_a_long_input_read_a_row_at_a_time_still_runs_as_bytecode(monkeypatch, r
     assert runtime._machine(whole.tape) is None  # the sum's row would walk 4,800 elements
 
 
+def test_a_recurrence_on_big_arrays_runs_as_bytecode_rather_than_hundreds_of_functions(monkeypatch, rng):
+    """An RK4 solver on 4,100 elements: too big a step for BYTECODE_MAX_ELEMENTS, but its fused
+    plan would compile over a hundred functions (minutes of Numba), so it runs as bytecode."""
+    monkeypatch.setattr(runtime._Compiled, "compile", lambda *a: pytest.fail("compiled the fused plan"))
+    x0 = rng.uniform(-1, 1, runtime.BYTECODE_MAX_ELEMENTS + 4)
+    x = ngrad.tensor(x0, requires_grad=True)
+    low = lower([_rk4(ngrad, x, steps=10)._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    assert runtime._machine(joint.tape) is None
+    assert runtime._Compiled(joint.tape).functions() > runtime.BYTECODE_FUNCTIONS
+    plan = runtime._compiled_for(joint.tape, "always")
+    assert isinstance(plan, runtime._Machine)
+    values = [n.value for n in low.sources] + [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
+    for a, r in zip(plan.run(values), interpret(joint.tape, values)):
+        np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
+    loss = _rk4(ngrad, x, steps=10)
+    loss.backward()  # the same through autograd (the plan is the one above)
+    np.testing.assert_allclose(loss.item(), _rk4(_NumpyT, x0, steps=10), rtol=1e-13)
+    some = rng.choice(len(x0), 3, replace=False)  # finite differences at three coordinates
+    for i in some:
+        e = np.zeros_like(x0)
+        e[i] = 1e-6
+        fd = (_rk4(_NumpyT, x0 + e, steps=10) - _rk4(_NumpyT, x0 - e, steps=10)) / 2e-6
+        np.testing.assert_allclose(x.grad.numpy()[i], fd, rtol=1e-6, atol=1e-8)
+
+
 def test_compile_replays_an_unrolled_recurrence_through_bytecode(rng):
     @ngrad.compile
     def step(x):

@@ -284,6 +284,10 @@ class _Compiled:
     def kernels(self):
         return self.layout().kernels
 
+    def functions(self):
+        """How many functions the serial layout compiles (kernels of the same text share one)."""
+        return len({s.text for s in self.serial.sources if s is not None})
+
     def missing(self):
         """How many of the layout's functions are not in the disk cache."""
         from .compile import on_disk
@@ -653,8 +657,16 @@ PLAN_EAGER = 2000
 # A slice counts the window it takes, not the array it reads: the input an unrolled recurrence
 # walks through a step at a time (an LSTM's (c, b) sequence) is only copied into the arena, and
 # counting it whole sent an LSTM of 300 steps to fused kernels (over ten minutes compiling).
+#
+# A tape with bigger steps runs as bytecode too when its fused plan would compile more than
+# BYTECODE_FUNCTIONS functions: GradBench's ode at n = 5,000 fuses into 513 (the gradient of x
+# gathers one term from each of its 256 evaluations), over ten minutes of Numba, where the
+# bytecode runs it in 3.9 ms a call (the interpreter: 37 ms) after 0.4 s. Bytecode walks each
+# instruction's elements at about 0.3 ns each, so at a million elements fused kernels would be
+# faster per call, but only after minutes of compiling.
 BYTECODE_MIN_INSTRS = 256
 BYTECODE_MAX_ELEMENTS = 4096
+BYTECODE_FUNCTIONS = 32
 
 
 def _small_steps(tape):
@@ -742,12 +754,12 @@ def _share_loop(code):
             write_plan(name, marshal.dumps(merged))
 
 
-def _machine(tape):
-    """The bytecode of ``tape`` when it should run as bytecode, else None. Encodings are kept
-    on disk next to the kernels: encoding costs about 10 µs an instruction (half a second for
-    an unrolled LSTM's 47,000), reading one back a hundredth of that. One that fails its
-    checks is encoded again and replaced."""
-    if len(tape.instrs) < BYTECODE_MIN_INSTRS or not _small_steps(tape):
+def _machine(tape, big_steps=False):
+    """The bytecode of ``tape`` when it should run as bytecode (``big_steps``: whatever its
+    arrays' sizes), else None. Encodings are kept on disk next to the kernels: encoding costs
+    about 10 µs an instruction (half a second for an unrolled LSTM's 47,000), reading one back
+    a hundredth of that. One that fails its checks is encoded again and replaced."""
+    if len(tape.instrs) < BYTECODE_MIN_INSTRS or not (big_steps or _small_steps(tape)):
         return None
     from .bytecode import Bytecode, encode, plan_name
     from .compile import read_plan, write_plan
@@ -778,6 +790,16 @@ class _Cold:
         return False
 
 
+def _show(comp):
+    """Print a new plan's generated source (``NGRAD_DEBUG=2``)."""
+    if isinstance(comp, _Machine):
+        print(f"ngrad: bytecode loop\n{comp.code.source}", file=sys.stderr)
+        return
+    for s in comp.sources:
+        if s is not None:
+            print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
+
+
 def _compiled_for(tape, mode):
     """The plan of ``tape`` (None under ``NGRAD_JIT=never``), compiled if it is due: a plan whose
     ``kernels`` are still None runs on the interpreter, and the caller adds that time to its
@@ -791,7 +813,7 @@ def _compiled_for(tape, mode):
         if comp is not None:
             _plans[key] = comp
             if debug_level() >= 2:
-                print(f"ngrad: bytecode loop\n{comp.code.source}", file=sys.stderr)
+                _show(comp)
     if comp is None or isinstance(comp, _Cold):  # fused and rendered once per tape structure
         cold = comp
         if mode == "auto" and len(tape.instrs) > PLAN_EAGER:
@@ -799,16 +821,17 @@ def _compiled_for(tape, mode):
             cold.seen += 1
             if cold.seen < _threshold() or cold.rent < PLAN_S * len(tape.instrs):
                 return cold
-        comp = _plans[key] = _Compiled(tape)
+        comp = _Compiled(tape)
+        if comp.functions() > BYTECODE_FUNCTIONS:
+            comp = _machine(tape, big_steps=True) or comp
+        _plans[key] = comp
         if cold is not None:  # it carries on counting (this call is counted below)
             comp.seen, comp.rent = cold.seen - 1, cold.rent
-        if mode == "auto":
+        if mode == "auto" and isinstance(comp, _Compiled):
             comp.pending = comp.missing()
             comp.cached = comp.pending == 0
         if debug_level() >= 2:
-            for s in comp.sources:
-                if s is not None:
-                    print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
+            _show(comp)
     if not comp.ready():
         comp.seen += 1
         if mode == "auto" and not comp.cached and (comp.seen < _threshold() or (
