@@ -660,8 +660,9 @@ PLAN_EAGER = 2000
 #
 # A tape with bigger steps runs as bytecode too when its fused plan would compile more than
 # BYTECODE_FUNCTIONS functions: GradBench's ode at n = 5,000 fuses into 513 (the gradient of x
-# gathers one term from each of its 256 evaluations), over ten minutes of Numba, where the
-# bytecode runs it in 3.9 ms a call (the interpreter: 37 ms) after 0.4 s. Bytecode walks each
+# gathers one term from each of its 256 evaluations): its first call had not finished after
+# five minutes of Numba, where the bytecode runs it in 3.9 ms a call (the interpreter: 37 ms)
+# after 0.4 s. Bytecode walks each
 # instruction's elements at about 0.3 ns each, so at a million elements fused kernels would be
 # faster per call, but only after minutes of compiling.
 BYTECODE_MIN_INSTRS = 256
