@@ -224,11 +224,12 @@ class _Compiled:
         self.plan = fuse(tape)
         # a float matmul writes into a buffer the plan allocates (``into``: matmul slot -> the
         # buffer's shape, and the permutation that views it as the product, or None): a big one
-        # comes from the pool, where a fresh 2 MB product cost 0.5 to 1 ms of page faults per
-        # call (mlp's 1024x256 activations). A product read through a permute (a batched matmul
-        # moved back to the caller's axes) is laid out as the permute's result, written through
-        # the inverse permutation: kernels then read it contiguously, where copying the permuted
-        # view on every read cost 2 ms per (1000, 25, 10) array (GradBench's gmm).
+        # comes from the pool, where fresh products cost page faults on every call (1,386 a call
+        # for mlp's three, 1024x256 and 784x256; see POOL_MIN_BYTES for their cost). A product
+        # read through a permute (a batched matmul moved back to the caller's axes) is laid out
+        # as the permute's result, written through the inverse permutation: kernels then read it
+        # contiguously, where copying the permuted view on every read cost 2 ms per
+        # (1000, 25, 10) array (GradBench's gmm).
         made_by = {st.instr.out: st.instr for st in self.plan.steps if isinstance(st, Glue)}
         self.into = {ins.out: (tape.shapes[ins.out], None) for ins in made_by.values()
                      if ins.prim == "matmul" and tape.dtypes[ins.out][0] == "f"}
@@ -662,9 +663,8 @@ PLAN_EAGER = 2000
 # BYTECODE_FUNCTIONS functions: GradBench's ode at n = 5,000 fuses into 513 (the gradient of x
 # gathers one term from each of its 256 evaluations): its first call had not finished after
 # five minutes of Numba, where the bytecode runs it in 3.9 ms a call (the interpreter: 37 ms)
-# after 0.4 s. Bytecode walks each
-# instruction's elements at about 0.3 ns each, so at a million elements fused kernels would be
-# faster per call, but only after minutes of compiling.
+# after 0.4 s. Bytecode walks each instruction's elements at about 0.3 ns each, so at a million
+# elements fused kernels would be faster per call, but only after minutes of compiling.
 BYTECODE_MIN_INSTRS = 256
 BYTECODE_MAX_ELEMENTS = 4096
 BYTECODE_FUNCTIONS = 32
@@ -1041,15 +1041,12 @@ def _driver_code(comp, tape, inputs, g, fallback):
         args = [f"asarray({var[a]})" if var[a] in scalar else var[a] for a in ins.args]
         if out in comp.into:  # see _Compiled.into
             shape, inverse = comp.into[out]
-            if inverse is None:
-                lines.append(f"{v} = {alloc(shape, out)}  # %{out} = matmul, into a buffer of the plan's")
-                root[out] = v
-                fresh.add(v)
-            else:
-                buf = f"p{out}"
-                lines.append(f"{buf} = {alloc(shape, out)}  # %{out} = matmul, laid out as its permute's result")
-                root[out] = buf
-                fresh.add(buf)
+            buf = v if inverse is None else f"p{out}"
+            how = "into a buffer of the plan's" if inverse is None else "laid out as its permute's result"
+            lines.append(f"{buf} = {alloc(shape, out)}  # %{out} = matmul, {how}")
+            root[out] = buf
+            fresh.add(buf)
+            if inverse is not None:
                 loose.add(out)
                 lines.append(f"{v} = {buf}.transpose({inverse!r})")
             return f"matmul_into({args[0]}, {args[1]}, {v})"
