@@ -70,6 +70,19 @@ def test_exp_loop_vectorises_without_libm(monkeypatch, tmp_path):
     assert "@exp" not in asm and "callq\texp" not in asm
 
 
+def test_only_a_kernel_running_vmath_asks_for_512_bit_vectors(monkeypatch, tmp_path):
+    # LLVM prefers 256-bit vectors on AVX-512 server cores: right for a streaming loop, half speed
+    # for vmath's polynomials, so the request goes into exactly the kernels that call them
+    _, comp = _compiled_exp(np.linspace(-5, 5, 64), monkeypatch, tmp_path)
+    (k,) = [k for k in comp.kernels if k is not None]
+    assert "_wide_vectors()" in k.text
+    assert '"prefer-vector-width"="512"' in "\n".join(k.fn.inspect_llvm().values())
+    _, comp = _compiled_exp(np.linspace(-5, 5, 64), monkeypatch, tmp_path, "abs")
+    (k,) = [k for k in comp.kernels if k is not None]
+    assert "_wide_vectors()" not in k.text
+    assert "prefer-vector-width" not in "\n".join(k.fn.inspect_llvm().values())
+
+
 @pytest.mark.parametrize("name", ["exp", "log", "tanh", "sin", "erf"])
 def test_both_backends_run_one_algorithm(name, monkeypatch, tmp_path):
     # the NumPy backend evaluates vmath's text on arrays; compiled, LLVM may fuse a multiply-add

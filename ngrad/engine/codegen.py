@@ -12,6 +12,7 @@ so one kernel serves every batch size; literals are typed to the dtype they are 
 (``cuda_source``) also ``numba.cuda``, which it runs on. This module itself never imports Numba.
 """
 import math
+import re
 
 import numpy as np
 
@@ -94,6 +95,9 @@ def _v(name):
             return Expr(f"np.float32({name}(np.float64({x.text})))", x.dtype)
         return Expr(f"{name}({x.text})", x.dtype)
     return staticmethod(f)
+
+
+_VMATH_CALL = re.compile(r"\b_v[a-z0-9]+\(")  # a call of a vmath helper (see ``_v``) in kernel source
 
 
 class SourceMath:
@@ -523,7 +527,10 @@ def program(kernels, tape, late=frozenset(), outside=None):
             lines.append(f"# loop {j}")
         lines += ls
         parts.append(part)
-    out = [f"def kernel({', '.join(params)}):"] + ["    " + ln for text in lines for ln in text.split("\n")]
+    body = ["    " + ln for text in lines for ln in text.split("\n")]
+    if any(_VMATH_CALL.search(ln) for ln in body):
+        body.insert(0, "    _wide_vectors()  # vmath inside: 512-bit vectors where the CPU has them")
+    out = [f"def kernel({', '.join(params)}):"] + body
     text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
     return Source(text, parts)
 
