@@ -14,7 +14,7 @@ from ngrad.engine.interpret import interpret
 from ngrad.engine.differentiate import vjp
 
 from . import test_ops, test_prims
-from .oracles import prim_tape
+from .oracles import fd_gradient, prim_tape
 
 
 @pytest.fixture(autouse=True)
@@ -186,6 +186,42 @@ def test_long_tapes_plan_and_compile_once_interpreting_has_paid(monkeypatch, tmp
     comp.rent = comp.pending * runtime.COMPILE_S  # and compiling too
     assert runtime._compiled_for(tape, "auto").ready()
     np.testing.assert_allclose(runtime.run(tape, values)[0], interpret(tape, values)[0])
+
+
+def test_a_traced_program_of_many_new_functions_is_tiered_not_compiled_at_once(monkeypatch, tmp_path, rng):
+    """ngrad.compile compiles its program at once unless it needs more than PREPARE_FUNCTIONS new
+    functions (an unrolled loop through a gather: minutes of Numba); then the traced step runs on
+    the interpreter until that has cost the estimated compile time, and on kernels after."""
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))  # nothing on disk yet
+    monkeypatch.setattr(runtime, "PREPARE_FUNCTIONS", 2)
+    idx = ngrad.tensor(rng.permutation(50))
+
+    def loss_of(x):
+        h = x
+        for _ in range(3):  # a gather between steps: a function per step
+            h = (h[idx] * 0.5 + x).tanh()
+        return (h * h).sum()
+
+    @ngrad.compile
+    def step(x):
+        loss = loss_of(x)
+        loss.backward()
+        return loss
+    x0 = rng.uniform(-1, 1, 50)
+    x = ngrad.tensor(x0, requires_grad=True)
+    step(x)
+    (comp,) = [c for c in runtime._plans.values() if isinstance(c, runtime._Compiled) and c.functions() > 2
+               and c.pending == c.functions()]
+    assert not comp.ready() and comp.rent > 0  # traced and run without compiling
+    want = fd_gradient(lambda a: loss_of(ngrad.tensor(a)).item(), x0)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6, atol=1e-8)
+    comp.rent = comp.pending * runtime.COMPILE_S  # interpreting has paid for the compile
+    x.grad = None
+    loss = step(x)
+    assert comp.ready()
+    np.testing.assert_allclose(loss.item(), loss_of(ngrad.tensor(x0)).item(), rtol=1e-13)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6, atol=1e-8)
 
 
 # Hypothesis: random programs (the generator of test_random_graphs) compiled against interpreted,

@@ -12,9 +12,10 @@ Tiering, so a one-shot script never waits on a compiler (``NGRAD_JIT``):
 than ``EAGER_FUNCTIONS`` new functions (an unrolled recurrence: each costs Numba a few tenths of
 a second) is bought like skis: it compiles only once the time spent interpreting that tape has
 reached the estimated compile time, so a loop never waits more than about twice what it would
-have with perfect foresight. Compiled tapes run as a plan of fused Numba kernels and NumPy glue
-(``fuse``, ``codegen``, ``compile``), except long tapes of small arrays, which run as bytecode
-(``bytecode``; see ``BYTECODE_MIN_INSTRS``) under the same tiering.
+have with perfect foresight. ``prepare`` (``ngrad.compile``) compiles at first sight, unless the
+plan needs more than ``PREPARE_FUNCTIONS`` new functions. Compiled tapes run as a plan of fused
+Numba kernels and NumPy glue (``fuse``, ``codegen``, ``compile``), except long tapes of small
+arrays, which run as bytecode (``bytecode``; see ``BYTECODE_MIN_INSTRS``) under the same tiering.
 
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
@@ -645,6 +646,11 @@ def _execute(comp, tape, values):
 # them has cost as much.
 COMPILE_S = 0.3
 EAGER_FUNCTIONS = 8
+# ``prepare`` (``ngrad.compile``) compiles a plan at once, unless it needs more than
+# PREPARE_FUNCTIONS new functions (ten seconds of Numba and more): then it is tiered like a plain
+# ``backward()``. An unrolled 40-step recurrence through an integer gather (which bytecode does
+# not take) fused into 80 functions and its traced first call took 20 s.
+PREPARE_FUNCTIONS = 32
 PLAN_S = 2e-4
 PLAN_EAGER = 2000
 
@@ -801,10 +807,11 @@ def _show(comp):
             print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
 
 
-def _compiled_for(tape, mode):
+def _compiled_for(tape, mode, now=False):
     """The plan of ``tape`` (None under ``NGRAD_JIT=never``), compiled if it is due: a plan whose
     ``kernels`` are still None runs on the interpreter, and the caller adds that time to its
-    ``rent``."""
+    ``rent``. ``now`` (``prepare``): planned and compiled at first sight, except under ``auto`` a
+    plan needing more than ``PREPARE_FUNCTIONS`` new functions, which waits for its rent."""
     if mode == "never" or not tape.instrs:
         return None
     key = tape.key()
@@ -817,7 +824,7 @@ def _compiled_for(tape, mode):
                 _show(comp)
     if comp is None or isinstance(comp, _Cold):  # fused and rendered once per tape structure
         cold = comp
-        if mode == "auto" and len(tape.instrs) > PLAN_EAGER:
+        if mode == "auto" and not now and len(tape.instrs) > PLAN_EAGER:
             cold = cold or _plans.setdefault(key, _Cold())
             cold.seen += 1
             if cold.seen < _threshold() or cold.rent < PLAN_S * len(tape.instrs):
@@ -834,9 +841,10 @@ def _compiled_for(tape, mode):
         if debug_level() >= 2:
             _show(comp)
     if not comp.ready():
-        comp.seen += 1
-        if mode == "auto" and not comp.cached and (comp.seen < _threshold() or (
-                comp.pending > EAGER_FUNCTIONS and comp.rent < COMPILE_S * comp.pending)):
+        comp.seen += not now
+        eager = PREPARE_FUNCTIONS if now else EAGER_FUNCTIONS
+        if mode == "auto" and not comp.cached and ((comp.seen < _threshold() and not now) or (
+                comp.pending > eager and comp.rent < COMPILE_S * comp.pending)):
             return comp
         t = time.perf_counter()
         comp.compile()
@@ -893,7 +901,8 @@ def _owned(outs, values):
 def prepare(tape, target="cpu"):
     """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
 
-    The plan is compiled now (unless ``NGRAD_JIT=never``) and unrolled into a generated Python
+    The plan is compiled now (unless ``NGRAD_JIT=never``, or under ``auto`` it needs more than
+    ``PREPARE_FUNCTIONS`` new functions: then ``run`` tiers it) and unrolled into a generated Python
     *driver*: input checks, allocations and kernel calls as straight-line code with every shape
     a literal, so a call costs little more than the kernels and NumPy calls themselves. Big
     buffers come from the plan's pool (``POOL_MIN_BYTES``), and a loop writes in place of a
@@ -904,10 +913,10 @@ def prepare(tape, target="cpu"):
     if target == "cuda":
         return lambda values: run(tape, values, target)
     mode = jit_mode()
-    comp = _compiled_for(tape, "always") if mode != "never" else None
+    comp = _compiled_for(tape, mode, now=True)
     if isinstance(comp, _Machine):
         return _checked(tape, comp)
-    drive = comp.driver(tape) if comp is not None else None
+    drive = comp.driver(tape) if comp is not None and comp.ready() else None
     if drive is None:
         return lambda values: run(tape, values)
     return drive
@@ -957,12 +966,10 @@ def inline(tape, inputs, g, fallback):
     locals too: the caller's names start with ``_``); ``fallback`` the statement run when the
     driver cannot finish the call (a sin/cos argument out of range; threads are on and the plan
     has loops big enough for them), before anything it did is seen. Returns the lines and the
-    expression of each output, or None when the tape runs without a driver (not compiled,
+    expression of each output, or None when the tape runs without a driver (not compiled yet,
     bytecode, or threads on for its loops)."""
-    if jit_mode() == "never":
-        return None
-    comp = _compiled_for(tape, "always")
-    if not isinstance(comp, _Compiled) or comp.chunks():
+    comp = _compiled_for(tape, jit_mode(), now=True)
+    if not isinstance(comp, _Compiled) or not comp.ready() or comp.chunks():
         return None
     return _driver_code(comp, tape, inputs, g, fallback)
 
