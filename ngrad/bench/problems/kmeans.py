@@ -23,7 +23,9 @@ def compute(T, t):
     value = cost(T, t["points"], c)
     (g,) = T.autograd.grad(value, c, create_graph=True)
     (h,) = T.autograd.grad(T.sum(g), c)
-    return value, {"dir": g / h}
+    # the results are reported, not differentiated: their graphs (kept alive by create_graph)
+    # would make ngrad.compile replay the call as graph nodes, in case the caller differentiated them
+    return value.detach(), {"dir": (g / h).detach()}
 
 
 def jax_system(jax, J):
