@@ -352,10 +352,28 @@ def loaded(text):
     return key_of(text) in _memory
 
 
+# (Numba's cache folder, its modification time) and the keys with an index file there: listed
+# again only when the folder changed, since a glob per kernel scanned the whole folder (6 ms a
+# kernel with 3,800 files in it; 85 ms of a 0.4 s first call of ba)
+_indexed = [((None, None), frozenset())]
+
+
 def on_disk(text):
     """True when this kernel's module and Numba's cache index already exist on disk."""
-    key = key_of(text)
-    return bool(glob.glob(os.path.join(cache_dir(), "__pycache__", f"{key}.*.nbi")))
+    folder = os.path.join(cache_dir(), "__pycache__")
+    try:
+        stamp = (folder, os.stat(folder).st_mtime_ns)
+    except OSError:
+        return False
+    seen, keys = _indexed[0]
+    if seen != stamp:
+        try:
+            with os.scandir(folder) as entries:  # Numba's index files: {key}.{function}-{line}.py{version}.nbi
+                keys = frozenset(e.name.split(".", 1)[0] for e in entries if e.name.endswith(".nbi"))
+        except OSError:
+            return False
+        _indexed[0] = (stamp, keys)
+    return key_of(text) in keys
 
 
 def kernel(text, target="cpu"):
