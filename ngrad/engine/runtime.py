@@ -841,7 +841,8 @@ def _compiled_for(tape, mode, now=False):
         if debug_level() >= 2:
             _show(comp)
     if not comp.ready():
-        comp.seen += not now
+        if not now:  # prepare runs nothing: its call is counted when it runs
+            comp.seen += 1
         eager = PREPARE_FUNCTIONS if now else EAGER_FUNCTIONS
         if mode == "auto" and not comp.cached and ((comp.seen < _threshold() and not now) or (
                 comp.pending > eager and comp.rent < COMPILE_S * comp.pending)):
