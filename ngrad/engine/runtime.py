@@ -830,7 +830,9 @@ def _compiled_for(tape, mode, now=False):
             if cold.seen < _threshold() or cold.rent < PLAN_S * len(tape.instrs):
                 return cold
         comp = _Compiled(tape)
-        if comp.functions() > BYTECODE_FUNCTIONS:
+        # a tape of small steps was offered to bytecode when first seen: encoding it again
+        # would only decline it again
+        if comp.functions() > BYTECODE_FUNCTIONS and not _small_steps(tape):
             comp = _machine(tape, big_steps=True) or comp
         _plans[key] = comp
         if cold is not None:  # it carries on counting (this call is counted below)
