@@ -23,11 +23,12 @@ import numpy as np
 from . import grad_mode as _grad_mode
 from ._gc import paused
 from .engine import dtypes as D
-from .engine.graph import Node as _Node, lower, replay, source
+from .engine.differentiate import jvp as _jvp, split as _split
+from .engine.graph import Node as _Node, lower, replay, source, target_of
 from .engine.prims import PRIMS
 from .engine.realize import realize
 from .engine.runtime import debug_level, inline, prepare
-from .tensor import Tensor, _replace, _wrap, replacements
+from .tensor import Tensor, _replace, _segment_nodes, _wrap, replacements
 
 __all__ = ["compile", "TraceError"]
 
@@ -409,7 +410,18 @@ class _Variant:
         self.tape = low.tape
         # ... and it reaches a tensor from outside the call that requires grad
         graph = graph and any(n.requires_grad for n in low.sources)
-        self.run = None if graph else prepare(low.tape)
+        self.split = None
+        if graph and target_of(unique) == "cpu" and not any(unique[w].requires_grad for w in self.where[n_out:]):
+            # differentiable outputs: a forward program that also returns what the reverse pass
+            # reads, and a backward program (compiled when first needed) that the outputs' grad_fn runs
+            self.mask = tuple(n.requires_grad for n in low.sources)
+            self.split = _split(low.tape, [s for s, r in zip(low.tape.inputs, self.mask) if r])
+            self.backward_run = None
+            position = {s: i for i, s in enumerate(low.tape.inputs)}
+            self.passed = [position.get(s) for s in low.tape.outputs]  # an input returned as it is
+            self.differentiable = [n.requires_grad for n in unique]
+        self.run = None if graph and self.split is None else prepare(low.tape if self.split is None
+                                                                     else self.split.forward)
         self.effects = [(_target(arg_at.get(key), ref, False), kind, leaf) for key, ref, kind, leaf in effects]
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
@@ -554,13 +566,42 @@ class _Variant:
     def __call__(self, flat):
         if self.entry is not None:  # run mode
             return self.entry(flat)
-        # outputs that require grad: the tape is recorded as graph nodes over the current inputs
         nodes = [_fetch(kind, data, flat) for kind, data in self.inputs]
+        if self.split is not None and tuple(n.requires_grad for n in nodes) == self.mask:
+            return self._forward(flat, nodes)
+        # the inputs that require grad changed since the trace: the tape is recorded as graph
+        # nodes over the current inputs
         with _grad_mode.enable_grad():
             made = replay(self.tape, nodes, True)
         made = [made[w] for w in self.where]
         self._apply(flat, realize(made[self.n_out:]))
         return _out_build(self.out_spec, iter(_wrap(n) for n in made[:self.n_out]))
+
+    def _forward(self, flat, nodes):
+        """Run the forward program; the differentiable outputs get a ``_Backward`` as grad_fn."""
+        values = [n.value if n.value is not None else realize([n])[0] for n in nodes]
+        arrays = self.run(values)
+        tape = self.tape
+        if self.effects:
+            self._apply(flat, [arrays[w] for w in self.where[self.n_out:]])
+        ctx = _Backward(self, nodes, [arrays[i] if kind == "out" else values[i] for kind, i in self.split.saved])
+        made, specs = {}, [None] * len(tape.outputs)
+        for w in self.where[:self.n_out]:
+            if w in made:
+                continue
+            slot, value = tape.outputs[w], arrays[w]
+            dtype = D.from_short(tape.dtypes[slot])
+            if self.passed[w] is not None:
+                made[w] = nodes[self.passed[w]]
+            elif self.differentiable[w]:
+                n = made[w] = _Node("detach", (source(value, dtype),), None, value.shape, dtype, True, value)
+                n.ctx, n.name = ctx, "CompiledFunctionBackward"
+                _segment_nodes.add(n)
+                specs[w] = (n, value.shape, dtype)
+            else:
+                made[w] = source(value, dtype)
+        ctx._outputs = tuple(specs)
+        return _out_build(self.out_spec, iter(_wrap(made[w]) for w in self.where[:self.n_out]))
 
     def _apply(self, flat, arrays):
         for (target, kind, leaf), a in zip(self.effects, arrays):
@@ -582,6 +623,78 @@ class _Variant:
             t = target(flat)
             if t is not None:
                 t._grad = None
+
+
+class _Backward:
+    """The grad_fn of a compiled forward's differentiable outputs: the reverse engine treats it as
+    a custom Function's context (``ngrad.autograd.reverse``: its outputs are cut points, its
+    ``_backward`` hands gradients on to its inputs). It holds the call's input nodes and the
+    values the backward program reads; ``create_graph=True`` and batched cotangents record the
+    forward as graph nodes over the inputs instead, and the gradient carries on through them."""
+
+    materialize_grads = False  # forward mode: inputs without a tangent get none
+
+    def __init__(self, variant, nodes, saved):
+        self._variant, self._input_nodes, self._saved = variant, nodes, saved
+        self._outputs = ()
+
+    @property
+    def _freed(self):
+        return self._saved is None
+
+    @_freed.setter
+    def _freed(self, freed):  # a backward without retain_graph: the saved values go
+        if freed:
+            self._saved = None
+
+    def _cut_nodes(self):
+        return [spec[0] for spec in self._outputs if spec is not None]
+
+    def _backward(self, acc, create_graph, batch=None):
+        from .autograd.reverse import _FREED, _stale
+        v, nodes = self._variant, self._input_nodes
+        reached = [(spec[0], acc[spec[0]]) for spec in self._outputs if spec is not None and spec[0] in acc]
+        if not reached:
+            return [], []
+        if self._saved is None:
+            raise RuntimeError(_FREED)
+        if create_graph or batch is not None:
+            with _grad_mode.enable_grad():
+                made = replay(v.tape, nodes, True)
+            at = {spec[0]: w for w, spec in enumerate(self._outputs) if spec is not None}
+            return [made[at[n]] for n, _ in reached], [g for _, g in reached]
+        split = v.split
+        for kind, i in split.saved:
+            if kind == "in" and nodes[i].stale is not None:
+                raise _stale(nodes[i])
+        seeds = []
+        for k in split.seeds:
+            spec = self._outputs[k]
+            g = acc.get(spec[0]) if spec is not None else None
+            if g is None:
+                shape, dtype = v.tape.shapes[v.tape.outputs[k]], D.from_short(v.tape.dtypes[v.tape.outputs[k]])
+                seeds.append(np.zeros(shape, dtype.np))
+            else:
+                seeds.append(g.value if g.value is not None else realize([g])[0])
+        if v.backward_run is None:
+            v.backward_run = prepare(split.backward)
+        grads = v.backward_run(self._saved + seeds)
+        roots, found = [], []
+        for i, at in zip([i for i, r in enumerate(v.mask) if r], split.grads):
+            if at is not None:
+                roots.append(nodes[i])
+                found.append(source(grads[at], nodes[i].dtype))
+        return roots, found
+
+    class _cls:  # what forward mode calls (see ngrad.autograd.forward_ad._custom_jvp)
+        @staticmethod
+        def jvp(ctx, *tangents):
+            v, nodes = ctx._variant, ctx._input_nodes
+            have = [i for i, t in enumerate(tangents) if t is not None]
+            tan = _jvp(v.tape, [v.tape.inputs[i] for i in have])
+            made = replay(tan.tape, list(nodes) + [tangents[i]._node for i in have], _grad_mode.is_grad_enabled())
+            return tuple(None if spec is None or tan.tangents[w] is None else _wrap(made[tan.tangents[w]])
+                         for w, spec in enumerate(ctx._outputs))
 
 
 # --- the compiled function ------------------------------------------------------------------------

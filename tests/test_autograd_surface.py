@@ -337,7 +337,14 @@ def test_custom_function_matches_torch(rng):
         x = lib.tensor(a, requires_grad=True)
         (Clip.apply(x * 2) ** 2).sum().backward()
         res.append(x.grad.numpy())
-    np.testing.assert_allclose(res[0], res[1], rtol=1e-12)
+        x.grad = None
+        y = Clip.apply(x * 2)
+        y.register_hook(lambda g: g * 10)  # the backward receives the hook's gradient
+        (y ** 2).sum().backward()
+        res.append(x.grad.numpy())
+    np.testing.assert_allclose(res[0], res[2], rtol=1e-12)
+    np.testing.assert_allclose(res[1], res[3], rtol=1e-12)
+    np.testing.assert_allclose(res[1], 10 * res[0], rtol=1e-12)
 
 
 # --- forward mode ---------------------------------------------------------------------------------

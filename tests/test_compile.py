@@ -331,6 +331,137 @@ def test_outputs_stay_differentiable_when_their_graph_was_not_consumed(rng):
         np.testing.assert_allclose(x.grad.numpy(), y.numpy())
 
 
+class _Model:
+    """Parameters captured by the compiled forward, as a module's are."""
+
+    def __init__(self, rng):
+        self.w1 = ngrad.tensor(rng.standard_normal((5, 4)) * 0.5, requires_grad=True)
+        self.b1 = ngrad.tensor(rng.standard_normal(4) * 0.1, requires_grad=True)
+        self.w2 = ngrad.tensor(rng.standard_normal((4, 2)) * 0.5, requires_grad=True)
+
+    def params(self):
+        return [self.w1, self.b1, self.w2]
+
+    def __call__(self, x):
+        h = ngrad.tanh(x @ self.w1 + self.b1)
+        out = h @ self.w2
+        return out, (h ** 2).sum(), out.argmax(1)
+
+
+def _eager_and_compiled(model):
+    return model, ngrad.compile(lambda x: model(x))
+
+
+def test_differentiable_outputs_run_a_compiled_forward_and_backward(rng, monkeypatch):
+    # torch.compile's idiom: the model's forward compiled, the loss and backward() outside
+    model = _Model(rng)
+    eager, compiled = _eager_and_compiled(model)
+    x = ngrad.tensor(rng.standard_normal((6, 5)))
+    target = ngrad.tensor(rng.standard_normal((6, 2)))
+
+    def grads(f):
+        for p in model.params():
+            p.grad = None
+        out, reg, idx = f(x)
+        loss = ((out - target) ** 2).mean() + 0.1 * reg
+        loss.backward()
+        return loss.item(), [p.grad.numpy().copy() for p in model.params()], idx.numpy()
+
+    want = grads(eager)
+    compiled(x)  # traces
+    # later calls run the two programs: nothing is recorded as graph nodes again
+    monkeypatch.setattr("ngrad.trace.replay", lambda *a: pytest.fail("the program was replayed as nodes"))
+    out, reg, idx = compiled(x)
+    assert out.grad_fn.name() == "CompiledFunctionBackward" and reg.requires_grad and not idx.requires_grad
+    for _ in range(2):
+        got = grads(compiled)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+        np.testing.assert_array_equal(got[2], want[2])
+        for g, w in zip(got[1], want[1]):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+    def loss_of(w1):
+        h = np.tanh(x.numpy() @ w1 + model.b1.detach().numpy())
+        out = h @ model.w2.detach().numpy()
+        return np.mean((out - target.numpy()) ** 2) + 0.1 * np.sum(h ** 2)
+    np.testing.assert_allclose(got[1][0], fd_gradient(loss_of, model.w1.detach().numpy()), rtol=1e-6, atol=1e-9)
+
+
+def test_compiled_outputs_differentiate_twice_batch_and_hook_like_eager(rng):
+    model = _Model(rng)
+    eager, compiled = _eager_and_compiled(model)
+    x = ngrad.tensor(rng.standard_normal((6, 5)))
+    compiled(x)
+    for f in (eager, compiled):  # create_graph: the forward is recorded over the inputs
+        out, reg, _ = f(x)
+        (g,) = ngrad.autograd.grad(reg + out.sum(), model.w1, create_graph=True)
+        (gg,) = ngrad.autograd.grad((g ** 2).sum(), model.w2)
+        if f is eager:
+            want = g.detach().numpy(), gg.numpy()
+    np.testing.assert_allclose(g.detach().numpy(), want[0], rtol=1e-12)
+    np.testing.assert_allclose(gg.numpy(), want[1], rtol=1e-12, atol=1e-14)
+    seeds = ngrad.tensor(rng.standard_normal((3, 6, 2)))
+    got = [ngrad.autograd.grad(f(x)[0], model.b1, seeds, is_grads_batched=True)[0].numpy() for f in (eager, compiled)]
+    np.testing.assert_allclose(got[1], got[0], rtol=1e-12)
+    seen = []
+    for f in (eager, compiled):  # a hook on an output sees and may replace its gradient
+        model.b1.grad = None
+        out, _, _ = f(x)
+        out.register_hook(lambda g: seen.append(g.numpy().copy()) or g * 2)
+        out.sum().backward()
+        seen.append(model.b1.grad.numpy().copy())
+    np.testing.assert_allclose(seen[2], seen[0])
+    np.testing.assert_allclose(seen[3], seen[1], rtol=1e-12)
+
+
+def test_compiled_outputs_keep_the_rules_of_a_graph(rng):
+    model = _Model(rng)
+    compiled = ngrad.compile(lambda x: model(x)[1])
+    x = ngrad.tensor(rng.standard_normal((6, 5)))
+    compiled(x)
+    reg = compiled(x)
+    reg.backward(retain_graph=True)
+    reg.backward()  # retained: the gradient accumulates twice
+    once = ngrad.autograd.grad(compiled(x), model.b1)[0].numpy()
+    np.testing.assert_allclose(model.b1.grad.numpy(), 2 * once, rtol=1e-12)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        reg.backward()
+    # a value the backward program reads, changed in place since the call: as eager, an error
+    xs = ngrad.tensor(rng.standard_normal((6, 5)), requires_grad=True)
+    for f in (lambda x: model(x)[1], compiled):
+        y = xs * 1
+        reg = f(y)
+        with ngrad.no_grad():
+            model.w1.mul_(1.5)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            reg.backward()
+    # parameters that stop requiring grad: the outputs follow, as eager ones would
+    model.w1.requires_grad_(False)
+    out = compiled(x)
+    assert out.requires_grad
+    (g,) = ngrad.autograd.grad(out, model.b1)
+    np.testing.assert_allclose(g.numpy(), ngrad.autograd.grad(model(x)[1], model.b1)[0].numpy(), rtol=1e-12)
+
+
+def test_compiled_outputs_returned_inputs_and_forward_mode(rng):
+    w = ngrad.tensor(rng.standard_normal(3), requires_grad=True)
+    f = ngrad.compile(lambda x: (x, w * x, w * x, (w * x).sum()))
+    x = ngrad.tensor(rng.standard_normal(3), requires_grad=True)
+    for _ in range(2):
+        a, b, c, s = f(x)
+        assert a is not x and a._node is x._node  # an argument returned as it is stays itself
+        x.grad = w.grad = None
+        (a.sum() + 2 * b.sum() + 3 * c.sum() + s).backward()
+        np.testing.assert_allclose(x.grad.numpy(), 1 + 6 * w.detach().numpy())
+        np.testing.assert_allclose(w.grad.numpy(), 6 * x.detach().numpy())
+    import ngrad.autograd.forward_ad as fwAD
+    t = rng.standard_normal(3)
+    with fwAD.dual_level():
+        xd = fwAD.make_dual(x.detach(), ngrad.tensor(t))
+        tangent = fwAD.unpack_dual(f(xd)[3]).tangent
+    np.testing.assert_allclose(tangent.item(), float(w.detach().numpy() @ t))
+
+
 def test_captured_constant_updated_in_place_is_noticed():
     c = ngrad.tensor([1.0, 2.0])
     f = ngrad.compile(lambda x: x + c)

@@ -233,12 +233,16 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
         cuts.update((u,) if isinstance(u, Node) else u._cut_nodes())
     realize([c for c in cuts if c.value is None])
     acc, final, ran = {}, {}, []
+    wanted = set(targets)
 
     def segment(rs, seeds, done=None):
         lowered, lowered_seeds = [], []
         for r, g in zip(rs, seeds):
-            if r in cuts and r is not done:
+            if (r in cuts and r is not done) or (not r.differentiable and r in wanted):
+                # a cut's gradient waits for its unit; a leaf's is the seed itself (no program)
                 acc[r] = g if r not in acc else (_wrap(acc[r]) + _wrap(g))._node
+            elif not r.differentiable:
+                continue  # a leaf nobody asked for
             else:
                 lowered.append(r)
                 lowered_seeds.append(g)
@@ -255,7 +259,10 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             g = acc.get(u)
             if g is not None:
                 final[u] = g = _run_hooks(u, g)
-                segment([u], [g], u)
+                if u.ctx is not None:  # an output of a custom Function: its backward reads this
+                    acc[u] = g
+                else:
+                    segment([u], [g], u)
         else:
             segment(*u._backward(acc, create_graph, seed_nodes[0].shape[0] if batched else None))
             if not retain_graph:
