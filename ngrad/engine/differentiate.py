@@ -30,6 +30,9 @@ from .tape import Builder, Instr, Tape
 
 __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
 
+# what the backward program of ``split`` recomputes rather than reads: elementwise work fused into
+# its loops costs less than writing the value out in the forward and reading it back
+_RECOMPUTED = frozenset(["unary", "binary", "compare", "logical", "where", "cast", "movement", "const"])
 STORE_MIN_INSTRS = 256  # shorter tapes differentiate faster than a stored joint is read (~50 µs)
 _FORMAT = 1  # of ``Joint.dumps``
 
@@ -259,9 +262,12 @@ class Split:
 def split(tape, wrt):
     """The joint of ``tape`` (``joint(tape, wrt)``) as two tapes; see ``Split``.
 
-    The backward tape reads what the reverse instructions read: forward values (outputs of the
-    forward tape, or its inputs) and seeds. Values computed from literals alone (a broadcast
-    one) are recomputed there rather than saved.
+    The backward tape reads the seeds and the forward values the reverse instructions need. As
+    PyTorch's compiler partitions a joint graph, only inputs and the results of matrix products,
+    reductions, scans and indexing are saved (outputs of the forward tape); elementwise
+    instructions and movements between them and the reverse pass are recomputed in the backward
+    tape, where they fuse into its loops, so the forward program stays as fused as one that
+    saves nothing.
 
     >>> from ngrad.engine.tape import Builder
     >>> b = Builder()
@@ -282,16 +288,19 @@ def split(tape, wrt):
     n, m = len(tape.shapes), len(tape.instrs)
     reverse = j.tape.instrs[m:]
     outs = [j.tape.outputs[g] if g is not None else None for g in j.grads]
-    need = {a for ins in reverse for a in ins.args if a < n}
-    need.update(g for g in outs if g is not None and g < n)
-    pure = set()  # forward slots computed from literals alone
-    for ins in tape.instrs:
-        if (ins.prim == "const" or ins.args) and all(a in pure for a in ins.args):
-            pure.add(ins.out)
-    copied = {a for a in need if a in pure}
-    for ins in reversed(tape.instrs):
-        if ins.out in copied:
-            copied.update(ins.args)
+    made_by = {ins.out: ins for ins in tape.instrs}
+    stack = [a for ins in reverse for a in ins.args if a < n] + [g for g in outs if g is not None and g < n]
+    need, copied = set(), set()  # saved forward slots; forward slots the backward recomputes
+    while stack:
+        s = stack.pop()
+        if s in need or s in copied:
+            continue
+        ins = made_by.get(s)
+        if ins is not None and PRIMS[ins.prim].kind in _RECOMPUTED:
+            copied.add(s)
+            stack.extend(ins.args)
+        else:
+            need.add(s)
     position = {s: i for i, s in enumerate(tape.inputs)}
     forward = Tape()
     forward.shapes, forward.dtypes = list(tape.shapes), list(tape.dtypes)
@@ -306,7 +315,7 @@ def split(tape, wrt):
         back.dtypes.append(j.tape.dtypes[s])
         return remap[s]
 
-    for s in sorted(need - pure):  # slot order is definition order: inputs, then instructions
+    for s in sorted(need):  # slot order is definition order: inputs, then instructions
         if s in position:
             saved.append(("in", position[s]))
             back.kinds.append(tape.kinds[position[s]])
