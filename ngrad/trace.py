@@ -440,10 +440,14 @@ class _Variant:
                 return False
             if (t._grad is not None) != had:
                 return False
-        if self.seen != replacements[0]:
-            if any(n.replaced for n in self.consts):
-                return False
-            self.seen = replacements[0]
+        return self.seen == replacements[0] or self.kept()
+
+    def kept(self):
+        """Whether no captured constant was updated in place (asked once the process-wide count
+        of such updates moved)."""
+        if any(n.replaced for n in self.consts):
+            return False
+        self.seen = replacements[0]
         return True
 
     def _entry(self, is_tensor, signature, parts):
@@ -533,8 +537,8 @@ class _Variant:
             for j, n in enumerate(self.consts):
                 g[f"_CN{j}"] = n
             replaced = "".join(f" or _CN{j}.replaced" for j in range(len(self.consts)))
-        else:
-            replaced = " or _V.seen != _REPL[0]"
+        else:  # an optimizer's own updates move the counter every call: then the constants are asked
+            replaced = " or (_V.seen != _REPL[0] and not _V.kept())"
         count = len(sig) if parts is None else len(parts)
         head = [f"if len(args) != {count} or _GM.trace is not None or _GM.enabled != {enabled!r}{replaced}: "
                 f"return _MISS"]

@@ -470,6 +470,35 @@ def test_captured_constant_updated_in_place_is_noticed():
     np.testing.assert_allclose(f(ngrad.zeros(2)).numpy(), [11.0, 12.0])
 
 
+def test_a_program_of_many_constants_keeps_its_fast_path_and_notices_an_update(monkeypatch):
+    from ngrad.trace import PROBE_CONSTS, CompiledFunction
+    cs = [ngrad.tensor(float(i)) for i in range(PROBE_CONSTS + 4)]
+    w = ngrad.zeros(3)
+
+    @ngrad.compile
+    def f(x):
+        total = x
+        for c in cs:
+            total = total * 0.5 + c
+        w.add_(x)  # an update every call moves the process-wide count of in-place updates
+        return total
+
+    def want(x):
+        total = x
+        for c in cs:
+            total = total * 0.5 + c.item()
+        return total
+    x = np.array([1.0, 2.0, 3.0])
+    f(ngrad.tensor(x))
+    monkeypatch.setattr(CompiledFunction, "_replay", lambda *a: pytest.fail("the last program was not taken"))
+    for _ in range(3):
+        np.testing.assert_allclose(f(ngrad.tensor(x)).numpy(), want(x))
+    monkeypatch.undo()
+    cs[-1].add_(10.0)
+    np.testing.assert_allclose(f(ngrad.tensor(x)).numpy(), want(x))
+    np.testing.assert_allclose(w.numpy(), 5 * x)
+
+
 def test_arguments_updated_in_place_by_the_program():
     f = ngrad.compile(lambda x, d: x.add_(d))
     x = ngrad.zeros(3)

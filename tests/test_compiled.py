@@ -426,6 +426,26 @@ def _driver_text(fn, capsys, monkeypatch):
     return result, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys, monkeypatch):
+    # Adam's bias corrections: 0-d glue next to a loop, as Python operators in the driver
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, s, k = b.input((40,), dtype), b.input((), dtype), b.input((), dtype)
+    t = (s + 1.0) * k - s
+    u = t.pow(s) / (k - k)  # 0-d division by zero: inf, as NumPy gives
+    v = -(b.full(1.0, (), dtype) - t.pow(2.5))
+    y = (x * v.reshape(shape=(1,)).expand(shape=(40,))).sum(axes=(0,), keepdim=False)
+    tape = b.finish([y, t, u, v])
+    np_dt = np.float32 if dtype == "f32" else np.float64
+    values = [np.linspace(-1, 1, 40).astype(np_dt), np.asarray(0.7, np_dt), np.asarray(1.3, np_dt)]
+    _, text = _driver_text(lambda: assert_same(tape, values, 1e-6 if dtype == "f32" else 1e-14),
+                           capsys, monkeypatch)
+    assert " ** " in text and "asarray(-e" in text and "= G" not in text  # no interpreter dispatch
+    got = runtime.prepare(tape)(values)
+    assert got[2] == np.inf and all(type(a) is np.ndarray and a.dtype == np_dt for a in got)
+
+
 def _joint_of(build, x0):
     x = ngrad.from_numpy(x0).requires_grad_()
     low = lower([build(x)._node], grad=True)

@@ -130,6 +130,40 @@ def test_update_rules_against_numpy():
                                _numpy_rmsprop(_lsq_grad, W0, 0.01, 0.99, 1e-8, 20), rtol=1e-10)
 
 
+def test_a_step_outside_compile_replays_its_program_and_follows_changes(monkeypatch):
+    import copy
+
+    from ngrad.trace import CompiledFunction
+    w = ngrad.tensor(W0[:4].copy(), requires_grad=True)
+    v = ngrad.tensor(W0[4:].copy(), requires_grad=True)
+    opt = ngrad.optim.SGD([w, v], lr=0.02, momentum=0.9)
+    ref_w, ref_v, buf_w, buf_v = W0[:4].copy(), W0[4:].copy(), np.zeros(4), np.zeros(2)
+    for k in range(8):
+        gw, gv = np.full(4, 0.1 * k + 0.5), np.arange(2.0) + k
+        w.grad, v.grad = ngrad.tensor(gw), ngrad.tensor(gv)
+        if k == 3:  # from here on the compiled update runs: no Python update rule, no general replay
+            monkeypatch.setattr(CompiledFunction, "_replay", lambda *a: pytest.fail("traced or replayed"))
+            monkeypatch.setattr(ngrad.optim.SGD, "_update", lambda *a: pytest.fail("recorded"))
+        if k == 5:
+            monkeypatch.undo()
+            opt.param_groups[0]["momentum"] = 0.5  # a hyperparameter: traced again, and honoured
+            v.grad = None  # a parameter without a gradient is skipped
+        if k == 6:
+            opt.param_groups[0]["lr"] = 0.01  # the learning rate is an input of the program
+        opt.step()
+        mom, lr = (0.9 if k < 5 else 0.5), (0.02 if k < 6 else 0.01)
+        buf_w = gw if k == 0 else mom * buf_w + gw
+        ref_w = ref_w - lr * buf_w
+        if k != 5:
+            buf_v = gv if k == 0 else mom * buf_v + gv
+            ref_v = ref_v - lr * buf_v
+        np.testing.assert_allclose(w.detach().numpy(), ref_w, rtol=1e-13)
+        np.testing.assert_allclose(v.detach().numpy(), ref_v, rtol=1e-13)
+    clone = copy.deepcopy(opt)  # the compiled program is not copied; the copy makes its own
+    clone.step()
+    assert clone.param_groups[0]["params"][0] is not w
+
+
 def test_state_dict_round_trip_continues_identically():
     full = _run(ngrad.optim.Adam, 10, lr=0.05)
     w = ngrad.tensor(W0.copy(), requires_grad=True)

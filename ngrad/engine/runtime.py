@@ -943,6 +943,10 @@ def _checked(tape, machine):
     return call
 
 
+# the primitive table's forward of these, spelled as Python operators (NumPy semantics, dtypes kept)
+_SCALAR_OPS = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}", "neg": "-{}",
+               "pow": "{} ** {}"}
+
 # prims whose NumPy result may share memory with an operand (their results are not fresh)
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
@@ -1069,6 +1073,11 @@ def _driver_code(comp, tape, inputs, g, fallback):
             root[out] = v
             fresh.add(v)
             return f"{v}[{_index_text(ins.params)}] = {args[0]}"
+        elif ins.prim in _SCALAR_OPS and math.prod(tape.shapes[out]) == 1 and tape.dtypes[out] in ("f32", "f64") \
+                and all(tape.dtypes[a] == tape.dtypes[out] for a in ins.args):
+            # one-element arithmetic (bias corrections, a logsumexp's max): Python's operators
+            # on NumPy values take 0.1 µs where the interpreter's dispatch takes 2
+            expr = "asarray(" + _SCALAR_OPS[ins.prim].format(*[var[a] for a in ins.args]) + ")"
         else:
             g[f"G{out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
             expr = f"G{out}({', '.join(args)})"
