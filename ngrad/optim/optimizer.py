@@ -6,9 +6,9 @@ fuses (one compiled function, one call). Inside ``ngrad.compile`` nothing is rea
 updates become effects of the compiled program, the learning rate is read on every call (a
 scheduler does not retrace), and the other hyperparameters guard the trace. Outside, ``step``
 runs itself under ``ngrad.compile`` (CPU parameters): recording and lowering Adam's update of
-three small parameters cost 0.85 ms a step, the replayed program costs a tenth of that. A new
-state layout (the first step), another set of parameters with a gradient, or a changed
-hyperparameter traces again.
+three small parameters cost 0.85 ms a step, the replayed program 45 µs. A new state layout (the
+first step), another set of parameters with a gradient, or a changed hyperparameter other than
+the learning rate traces again.
 """
 import copy
 
