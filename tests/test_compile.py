@@ -369,6 +369,8 @@ def test_differentiable_outputs_run_a_compiled_forward_and_backward(rng, monkeyp
 
     want = grads(eager)
     compiled(x)  # traces
+    (variant,) = [v for vs in compiled.variants.values() for v in vs]
+    variant.split.forward.verify(), variant.split.backward.verify()  # well-formed tapes
     # later calls run the two programs: nothing is recorded as graph nodes again
     monkeypatch.setattr("ngrad.trace.replay", lambda *a: pytest.fail("the program was replayed as nodes"))
     out, reg, idx = compiled(x)

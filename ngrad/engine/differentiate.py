@@ -283,6 +283,8 @@ def split(tape, wrt):
     out %5
     >>> s.saved, s.seeds, s.grads  # x itself is saved, the cotangent of output 0 is read
     ([('in', 0)], [0], [0])
+    >>> s.backward.verify() is s.backward and s.forward.verify() is s.forward
+    True
     """
     j = joint(tape, wrt, keep=True)  # ngrad.compile splits the programs it keeps
     n, m = len(tape.shapes), len(tape.instrs)
