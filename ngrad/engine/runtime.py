@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .codegen import identity
+from .codegen import Expr, SourceMath, identity
 from .fuse import SMALL_LOOP
 from .interpret import bind, compute, dead_after, evaluate, interpret, matmul_into, np_dtype, unslice_into
 from .vmath import FUNCTIONS
@@ -943,9 +943,9 @@ def _checked(tape, machine):
     return call
 
 
-# the primitive table's forward of these, spelled as Python operators (NumPy semantics, dtypes kept)
-_SCALAR_OPS = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}", "neg": "-{}",
-               "pow": "{} ** {}"}
+# prims whose kernel text (the primitive table's forward against codegen.SourceMath) is Python
+# operators only, which NumPy values evaluate with NumPy's semantics and keep their dtype
+_SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow"])
 
 # prims whose NumPy result may share memory with an operand (their results are not fresh)
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
@@ -1077,7 +1077,8 @@ def _driver_code(comp, tape, inputs, g, fallback):
                 and all(tape.dtypes[a] == tape.dtypes[out] for a in ins.args):
             # one-element arithmetic (bias corrections, a logsumexp's max): Python's operators
             # on NumPy values take 0.1 µs where the interpreter's dispatch takes 2
-            expr = "asarray(" + _SCALAR_OPS[ins.prim].format(*[var[a] for a in ins.args]) + ")"
+            text = PRIMS[ins.prim].fwd(SourceMath, *[Expr(var[a], tape.dtypes[a]) for a in ins.args], **ins.params)
+            expr = f"asarray{text.text}"
         else:
             g[f"G{out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
             expr = f"G{out}({', '.join(args)})"
