@@ -12,13 +12,9 @@ import functools
 from .. import grad_mode
 from ..engine.graph import Node
 from ..tensor import Tensor, _segment_nodes, _wrap
+from .reverse import _FREED
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
-
-_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after they "
-          "have already been freed). Saved intermediate values of the graph are freed when you call "
-          ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
-          "graph a second time or if you need to access saved tensors after calling backward.")
 
 
 class FunctionCtx:

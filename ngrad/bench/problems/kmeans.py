@@ -23,8 +23,8 @@ def compute(T, t):
     value = cost(T, t["points"], c)
     (g,) = T.autograd.grad(value, c, create_graph=True)
     (h,) = T.autograd.grad(T.sum(g), c)
-    # the results are reported, not differentiated: their graphs (kept alive by create_graph)
-    # would make ngrad.compile replay the call as graph nodes, in case the caller differentiated them
+    # the results are reported, not differentiated: with their graphs (kept alive by create_graph)
+    # ngrad.compile would also compute and keep what a backward through them reads
     return value.detach(), {"dir": (g / h).detach()}
 
 
