@@ -116,7 +116,8 @@ def _bench(args, console, names, sizes, threads):
     info["threads"] = threads
     console.print(f"value + gradient, float64, {info['platform']}, {threads} thread{'s' if threads > 1 else ''} "
                   f"per system; numpy {info['numpy']}, torch {info['torch'] or 'not installed'}, "
-                  f"jax {info['jax'] or 'not installed'}")
+                  f"jax {info['jax'] or 'not installed'}; ngrad's matrix products on "
+                  f"{'MKL' if info['ngrad_blas'].startswith('MKL') else 'NumPy'}")
     for name in names:
         rows = [r for r in results if r["problem"] == name]
         table = Table(title=f"{name}: {PROBLEMS[name].doc}", title_justify="left")

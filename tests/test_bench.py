@@ -116,7 +116,8 @@ def test_cli_tables_and_json_schema(tmp_path, capsys):
                  "--json", str(path)]) == 0
     data = json.loads(path.read_text())
     assert set(data) == {"machine", "results"}
-    assert {"python", "platform", "cpus", "numpy", "numba", "ngrad", "torch", "jax", "threads"} <= set(data["machine"])
+    keys = {"python", "platform", "cpus", "numpy", "numba", "ngrad", "torch", "jax", "threads", "ngrad_blas"}
+    assert keys <= set(data["machine"])
     assert data["machine"]["threads"] == 1
     assert [r["problem"] for r in data["results"]] == ["lse", "chain"]
     for r in data["results"]:

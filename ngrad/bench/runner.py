@@ -28,11 +28,12 @@ __all__ = ["run_suite", "machine_info", "pin_threads", "agree"]
 
 
 def pin_threads(threads):
-    """Give every system ``threads`` threads: ngrad's loops, PyTorch's intra-op pool, and XLA's
-    CPU client (read when JAX starts, so this must run before JAX is imported). Returns a
-    function restoring ngrad's and PyTorch's previous settings."""
+    """Give every system ``threads`` threads: ngrad's loops and its products on MKL, PyTorch's
+    intra-op pool, and XLA's CPU client (read when JAX starts, so this must run before JAX is
+    imported). Returns a function restoring ngrad's and PyTorch's previous settings."""
     import ngrad
-    before = ngrad.get_num_threads()
+    from ..engine import blas
+    before, blas_before = ngrad.get_num_threads(), blas.set_num_threads(threads)
     ngrad.set_num_threads(threads)
     os.environ.setdefault("XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
                                        f"intra_op_parallelism_threads={threads}")
@@ -47,6 +48,7 @@ def pin_threads(threads):
 
     def restore():
         ngrad.set_num_threads(before)
+        blas.set_num_threads(blas_before)
         if restore_torch:
             restore_torch()
     return restore
@@ -57,8 +59,10 @@ def machine_info():
     import numba
 
     from .. import __version__
+    from ..engine import blas
     info = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
-            "cpus": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__, "ngrad": __version__}
+            "cpus": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__, "ngrad": __version__,
+            "ngrad_blas": blas.describe()}
     for mod in ("torch", "jax"):
         try:
             info[mod] = __import__(mod).__version__

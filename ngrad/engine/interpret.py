@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from . import blas
 from .prims import PRIMS
 
 __all__ = ["interpret", "NUMPY"]
@@ -37,15 +38,15 @@ def _blas_ready(x):
 
 def matmul_into(x, y, out=None):
     """``np.matmul(x, y, out=out)`` with every operand in a layout BLAS takes (see ``_blas_ready``;
-    an ``out`` whose matrices are not row-major gets the product copied in)."""
+    an ``out`` whose matrices are not row-major gets the product copied in), through ``blas``."""
     x, y = _blas_ready(x), _blas_ready(y)
     if out is None:
-        return np.matmul(x, y)
+        return blas.matmul(x, y)
     if out.ndim >= 2 and out.dtype.kind in "fc" and (out.strides[-1] != out.itemsize or
                                                      out.strides[-2] < out.shape[-1] * out.itemsize):
-        out[...] = np.matmul(x, y)
+        out[...] = blas.matmul(x, y)
         return out
-    return np.matmul(x, y, out=out)
+    return blas.matmul(x, y, out)
 
 
 class NumpyMath:

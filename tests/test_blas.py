@@ -1,0 +1,191 @@
+"""Matrix products on MKL (``engine/blas.py``): equal to NumPy's for every operand layout gemm
+takes, NumPy's own call for everything else, and safe with threads, ``fork`` and a missing or
+refused MKL."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from ngrad.engine import blas
+
+on_mkl = pytest.mark.skipif(blas.backend() != "mkl", reason="MKL is not installed (pip install 'ngrad[mkl]')")
+TOL = {np.float64: 1e-12, np.float32: 2e-5}
+
+
+@pytest.fixture
+def gemm_calls(monkeypatch):
+    """Every product on MKL, however small, with its gemm calls counted."""
+    calls = []
+    monkeypatch.setattr(blas, "MIN_WORK", 0)
+    for dtype, gemm in list(blas._gemms.items()):
+        def counted(*args, gemm=gemm, dtype=dtype):
+            calls.append(dtype)
+            return gemm(*args)
+        monkeypatch.setitem(blas._gemms, dtype, counted)
+    return calls
+
+
+def _layouts(rng, rows, cols, dtype):
+    """The same matrix stored every way gemm reads it, and as row and column slices of wider arrays."""
+    a = rng.standard_normal((rows, cols)).astype(dtype)
+    wide = np.zeros((rows, cols + 5), dtype)
+    wide[:, 2:cols + 2] = a
+    tall = np.zeros((cols, rows + 4), dtype)
+    tall[:, 1:rows + 1] = a.T
+    return {"C": a, "F": np.asfortranarray(a), "row slice": wide[:, 2:cols + 2],
+            "column slice": tall[:, 1:rows + 1].T}
+
+
+@on_mkl
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("m,k,n", [(7, 5, 3), (1, 6, 4), (6, 1, 4), (6, 4, 1), (1, 1, 1), (33, 17, 9)])
+def test_products_on_mkl_equal_numpys_in_every_layout(gemm_calls, dtype, m, k, n):
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+    xs, ys = _layouts(rng, m, k, dtype), _layouts(rng, k, n, dtype)
+    expected = xs["C"].astype(np.float64) @ ys["C"].astype(np.float64)
+    for xname, x in xs.items():
+        for yname, y in ys.items():
+            before = len(gemm_calls)
+            z = blas.matmul(x, y)
+            assert len(gemm_calls) == before + 1, (xname, yname)
+            assert z.dtype == dtype and z.shape == (m, n)
+            np.testing.assert_allclose(z, expected, rtol=TOL[dtype], atol=TOL[dtype] * k, err_msg=f"{xname} @ {yname}")
+            out = np.full((m, n + 3), np.nan, dtype)[:, 1:n + 1]  # row-major, padded rows
+            assert blas.matmul(x, y, out) is out
+            np.testing.assert_allclose(out, expected, rtol=TOL[dtype], atol=TOL[dtype] * k)
+
+
+@on_mkl
+def test_a_dense_layers_products_run_on_mkl_at_the_default_threshold(monkeypatch):
+    calls = []
+    gemm = blas._gemms[np.dtype(np.float64)]
+    monkeypatch.setitem(blas._gemms, np.dtype(np.float64), lambda *a: calls.append(a) or gemm(*a))
+    rng = np.random.default_rng(0)
+    x, w, g = rng.uniform(0, 1, (256, 784)), rng.standard_normal((784, 256)), rng.standard_normal((256, 256))
+    np.testing.assert_allclose(blas.matmul(x, w), np.matmul(x, w), rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(blas.matmul(x.T, g), np.matmul(x.T, g), rtol=1e-12, atol=1e-10)
+    small = rng.standard_normal((16, 16))
+    np.testing.assert_allclose(blas.matmul(small, small), small @ small, rtol=1e-12, atol=1e-12)
+    assert len(calls) == 2  # the 16x16 product stays on NumPy
+
+
+@on_mkl
+def test_nan_and_inf_propagate_as_in_numpy(gemm_calls):
+    x = np.arange(12.0).reshape(3, 4)
+    y = np.ones((4, 2))
+    x[1, 2], y[3, 1] = np.nan, np.inf
+    z = blas.matmul(x, y)
+    assert gemm_calls
+    np.testing.assert_array_equal(z, x @ y)
+
+
+@pytest.mark.parametrize("case", ["mixed dtypes", "ints", "complex", "vector", "batched", "strided",
+                                  "out overlaps", "out column-major", "out of another dtype"])
+def test_everything_else_is_numpys_own_product(monkeypatch, case):
+    calls = []
+    monkeypatch.setattr(blas, "MIN_WORK", 0)
+    for dtype, gemm in list(blas._gemms.items()):
+        monkeypatch.setitem(blas._gemms, dtype, lambda *a, gemm=gemm: calls.append(a) or gemm(*a))
+    rng = np.random.default_rng(1)
+    x, y, out = rng.standard_normal((6, 5)), rng.standard_normal((5, 4)), None
+    if case == "mixed dtypes":
+        y = y.astype(np.float32)
+    elif case == "ints":
+        x, y = (x * 10).astype(np.int64), (y * 10).astype(np.int64)
+    elif case == "complex":
+        x = x + 1j * x
+    elif case == "vector":
+        y = y[:, 0]
+    elif case == "batched":
+        x, y = np.stack([x, 2 * x]), np.stack([y, -y])
+    elif case == "strided":
+        x = rng.standard_normal((12, 10))[::2, ::2]
+    elif case == "out overlaps":
+        x = rng.standard_normal((5, 5))
+        y = x.copy()
+        out = x
+    elif case == "out column-major":
+        out = np.empty((4, 6)).T
+    elif case == "out of another dtype":
+        out = np.empty((6, 4), np.float32)
+    expected = np.matmul(x, y)
+    z = blas.matmul(x, y) if out is None else blas.matmul(x, y, out)
+    assert z is out if out is not None else z.dtype == expected.dtype
+    np.testing.assert_allclose(z, expected, rtol=1e-6)
+    assert not calls
+
+
+def test_mismatched_shapes_raise_numpys_error():
+    x, y = np.ones((300, 200)), np.ones((100, 300))
+    with pytest.raises(ValueError, match="mismatch in its core dimension"):
+        blas.matmul(x, y)
+
+
+def test_ngrad_blas_chooses_and_refuses(monkeypatch):
+    for name in ("_gemms", "_lib", "_version", "_reason"):
+        monkeypatch.setattr(blas, name, getattr(blas, name))
+    monkeypatch.setattr(blas, "_gemms", None)
+    monkeypatch.setenv("NGRAD_BLAS", "numpy")
+    assert blas.backend() == "numpy" and "NGRAD_BLAS=numpy" in blas.describe()
+    np.testing.assert_allclose(blas.matmul(np.eye(200), np.ones((200, 200))), np.ones((200, 200)))
+
+    monkeypatch.setattr(blas, "_gemms", None)
+    monkeypatch.setenv("NGRAD_BLAS", "fastest")
+    with pytest.raises(ValueError, match="NGRAD_BLAS must be one of auto, mkl, numpy"):
+        blas.backend()
+
+    monkeypatch.setattr(blas, "_library_path", lambda: None)
+    monkeypatch.setattr(blas, "_gemms", None)
+    monkeypatch.setenv("NGRAD_BLAS", "mkl")
+    with pytest.raises(RuntimeError, match=r"NGRAD_BLAS=mkl, but MKL cannot be used: MKL is not installed"):
+        blas.backend()
+    monkeypatch.setattr(blas, "_gemms", None)
+    monkeypatch.setenv("NGRAD_BLAS", "auto")
+    assert blas.backend() == "numpy" and "MKL is not installed" in blas.describe()
+
+
+FORK = r"""
+import os, sys, numpy as np
+from ngrad.engine import blas
+assert blas.backend() == "mkl"
+blas.set_num_threads(2)
+x = np.random.default_rng(0).standard_normal((400, 400))
+blas.matmul(x, x)                      # libgomp's threads now exist in this process
+pid = os.fork()
+if pid == 0:
+    import signal
+    signal.alarm(20)                   # a hung child must not outlive the test
+    ok = np.allclose(blas.matmul(x, x.T), x @ x.T)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@on_mkl
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_multiplies_instead_of_hanging():
+    done = subprocess.run([sys.executable, "-c", FORK], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+@on_mkl
+def test_products_from_several_python_threads_at_once():
+    rng = np.random.default_rng(2)
+    pairs = [(rng.standard_normal((300, 200)), rng.standard_normal((200, 250))) for _ in range(4)]
+    wrong = []
+
+    def work(x, y):
+        for _ in range(5):
+            if not np.allclose(blas.matmul(x, y), np.matmul(x, y), rtol=1e-12, atol=1e-10):
+                wrong.append(1)
+
+    threads = [threading.Thread(target=work, args=p) for p in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
