@@ -38,12 +38,14 @@ import threading
 
 import numpy as np
 
-__all__ = ["matmul", "backend", "set_num_threads", "MIN_WORK"]
+__all__ = ["matmul", "backend", "describe", "set_num_threads", "MIN_WORK"]
 
-# Below about this many multiply-adds NumPy's OpenBLAS is as fast: a call into MKL costs some
-# 15 µs more (ctypes, the operands' checks, MKL's dispatch). Two threads, this project's machine:
-# 128³ took 44 µs on MKL against 55 on NumPy, 96³ 37 against 28, 64³ 25 against 11.
-MIN_WORK = 1 << 21
+# OpenBLAS runs a product of fewer multiply-adds than this on the calling thread alone. Every
+# larger one goes to MKL, though a call into MKL costs some 15 µs more (ctypes, the operands'
+# checks, MKL's dispatch; 96³ took 37 µs on MKL against 28 on NumPy): when OpenBLAS's threads had
+# just run a product, MKL's next one waited on libgomp's threads, 4.6 ms instead of 0.5 for a
+# (128, 784) by (784, 256) product after each 120³ one.
+MIN_WORK = 1 << 18
 
 _GNU_THREADING = 3  # MKL_THREADING_GNU
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
@@ -203,8 +205,8 @@ def matmul(x, y, out=None):
         c = out
     else:
         c = None
-    if (a is None or b is None or c is None or max(a[1], b[1]) > _INT_MAX or not x.flags.aligned
-            or not y.flags.aligned or not c.flags.aligned):
+    if (a is None or b is None or c is None or max(a[1], b[1], c.strides[0] // c.itemsize) > _INT_MAX
+            or not x.flags.aligned or not y.flags.aligned or not c.flags.aligned):
         return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
     gemm(_ROW_MAJOR, a[0], b[0], m, n, k, 1.0, x.ctypes.data, a[1], y.ctypes.data, b[1], 0.0,
          c.ctypes.data, c.strides[0] // c.itemsize)
