@@ -7,16 +7,17 @@ operand's rows or columns contiguous and ``out`` row-major and apart from both, 
 (results equal NumPy's up to rounding); everything else runs ``np.matmul``. ``backend()`` names
 what runs the large products; ``set_num_threads(n)`` sets MKL's threads.
 
-Why MKL: NumPy's wheels link OpenBLAS, which runs the products of a dense layer such as a
-(1024, 784) batch by (784, 256) weights at about 50 GFLOP/s a core on this project's machines,
-where MKL, the BLAS PyTorch links, runs 70; with the products most of an MLP step, that is
-the difference between losing to PyTorch and beating it. MKL is loaded lazily, on the first
-product that would use it, from the ``mkl`` wheel (``pip install 'ngrad[mkl]'``) or a system
-``libmkl_rt``.
+Why MKL: NumPy's wheels link OpenBLAS, which multiplies a dense layer's (1024, 784) batch by
+(784, 256) weights in 4.2-4.6 ms on two cores of this project's machine, where MKL, the BLAS
+PyTorch links, takes 3.3-3.6 ms; with such products most of an MLP step, that is the gap
+between ngrad and PyTorch on one. MKL is loaded lazily, on the first product that would use it,
+from the ``mkl`` wheel (``pip install 'ngrad[mkl]'``) or a system ``libmkl_rt``. It is an
+opt-in because its threads stall where OpenBLAS's do not (after the process idles, or right
+after NumPy's threaded BLAS ran): see docs/performance.md.
 
 MKL runs its threads on libgomp (its GNU threading layer), the OpenMP runtime Numba and
-PyTorch use: its default Intel runtime, loaded next to libgomp, resolves thread numbers through
-the wrong library and returned wrong products in a process that had imported PyTorch. Where
+PyTorch use: its default Intel runtime, loaded next to libgomp (which, most likely, answered its
+thread-number queries) returned wrong products in a process that had imported PyTorch. Where
 libgomp cannot be loaded, NumPy runs every product. A child process forked after MKL ran
 threads would hang in libgomp on its first threaded product, so a child runs MKL on one thread.
 ``NGRAD_BLAS=numpy`` keeps every product on NumPy; ``NGRAD_BLAS=mkl`` makes MKL's absence an
