@@ -188,14 +188,24 @@ def matmul(x, y, out=None):
     >>> r is out and bool(np.allclose(out, x.T @ x))
     True
     """
+    call = _gemm_call(x, y, out)
+    if call is None:
+        return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
+    gemm, c, args = call
+    gemm(*args)
+    return c
+
+
+def _gemm_call(x, y, out):
+    """``(gemm, result array, gemm's arguments)`` for a product MKL takes, else None."""
     gemms = _gemms if _gemms is not None else _load()
     gemm = (gemms and x.__class__ is np.ndarray and y.__class__ is np.ndarray and x.ndim == 2 and y.ndim == 2
             and x.dtype == y.dtype and gemms.get(x.dtype))
     if not gemm:
-        return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
+        return None
     (m, k), (k2, n) = x.shape, y.shape
     if k != k2 or m * n * k < MIN_WORK or max(m, n, k) > _INT_MAX:
-        return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
+        return None
     a, b = _operand(x), _operand(y)
     if out is None:
         c = np.empty((m, n), x.dtype)
@@ -205,10 +215,10 @@ def matmul(x, y, out=None):
           and not np.may_share_memory(out, y)):
         c = out
     else:
-        c = None
-    if (a is None or b is None or c is None or max(a[1], b[1], c.strides[0] // c.itemsize) > _INT_MAX
+        return None
+    ldc = c.strides[0] // c.itemsize
+    if (a is None or b is None or max(a[1], b[1], ldc) > _INT_MAX
             or not x.flags.aligned or not y.flags.aligned or not c.flags.aligned):
-        return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
-    gemm(_ROW_MAJOR, a[0], b[0], m, n, k, 1.0, x.ctypes.data, a[1], y.ctypes.data, b[1], 0.0,
-         c.ctypes.data, c.strides[0] // c.itemsize)
-    return c
+        return None
+    return gemm, c, (_ROW_MAJOR, a[0], b[0], m, n, k, 1.0, x.ctypes.data, a[1], y.ctypes.data, b[1], 0.0,
+                     c.ctypes.data, ldc)
