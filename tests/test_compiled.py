@@ -446,6 +446,38 @@ def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys
     assert got[2] == np.inf and all(type(a) is np.ndarray and a.dtype == np_dt for a in got)
 
 
+def test_a_driver_lets_numpy_broadcast_an_expand_only_elementwise_glue_reads(rng, capsys, monkeypatch):
+    # small loops of one operation run as NumPy glue: the scale * vector at the end of a
+    # logsumexp's gradient reads the one-element scale as it is; an expand that is an output, or
+    # that a unary operation reads (its result would keep the source's shape), is still built
+    from ngrad.engine.tape import Builder
+    b = Builder()
+    x, z = b.input((40,), "f64"), b.input((20,), "f64")
+    total = (x * x).sum(axes=(0,), keepdim=True)  # (1,), complete only after x's loop
+    scaled = total.expand(shape=(40,)) * x  # a loop of one product: glue reading the (1,) as is
+    grown = total.expand(shape=(30,)).exp()  # unary: the expand must be built
+    tape = b.finish([scaled, grown, total.expand(shape=(3,)), z + z])
+    values = [rng.standard_normal(40), rng.standard_normal(20)]
+    _, text = _driver_text(lambda: assert_same(tape, values, 1e-14), capsys, monkeypatch)
+    assert text.count("NumPy broadcasts") == 1, text  # not for the unary read, nor the output
+    got = runtime.prepare(tape)(values)
+    assert [a.shape for a in got] == [(40,), (30,), (3,), (20,)]
+
+    def gradient(x0):
+        x = ngrad.from_numpy(x0).requires_grad_()
+        y = x.logsumexp(0)
+        y.backward()
+        return y.item(), x.grad.numpy()
+    for x0 in (rng.standard_normal(100), np.array([1.0, np.inf, 2.0]), np.full(4, -np.inf)):
+        (value, grad), text = _driver_text(lambda: gradient(x0), capsys, monkeypatch)
+        with np.errstate(all="ignore"):
+            m = np.max(x0) if np.isfinite(np.max(x0)) else 0.0
+            e = np.exp(x0 - m)
+            np.testing.assert_allclose(grad, e / e.sum(), rtol=1e-12, atol=1e-18)
+            np.testing.assert_allclose(value, np.log(e.sum()) + m, rtol=1e-14)
+    assert "NumPy broadcasts" in text and "asarray(abs(" in text and "broadcast_to" not in text
+
+
 def _joint_of(build, x0):
     x = ngrad.from_numpy(x0).requires_grad_()
     low = lower([build(x)._node], grad=True)

@@ -945,7 +945,10 @@ def _checked(tape, machine):
 
 # prims whose kernel text (the primitive table's forward against codegen.SourceMath) is Python
 # operators only, which NumPy values evaluate with NumPy's semantics and keep their dtype
-_SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow"])
+_SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow", "abs", "eq", "ne", "lt", "le", "gt", "ge"])
+
+# elementwise prims whose NumPy implementation broadcasts its operands
+_BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
 
 # prims whose NumPy result may share memory with an operand (their results are not fresh)
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
@@ -1034,6 +1037,8 @@ def _driver_code(comp, tape, inputs, g, fallback):
         if isinstance(step, Glue) and step.instr.out in consts and consts[step.instr.out] is None:
             consts[step.instr.out] = evaluate(tape, step.instr, consts)
 
+    implicit = _implicit_expands(steps, tape)
+
     def glue_line(ins):
         out = ins.out
         v = var[out] = f"e{out}"
@@ -1042,6 +1047,11 @@ def _driver_code(comp, tape, inputs, g, fallback):
             root[out] = f"C{out}"
             return f"{v} = C{out}  # %{out} = {ins.prim} (constant)"
         a0 = ins.args[0] if ins.args else None
+        if out in implicit:
+            var[out], root[out] = var[a0], root.get(a0, var[a0])
+            if a0 in loose:
+                loose.add(out)
+            return f"# %{out} = expand(%{a0}): NumPy broadcasts {var[a0]} where it is read"
         if ins.prim in ("reshape", "detach") and var[a0] in scalar:
             # a runtime scalar stays a NumPy scalar until something needs it as an array
             var[out] = var[a0]
@@ -1073,12 +1083,12 @@ def _driver_code(comp, tape, inputs, g, fallback):
             root[out] = v
             fresh.add(v)
             return f"{v}[{_index_text(ins.params)}] = {args[0]}"
-        elif ins.prim in _SCALAR_OPS and math.prod(tape.shapes[out]) == 1 and tape.dtypes[out] in ("f32", "f64") \
-                and all(tape.dtypes[a] == tape.dtypes[out] for a in ins.args):
+        elif ins.prim in _SCALAR_OPS and math.prod(tape.shapes[out]) == 1 and tape.dtypes[a0] in ("f32", "f64") \
+                and all(tape.dtypes[a] == tape.dtypes[a0] for a in ins.args):
             # one-element arithmetic (bias corrections, a logsumexp's max): Python's operators
             # on NumPy values take 0.1 µs where the interpreter's dispatch takes 2
             text = PRIMS[ins.prim].fwd(SourceMath, *[Expr(var[a], tape.dtypes[a]) for a in ins.args], **ins.params)
-            expr = f"asarray{text.text}"
+            expr = f"asarray{text.text}" if text.text.startswith("(") else f"asarray({text.text})"
         else:
             g[f"G{out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
             expr = f"G{out}({', '.join(args)})"
@@ -1206,6 +1216,37 @@ def _driver_code(comp, tape, inputs, g, fallback):
         lines.append("recycle(made, y)")
         outs = [f"y[{k}]" for k in range(len(outs))]
     return lines, outs
+
+
+def _implicit_expands(steps, tape):
+    """The expands a driver need not build: each read only by elementwise NumPy glue whose
+    result keeps its shape when that operand is the expand's source instead (NumPy broadcasts
+    it). ``np.broadcast_to`` costs 4 us, about twice the one-element-by-vector product it feeds
+    at the end of a logsumexp's gradient."""
+    from .fuse import Glue, reads_of
+    from .prims import PRIMS
+    readers = {}
+    for step in steps:
+        for a in reads_of(step):
+            readers.setdefault(a, []).append(step)
+    implicit = {}  # expand slot -> its source
+    outputs = set(tape.outputs)
+
+    def keeps_shape(ins):
+        shapes = [tape.shapes[implicit.get(a, a)] for a in ins.args]
+        return tuple(np.broadcast_shapes(*shapes)) == tuple(tape.shapes[ins.out])
+
+    for step in steps:
+        if not isinstance(step, Glue) or step.instr.prim != "expand" or step.instr.out in outputs:
+            continue
+        ins = step.instr
+        users = readers.get(ins.out, ())
+        if not users or not all(isinstance(u, Glue) and PRIMS[u.instr.prim].kind in _BROADCASTING for u in users):
+            continue
+        implicit[ins.out] = ins.args[0]
+        if not all(keeps_shape(u.instr) for u in users):
+            del implicit[ins.out]
+    return implicit
 
 
 def _index_text(params):
