@@ -426,6 +426,24 @@ def _driver_text(fn, capsys, monkeypatch):
     return result, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("dtype", [ngrad.float64, ngrad.int64])
+def test_a_one_element_loop_reads_python_numbers_as_arrays(dtype):
+    # a tape of one-element values compiles to one loop; the Python numbers in it are runtime
+    # scalars broadcast to (1,): the driver hands them to the loop as arrays (it passed NumPy
+    # scalars, and Numba failed to type the loop on the second call)
+    for k in range(4):
+        t = ngrad.tensor([2 + k], dtype=dtype)
+        assert (t * 3 + 1).tolist() == [3 * (2 + k) + 1]
+        assert ngrad.where(t != 3, t, 0).tolist() == [0 if k == 1 else 2 + k]
+
+    @ngrad.compile
+    def f(t, c):
+        return (t * c - 1) * (t > c)
+    for c in (0.5, 4.0, 1.5):
+        x = ngrad.tensor([1.5], dtype=ngrad.float64)
+        assert f(x, c).item() == ((1.5 * c - 1) if 1.5 > c else 0.0)
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys, monkeypatch):
     # Adam's bias corrections: 0-d glue next to a loop, as Python operators in the driver

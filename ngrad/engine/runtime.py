@@ -1103,6 +1103,8 @@ def _driver_code(comp, tape, inputs, g, fallback):
 
     def array_arg(a, shape):
         v = var[a]
+        if v in scalar:  # a runtime scalar (a Python number) that a one-element loop reads as an array
+            return f"asarray({v}).reshape({tuple(shape)!r})"
         if a in loose:
             lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
         return v if tuple(shape) == tuple(tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
