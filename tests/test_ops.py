@@ -83,6 +83,30 @@ CASES = {
                             + a.index_select(0, L.tensor([2, 0, 2])).sum() * a.sum(), [r(3, 4)]),
     "unbind_select": (lambda L, a: a.unbind(1)[2] * a.select(0, 1).sum(), [r(3, 4)]),
     "mse_loss": (lambda L, a, b: L.nn.functional.mse_loss(a, b), [r(5), r(5)]),
+    "activations": (lambda L, a: L.nn.functional.gelu(a) + L.nn.functional.gelu(a, approximate="tanh")
+                    + L.nn.functional.silu(a) + L.nn.functional.elu(a, 0.7) + L.nn.functional.leaky_relu(a, 0.2)
+                    + L.nn.functional.logsigmoid(a * 3), [r(3, 4)]),
+    "linear": (lambda L, a, w, b: L.nn.functional.linear(a, w, b) + L.nn.functional.linear(a, w[0]).sum(),
+               [r(5, 4), r(3, 4), r(3)]),
+    "cross_entropy": (lambda L, a: L.nn.functional.cross_entropy(
+        a, L.tensor([0, 3, -100, 1, 3]), weight=L.tensor([0.5, 2.0, 1.0, 1.5], dtype=L.float64), label_smoothing=0.2)
+        + L.nn.functional.cross_entropy(a, L.tensor([2, 2, 0, 1, 3]), reduction="sum"), [r(5, 4)]),
+    "cross_entropy_kdim": (lambda L, a: L.nn.functional.cross_entropy(
+        a, L.tensor([[[0, 3], [1, 1], [2, 0]], [[3, 3], [0, 1], [2, 2]]]), reduction="none", label_smoothing=0.1),
+        [r(2, 4, 3, 2)]),
+    "cross_entropy_probabilities": (lambda L, a, t: L.nn.functional.cross_entropy(a, t.softmax(1), label_smoothing=0.3)
+                                    + L.nn.functional.cross_entropy(a[0], t[1].softmax(0)), [r(3, 4), r(3, 4)]),
+    "nll_loss": (lambda L, a: L.nn.functional.nll_loss(a, L.tensor([1, 0, 3]), reduction="sum")
+                 + L.nn.functional.nll_loss(a.log_softmax(1), L.tensor([1, 1, 2]), ignore_index=1), [r(3, 4)]),
+    "binary_cross_entropy": (lambda L, a, t: L.nn.functional.binary_cross_entropy(a.sigmoid(), t)
+                             + L.nn.functional.binary_cross_entropy(a.sigmoid(), t, weight=L.tensor(
+                                 [0.5, 1.0, 2.0, 1.5], dtype=L.float64), reduction="sum"),
+                             [r(3, 4), R.uniform(0.1, 0.9, (3, 4))]),
+    "binary_cross_entropy_with_logits": (lambda L, a, t: L.nn.functional.binary_cross_entropy_with_logits(
+        a * 5, t, pos_weight=L.tensor([0.5, 1.0, 2.0, 1.5], dtype=L.float64))
+        + L.nn.functional.binary_cross_entropy_with_logits(a, t, reduction="none").sum(), [r(3, 4), R.uniform(0, 1, (3, 4))]),
+    "regression_losses": (lambda L, a, b: L.nn.functional.l1_loss(a, b) + L.nn.functional.smooth_l1_loss(a, b, beta=0.7)
+                          + L.nn.functional.huber_loss(a, b, delta=0.6, reduction="sum"), [r(4, 3), r(4, 3)]),
 }
 
 
