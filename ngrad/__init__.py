@@ -47,7 +47,7 @@ def _function(name):
 
 _METHODS = """abs absolute add sub mul multiply div divide true_divide neg negative exp log log1p expm1 log2
 log10 sqrt rsqrt reciprocal square sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf
-sign floor ceil round maximum minimum clamp clip clamp_min clamp_max sum mean prod amax amin argmax argmin max min
+sign floor ceil round remainder fmod maximum minimum clamp clip clamp_min clamp_max sum mean prod amax amin argmax argmin max min
 var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes
 swapdims t flip roll narrow split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
 less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone

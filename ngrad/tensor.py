@@ -1118,6 +1118,30 @@ class Tensor:
     def __floordiv__(self, other):
         return self.div(other, rounding_mode="floor")
 
+    def remainder(self, other):
+        """``self - other * floor(self / other)``, computed exactly: the sign of ``other`` (Python's
+        ``%``). The gradient is 1 in ``self`` and ``-floor(self / other)`` in ``other``.
+
+        ```python
+        >>> import ngrad
+        >>> ngrad.tensor([-7.5, 7.5]) % 2, ngrad.tensor([-7.5, 7.5]).fmod(2)
+        (tensor([0.5000, 1.5000]), tensor([-1.5000,  1.5000]))
+
+        ```
+        """
+        return _binary("remainder", self, other, "RemainderBackward0")
+
+    def __mod__(self, other):
+        return self.remainder(other)
+
+    def __rmod__(self, other):
+        return _binary("remainder", self, other, "RemainderBackward0", reverse=True)
+
+    def fmod(self, other):
+        """``self - other * trunc(self / other)``, computed exactly: the sign of ``self`` (C's
+        ``fmod``). The gradient is 1 in ``self`` and ``-trunc(self / other)`` in ``other``."""
+        return _binary("fmod", self, other, "FmodBackward0")
+
     # in place -------------------------------------------------------------------------------------
     # PyTorch's in-place ops. A leaf that requires grad may be updated only under no_grad (the
     # optimizer idiom ``w -= lr * w.grad``); it stays a leaf. Views do not alias (ngrad values are

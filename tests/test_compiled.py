@@ -426,6 +426,27 @@ def _driver_text(fn, capsys, monkeypatch):
     return result, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
+def test_remainder_and_fmod_take_the_sign_of_the_divisor_and_of_the_dividend(dtype):
+    # every sign combination, zero dividends and divisors, and (floats) infinities and NaN; Numba's
+    # own integer np.fmod takes the divisor's sign, so the loop must not use it
+    from ngrad.engine.tape import Builder
+    np_dt = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype]
+    x = np.array([-7, 7, -7, 7, 0, 5, -3, 9, 6, -6], np_dt)
+    y = np.array([2, 2, -2, -2, 3, 0, 4, -4, 3, 3], np_dt)
+    if dtype != "i64":
+        x = np.concatenate([x * 1.25, np.array([3.0, -3.0, np.inf, np.nan], np_dt)])
+        y = np.concatenate([y * 0.5, np.array([np.inf, np.inf, 2.0, 1.0], np_dt)])
+    b = Builder()
+    a, d = b.input(x.shape, dtype), b.input(y.shape, dtype)
+    tape = b.finish([a.remainder(d), a.fmod(d)])
+    with np.errstate(all="ignore"):
+        expected = [np.remainder(x, y), np.fmod(x, y)]
+        assert_same(tape, [x, y], 0)
+        for got, want in zip(runtime.prepare(tape)([x, y]), expected):
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [ngrad.float64, ngrad.int64])
 def test_a_one_element_loop_reads_python_numbers_as_arrays(dtype):
     # a tape of one-element values compiles to one loop; the Python numbers in it are runtime

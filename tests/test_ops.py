@@ -45,6 +45,8 @@ CASES = {
     "erf": (lambda L, a: a.erf(), [r(6)]),
     "rounding": (lambda L, a: a.floor() + a.ceil() + a.round() + a.sign() + a, [r(6) * 3 + 0.25]),
     "maximum_minimum": (lambda L, a, b: L.maximum(a, b) * 2 + L.minimum(a, b), [r(3, 4), r(4)]),
+    "remainder_fmod": (lambda L, a, b: a % b + L.fmod(a, b) * 2 + a.remainder(1.5) + L.fmod(a, -0.7) + (a % 2) * b,
+                       [r(3, 4) * 4, r(4)]),
     "clamp": (lambda L, a: a.clamp(-0.5, 0.7) + a.clamp(min=0.1) + a.clamp(max=-0.2), [r(8)]),
     "clamp_tensor": (lambda L, a, lo, hi: a.clamp(lo, hi), [r(8), r(8) - 1, r(8) + 1]),
     "where": (lambda L, a, b: L.where(a > 0, a * 2, b), [r(3, 4), r(4)]),

@@ -97,6 +97,14 @@ def _v(name):
     return staticmethod(f)
 
 
+def _to_sign_of(r, s, y, step):
+    """``r``, a remainder of a division by ``y`` (text evaluated as often as needed), moved by
+    ``step * y`` to the sign of ``s`` where it is non-zero and of the other sign."""
+    zero = _typed(0, s.dtype)
+    flip = f"({r} != {zero} and (({r} < {zero}) != ({s.text} < {zero})))"
+    return Expr(f"({r} {'+' if step > 0 else '-'} ({y.text} if {flip} else {zero}))", s.dtype)
+
+
 _VMATH_CALL = re.compile(r"\b_v[a-z0-9]+\(")  # a call of a vmath helper (see ``_v``) in kernel source
 
 
@@ -135,6 +143,16 @@ class SourceMath:
     @staticmethod
     def where(c, x, y):
         return Expr(f"({x.text} if {c.text} else {y.text})", x.dtype)
+
+    @staticmethod
+    def remainder(x, y):  # NumPy's: the sign of y, NaN for a zero float divisor
+        return Expr(f"np.remainder({x.text}, {y.text})", x.dtype)
+
+    @staticmethod
+    def fmod(x, y):  # the sign of x; Numba's integer np.fmod takes y's sign, so integers fix it
+        if x.dtype[0] == "f":
+            return Expr(f"np.fmod({x.text}, {y.text})", x.dtype)
+        return _to_sign_of(f"({x.text} % {y.text})", x, y, -1)
 
     @staticmethod
     def logical_not(x):
@@ -570,6 +588,19 @@ class CudaMath(SourceMath):
     def sign(x):
         one, zero = _typed(1, x.dtype), _typed(0, x.dtype)
         return Expr(f"({one} if {x.text} > {zero} else (-{one} if {x.text} < {zero} else {x.text}))", x.dtype)
+
+    # NumPy's ufuncs do not exist on the device: libdevice's fmod (exact), and Python's integer %
+    @staticmethod
+    def remainder(x, y):
+        if x.dtype[0] == "f":
+            return _to_sign_of(f"math.fmod({x.text}, {y.text})", y, y, 1)
+        return Expr(f"({x.text} % {y.text})", x.dtype)
+
+    @staticmethod
+    def fmod(x, y):
+        if x.dtype[0] == "f":
+            return Expr(f"math.fmod({x.text}, {y.text})", x.dtype)
+        return _to_sign_of(f"({x.text} % {y.text})", x, y, -1)
 
 
 # Threads per block: the block-level reduction trees are sized for this many (the runtime may

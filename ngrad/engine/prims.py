@@ -261,6 +261,10 @@ def _pow_exponent(g, out, x, y):
     return x.eq(0).logical_and(y.ge(0)).where(zeros_like(y), g * out * x.log())
 
 
+def _trunc(q):
+    return q.sign() * q.abs().floor()
+
+
 def _tie_weight(x, y):
     d = x.dtype
     return x.gt(y).cast(dtype=d) + x.eq(y).cast(dtype=d) * 0.5
@@ -398,6 +402,11 @@ P("maximum", "binary", _ew, lambda m, x, y: m.maximum(x, y),
   per_arg(lambda g, out, x, y: g * _tie_weight(x, y), lambda g, out, x, y: g * _tie_weight(y, x)))
 P("minimum", "binary", _ew, lambda m, x, y: m.minimum(x, y),
   per_arg(lambda g, out, x, y: g * _tie_weight(y, x), lambda g, out, x, y: g * _tie_weight(x, y)))
+# x - y * floor(x / y) (the sign of y) and x - y * trunc(x / y) (the sign of x), computed exactly
+P("remainder", "binary", _ew, lambda m, x, y: m.remainder(x, y),
+  per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * (x / y).floor()))
+P("fmod", "binary", _ew, lambda m, x, y: m.fmod(x, y),
+  per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * _trunc(x / y)))
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
     P(_name, "compare", _compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))
 P("logical_and", "logical", _logical, lambda m, x, y: m.logical_and(x, y))
