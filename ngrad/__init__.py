@@ -20,7 +20,7 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
 from .engine.runtime import get_num_threads, set_num_threads
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
                         set_grad_enabled)
-from .trace import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
+from .tracing import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
 
 from ._version import __version__
@@ -49,7 +49,7 @@ _METHODS = """abs absolute add sub mul multiply div divide true_divide neg negat
 log10 sqrt rsqrt reciprocal square sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf
 sign floor ceil round remainder fmod maximum minimum clamp clip clamp_min clamp_max sum mean prod amax amin argmax argmin max min
 var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes
-swapdims t flip roll narrow split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
+swapdims t flip roll narrow diagonal diag trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
 less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone
 broadcast_to addcmul addcdiv lerp""".split()
 for _name in _METHODS:

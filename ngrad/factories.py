@@ -7,7 +7,7 @@ import numpy as np
 from .engine import dtypes as D
 from .engine.graph import source
 from .tensor import Tensor, _device_name, _host, _shape_arg, _value, _value_on, _wrap
-from .trace import _check_random
+from .tracing import _check_random
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
            "empty_like", "full_like", "eye", "arange", "linspace", "rand", "randn", "randint", "rand_like",

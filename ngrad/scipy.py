@@ -16,7 +16,7 @@ from .engine import dtypes as D
 from .factories import tensor
 from .func import value_and_grad as _value_and_grad
 from .tensor import Tensor
-from .trace import TraceError, compile as _compile
+from .tracing import TraceError, compile as _compile
 
 __all__ = ["value_and_grad", "hessp", "minimize"]
 

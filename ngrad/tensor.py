@@ -1900,6 +1900,64 @@ class Tensor:
     def outer(self, other):
         return self.reshape(-1, 1) * _as_tensor(other).reshape(1, -1)
 
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        """The ``offset`` diagonal of the matrices spanned by ``dim1`` and ``dim2`` (above the main
+        one for ``offset > 0``), as the last dimension; a strided slice, so its gradient is the
+        slice's.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.arange(12.0).reshape(3, 4)
+        >>> x.diagonal(), x.diagonal(1), x.trace()
+        (tensor([ 0.,  5., 10.]), tensor([ 1.,  6., 11.]), tensor(15.))
+
+        ```
+        """
+        nd = self.ndim
+        d1, d2 = _dim(dim1, nd), _dim(dim2, nd)
+        if d1 == d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+        x = self.permute(*[d for d in range(nd) if d not in (d1, d2)], d1, d2)
+        n, m = x.shape[-2], x.shape[-1]
+        count = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+        start = offset if offset >= 0 else -offset * m
+        flat = x.reshape(*x.shape[:-2], n * m)
+        picked = flat[..., start:start + (count - 1) * (m + 1) + 1:m + 1] if count else flat[..., :0]
+        return _named(picked, "DiagonalBackward0")
+
+    def trace(self):
+        """The sum of the main diagonal of a matrix."""
+        if self.ndim != 2:
+            raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.ndim}")
+        return _named(self.diagonal().sum(), "TraceBackward0")
+
+    def diag(self, diagonal=0):
+        """A matrix's ``diagonal`` (as ``diagonal(diagonal)``), or the square matrix holding a
+        vector on its ``diagonal`` and zeros elsewhere.
+
+        ```python
+        >>> import ngrad
+        >>> ngrad.tensor([1.0, 2.0]).diag(1)
+        tensor([[0., 1., 0.],
+                [0., 0., 2.],
+                [0., 0., 0.]])
+
+        ```
+        """
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {self.ndim}D")
+        from .factories import eye, zeros
+        n, k = self.shape[0], abs(diagonal)
+        square = where(eye(n, dtype=D.bool_, device=self.device), self.reshape(n, 1), 0)
+        if k == 0:
+            return square
+        pad = dict(dtype=self.dtype, device=self.device)
+        if diagonal > 0:  # right of the main diagonal: zero columns before, zero rows after
+            return cat([cat([zeros(n, k, **pad), square], 1), zeros(k, n + k, **pad)], 0)
+        return cat([cat([zeros(k, n, **pad), square], 0), zeros(n + k, k, **pad)], 1)
+
 
 # elementwise math on floats (integers are promoted to the default float): method, grad_fn name
 _UNARY = {"exp": "ExpBackward0", "log": "LogBackward0", "log1p": "Log1PBackward0", "expm1": "Expm1Backward0",

@@ -372,7 +372,7 @@ def test_differentiable_outputs_run_a_compiled_forward_and_backward(rng, monkeyp
     (variant,) = [v for vs in compiled.variants.values() for v in vs]
     variant.split.forward.verify(), variant.split.backward.verify()  # well-formed tapes
     # later calls run the two programs: nothing is recorded as graph nodes again
-    monkeypatch.setattr("ngrad.trace.replay", lambda *a: pytest.fail("the program was replayed as nodes"))
+    monkeypatch.setattr("ngrad.tracing.replay", lambda *a: pytest.fail("the program was replayed as nodes"))
     out, reg, idx = compiled(x)
     assert out.grad_fn.name() == "CompiledFunctionBackward" and reg.requires_grad and not idx.requires_grad
     for _ in range(2):
@@ -473,7 +473,7 @@ def test_captured_constant_updated_in_place_is_noticed():
 
 
 def test_a_program_of_many_constants_keeps_its_fast_path_and_notices_an_update(monkeypatch):
-    from ngrad.trace import PROBE_CONSTS, CompiledFunction
+    from ngrad.tracing import PROBE_CONSTS, CompiledFunction
     cs = [ngrad.tensor(float(i)) for i in range(PROBE_CONSTS + 4)]
     w = ngrad.zeros(3)
 

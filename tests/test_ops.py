@@ -83,6 +83,9 @@ CASES = {
     "flip_roll": (lambda L, a: a.flip(0) * a.roll(1, 1) + a.roll(2), [r(3, 4)]),
     "gather_index_select": (lambda L, a: a.gather(1, L.tensor([[0, 0], [3, 1], [2, 2]])).sum()
                             + a.index_select(0, L.tensor([2, 0, 2])).sum() * a.sum(), [r(3, 4)]),
+    "diagonal_trace_diag": (lambda L, a, v: L.diag(v, 1)[1:, 1:] * a[0, :, :3].trace() + L.diag(v) * a.diagonal(1, 1, 2)[0].sum()
+                            + L.diag(a[1], -1).sum() + a.diagonal(-1, -1, 0).sum() + L.diag(v, -2)[2:, :3],
+                            [r(2, 3, 4), r(3)]),
     "unbind_select": (lambda L, a: a.unbind(1)[2] * a.select(0, 1).sum(), [r(3, 4)]),
     "mse_loss": (lambda L, a, b: L.nn.functional.mse_loss(a, b), [r(5), r(5)]),
     "activations": (lambda L, a: L.nn.functional.gelu(a) + L.nn.functional.gelu(a, approximate="tanh")

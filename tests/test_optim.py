@@ -133,7 +133,7 @@ def test_update_rules_against_numpy():
 def test_a_step_outside_compile_replays_its_program_and_follows_changes(monkeypatch):
     import copy
 
-    from ngrad.trace import CompiledFunction
+    from ngrad.tracing import CompiledFunction
     w = ngrad.tensor(W0[:4].copy(), requires_grad=True)
     v = ngrad.tensor(W0[4:].copy(), requires_grad=True)
     opt = ngrad.optim.SGD([w, v], lr=0.02, momentum=0.9)

@@ -92,6 +92,12 @@ def test_shape_errors_name_both_shapes():
         ngrad.cat([ngrad.ones(2, 3), ngrad.ones(2, 4)])
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         ngrad.stack([ngrad.ones(2), ngrad.ones(3)])
+    with pytest.raises(RuntimeError, match="trace: expected a matrix, but got tensor with dim 1"):
+        ngrad.ones(3).trace()
+    with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 1, -2"):
+        ngrad.ones(2, 3, 4).diagonal(0, 1, -2)
+    with pytest.raises(RuntimeError, match=r"diag\(\): Supports 1D or 2D tensors. Got 3D"):
+        ngrad.diag(ngrad.ones(2, 2, 2))
     with pytest.raises(RuntimeError, match="out of bounds"):
         ngrad.ones(2, 3).gather(1, ngrad.tensor([[0, 3], [0, 0]]))
     with pytest.raises(RuntimeError, match="where expected condition to be a boolean tensor"):

@@ -16,7 +16,7 @@ from .. import grad_mode as _grad_mode
 from ..engine import dtypes as D
 from ..engine.realize import realize
 from ..tensor import Tensor, _inplace
-from ..trace import runtime_scalar, static_value
+from ..tracing import runtime_scalar, static_value
 
 __all__ = ["Optimizer", "required"]
 
@@ -138,7 +138,7 @@ class Optimizer:
             self._step()
         else:
             if self.__dict__.get("_program") is None:
-                from ..trace import compile
+                from ..tracing import compile
                 self._program = compile(self._step)
             self._program()
         return loss

@@ -86,7 +86,7 @@ def runtime_scalar(getter):
     program reads from ``getter()`` on every call (a learning rate a scheduler changes).
 
     ```python
-    >>> from ngrad.trace import runtime_scalar
+    >>> from ngrad.tracing import runtime_scalar
     >>> runtime_scalar(lambda: 0.5)
     0.5
 
@@ -107,7 +107,7 @@ def static_value(getter):
     that finds another value traces again (Python state that decides the program's shape).
 
     ```python
-    >>> from ngrad.trace import static_value
+    >>> from ngrad.tracing import static_value
     >>> static_value(lambda: (0.9, 0.999))
     (0.9, 0.999)
 
