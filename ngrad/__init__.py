@@ -20,6 +20,7 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
 from .engine.runtime import get_num_threads, set_num_threads
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
                         set_grad_enabled)
+from .contract import einsum, inner, tensordot
 from .tracing import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, nonzero, pow, stack, where
 
@@ -51,7 +52,7 @@ sign floor ceil round remainder fmod maximum minimum clamp clip clamp_min clamp_
 var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes
 swapdims t flip roll narrow diagonal diag trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
 less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone
-broadcast_to addcmul addcdiv lerp""".split()
+broadcast_to addcmul addcdiv lerp equal""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
 subtract = sub
@@ -61,11 +62,6 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """True when all values agree within ``atol + rtol * |other|``."""
     import numpy as np
     return _builtins.bool(np.allclose(input.detach().numpy(), other.detach().numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
-
-
-def equal(input, other):
-    """True when shapes and all values are equal."""
-    return input.shape == other.shape and _builtins.bool((input == other).all())
 
 
 def result_type(tensor1, tensor2):

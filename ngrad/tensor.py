@@ -1900,6 +1900,10 @@ class Tensor:
     def outer(self, other):
         return self.reshape(-1, 1) * _as_tensor(other).reshape(1, -1)
 
+    def equal(self, other):
+        """True when shapes and all values are equal (a Python bool)."""
+        return self.shape == other.shape and bool((self == other).all())
+
     def diagonal(self, offset=0, dim1=0, dim2=1):
         """The ``offset`` diagonal of the matrices spanned by ``dim1`` and ``dim2`` (above the main
         one for ``offset > 0``), as the last dimension; a strided slice, so its gradient is the

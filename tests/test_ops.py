@@ -64,6 +64,12 @@ CASES = {
     "matmul_2d": (lambda L, a, b: a @ b, [r(3, 4), r(4, 2)]),
     "matmul_vectors": (lambda L, a, b, c: (a @ b) * c + (b @ c).sum(), [r(4), r(4, 3), r(3)]),
     "matmul_batched": (lambda L, a, b: L.matmul(a, b), [r(2, 1, 3, 4), r(5, 4, 2)]),
+    "einsum": (lambda L, a, b, c: L.einsum("ij,jk->ik", a, b).sum(0) + L.einsum("ii", a[:, :3]) + L.einsum("ij,ij->j", a, a)[:4]
+               + L.einsum("...j,jk,k->...", a, b, c)[1] + L.einsum("bij,jk", L.stack([a, a * 2]), b).sum((0, 1))
+               + L.einsum("iij->j", L.stack([a[:, :2]] * 3, 2)[:2]).sum() + L.einsum("i,j->ij", c, c).sum(1),
+               [r(3, 4), r(4, 4), r(4)]),
+    "tensordot_inner": (lambda L, a, b: L.tensordot(a, b, dims=([1, 2], [1, 0])) + L.tensordot(a, b.permute(1, 0, 2), 2).sum()
+                        + L.inner(a[0], b[:, 0].t()).sum(0), [r(2, 3, 4), r(4, 3, 2)]),
     "dot_mm": (lambda L, a, b: a.dot(b) + a.outer(b).sum(), [r(4), r(4)]),
     "reshape_view": (lambda L, a: a.reshape(4, -1).view(2, 2, 3).flatten(1) * 2, [r(3, 4)]),
     "squeeze_unsqueeze": (lambda L, a: a.unsqueeze(0).unsqueeze(-1).squeeze() * a.squeeze(1).unsqueeze(1), [r(3, 1)]),

@@ -92,6 +92,18 @@ def test_shape_errors_name_both_shapes():
         ngrad.cat([ngrad.ones(2, 3), ngrad.ones(2, 4)])
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         ngrad.stack([ngrad.ones(2), ngrad.ones(3)])
+    with pytest.raises(RuntimeError, match=r"einsum\(\): subscript j has size 4 for operand 1 which does not broadcast"):
+        ngrad.einsum("ij,jk->ik", ngrad.ones(2, 3), ngrad.ones(4, 4))
+    with pytest.raises(RuntimeError, match=r"einsum\(\): output subscript k does not appear in the equation"):
+        ngrad.einsum("ij->k", ngrad.ones(2, 2))
+    with pytest.raises(RuntimeError, match=r"einsum\(\): the number of subscripts in the equation .3. does not match"):
+        ngrad.einsum("ijk", ngrad.ones(2, 2))
+    with pytest.raises(RuntimeError, match=r"einsum\(\): subscript i is repeated for operand 0 but the sizes don't match"):
+        ngrad.einsum("ii", ngrad.ones(2, 3))
+    with pytest.raises(RuntimeError, match=r"einsum\(\): fewer operands were provided than specified in the equation"):
+        ngrad.einsum("ij,jk", ngrad.ones(2, 2))
+    with pytest.raises(RuntimeError, match="contracted dimensions need to match"):
+        ngrad.tensordot(ngrad.ones(2, 3), ngrad.ones(2, 3), dims=1)
     with pytest.raises(RuntimeError, match="trace: expected a matrix, but got tensor with dim 1"):
         ngrad.ones(3).trace()
     with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 1, -2"):
