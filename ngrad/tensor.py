@@ -1198,6 +1198,9 @@ class Tensor:
     def clamp_(self, min=None, max=None):
         return _inplace(self, self.clamp(min, max))
 
+    def masked_fill_(self, mask, value):
+        return _inplace(self, self.masked_fill(mask, value))
+
     clip_ = clamp_
 
     def clamp_min_(self, min):
@@ -1900,6 +1903,176 @@ class Tensor:
     def outer(self, other):
         return self.reshape(-1, 1) * _as_tensor(other).reshape(1, -1)
 
+    def masked_fill(self, mask, value):
+        """``value`` where the boolean ``mask`` (broadcast to this shape) is True; the gradient
+        flows only where it is False (and into a tensor ``value`` from where it is True)."""
+        mask = _as_tensor(mask)
+        if mask.dtype is not D.bool_:
+            raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                               f"{_TORCH_NAME[mask.dtype.short].lower()}")
+        if isinstance(value, Tensor):
+            if value.ndim:
+                raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                                   f"{value.ndim} dimension(s).")
+            value = value.to(self.dtype)
+        out = where(mask, value, self)
+        return out if out.shape == self.shape else out.expand(self.shape)  # a mask may not widen it
+
+    def tril(self, diagonal=0):
+        """The lower triangle of the matrices in the last two dimensions (on and below the
+        ``diagonal``-th diagonal), zeros above."""
+        return self._triangle(diagonal, np.tri, "tril")
+
+    def triu(self, diagonal=0):
+        """The upper triangle (on and above the ``diagonal``-th diagonal), zeros below."""
+        return self._triangle(diagonal, lambda n, m, k, dtype: ~np.tri(n, m, k - 1, dtype=bool), "triu")
+
+    def _triangle(self, diagonal, tri, name):
+        if self.ndim < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        n, m = self.shape[-2], self.shape[-1]
+        keep = _wrap(source(_value_on(tri(n, m, diagonal, dtype=bool), self._node.device), D.bool_))
+        return where(keep, self, 0)
+
+    def atan2(self, other):
+        """The angle of the point (``other``, ``self``): ``atan(self / other)`` in the right quadrant."""
+        return _float_binary("atan2", self, other, "Atan2Backward0")
+
+    arctan2 = atan2
+
+    def logaddexp(self, other):
+        """``log(exp(self) + exp(other))`` without overflow."""
+        a, b = (self, _as_tensor(other)) if self.dtype.is_floating_point else (self.float(), _as_tensor(other))
+        m = a.maximum(b)
+        r = m + (-(a - b).abs()).exp().log1p()
+        return where((m.abs() == math.inf) & (a == b), m, r)  # inf and inf, -inf and -inf: no inf - inf
+
+    def exp2(self):
+        return 2.0 ** self
+
+    def trunc(self):
+        """Rounded toward zero (the gradient is 0, as for ``floor``)."""
+        return self if not self.dtype.is_floating_point else self.sign() * self.abs().floor()
+
+    fix = trunc
+
+    def frac(self):
+        """``self - trunc(self)`` (the gradient is 1)."""
+        return self - self.trunc().detach()
+
+    def isinf(self):
+        return self.abs() == math.inf if self.dtype.is_floating_point else self != self
+
+    def isfinite(self):
+        return (self - self) == 0 if self.dtype.is_floating_point else self == self
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (the dtype's largest
+        and lowest finite values by default); the gradient is zero where they were."""
+        if not self.dtype.is_floating_point:
+            return self.clone()
+        info = np.finfo(self.dtype.np)
+        posinf = float(info.max) if posinf is None else posinf
+        neginf = float(info.min) if neginf is None else neginf
+        return where(self != self, nan, where(self == math.inf, posinf, where(self == -math.inf, neginf, self)))
+
+    def cross(self, other, dim=None):
+        """The cross product of 3-vectors along ``dim`` (by default the first dimension of size 3)."""
+        a, b = self, _as_tensor(other)
+        shape = _broadcast(tuple(a.shape), tuple(b.shape))
+        if dim is None:
+            dim = next((d for d, s in enumerate(shape) if s == 3), None)
+            if dim is None:
+                raise RuntimeError("no dimension of size 3 in input")
+        d = _dim(dim, len(shape))
+        if shape[d] != 3:
+            raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {a.shape[d - len(shape) + a.ndim] if a.ndim else 0} and "
+                               f"{b.shape[d - len(shape) + b.ndim] if b.ndim else 0}")
+        a, b = a.expand(*shape), b.expand(*shape)
+        a1, a2, a3 = a.unbind(d)
+        b1, b2, b3 = b.unbind(d)
+        return stack([a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1], d)
+
+    def movedim(self, source, destination):
+        """Dimensions ``source`` moved to the positions ``destination`` (ints or sequences); the
+        others keep their order."""
+        src = [source] if isinstance(source, int) else list(source)
+        dst = [destination] if isinstance(destination, int) else list(destination)
+        if len(src) != len(dst):
+            raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) should contain the "
+                               f"same number of dims as destination ({dst} dims)")
+        src, dst = [_dim(d, self.ndim) for d in src], [_dim(d, self.ndim) for d in dst]
+        if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise RuntimeError("movedim: repeated dim in `source` or `destination`")
+        rest = iter(d for d in range(self.ndim) if d not in src)
+        placed = dict(zip(dst, src))
+        return self.permute(*[placed[i] if i in placed else next(rest) for i in range(self.ndim)])
+
+    moveaxis = movedim
+
+    def diff(self, n=1, dim=-1, prepend=None, append=None):
+        """The ``n``-th forward difference along ``dim`` (after joining ``prepend`` and ``append``)."""
+        d = _dim(dim, self.ndim)
+        x = cat([t for t in (prepend, self, append) if t is not None], d) if prepend is not None or append is not None \
+            else self
+        for _ in range(n):
+            k = x.shape[d]
+            if k == 0:
+                break
+            x = x.narrow(d, 1, k - 1) - x.narrow(d, 0, k - 1) if x.dtype is not D.bool_ else \
+                x.narrow(d, 1, k - 1) != x.narrow(d, 0, k - 1)
+        return x
+
+    def unflatten(self, dim, sizes):
+        """Dimension ``dim`` split into ``sizes`` (one of them may be -1)."""
+        d = _dim(dim, self.ndim)
+        return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
+
+    def tile(self, *dims):
+        """Repeated ``dims`` times along each dimension (ones are prepended to the shorter of the two)."""
+        dims = _shape_arg(dims)
+        dims = (1,) * (self.ndim - len(dims)) + dims
+        x = self.reshape(*((1,) * (len(dims) - self.ndim) + tuple(self.shape))) if len(dims) > self.ndim else self
+        return x.repeat(*dims)
+
+    def take_along_dim(self, indices, dim=None):
+        """``gather`` with ``indices`` and this tensor broadcast to each other except along
+        ``dim`` (the flattened tensor when ``dim`` is None)."""
+        idx = _as_tensor(indices)
+        if dim is None:
+            return self.reshape(-1).gather(0, idx.reshape(-1))
+        d = _dim(dim, self.ndim)
+        if idx.ndim != self.ndim:
+            raise RuntimeError("torch.take_along_dim(): input and indices should have the same number of dimensions, "
+                               f"but got {self.ndim} dimensions for input, and {idx.ndim} dimensions for indices")
+        shape = list(_broadcast(tuple(s for i, s in enumerate(self.shape) if i != d),
+                                tuple(s for i, s in enumerate(idx.shape) if i != d)))
+        x = self.expand(*(shape[:d] + [self.shape[d]] + shape[d:]))
+        return x.gather(d, idx.expand(*(shape[:d] + [idx.shape[d]] + shape[d:])))
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        """``beta * self + alpha * (mat1 @ mat2)``."""
+        prod = _as_tensor(mat1).mm(_as_tensor(mat2))
+        prod = prod if alpha == 1 else prod * alpha
+        return prod + (self if beta == 1 else self * beta) if beta != 0 else prod
+
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+        from .factories import tensor
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        from .factories import zeros
+        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        from .factories import ones
+        return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        from .factories import full
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
     def equal(self, other):
         """True when shapes and all values are equal (a Python bool)."""
         return self.shape == other.shape and bool((self == other).all())
@@ -2116,6 +2289,39 @@ def cat(tensors, dim=0):
 
 
 concat = concatenate = cat
+
+
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids from 0-d or 1-d tensors: output ``k`` varies along dimension ``k`` with
+    ``indexing='ij'`` (the default); ``'xy'`` swaps the first two dimensions (Cartesian order).
+
+    ```python
+    >>> import ngrad
+    >>> xs, ys = ngrad.meshgrid(ngrad.tensor([1, 2, 3]), ngrad.tensor([10, 20]), indexing="xy")
+    >>> xs.shape, ys[:, 0]
+    (ngrad.Size([2, 3]), tensor([10, 20]))
+
+    ```
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    indexing = "ij" if indexing is None else indexing
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
+    ts = [_as_tensor(t) for t in tensors]
+    for t in ts:
+        if t.ndim > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {t.ndim}D")
+    ts = [t.reshape(-1) for t in ts]
+    order = list(range(len(ts)))
+    if indexing == "xy" and len(ts) > 1:
+        order[0], order[1] = 1, 0
+    shape = [ts[k].shape[0] for k in order]
+    grids = []
+    for k, t in enumerate(ts):
+        axis = order.index(k)
+        grids.append(t.reshape(*[-1 if i == axis else 1 for i in range(len(ts))]).expand(*shape))
+    return tuple(grids)
 
 
 def stack(tensors, dim=0):

@@ -26,6 +26,14 @@ CASES = {
     "pow exponent at base 0": (lambda L, x: (L.tensor([0.0, 0.0, 2.0], dtype=L.float64) ** x).sum(),
                                [2.0, 0.0, 1.0], [0.0, 0.0, 2 * math.log(2)]),
     "pow base with exponent 0": (lambda L, x: (x ** 0).sum(), [0.0, 3.0], [0.0, 0.0]),
+    "logaddexp of equal values halves": (lambda L, x: L.logaddexp(x, L.tensor([1.0, 0.0], dtype=L.float64)).sum(),
+                                         [1.0, 2.0], [0.5, 1 / (1 + math.exp(-2))]),
+    "nan_to_num stops the gradient at inf": (lambda L, x: (x * L.tensor([1e308, 1.0], dtype=L.float64) * 10).nan_to_num().sum(),
+                                             [1.0, 1.0], [0.0, 10.0]),
+    "leaky_relu at 0 takes the slope": (lambda L, x: L.nn.functional.leaky_relu(x, 0.2).sum(), [0.0, -1.0, 1.0],
+                                        [0.2, 0.2, 1.0]),
+    "elu at 0 takes alpha": (lambda L, x: L.nn.functional.elu(x, 0.7).sum(), [0.0, 1.0], [0.7, 1.0]),
+    "masked_fill stops the gradient": (lambda L, x: x.masked_fill(x > 1, 0.0).sum(), [1.0, 2.0], [1.0, 0.0]),
 }
 
 
@@ -46,6 +54,24 @@ def test_kink_gradient_matches_pytorch(name):
     n = ngrad.tensor(x, dtype=ngrad.float64, requires_grad=True)
     fn(ngrad, n).backward()
     np.testing.assert_allclose(n.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+
+
+def test_special_values_follow_numpy():
+    v = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.5, 3.7])
+    x = ngrad.tensor(v, dtype=ngrad.float64)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(x.isinf().numpy(), np.isinf(v))
+        np.testing.assert_array_equal(x.isfinite().numpy(), np.isfinite(v))
+        np.testing.assert_array_equal(x.nan_to_num().numpy(), np.nan_to_num(v))
+        np.testing.assert_array_equal(x.nan_to_num(1.0, 2.0, -3.0).numpy(), np.nan_to_num(v, nan=1.0, posinf=2.0, neginf=-3.0))
+        np.testing.assert_array_equal(x.trunc().numpy(), np.trunc(v))
+        np.testing.assert_array_equal(x.frac().numpy(), v - np.trunc(v))
+        y = np.array([0.0, -1.0, 2.0, np.inf, 1.0, -np.inf, -np.inf, np.nan])
+        np.testing.assert_array_equal(ngrad.atan2(x, ngrad.tensor(y, dtype=ngrad.float64)).numpy(), np.arctan2(v, y))
+        np.testing.assert_allclose(ngrad.logaddexp(x, ngrad.tensor(y, dtype=ngrad.float64)).numpy(), np.logaddexp(v, y),
+                                   rtol=1e-15)
+    i = ngrad.tensor([1, -2, 3])
+    assert not i.isinf().any() and i.isfinite().all() and i.trunc().tolist() == [1, -2, 3]
 
 
 def test_stable_extremes():

@@ -89,6 +89,16 @@ CASES = {
     "flip_roll": (lambda L, a: a.flip(0) * a.roll(1, 1) + a.roll(2), [r(3, 4)]),
     "gather_index_select": (lambda L, a: a.gather(1, L.tensor([[0, 0], [3, 1], [2, 2]])).sum()
                             + a.index_select(0, L.tensor([2, 0, 2])).sum() * a.sum(), [r(3, 4)]),
+    "atan2_logaddexp_exp2": (lambda L, a, b: L.atan2(a, b) + L.logaddexp(a, b) * 2 + a.exp2(), [r(3, 4), r(3, 4)]),
+    "trunc_frac_nan_to_num": (lambda L, a: (a * 3).frac() + (a * 3).trunc() + a.nan_to_num(posinf=1.0) * 2, [r(3, 4)]),
+    "masked_fill_tril_triu": (lambda L, a: a.masked_fill(L.tensor([[True, False, False, True]] * 3), -1.5) + a.tril()
+                              + a.triu(1) * 2 + L.stack([a, a]).tril(-1)[1], [r(3, 4)]),
+    "cross_movedim_diff": (lambda L, a, b: L.cross(a, b, dim=1).movedim(0, 1).diff(1, 1).sum(1)
+                           + a.diff(2, 0, prepend=b[:1]).sum(0), [r(5, 3), r(5, 3)]),
+    "take_tile_addmm_unflatten": (lambda L, a, m: L.take_along_dim(a, L.tensor([[0], [3], [1]]), 1) + a.tile(2)[:, 3:4]
+                                  + L.addmm(a[:, :2], m, m[:, :2], beta=0.5, alpha=2).sum(1, keepdim=True)
+                                  + a.unflatten(1, (2, 2)).sum(2)[:, :1], [r(3, 4), r(3, 3)]),
+    "meshgrid": (lambda L, a, b: (lambda g: g[0] * g[1] + g[1])(L.meshgrid(a, b, indexing="xy")), [r(4), r(3)]),
     "diagonal_trace_diag": (lambda L, a, v: L.diag(v, 1)[1:, 1:] * a[0, :, :3].trace() + L.diag(v) * a.diagonal(1, 1, 2)[0].sum()
                             + L.diag(a[1], -1).sum() + a.diagonal(-1, -1, 0).sum() + L.diag(v, -2)[2:, :3],
                             [r(2, 3, 4), r(3)]),

@@ -104,6 +104,18 @@ def test_shape_errors_name_both_shapes():
         ngrad.einsum("ij,jk", ngrad.ones(2, 2))
     with pytest.raises(RuntimeError, match="contracted dimensions need to match"):
         ngrad.tensordot(ngrad.ones(2, 3), ngrad.ones(2, 3), dims=1)
+    with pytest.raises(RuntimeError, match="masked_fill_ only supports boolean masks, but got mask with dtype long"):
+        ngrad.ones(3).masked_fill(ngrad.tensor([1, 0, 1]), 0.0)
+    with pytest.raises(RuntimeError, match="tril: input tensor must have at least 2 dimensions"):
+        ngrad.ones(3).tril()
+    with pytest.raises(RuntimeError, match=r"movedim: Invalid source or destination dims"):
+        ngrad.ones(2, 3).movedim((0, 1), 0)
+    with pytest.raises(RuntimeError, match='indexing must be one of "xy" or "ij"'):
+        ngrad.meshgrid(ngrad.ones(2), indexing="ji")
+    with pytest.raises(RuntimeError, match="input and indices should have the same number of dimensions"):
+        ngrad.ones(2, 3).take_along_dim(ngrad.tensor([0, 1]), 1)
+    with pytest.raises(RuntimeError, match="inputs dimension 1 must have length 3"):
+        ngrad.ones(2, 4).cross(ngrad.ones(2, 4), dim=1)
     with pytest.raises(RuntimeError, match="trace: expected a matrix, but got tensor with dim 1"):
         ngrad.ones(3).trace()
     with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 1, -2"):

@@ -145,6 +145,12 @@ class SourceMath:
         return Expr(f"({x.text} if {c.text} else {y.text})", x.dtype)
 
     @staticmethod
+    def atan2(x, y):
+        if x.dtype == "f32":
+            return Expr(f"np.float32(math.atan2(np.float64({x.text}), np.float64({y.text})))", x.dtype)
+        return Expr(f"math.atan2({x.text}, {y.text})", x.dtype)
+
+    @staticmethod
     def remainder(x, y):  # NumPy's: the sign of y, NaN for a zero float divisor
         return Expr(f"np.remainder({x.text}, {y.text})", x.dtype)
 

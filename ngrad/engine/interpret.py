@@ -57,7 +57,7 @@ class NumpyMath:
     sinh, cosh, tanh, abs, sign = np.sinh, np.cosh, np.tanh, np.abs, np.sign
     floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
     maximum, minimum, where, pow = np.maximum, np.minimum, np.where, np.power
-    remainder, fmod = np.remainder, np.fmod
+    remainder, fmod, atan2 = np.remainder, np.fmod, np.arctan2
     logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
     matmul = staticmethod(matmul_into)
 

@@ -402,6 +402,8 @@ P("maximum", "binary", _ew, lambda m, x, y: m.maximum(x, y),
   per_arg(lambda g, out, x, y: g * _tie_weight(x, y), lambda g, out, x, y: g * _tie_weight(y, x)))
 P("minimum", "binary", _ew, lambda m, x, y: m.minimum(x, y),
   per_arg(lambda g, out, x, y: g * _tie_weight(y, x), lambda g, out, x, y: g * _tie_weight(x, y)))
+P("atan2", "binary", _ew, lambda m, x, y: m.atan2(x, y),
+  per_arg(lambda g, out, x, y: g * y / (x * x + y * y), lambda g, out, x, y: -g * x / (x * x + y * y)))
 # x - y * floor(x / y) (the sign of y) and x - y * trunc(x / y) (the sign of x), computed exactly
 P("remainder", "binary", _ew, lambda m, x, y: m.remainder(x, y),
   per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * (x / y).floor()))
