@@ -10,7 +10,7 @@ tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 import builtins as _builtins
 import functools as _functools
 
-from . import autograd, cuda, func, nn, optim, scipy
+from . import autograd, cuda, func, linalg, nn, optim, scipy
 from .engine.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
 from .engine.dtypes import (DType as dtype, float32, float64, get_default_dtype, int32, int64,
                             set_default_dtype)
@@ -53,7 +53,7 @@ var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsque
 swapdims t flip roll narrow diagonal diag trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
 less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone
 broadcast_to addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim
-moveaxis diff unflatten tile take_along_dim addmm""".split()
+moveaxis diff unflatten tile take_along_dim addmm inverse det""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
 subtract = sub

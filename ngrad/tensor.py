@@ -2073,6 +2073,16 @@ class Tensor:
         return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
                     requires_grad=requires_grad)
 
+    def inverse(self):
+        """``ngrad.linalg.inv(self)``."""
+        from .linalg import inv
+        return inv(self)
+
+    def det(self):
+        """``ngrad.linalg.det(self)``."""
+        from .linalg import det
+        return det(self)
+
     def equal(self, other):
         """True when shapes and all values are equal (a Python bool)."""
         return self.shape == other.shape and bool((self == other).all())

@@ -70,6 +70,9 @@ CASES = {
                [r(3, 4), r(4, 4), r(4)]),
     "tensordot_inner": (lambda L, a, b: L.tensordot(a, b, dims=([1, 2], [1, 0])) + L.tensordot(a, b.permute(1, 0, 2), 2).sum()
                         + L.inner(a[0], b[:, 0].t()).sum(0), [r(2, 3, 4), r(4, 3, 2)]),
+    "linalg": (lambda L, a, b: L.linalg.inv(a) @ L.linalg.solve(a, b) + L.linalg.det(a) * L.linalg.solve(a, b[:, 0])[:, None]
+               + L.linalg.solve(L.stack([a, a.t()]), b).sum(0) + a.inverse().det() + L.linalg.vector_norm(b, 3, 0),
+               [r(3, 3) + 3 * np.eye(3), r(3, 2)]),
     "dot_mm": (lambda L, a, b: a.dot(b) + a.outer(b).sum(), [r(4), r(4)]),
     "reshape_view": (lambda L, a: a.reshape(4, -1).view(2, 2, 3).flatten(1) * 2, [r(3, 4)]),
     "squeeze_unsqueeze": (lambda L, a: a.unsqueeze(0).unsqueeze(-1).squeeze() * a.squeeze(1).unsqueeze(1), [r(3, 1)]),

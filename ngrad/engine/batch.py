@@ -73,7 +73,7 @@ def batch(tape, batched, size):
             continue
         kind, name = PRIMS[ins.prim].kind, ins.prim
         lifted = [a if f else _lift(a, size) for a, f in zip(args, flags)]
-        if kind in ("unary", "binary", "compare", "logical", "where", "cast", "matmul") or name in (
+        if kind in ("unary", "binary", "compare", "logical", "where", "cast", "matmul", "linalg") or name in (
                 "gather", "scatter_add", "cat"):
             if "axis" in p:
                 p["axis"] += 1

@@ -49,6 +49,14 @@ def matmul_into(x, y, out=None):
     return blas.matmul(x, y, out)
 
 
+def _lapack(fn, name, *args):
+    try:
+        return fn(*args)
+    except np.linalg.LinAlgError:
+        raise RuntimeError(f"{name}: The input matrix is singular, so the computation could not be completed") \
+            from None
+
+
 class NumpyMath:
     """The math namespace the primitive table's forward expressions are evaluated against."""
 
@@ -64,6 +72,16 @@ class NumpyMath:
     @staticmethod
     def sigmoid(x):
         return 1 / (1 + np.exp(-x))
+
+    @staticmethod
+    def inv(a):
+        return _lapack(np.linalg.inv, "linalg.inv", a)
+
+    @staticmethod
+    def solve(a, b):
+        return _lapack(np.linalg.solve, "linalg.solve", a, b)
+
+    det = np.linalg.det
 
     @staticmethod
     def softplus(x):

@@ -183,6 +183,25 @@ def _matmul(shapes, dtypes):
     return a[:-1] + (b[-1],), dtypes[0]
 
 
+def _square(shapes, dtypes):
+    a = shapes[0]
+    if len(a) < 2 or a[-1] != a[-2] or dtypes[0][0] != "f":
+        _fail(f"{a}:{dtypes[0]} is not a stack of square float matrices")
+    return a, dtypes[0]
+
+
+def _solve(shapes, dtypes):
+    a, b = shapes
+    _square(shapes[:1], dtypes)
+    if len(b) != len(a) or b[:-2] != a[:-2] or b[-2] != a[-1] or dtypes[1] != dtypes[0]:
+        _fail(f"solve operands {a}:{dtypes[0]} and {b}:{dtypes[1]} do not fit")
+    return b, dtypes[0]
+
+
+def _det(shapes, dtypes):
+    return _square(shapes, dtypes)[0][:-2], dtypes[0]
+
+
 def _const(shapes, dtypes, value, dtype):
     return (), dtype
 
@@ -248,6 +267,28 @@ def _matmul_jvp(ts, out, args, params):
     terms = [t for t in (tx.matmul(y) if tx is not None else None, x.matmul(ty) if ty is not None else None)
              if t is not None]
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _solve_vjp(need, g, out, args, params):
+    a, b = args
+    gb = _matmul_t(a).solve(g)  # one solve with A^T serves both cotangents
+    return [-gb.matmul(_matmul_t(out)) if need[0] else None, gb if need[1] else None]
+
+
+def _solve_jvp(ts, out, args, params):
+    (ta, tb), a = ts, args[0]
+    terms = [t for t in (tb, -ta.matmul(out) if ta is not None else None) if t is not None]
+    return a.solve(terms[0] if len(terms) == 1 else terms[0] + terms[1])
+
+
+def _det_vjp(g, out, a):
+    return (g * out).reshape(shape=out.shape + (1, 1)).expand(shape=a.shape) * _matmul_t(a.inv())
+
+
+def _det_jvp(ts, out, args, params):
+    (t,), (a,) = ts, args  # det(A) trace(A^-1 T)
+    r = len(a.shape)
+    return out * (_matmul_t(a.inv()) * t).sum(axes=(r - 2, r - 1), keepdim=False)
 
 
 def _pow_base(g, out, x, y):
@@ -460,6 +501,12 @@ P("scatter_add", "index", _scatter_add, lambda m, x, idx, axis, shape: m.scatter
   per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None), LINEAR)
 
 # linear algebra and sources
+# linear algebra on stacks of matrices (LAPACK through NumPy, as glue)
+P("inv", "linalg", _square, lambda m, a: m.inv(a),
+  per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
+  lambda ts, out, args, params: -out.matmul(ts[0]).matmul(out))
+P("solve", "linalg", _solve, lambda m, a, b: m.solve(a, b), _solve_vjp, _solve_jvp)
+P("det", "linalg", _det, lambda m, a: m.det(a), per_arg(_det_vjp), _det_jvp)
 P("matmul", "matmul", _matmul, lambda m, x, y: m.matmul(x, y),
   per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)), _matmul_jvp)
 P("const", "const", _const, lambda m, value, dtype: m.const(value, dtype))
