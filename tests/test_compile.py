@@ -274,6 +274,28 @@ def test_value_control_flow_is_an_error_not_a_stale_program():
         ngrad.compile(lambda x, lr: x * (2.0 if lr > 0.5 else 1.0))(ngrad.ones(3), 0.7)
 
 
+def test_gather_reads_an_index_the_program_computes_when_it_runs(rng):
+    # an argmin, or an index tensor argument: read by the running program (a trace cannot read
+    # it), so each call gathers its own entries, differentiably; a bad index is an IndexError
+    @ngrad.compile
+    def f(x, i):
+        y = (x.gather(1, x.argmin(1, keepdim=True)) * 2).sum() + x.take_along_dim(i, 1).sum()
+        y.backward()
+        return y
+
+    for _ in range(3):
+        x0, i0 = rng.standard_normal((3, 4)), rng.integers(0, 4, (3, 2))
+        x = ngrad.tensor(x0, dtype=ngrad.float64, requires_grad=True)
+        y = f(x, ngrad.tensor(i0))
+        np.testing.assert_allclose(y.item(), 2 * x0.min(1).sum() + np.take_along_axis(x0, i0, 1).sum(), rtol=1e-13)
+        grad = np.zeros((3, 4))
+        grad[np.arange(3), x0.argmin(1)] += 2
+        np.add.at(grad, (np.arange(3)[:, None], i0), 1)
+        np.testing.assert_array_equal(x.grad.numpy(), grad)
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 1 with size 4"):
+        f(ngrad.zeros(3, 4, dtype=ngrad.float64, requires_grad=True), ngrad.tensor(np.full((3, 2), 7)))
+
+
 def test_values_independent_of_the_arguments_can_be_read():
     c = ngrad.tensor([1.0, 2.0])
     f = ngrad.compile(lambda x: x * c.sum().item())

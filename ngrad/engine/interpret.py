@@ -166,7 +166,10 @@ class NumpyMath:
 
     @staticmethod
     def gather(x, idx, axis):
-        return np.take_along_axis(x, idx, axis=axis)
+        try:
+            return np.take_along_axis(x, idx, axis=axis)
+        except IndexError as e:  # an index the program computed: PyTorch's words
+            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
 
     @staticmethod
     def scatter_add(x, idx, axis, shape):
