@@ -46,14 +46,15 @@ def _function(name):
     return f
 
 
-_METHODS = """abs absolute add sub mul multiply div divide true_divide neg negative exp log log1p expm1 log2
-log10 sqrt rsqrt reciprocal square sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf
-sign floor ceil round trunc fix frac exp2 remainder fmod atan2 arctan2 logaddexp maximum minimum clamp clip clamp_min clamp_max sum mean prod amax amin argmax argmin max min
-var std norm logsumexp softmax log_softmax cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes
-swapdims t flip roll narrow diagonal diag trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne
-less less_equal greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone
-broadcast_to addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim
-moveaxis diff unflatten tile take_along_dim addmm inverse det""".split()
+_METHODS = """abs absolute add sub mul multiply div divide true_divide neg negative exp log log1p expm1 log2 log10 sqrt
+rsqrt reciprocal square sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf sign
+floor ceil round trunc fix frac exp2 remainder fmod atan2 arctan2 logaddexp maximum minimum clamp clip
+clamp_min clamp_max sum mean prod amax amin argmax argmin max min var std norm logsumexp softmax log_softmax
+cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes swapdims t flip roll narrow diagonal diag
+trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne less less_equal
+greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone broadcast_to
+addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim moveaxis diff
+unflatten tile take_along_dim addmm inverse det""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
 subtract = sub

@@ -1198,10 +1198,10 @@ class Tensor:
     def clamp_(self, min=None, max=None):
         return _inplace(self, self.clamp(min, max))
 
+    clip_ = clamp_
+
     def masked_fill_(self, mask, value):
         return _inplace(self, self.masked_fill(mask, value))
-
-    clip_ = clamp_
 
     def clamp_min_(self, min):
         return _inplace(self, self.clamp(min=min))
@@ -1956,7 +1956,7 @@ class Tensor:
 
     def trunc(self):
         """Rounded toward zero (the gradient is 0, as for ``floor``)."""
-        return self if not self.dtype.is_floating_point else self.sign() * self.abs().floor()
+        return self.clone() if not self.dtype.is_floating_point else self.sign() * self.abs().floor()
 
     fix = trunc
 
@@ -1990,8 +1990,9 @@ class Tensor:
                 raise RuntimeError("no dimension of size 3 in input")
         d = _dim(dim, len(shape))
         if shape[d] != 3:
-            raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {a.shape[d - len(shape) + a.ndim] if a.ndim else 0} and "
-                               f"{b.shape[d - len(shape) + b.ndim] if b.ndim else 0}")
+            sizes = [t.shape[d - len(shape) + t.ndim] if d - len(shape) + t.ndim >= 0 else 1 for t in (a, b)]
+            raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {sizes[0]} and "
+                               f"{sizes[1]}")
         a, b = a.expand(*shape), b.expand(*shape)
         a1, a2, a3 = a.unbind(d)
         b1, b2, b3 = b.unbind(d)

@@ -28,8 +28,8 @@ CASES = {
     "pow base with exponent 0": (lambda L, x: (x ** 0).sum(), [0.0, 3.0], [0.0, 0.0]),
     "logaddexp of equal values halves": (lambda L, x: L.logaddexp(x, L.tensor([1.0, 0.0], dtype=L.float64)).sum(),
                                          [1.0, 2.0], [0.5, 1 / (1 + math.exp(-2))]),
-    "nan_to_num stops the gradient at inf": (lambda L, x: (x * L.tensor([1e308, 1.0], dtype=L.float64) * 10).nan_to_num().sum(),
-                                             [1.0, 1.0], [0.0, 10.0]),
+    "nan_to_num stops the gradient at inf": (
+        lambda L, x: (x * L.tensor([1e308, 1.0], dtype=L.float64) * 10).nan_to_num().sum(), [1.0, 1.0], [0.0, 10.0]),
     "leaky_relu at 0 takes the slope": (lambda L, x: L.nn.functional.leaky_relu(x, 0.2).sum(), [0.0, -1.0, 1.0],
                                         [0.2, 0.2, 1.0]),
     "elu at 0 takes alpha": (lambda L, x: L.nn.functional.elu(x, 0.7).sum(), [0.0, 1.0], [0.7, 1.0]),
@@ -63,7 +63,8 @@ def test_special_values_follow_numpy():
         np.testing.assert_array_equal(x.isinf().numpy(), np.isinf(v))
         np.testing.assert_array_equal(x.isfinite().numpy(), np.isfinite(v))
         np.testing.assert_array_equal(x.nan_to_num().numpy(), np.nan_to_num(v))
-        np.testing.assert_array_equal(x.nan_to_num(1.0, 2.0, -3.0).numpy(), np.nan_to_num(v, nan=1.0, posinf=2.0, neginf=-3.0))
+        np.testing.assert_array_equal(x.nan_to_num(1.0, 2.0, -3.0).numpy(),
+                                      np.nan_to_num(v, nan=1.0, posinf=2.0, neginf=-3.0))
         np.testing.assert_array_equal(x.trunc().numpy(), np.trunc(v))
         np.testing.assert_array_equal(x.frac().numpy(), v - np.trunc(v))
         y = np.array([0.0, -1.0, 2.0, np.inf, 1.0, -np.inf, -np.inf, np.nan])

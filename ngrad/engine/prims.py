@@ -270,7 +270,7 @@ def _matmul_jvp(ts, out, args, params):
 
 
 def _solve_vjp(need, g, out, args, params):
-    a, b = args
+    a = args[0]
     gb = _matmul_t(a).solve(g)  # one solve with A^T serves both cotangents
     return [-gb.matmul(_matmul_t(out)) if need[0] else None, gb if need[1] else None]
 
@@ -500,8 +500,7 @@ P("gather", "index", _gather, lambda m, x, idx, axis: m.gather(x, idx, axis),
 P("scatter_add", "index", _scatter_add, lambda m, x, idx, axis, shape: m.scatter_add(x, idx, axis, shape),
   per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None), LINEAR)
 
-# linear algebra and sources
-# linear algebra on stacks of matrices (LAPACK through NumPy, as glue)
+# linear algebra (inv, solve, det: stacks of matrices, LAPACK through NumPy, run as glue) and sources
 P("inv", "linalg", _square, lambda m, a: m.inv(a),
   per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
   lambda ts, out, args, params: -out.matmul(ts[0]).matmul(out))
