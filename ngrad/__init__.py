@@ -54,7 +54,7 @@ cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes swapdims t f
 trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne less less_equal
 greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone broadcast_to
 addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim moveaxis diff
-unflatten tile take_along_dim addmm inverse det""".split()
+unflatten tile take_along_dim addmm inverse det sort argsort topk""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
 subtract = sub

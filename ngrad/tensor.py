@@ -26,6 +26,8 @@ _object_new = object.__new__
 _nodes_new = Node
 _MAX = namedtuple("max", ["values", "indices"])
 _MIN = namedtuple("min", ["values", "indices"])
+_SORT = namedtuple("sort", ["values", "indices"])
+_TOPK = namedtuple("topk", ["values", "indices"])
 # non-leaf nodes with tensor hooks and outputs of custom Functions: while one lives, backward
 # checks whether its graph needs to run in segments (see ngrad.autograd.reverse)
 _segment_nodes = weakref.WeakSet()
@@ -1482,6 +1484,42 @@ class Tensor:
         if not keepdim and self.ndim:
             vals, idx = vals.squeeze(axis), idx.squeeze(axis)
         return tup(_named(vals, name + "0"), idx)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        """The indices that sort along ``dim``. The sort is stable (equal values keep their order,
+        for either direction) and NaN sorts as the largest value, as in PyTorch."""
+        n = self._node
+        if not n.shape:
+            return _wrap(source(_value_on(np.zeros((), np.int64), n.device), D.int64))
+        axis = _dim(dim, len(n.shape))
+        return _wrap(Node("argsort", (n,), {"axis": axis, "descending": bool(descending)}, n.shape, D.int64))
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        """``(values, indices)`` sorted along ``dim``; the gradient of the values goes back to the
+        entries they came from.
+
+        ```python
+        >>> import ngrad
+        >>> ngrad.tensor([3.0, 1.0, 2.0]).sort(descending=True)
+        sort(values=tensor([3., 2., 1.]), indices=tensor([0, 2, 1]))
+
+        ```
+        """
+        idx = self.argsort(dim, descending)
+        if not self.ndim:
+            return _SORT(self.clone(), idx)
+        return _SORT(_named(self.gather(_dim(dim, self.ndim), idx), "SortBackward0"), idx)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """The ``k`` largest (or smallest) entries along ``dim`` and their indices, in order."""
+        d = _dim(dim, max(self.ndim, 1))
+        size = self.shape[d] if self.ndim else 1
+        if not 0 <= k <= size:
+            raise RuntimeError("selected index k out of range")
+        values, indices = self.sort(dim, descending=largest)
+        if not self.ndim:
+            return _TOPK(values, indices)
+        return _TOPK(_named(values.narrow(d, 0, k), "TopkBackward0"), indices.narrow(d, 0, k))
 
     def max(self, dim=None, keepdim=False, other=None):
         """Full reduction (ties share the gradient evenly), or ``(values, indices)`` along ``dim``."""

@@ -296,6 +296,30 @@ def test_gather_reads_an_index_the_program_computes_when_it_runs(rng):
         f(ngrad.zeros(3, 4, dtype=ngrad.float64, requires_grad=True), ngrad.tensor(np.full((3, 2), 7)))
 
 
+def test_sort_topk_and_max_along_a_dim_compile(rng):
+    # their indices are the program's own results (they failed to trace while gather read them)
+    @ngrad.compile
+    def f(x):
+        v, i = x.sort(1, descending=True)
+        y = v[:, :2].sum() + x.max(1).values.sum() + x.topk(2, 0).values.sum()
+        y.backward()
+        return y, i
+
+    for _ in range(3):
+        x0 = rng.standard_normal((3, 4))
+        x = ngrad.tensor(x0, dtype=ngrad.float64, requires_grad=True)
+        y, i = f(x)
+        down = -np.sort(-x0, 1)
+        np.testing.assert_allclose(y.item(), down[:, :2].sum() + x0.max(1).sum() + (-np.sort(-x0, 0))[:2].sum(),
+                                   rtol=1e-13)
+        np.testing.assert_array_equal(i.numpy(), np.argsort(-x0, 1, kind="stable"))
+        grad = np.zeros((3, 4))
+        np.put_along_axis(grad, np.argsort(-x0, 1)[:, :2], 1.0, 1)
+        grad[np.arange(3), x0.argmax(1)] += 1
+        np.add.at(grad, (np.argsort(-x0, 0)[:2], np.arange(4)), 1)
+        np.testing.assert_array_equal(x.grad.numpy(), grad)
+
+
 def test_values_independent_of_the_arguments_can_be_read():
     c = ngrad.tensor([1.0, 2.0])
     f = ngrad.compile(lambda x: x * c.sum().item())

@@ -90,6 +90,8 @@ CASES = {
     "split_chunk": (lambda L, a: a.split(2, 1)[1].sum() + a.split([1, 3], 1)[1].sum() + a.chunk(2)[0].sum(),
                     [r(3, 4)]),
     "flip_roll": (lambda L, a: a.flip(0) * a.roll(1, 1) + a.roll(2), [r(3, 4)]),
+    "sort_topk": (lambda L, a: a.sort(1)[0] * L.arange(4.0) + a.sort(0, descending=True).values[:, :1]
+                  + a.topk(2, 0, largest=False).values.sum(0) + L.sort(a.t())[0].t(), [r(3, 4)]),
     "gather_index_select": (lambda L, a: a.gather(1, L.tensor([[0, 0], [3, 1], [2, 2]])).sum()
                             + a.index_select(0, L.tensor([2, 0, 2])).sum() * a.sum(), [r(3, 4)]),
     "atan2_logaddexp_exp2": (lambda L, a, b: L.atan2(a, b) + L.logaddexp(a, b) * 2 + a.exp2(), [r(3, 4), r(3, 4)]),

@@ -82,7 +82,7 @@ CASES = {
 }
 
 NOT_DIFFERENTIABLE = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isnan",
-                      "argmax", "argmin", "const", "detach"}
+                      "argmax", "argmin", "argsort", "const", "detach"}
 
 
 def test_every_primitive_is_covered():
@@ -136,6 +136,15 @@ def test_logical_and_arg_reductions():
     np.testing.assert_array_equal(interpret(tape, [x])[0], [1, 0])
     tape, _ = prim_tape("argmin", [x], {"axis": 1, "keepdim": True})
     np.testing.assert_array_equal(interpret(tape, [x])[0], [[0], [0]])
+
+
+def test_argsort_is_stable_both_ways_with_nan_largest():
+    x = np.array([[2.0, np.nan, 1.0, 2.0, -1.0, 1.0], [0.0, 0.0, 0.0, 3.0, 3.0, np.nan]])
+    up, _ = prim_tape("argsort", [x], {"axis": 1, "descending": False})
+    down, _ = prim_tape("argsort", [x], {"axis": 1, "descending": True})
+    np.testing.assert_array_equal(interpret(up, [x])[0], [[4, 2, 5, 0, 3, 1], [0, 1, 2, 3, 4, 5]])
+    np.testing.assert_array_equal(interpret(down, [x])[0], [[1, 0, 3, 2, 5, 4], [5, 3, 4, 0, 1, 2]])
+    assert interpret(down, [x])[0].dtype == np.int64
 
 
 def test_const_and_dtype_preservation():

@@ -116,6 +116,8 @@ def test_shape_errors_name_both_shapes():
         ngrad.ones(2, 3).take_along_dim(ngrad.tensor([0, 1]), 1)
     with pytest.raises(RuntimeError, match="inputs dimension 1 must have length 3"):
         ngrad.ones(2, 4).cross(ngrad.ones(2, 4), dim=1)
+    with pytest.raises(RuntimeError, match="selected index k out of range"):
+        ngrad.ones(2, 3).topk(4)
     with pytest.raises(RuntimeError, match="trace: expected a matrix, but got tensor with dim 1"):
         ngrad.ones(3).trace()
     with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 1, -2"):

@@ -82,7 +82,7 @@ def batch(tape, batched, size):
             r = b.emit(name, lifted, p)
         elif name in ("sum", "prod", "amax", "amin"):
             r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
-        elif name in ("argmax", "argmin", "cumsum"):
+        elif name in ("argmax", "argmin", "argsort", "cumsum"):
             r = b.emit(name, args, dict(p, axis=p["axis"] + 1))
         elif name in ("reshape", "expand"):
             r = b.emit(name, args, dict(p, shape=(size,) + tuple(p["shape"])))

@@ -120,6 +120,15 @@ class NumpyMath:
         return np.argmin(x, axis=axis, keepdims=keepdim).astype(np.int64)
 
     @staticmethod
+    def argsort(x, axis, descending):
+        """A stable sort's indices; NaN sorts as the largest value. Descending: the ascending
+        sort of the reversed axis, reversed, so that equal values still keep their order."""
+        if not descending:
+            return np.argsort(x, axis=axis, kind="stable").astype(np.int64)
+        r = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
+        return (x.shape[axis] - 1 - np.flip(r, axis)).astype(np.int64)
+
+    @staticmethod
     def cumsum(x, axis):
         return np.cumsum(x, axis=axis, dtype=x.dtype)
 

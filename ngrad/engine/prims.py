@@ -82,6 +82,11 @@ def _arg(shapes, dtypes, axis, keepdim):
     return _reduce(shapes, dtypes, (axis,), keepdim)[0], "i64"
 
 
+def _argsort(shapes, dtypes, axis, descending):
+    _axes_ok((axis,), len(shapes[0]))
+    return shapes[0], "i64"
+
+
 def _scan(shapes, dtypes, axis):
     _axes_ok((axis,), len(shapes[0]))
     return shapes[0], dtypes[0]
@@ -467,6 +472,7 @@ P("amin", "reduce", _reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim
   _extreme_jvp)
 P("argmax", "reduce", _arg, lambda m, x, axis, keepdim: m.argmax(x, axis, keepdim))
 P("argmin", "reduce", _arg, lambda m, x, axis, keepdim: m.argmin(x, axis, keepdim))
+P("argsort", "sort", _argsort, lambda m, x, axis, descending: m.argsort(x, axis, descending))
 P("cumsum", "scan", _scan, lambda m, x, axis: m.cumsum(x, axis),
   per_arg(lambda g, out, x, axis: g.flip(axes=(axis,)).cumsum(axis=axis).flip(axes=(axis,))), LINEAR)
 
