@@ -17,7 +17,6 @@ True
 
 ```
 """
-import math
 
 from .tensor import _as_tensor, _broadcast, _named, _new, _TORCH_NAME
 
@@ -85,16 +84,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     elif not x.dtype.is_floating_point:
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                            f"{_TORCH_NAME[x.dtype.short]}")
-    dims = dim if dim is not None else None
-    a = x.abs()
-    if ord == math.inf:
-        return a.amax(dims, keepdim=keepdim) if dims is not None else a.amax()
-    if ord == -math.inf:
-        return a.amin(dims, keepdim=keepdim) if dims is not None else a.amin()
-    if ord == 0:
-        nz = (a != 0).to(x.dtype)
-        return nz.sum(dims, keepdim=keepdim) if dims is not None else nz.sum()
-    return x.norm(ord, dim=dims, keepdim=keepdim)
+    return x.norm(ord, dim=dim, keepdim=keepdim)  # Tensor.norm takes inf, -inf and 0 too
 
 
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):

@@ -2016,7 +2016,7 @@ class Tensor:
         info = np.finfo(self.dtype.np)
         posinf = float(info.max) if posinf is None else posinf
         neginf = float(info.min) if neginf is None else neginf
-        return where(self != self, nan, where(self == math.inf, posinf, where(self == -math.inf, neginf, self)))
+        return where(self.isnan(), nan, where(self == math.inf, posinf, where(self == -math.inf, neginf, self)))
 
     def cross(self, other, dim=None):
         """The cross product of 3-vectors along ``dim`` (by default the first dimension of size 3)."""

@@ -57,6 +57,11 @@ def _lapack(fn, name, *args):
             from None
 
 
+def _index_error(e):
+    """NumPy's IndexError for indices a compiled program computed or was given, in PyTorch's words."""
+    return IndexError(str(e).replace(" axis ", " dimension "))
+
+
 class NumpyMath:
     """The math namespace the primitive table's forward expressions are evaluated against."""
 
@@ -164,8 +169,8 @@ class NumpyMath:
     def index(x, idx, axis):
         try:
             return x[(slice(None),) * axis + tuple(idx)]
-        except IndexError as e:  # indices a compiled program computed or was given: PyTorch's words
-            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
+        except IndexError as e:
+            raise _index_error(e) from None
 
     @staticmethod
     def unindex(x, idx, shape, axis):
@@ -177,8 +182,8 @@ class NumpyMath:
     def gather(x, idx, axis):
         try:
             return np.take_along_axis(x, idx, axis=axis)
-        except IndexError as e:  # an index the program computed: PyTorch's words
-            raise IndexError(str(e).replace(" axis ", " dimension ")) from None
+        except IndexError as e:
+            raise _index_error(e) from None
 
     @staticmethod
     def scatter_add(x, idx, axis, shape):

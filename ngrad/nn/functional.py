@@ -180,8 +180,9 @@ def _class_rows(input, target, name):
 def _picked(rows, target, weight, ignore_index):
     """Per row: the score at the target class, the target class's weight (0 where ignored), and
     1.0 where the row counts (0.0 where its target is ``ignore_index``)."""
-    valid = (target != ignore_index).to(rows.dtype)
-    safe = _t.where(target != ignore_index, target, 0)  # an index to read even where ignored
+    kept = target != ignore_index
+    valid = kept.to(rows.dtype)
+    safe = _t.where(kept, target, 0)  # an index to read even where ignored
     score = rows[np.arange(rows.shape[0]), safe]
     if weight is None:
         return score, valid, valid
