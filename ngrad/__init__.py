@@ -11,8 +11,8 @@ import builtins as _builtins
 import functools as _functools
 
 from . import autograd, cuda, func, linalg, nn, optim, scipy
-from .engine.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
-from .engine.dtypes import (DType as dtype, float32, float64, get_default_dtype, int32, int64,
+from .engine.ir.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
+from .engine.ir.dtypes import (DType as dtype, float32, float64, get_default_dtype, int32, int64,
                             set_default_dtype)
 from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, initial_seed,
                         is_tensor, linspace, manual_seed, numel, ones, ones_like, rand, rand_like, randint, randn,

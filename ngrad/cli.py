@@ -39,7 +39,7 @@ def build_parser():
 
 
 def cache(args):
-    from .engine.compile import cache_clear, cache_info
+    from .engine.targets.compile import cache_clear, cache_info
     if args.action == "info":
         info = cache_info()
         print(f"cache root: {info['root']}\nthis version: {info['folder']}\n"

@@ -16,7 +16,7 @@ __all__ = ["is_available", "unavailable_reason", "device_count", "get_device_nam
 
 
 def _status():
-    from .engine.compile import cuda_status
+    from .engine.targets.compile import cuda_status
     return cuda_status()
 
 
@@ -60,5 +60,5 @@ def get_device_name(device=None):
 def synchronize(device=None):
     """Wait for every kernel launched on the GPU to finish (kernels run asynchronously)."""
     if is_available():
-        from .engine.compile import synchronize as sync
+        from .engine.targets.compile import synchronize as sync
         sync()

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from .engine import dtypes as D
-from .engine.graph import source
+from .engine.ir import dtypes as D
+from .engine.ir.graph import source
 from .tensor import Tensor, _device_name, _host, _shape_arg, _value, _value_on, _wrap
 from .tracing import _check_random
 
@@ -110,7 +110,7 @@ def _on_gpu(data):
 def _from_cuda(data, dtype, dev, requires_grad, copy):
     """A tensor on the GPU from an object exposing ``__cuda_array_interface__`` (a CuPy array, a
     PyTorch CUDA tensor, a Numba device array): shared memory unless ``copy``."""
-    from .engine.compile import as_device, device_copy, is_device_array
+    from .engine.targets.compile import as_device, device_copy, is_device_array
     _device_name("cuda")
     arr = data if is_device_array(data) else as_device(data)
     d = D.from_numpy_dtype(np.dtype(arr.dtype))

@@ -6,7 +6,7 @@ import threading
 import os
 import traceback
 
-from .engine import graph as _graph
+from .engine.ir import graph as _graph
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode",
            "is_inference_mode_enabled"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import grad_mode as _grad_mode
 from .autograd.reverse import grad as _grad
-from .engine import dtypes as D
+from .engine.ir import dtypes as D
 from .factories import tensor
 from .func import value_and_grad as _value_and_grad
 from .tensor import Tensor

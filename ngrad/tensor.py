@@ -15,9 +15,9 @@ import numpy as np
 
 from . import grad_mode as _grad_mode
 from ._format import format_tensor
-from .engine import dtypes as D
-from .engine.graph import Node, source
-from .engine.realize import realize
+from .engine.ir import dtypes as D
+from .engine.ir.graph import Node, source
+from .engine.runtime.realize import realize
 
 __all__ = ["Tensor", "Size", "device"]
 
@@ -102,7 +102,7 @@ def _device_name(dev):
         return None
     name = device(dev).type
     if name == "cuda":
-        from .engine.compile import cuda_status
+        from .engine.targets.compile import cuda_status
         ok, why = cuda_status()
         if not ok:
             raise RuntimeError(f"CUDA is not available: {why}")
@@ -114,11 +114,11 @@ def _value_on(value, dev):
     if value.__class__ is np.ndarray:
         if dev != "cuda":
             return value
-        from .engine.compile import to_device
+        from .engine.targets.compile import to_device
         return to_device(value if value.flags.c_contiguous else np.ascontiguousarray(value).reshape(value.shape))
     if dev == "cuda":
         return value
-    from .engine.compile import to_host
+    from .engine.targets.compile import to_host
     return to_host(value)
 
 
@@ -1022,7 +1022,7 @@ class Tensor:
         n = self._node
         if not n.requires_grad and n.value is not None and not _traced(n):
             if n.device == "cuda":
-                from .engine.compile import device_copy
+                from .engine.targets.compile import device_copy
                 return _wrap(source(device_copy(n.value), n.dtype))
             return _wrap(source(np.array(n.value), n.dtype))
         return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")

@@ -22,11 +22,11 @@ import numpy as np
 
 from . import grad_mode as _grad_mode
 from ._gc import paused
-from .engine import dtypes as D
-from .engine.differentiate import jvp as _jvp, split as _split
-from .engine.graph import Node as _Node, lower, replay, source, target_of
-from .engine.prims import PRIMS
-from .engine.realize import realize
+from .engine.ir import dtypes as D
+from .engine.transform.differentiate import jvp as _jvp, split as _split
+from .engine.ir.graph import Node as _Node, lower, replay, source, target_of
+from .engine.ir.prims import PRIMS
+from .engine.runtime.realize import realize
 from .engine.runtime import debug_level, inline, prepare
 from .tensor import Tensor, _replace, _segment_nodes, _wrap, replacements
 
@@ -460,8 +460,8 @@ class _Variant:
         an optimizer's hyperparameters, which ``.grad`` exist) and returns ``MISS`` when any
         differs; the driver's code is inlined in it (``runtime.inline``), so a call of the common
         case runs one generated Python function and the kernels. Names here start with ``_``."""
-        from .engine.dtypes import from_short
-        from .engine.graph import ON_RECORD
+        from .engine.ir.dtypes import from_short
+        from .engine.ir.graph import ON_RECORD
         g = {"_run": self.run, "_ready": lambda n: realize([n])[0], "_Stale": _Stale, "_apply": self._apply,
              "_Tensor": Tensor, "_Node": _Node, "_new": _object_new, "_RECORD": ON_RECORD, "_GM": _gm,
              "_REPL": replacements, "_V": self, "_MISS": MISS}

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.differentiate import vjp
-from ngrad.engine.interpret import interpret
-from ngrad.engine.tape import Builder
+from ngrad.engine.transform.differentiate import vjp
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.ir.tape import Builder
 
 EPS = 1e-6
 

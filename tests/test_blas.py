@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from ngrad.engine import blas
+from ngrad.engine.ir import blas
 
 on_mkl = pytest.mark.skipif(blas.backend() != "mkl", reason="MKL is not installed (pip install 'ngrad[mkl]')")
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
@@ -145,7 +145,7 @@ def test_ngrad_blas_chooses_and_refuses(monkeypatch):
 
 FORK = r"""
 import os, sys, numpy as np
-from ngrad.engine import blas
+from ngrad.engine.ir import blas
 assert blas.backend() == "mkl"
 blas.set_num_threads(2)
 x = np.random.default_rng(0).standard_normal((400, 400))

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine import bytecode, runtime
-from ngrad.engine.compile import kernel
-from ngrad.engine.differentiate import vjp
-from ngrad.engine.graph import lower
-from ngrad.engine.interpret import interpret
+from ngrad.engine.backend import bytecode
+from ngrad.engine import runtime
+from ngrad.engine.targets.compile import kernel
+from ngrad.engine.transform.differentiate import vjp
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.ir.interpret import interpret
 
 from . import test_ops, test_prims
 from .oracles import check_damaged_plan_is_made_again, fd_gradient, prim_tape
@@ -245,7 +246,7 @@ def test_an_encoding_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch
     import marshal
     import os
 
-    from ngrad.engine.compile import cache_dir
+    from ngrad.engine.store import cache_dir
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     low = lower([_rk4(ngrad, ngrad.tensor(rng.uniform(-1, 1, 12)))._node])
     tape, values = low.tape, [n.value for n in low.sources]
@@ -290,7 +291,7 @@ def test_loop_ops_picks_a_loop_that_holds_the_operations_or_grows_a_close_one():
 def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(monkeypatch, tmp_path, rng):
     import os
 
-    from ngrad.engine import compile as compile_
+    from ngrad.engine.targets import compile as compile_
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "_loops", {})
     monkeypatch.setattr(compile_, "_memory", {})  # loops compiled by other tests are in another cache
@@ -361,7 +362,7 @@ def test_contiguous_windows_take_the_flat_operations():
 
 
 def test_pieces_of_a_concatenation_are_made_in_place(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, y = b.input((1, 4), "f64"), b.input((1, 3), "f64")
     made = x * x  # read only by the concatenation: made in its place
@@ -377,7 +378,7 @@ def test_pieces_of_a_concatenation_are_made_in_place(rng):
 
 
 def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, g = b.input((7,), "f64"), b.input((3,), "f64")
     placed = g.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,))
@@ -389,7 +390,7 @@ def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
 
 
 def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, g = b.input((7,), "f64"), b.input((3,), "f64")
     placed = [h.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,)) for h in (g, g * g)]
@@ -404,7 +405,7 @@ def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
 
 
 def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, g, h = b.input((7,), "f64"), b.input((3,), "f64"), b.input((3,), "f64")
     t, u = x.exp(), x.sin()
@@ -424,7 +425,7 @@ def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(r
 
 
 def test_a_product_added_into_a_value_read_again_later_is_added_into_a_copy(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     a, g, h, c = b.input((7,), "f64"), b.input((3,), "f64"), b.input((3,), "f64"), b.input((7,), "f64")
     x = a.exp()
@@ -438,7 +439,7 @@ def test_a_product_added_into_a_value_read_again_later_is_added_into_a_copy(rng)
 
 
 def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x = b.input((3,), "f64")
     shared = x * 2.0
@@ -454,7 +455,7 @@ def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
 
 
 def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     s, x, y = b.input((3,), "f64"), b.input((64,), "f64"), b.input((65,), "f64")
     tape = b.finish([s.exp(), x.sin(), y.cos()])
@@ -467,7 +468,7 @@ def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
 
 
 def test_an_element_wise_pair_runs_as_one_row(rng):
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, y, z = b.input((50,), "f64"), b.input((50,), "f64"), b.input((50,), "f64")
     t = x * y  # read once, by the sum below: computed in its row, with no window of its own

@@ -7,11 +7,11 @@ import pytest
 
 import ngrad
 from ngrad.engine import runtime
-from ngrad.engine.codegen import render
-from ngrad.engine.fuse import SMALL_LOOP, fuse
-from ngrad.engine.graph import lower
-from ngrad.engine.interpret import interpret
-from ngrad.engine.differentiate import vjp
+from ngrad.engine.backend.codegen import render
+from ngrad.engine.backend.fuse import SMALL_LOOP, fuse
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
 from .oracles import fd_gradient, prim_tape
@@ -138,7 +138,7 @@ def test_sizes_are_not_in_the_kernel():
 
 
 def test_facade_uses_the_compiler(monkeypatch):
-    from ngrad.engine import compile as comp
+    from ngrad.engine.targets import compile as comp
     before = len(comp._memory)
     x = ngrad.tensor(np.linspace(-1, 1, 7), requires_grad=True)
     y = (x.tanh() * x).sum()
@@ -248,7 +248,7 @@ def test_random_programs_compiled_equal_interpreted(ops, seed):
 
 def test_no_op_movements_inside_a_kernel():
     """Regression (found by Hypothesis): an expand to its own shape inside a fused loop."""
-    from ngrad.engine.tape import parse
+    from ngrad.engine.ir.tape import parse
     tape = parse("""\
 in %0 : f64[3,1]
 in %1 : f64[] scalar
@@ -430,7 +430,7 @@ def _driver_text(fn, capsys, monkeypatch):
 def test_remainder_and_fmod_take_the_sign_of_the_divisor_and_of_the_dividend(dtype):
     # every sign combination, zero dividends and divisors, and (floats) infinities and NaN; Numba's
     # own integer np.fmod takes the divisor's sign, so the loop must not use it
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     np_dt = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype]
     x = np.array([-7, 7, -7, 7, 0, 5, -3, 9, 6, -6], np_dt)
     y = np.array([2, 2, -2, -2, 3, 0, 4, -4, 3, 3], np_dt)
@@ -468,7 +468,7 @@ def test_a_one_element_loop_reads_python_numbers_as_arrays(dtype):
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys, monkeypatch):
     # Adam's bias corrections: 0-d glue next to a loop, as Python operators in the driver
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, s, k = b.input((40,), dtype), b.input((), dtype), b.input((), dtype)
     t = (s + 1.0) * k - s
@@ -489,7 +489,7 @@ def test_a_driver_lets_numpy_broadcast_an_expand_only_elementwise_glue_reads(rng
     # small loops of one operation run as NumPy glue: the scale * vector at the end of a
     # logsumexp's gradient reads the one-element scale as it is; an expand that is an output, or
     # that a unary operation reads (its result would keep the source's shape), is still built
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x, z = b.input((40,), "f64"), b.input((20,), "f64")
     total = (x * x).sum(axes=(0,), keepdim=True)  # (1,), complete only after x's loop

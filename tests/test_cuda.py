@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine import cuda as engine_cuda
-from ngrad.engine.codegen import cuda_fill_source, cuda_matmul_source, cuda_source
-from ngrad.engine.fuse import Kernel, fuse
-from ngrad.engine.interpret import interpret
+from ngrad.engine.runtime import cuda as engine_cuda
+from ngrad.engine.backend.codegen import cuda_fill_source, cuda_matmul_source, cuda_source
+from ngrad.engine.backend.fuse import Kernel, fuse
+from ngrad.engine.ir.interpret import interpret
 
 from . import test_ops, test_prims
 from .oracles import prim_tape
@@ -36,7 +36,7 @@ def _jit_always(monkeypatch, tmp_path_factory):
 
 def assert_same_on_cuda(tape, values, rtol):
     """The tape compiled for CUDA equals the interpreter (inputs handed over as device arrays)."""
-    from ngrad.engine.compile import to_device
+    from ngrad.engine.targets.compile import to_device
     ref = interpret(tape, values)
     dev = [to_device(v) if k == "tensor" else v for v, k in zip(values, tape.kinds)]
     got = ngrad.engine.runtime.run(tape, dev, "cuda")
@@ -92,7 +92,7 @@ def test_device_op_corpus_values_and_gradients(name, rng):
 def test_device_reductions_across_many_blocks(op, rng):
     # more elements than one block of threads: the per-block trees and the atomics combine (the
     # simulator's blocks are smaller, and its threads are Python threads: fewer elements there)
-    from ngrad.engine.compile import threads_per_block
+    from ngrad.engine.targets.compile import threads_per_block
     x = rng.standard_normal(6 * threads_per_block() - 36)
     x[len(x) // 2] = 9.0
     tape, _ = prim_tape(op, [x], {"axes": (0,), "keepdim": False})
@@ -132,8 +132,8 @@ def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
     """Calls after the first skip Numba's dispatcher on a GPU (``compile._Launcher``): every call
     with new values, new sizes and a new seed still equals the interpreter, and the launcher
     refuses arguments that do not match its compiled signature."""
-    from ngrad.engine.compile import _Launcher, kernel, simulated, threads_per_block, to_device
-    from ngrad.engine.cuda import _programs
+    from ngrad.engine.targets.compile import _Launcher, kernel, simulated, threads_per_block, to_device
+    from ngrad.engine.runtime.cuda import _programs
     block = threads_per_block()  # sizes of several blocks, not multiples of one (1,000 and 4,099 on a GPU)
     for i, n in enumerate((4 * block - 24, 4 * block - 24, 16 * block + 3, 4 * block - 24, 4 * block - 24)):
         data = rng.standard_normal(n).astype(dtype)
@@ -260,7 +260,7 @@ def test_without_cuda_the_reason_is_given():
 
 
 def test_cuda_kernel_text_is_readable_and_size_free():
-    b = ngrad.engine.tape.Builder()
+    b = ngrad.engine.ir.tape.Builder()
     x = b.input((64, 3), "f32")
     y = x.exp() * x
     tape = b.finish([y.sum(axes=(1,), keepdim=False), y.sum(axes=(0, 1), keepdim=False)])
@@ -273,7 +273,7 @@ def test_cuda_kernel_text_is_readable_and_size_free():
 
 
 def test_cuda_sin_and_cos_of_one_value_share_sincos():
-    b = ngrad.engine.tape.Builder()
+    b = ngrad.engine.ir.tape.Builder()
     x = b.input((8,), "f32")
     tape = b.finish([x.sin() * x.cos() + x.exp().sin()])
     kernels = [k for k in fuse(tape, "cuda").steps if isinstance(k, Kernel)]
@@ -283,7 +283,7 @@ def test_cuda_sin_and_cos_of_one_value_share_sincos():
 
 
 def _ptx_or_skip():
-    from ngrad.engine.compile import cuda_ptx, cuda_status
+    from ngrad.engine.targets.compile import cuda_ptx, cuda_status
     if "numba-cuda" in (cuda_status()[1] or "") and not cuda_status()[0]:
         pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -315,7 +315,7 @@ def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
 @pytest.mark.skipif(HAVE_CUDA and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
                     reason="a real GPU runs the device tests directly")
 def test_simulator_runs_the_device_tests(tmp_path):
-    from ngrad.engine.compile import cuda_status
+    from ngrad.engine.targets.compile import cuda_status
     if "not installed" in cuda_status()[1]:
         pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":

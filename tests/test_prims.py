@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from ngrad.engine.differentiate import jvp, vjp
-from ngrad.engine.interpret import interpret
-from ngrad.engine.prims import PRIMS
+from ngrad.engine.transform.differentiate import jvp, vjp
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.ir.prims import PRIMS
 
 from .oracles import dot_check, prim_tape, second_order_tape
 
@@ -148,7 +148,7 @@ def test_argsort_is_stable_both_ways_with_nan_largest():
 
 
 def test_const_and_dtype_preservation():
-    from ngrad.engine.tape import Builder
+    from ngrad.engine.ir.tape import Builder
     b = Builder()
     x = b.input((3,), "f32")
     y = (x * 2.5 + 1).exp()

@@ -5,10 +5,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ngrad
-from ngrad.engine.differentiate import split, vjp
-from ngrad.engine.graph import lower
-from ngrad.engine.interpret import interpret
-from ngrad.engine.tape import parse
+from ngrad.engine.transform.differentiate import split, vjp
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.ir.tape import parse
 
 from .oracles import tensor_fd_check
 

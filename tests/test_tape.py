@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.batch import batch
-from ngrad.engine.differentiate import vjp
-from ngrad.engine.graph import lower
-from ngrad.engine.interpret import interpret
-from ngrad.engine.tape import Builder, Instr, TapeError, parse
+from ngrad.engine.transform.batch import batch
+from ngrad.engine.transform.differentiate import vjp
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.ir.tape import Builder, Instr, TapeError, parse
 
 from .oracles import check_damaged_plan_is_made_again
 
@@ -164,8 +164,8 @@ def _recurrence(rng, steps=40):
 def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch, tmp_path, rng):
     import os
 
-    from ngrad.engine import differentiate
-    from ngrad.engine.compile import cache_dir
+    from ngrad.engine.transform import differentiate
+    from ngrad.engine.store import cache_dir
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NGRAD_JIT", "auto")  # NGRAD_JIT=never keeps nothing on disk
     monkeypatch.setattr(differentiate, "_JOINTS", {})
@@ -231,8 +231,8 @@ def test_backward_stores_a_joint_it_meets_again_or_traces_and_reads_it_back(monk
     import glob
     import os
 
-    from ngrad.engine import differentiate
-    from ngrad.engine.compile import cache_dir
+    from ngrad.engine.transform import differentiate
+    from ngrad.engine.store import cache_dir
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NGRAD_JIT", "auto")
     monkeypatch.setattr(differentiate, "_JOINTS", {})
@@ -277,7 +277,9 @@ def test_backward_stores_a_joint_it_meets_again_or_traces_and_reads_it_back(monk
 def test_nothing_is_stored_when_the_code_that_names_plans_cannot_be_read(monkeypatch, tmp_path, rng):
     import os
 
-    from ngrad.engine import bytecode, compile as compile_, differentiate
+    from ngrad.engine.backend import bytecode
+    from ngrad.engine import store as compile_
+    from ngrad.engine.transform import differentiate
 
     def unreadable(modules):
         raise OSError("no source")

@@ -10,7 +10,7 @@ import pytest
 
 import ngrad
 from ngrad.engine import runtime
-from ngrad.engine.graph import lower
+from ngrad.engine.ir.graph import lower
 
 N = runtime.PARALLEL_MIN * 2
 

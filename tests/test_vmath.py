@@ -5,9 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from ngrad.engine import runtime, vmath
+from ngrad.engine import runtime
+from ngrad.engine.backend import vmath
 
-from ngrad.engine.tape import Builder
+from ngrad.engine.ir.tape import Builder
 
 
 def ulp_error(got, ref):

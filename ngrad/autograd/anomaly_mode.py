@@ -84,7 +84,7 @@ def check_nan(low, joint, values):
     cotangent holds a NaN (``values``: one array per tape input)."""
     import numpy as np
 
-    from ..engine.interpret import bind, evaluate
+    from ..engine.ir.interpret import bind, evaluate
     tape = joint.tape
     env = bind(tape, values)
     with np.errstate(all="ignore"):

@@ -10,9 +10,9 @@ import weakref
 from collections import namedtuple
 
 from .. import grad_mode
-from ..engine.differentiate import jvp
-from ..engine.graph import Node, lower, post_order, replay
-from ..engine.realize import realize
+from ..engine.transform.differentiate import jvp
+from ..engine.ir.graph import Node, lower, post_order, replay
+from ..engine.runtime.realize import realize
 from ..tensor import Tensor, _wrap
 
 __all__ = ["dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor", "enter_dual_level", "exit_dual_level"]

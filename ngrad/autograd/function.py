@@ -10,7 +10,7 @@ can be differentiated again.
 import functools
 
 from .. import grad_mode
-from ..engine.graph import Node
+from ..engine.ir.graph import Node
 from ..tensor import Tensor, _segment_nodes, _wrap
 from .reverse import _FREED
 

@@ -8,10 +8,10 @@ vectorize=True)`` runs one batched reverse program (``is_grads_batched``), forwa
 reverse-over-reverse program each.
 """
 from .. import grad_mode
-from ..engine.batch import batch
-from ..engine.differentiate import jvp as _jvp_tape
-from ..engine.graph import lower, replay
-from ..engine.realize import realize
+from ..engine.transform.batch import batch
+from ..engine.transform.differentiate import jvp as _jvp_tape
+from ..engine.ir.graph import lower, replay
+from ..engine.runtime.realize import realize
 from ..tensor import Tensor, _wrap
 from . import forward_ad
 from .reverse import grad as _grad

@@ -18,10 +18,10 @@ import numpy as np
 from .. import grad_mode
 from .._gc import paused
 from ..grad_mode import _Anomaly
-from ..engine.batch import batch
-from ..engine import differentiate
-from ..engine.graph import Node, lower, post_order, replay, source, target_of
-from ..engine.realize import realize
+from ..engine.transform.batch import batch
+from ..engine.transform import differentiate
+from ..engine.ir.graph import Node, lower, post_order, replay, source, target_of
+from ..engine.runtime.realize import realize
 from ..engine.runtime import run
 from ..tensor import _TORCH_NAME, Tensor, _host, _replace, _segment_nodes, _value, _value_on, _wrap
 from .anomaly_mode import check_nan

@@ -32,7 +32,7 @@ def pin_threads(threads):
     intra-op pool, and XLA's CPU client (read when JAX starts, so this must run before JAX is
     imported). Returns a function restoring ngrad's and PyTorch's previous settings."""
     import ngrad
-    from ..engine import blas
+    from ..engine.ir import blas
     before, blas_before = ngrad.get_num_threads(), blas.set_num_threads(threads)
     ngrad.set_num_threads(threads)
     os.environ.setdefault("XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
@@ -59,7 +59,7 @@ def machine_info():
     import numba
 
     from .. import __version__
-    from ..engine import blas
+    from ..engine.ir import blas
     info = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
             "cpus": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__, "ngrad": __version__,
             "ngrad_blas": blas.describe()}

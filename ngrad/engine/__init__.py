@@ -1,14 +1,17 @@
-"""The engine, one module per pipeline stage, in processing order:
+"""The engine: folders in pipeline order, each importing only from the folders before it.
 
-1. ``dtypes``        element types and PyTorch's promotion rules
-2. ``prims``         the primitive table: forward expression, shape rule and VJP per primitive
-3. ``graph``         the lazy graph the facade records (``Node``) and its lowering to a tape
-4. ``tape``          the flat SSA IR: build, verify, print, parse
-5. ``differentiate`` tape -> joint (forward + reverse) tape
-6. ``batch``         tape -> tape over a stack of inputs (vmap of a leading axis)
-7. ``interpret``     the NumPy reference interpreter (the oracle)
-8. ``runtime``       validated execution of a tape; the compiled targets plug in here
-9. ``realize``       computing pending nodes: lower + run
+- ``config``, ``store``   settings read from the environment; the disk store (any layer may use)
+- ``ir/``         the IR and its reference semantics: ``dtypes``, ``prims`` (the primitive table),
+                  ``graph`` (the lazy nodes the facade records, lowered to a tape), ``tape`` (flat
+                  SSA: build, verify, print, parse), ``interpret`` (the NumPy oracle) and ``blas``
+                  (the matrix products it calls)
+- ``transform/``  tape -> tape: ``differentiate`` (vjp, jvp, joint and split tapes) and ``batch``
+- ``backend/``    tape -> code: ``fuse`` (kernels), ``codegen`` (Python source), ``bytecode`` (the
+                  tier for long tapes of small steps), ``vmath`` (vectorisable math)
+- ``targets/``    code -> callables: the only modules that import Numba
+- ``runtime/``    validated execution: plans, tiering, drivers, threads, buffers, the CUDA
+                  executor, and ``realize`` (lower + run) for the facade
 
-The engine never imports the facade (``ngrad.tensor``, ``ngrad.autograd``).
+The engine never imports the facade (``ngrad.tensor``, ``ngrad.autograd``); tests/test_layers.py
+checks these rules.
 """

@@ -10,8 +10,8 @@ import math
 import numpy as np
 
 from .. import grad_mode as _grad_mode
-from ..engine import dtypes as D
-from ..engine.graph import source
+from ..engine.ir import dtypes as D
+from ..engine.ir.graph import source
 from ..tensor import _inplace, _wrap
 from .optimizer import Optimizer
 

@@ -13,8 +13,8 @@ the learning rate traces again.
 import copy
 
 from .. import grad_mode as _grad_mode
-from ..engine import dtypes as D
-from ..engine.realize import realize
+from ..engine.ir import dtypes as D
+from ..engine.runtime.realize import realize
 from ..tensor import Tensor, _inplace
 from ..tracing import runtime_scalar, static_value
 

@@ -29,35 +29,15 @@ import time
 
 import numpy as np
 
-from .codegen import Expr, SourceMath, identity
-from .fuse import SMALL_LOOP
-from .interpret import bind, compute, dead_after, evaluate, interpret, matmul_into, np_dtype, unslice_into
-from .vmath import FUNCTIONS
+from ..config import debug_level, jit_mode, jit_threshold as _threshold
+from ..backend.codegen import Expr, SourceMath, identity
+from ..backend.fuse import SMALL_LOOP
+from ..ir.interpret import bind, compute, dead_after, evaluate, interpret, matmul_into, np_dtype, unslice_into
+from ..backend.vmath import FUNCTIONS
 
 __all__ = ["run", "prepare", "inline", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
 
 _plans = {}
-
-
-def debug_level():
-    try:
-        return int(os.environ.get("NGRAD_DEBUG", "0") or 0)
-    except ValueError:
-        return 0
-
-
-def jit_mode():
-    mode = os.environ.get("NGRAD_JIT", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "always", "never"):
-        raise ValueError(f"NGRAD_JIT must be one of auto, always, never (got {mode!r})")
-    return mode
-
-
-def _threshold():
-    try:
-        return max(1, int(os.environ.get("NGRAD_JIT_THRESHOLD", "2")))
-    except ValueError:
-        return 2
 
 
 def _check(tape, values, device=False):
@@ -75,7 +55,7 @@ def _check_one(tape, i, v, device=False):
             raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
         return
     if not isinstance(v, np.ndarray):
-        from .compile import is_device_array
+        from ..targets.compile import is_device_array
         if not (device and is_device_array(v)):
             raise TypeError(f"input {i} of the tape must be {'a device array' if device else 'an ndarray'}, "
                             f"got {type(v).__name__}")
@@ -91,8 +71,8 @@ class _Layout:
     __slots__ = ("segments", "sources", "dead", "chunked", "kernels")
 
     def __init__(self, plan, tape, dead, split):
-        from .codegen import program
-        from .fuse import Kernel
+        from ..backend.codegen import program
+        from ..backend.fuse import Kernel
         steps = plan.steps
         self.segments, self.sources, self.chunked = [], [], []
         segments = _segments(steps)
@@ -148,7 +128,7 @@ VECTOR_MATH = frozenset(name[len("_v"):] for name in FUNCTIONS)
 def _readers(segments, steps, tape):
     """slot -> the segments whose loops read it; None stands for a reader that is not a loop
     (glue, or the caller: an output)."""
-    from .fuse import Glue, reads_of
+    from ..backend.fuse import Glue, reads_of
     readers = {s: {None} for s in tape.outputs}
     for n, seg in enumerate(segments):
         for k in seg:
@@ -159,7 +139,7 @@ def _readers(segments, steps, tape):
 
 def _made_in(seg, steps):
     """The slots a segment's own steps make."""
-    from .fuse import Glue
+    from ..backend.fuse import Glue
     made = set()
     for k in seg:
         st = steps[k]
@@ -175,7 +155,7 @@ def _row_local(seg, steps, src, tape):
     """Whether the segment's loops can run in chunks of rows: every loop has the same outermost
     extent, and a loop reads values made earlier in the segment only by rows (a reduction over
     axis 0 is complete only after the chunks are combined, so nothing in the segment may read it)."""
-    from .fuse import Glue
+    from ..backend.fuse import Glue
     kerns = [steps[k] for k in seg if not isinstance(steps[k], Glue)]
     if not kerns or any(len(kn.shape) == 0 for kn in kerns):
         return False
@@ -221,7 +201,7 @@ class _Compiled:
                  "drive", "in_place", "into")
 
     def __init__(self, tape):
-        from .fuse import Glue, Kernel, fuse
+        from ..backend.fuse import Glue, Kernel, fuse
         self.plan = fuse(tape)
         # a float matmul writes into a buffer the plan allocates (``into``: matmul slot -> the
         # buffer's shape, and the permutation that views it as the product, or None): a big one
@@ -292,12 +272,12 @@ class _Compiled:
 
     def missing(self):
         """How many of the layout's functions are not in the disk cache."""
-        from .compile import on_disk
+        from ..targets.compile import on_disk
         return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
 
     def compile(self, lay=None):
         """Compile (or load) the functions of ``lay``, by default the current thread count's."""
-        from .compile import kernel
+        from ..targets.compile import kernel
         lay = lay or self.layout()
         if lay.kernels is None:
             lay.kernels = [None if s is None else kernel(s.text) for s in lay.sources]
@@ -314,7 +294,7 @@ def _big(kernel):
 def _segments(steps):
     """Step indices grouped into segments: maximal runs of kernels with the reshapes between
     them (views, so they can be taken before the loops fill their buffers), and single steps."""
-    from .fuse import Glue, Kernel
+    from ..backend.fuse import Glue, Kernel
     segs, run = [], []
 
     def close():
@@ -454,7 +434,7 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
 
 
 def _dead_after_steps(tape, plan):
-    from .fuse import reads_of
+    from ..backend.fuse import reads_of
     return dead_after([reads_of(step) for step in plan.steps], set(tape.outputs))
 
 
@@ -550,7 +530,7 @@ def _recycle(comp, made, results):
 
 
 def _execute(comp, tape, values):
-    from .fuse import Glue
+    from ..backend.fuse import Glue
     debug = debug_level()
     env = bind(tape, values)
     threads = _threads
@@ -692,7 +672,7 @@ class _Machine:
     __slots__ = ("code", "fn", "seen", "rent", "cached", "pending")
 
     def __init__(self, code):
-        from .compile import on_disk
+        from ..targets.compile import on_disk
         _share_loop(code)
         self.code, self.fn, self.seen, self.rent, self.pending = code, None, 0, 0.0, 0
         self.cached = on_disk(code.source)
@@ -705,7 +685,7 @@ class _Machine:
         return [self.fn]
 
     def compile(self):
-        from .compile import kernel
+        from ..targets.compile import kernel
         if self.fn is None:
             self.fn = kernel(self.code.source)
 
@@ -723,8 +703,8 @@ _LOOPS_KEPT = 32
 def _read_loops():
     """The op sets stored in the cache, or {} when there are none or the file fails its checks."""
     import marshal
-    from .bytecode import loops_name
-    from .compile import read_plan
+    from ..backend.bytecode import loops_name
+    from ..store import read_plan
     name = loops_name()
     data = name and read_plan(name)
     if not data:
@@ -741,8 +721,9 @@ def _share_loop(code):
     """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
     before (in this process, or on disk and still there), and remember the one it runs on."""
     import marshal
-    from .bytecode import loop_ops, loops_name, source
-    from .compile import loaded, on_disk, write_plan
+    from ..backend.bytecode import loop_ops, loops_name, source
+    from ..store import write_plan
+    from ..targets.compile import loaded, on_disk
     dt = code.arena()
     if not _loops:
         _loops.update(_read_loops())
@@ -768,8 +749,8 @@ def _machine(tape, big_steps=False):
     a hundredth of that. One that fails its checks is encoded again and replaced."""
     if len(tape.instrs) < BYTECODE_MIN_INSTRS or not (big_steps or _small_steps(tape)):
         return None
-    from .bytecode import Bytecode, encode, plan_name
-    from .compile import read_plan, write_plan
+    from ..backend.bytecode import Bytecode, encode, plan_name
+    from ..store import read_plan, write_plan
     name = plan_name(tape)
     data = name and read_plan(name)
     if data:
@@ -986,8 +967,8 @@ def inline(tape, inputs, g, fallback):
 
 def _driver_code(comp, tape, inputs, g, fallback):
     """Lines and output expressions of a driver (see ``_driver`` and ``inline``)."""
-    from .fuse import Glue
-    from .prims import PRIMS
+    from ..backend.fuse import Glue
+    from ..ir.prims import PRIMS
     steps = comp.plan.steps
     lay = comp.serial
     comp.compile(lay)
@@ -1225,8 +1206,8 @@ def _implicit_expands(steps, tape):
     result keeps its shape when that operand is the expand's source instead (NumPy broadcasts
     it). ``np.broadcast_to`` costs 4 us, about twice the one-element-by-vector product it feeds
     at the end of a logsumexp's gradient."""
-    from .fuse import Glue, reads_of
-    from .prims import PRIMS
+    from ..backend.fuse import Glue, reads_of
+    from ..ir.prims import PRIMS
     readers = {}
     for step in steps:
         for a in reads_of(step):
@@ -1263,7 +1244,7 @@ def _warming(kernel, g, name):
     def call(*args):
         r = kernel(*args)
         if kernel.ready:
-            from .compile import direct
+            from ..targets.compile import direct
             g[name] = direct(kernel, args)
         return r
     return call

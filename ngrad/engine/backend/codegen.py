@@ -16,13 +16,13 @@ import re
 
 import numpy as np
 
-from .dtypes import from_short
-from .prims import PRIMS
-from .tape import format_instr
+from ..ir.dtypes import from_short
+from ..ir.prims import PRIMS
+from ..ir.tape import format_instr
+from ..store import CODEGEN_VERSION  # bump it there whenever this module's output changes meaning
 
 __all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
 
-CODEGEN_VERSION = 24  # bump whenever generated text or engine/vmath.py changes meaning
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
 _NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}

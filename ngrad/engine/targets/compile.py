@@ -33,9 +33,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .._version import __version__ as _ngrad_version
-from . import vmath
-from .codegen import CODEGEN_VERSION, CUDA_BLOCK
+from ..backend import vmath
+from ..config import cuda_simulated
+from ..backend.codegen import CUDA_BLOCK
+from ..store import cache_dir, cache_root, read_plan, write_plan, write_atomically
 
 __all__ = ["kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats", "read_plan", "write_plan"]
 
@@ -174,83 +175,6 @@ _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}
 
 
-def cache_root():
-    base = os.environ.get("NGRAD_CACHE_DIR")
-    if not base:
-        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-                            "ngrad")
-    return base
-
-
-def cache_dir():
-    """The versioned folder of this ngrad, Numba and codegen version (created on demand)."""
-    return os.path.join(cache_root(), f"ngrad{_ngrad_version}-numba{numba.__version__}-codegen{CODEGEN_VERSION}")
-
-
-def _write_atomically(path, data):
-    """Write ``data`` (text, or bytes) to ``path`` through a temporary file renamed into place:
-    a reader sees the old file, the new one, or none."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def read_plan(name):
-    """The bytes stored under ``name`` by ``write_plan`` in this version's cache; None when there
-    are none or they fail their checksum (damaged, cut short, written by something else)."""
-    try:
-        with open(os.path.join(cache_dir(), "plans", name), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    body = data[32:]
-    return body if len(data) >= 32 and hashlib.sha256(body).digest() == data[:32] else None
-
-
-@functools.lru_cache(maxsize=None)
-def _source_digest(modules):
-    h = hashlib.sha256()
-    for module in modules:
-        with open(module.__file__, "rb") as f:
-            h.update(f.read())
-    return h.digest()
-
-
-def plan_name(kind, modules, key):
-    """The name a plan of ``kind`` (a prefix) made from ``key`` by the code of ``modules`` is
-    stored under: a hash of both, so a plan is read back only by code that makes the same (and
-    ``read_plan``'s checksum holds). None when ``key`` holds a value ``marshal`` does not take or
-    the sources cannot be read: such a plan is not stored.
-
-    >>> plan_name("x", (sys.modules[__name__],), ("a", 1))[:1], len(plan_name("x", (), 0))
-    ('x', 33)
-    """
-    try:
-        body = marshal.dumps(key)
-        digest = _source_digest(tuple(modules))
-    except (ValueError, OSError):
-        return None
-    return kind + hashlib.sha256(digest + body).hexdigest()[:32]
-
-
-def write_plan(name, data):
-    """Store the bytes ``data`` under ``name``: atomically, after a SHA-256 of them that
-    ``read_plan`` checks. A cache that cannot be written is no error: the plan is made again
-    next time."""
-    try:
-        _write_atomically(os.path.join(cache_dir(), "plans", name), hashlib.sha256(data).digest() + data)
-    except OSError:
-        pass
-
-
 def _purge(key):
     folder = cache_dir()
     for p in glob.glob(os.path.join(folder, f"{key}.py")) + glob.glob(os.path.join(folder, "__pycache__", f"{key}.*")):
@@ -269,7 +193,7 @@ def _load(key, text, target="cpu"):
         ok = False
     if not ok:  # missing, half-written or corrupt: (re)write it and drop Numba's files for it
         _purge(key)
-        _write_atomically(path, text)
+        write_atomically(path, text)
     name = f"ngrad_kernels.{key}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -325,7 +249,7 @@ def direct(kernel, args):
 
     ```python
     >>> import numpy as np
-    >>> from ngrad.engine.compile import direct, kernel
+    >>> from ngrad.engine.targets.compile import direct, kernel
     >>> k = kernel("def kernel(a):\\n    a[0] += 1.0\\n")
     >>> a = np.zeros(2)
     >>> k(a)
@@ -453,7 +377,7 @@ class _SIM_LIBDEVICE:
 
 
 def simulated():
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    return cuda_simulated()
 
 
 def is_device_array(x):

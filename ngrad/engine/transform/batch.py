@@ -7,8 +7,8 @@ broadcast), everything else is left as it was. ``out_batched[i]`` says whether o
 gained the leading axis. This is how ``is_grads_batched`` and vectorized Jacobians run many
 reverse passes as one.
 """
-from .prims import PRIMS
-from .tape import Builder
+from ..ir.prims import PRIMS
+from ..ir.tape import Builder
 
 __all__ = ["batch"]
 

@@ -25,8 +25,8 @@ output that depends on them (``Tangent.tangents`` gives each output's position, 
 import marshal
 import sys
 
-from .prims import PRIMS
-from .tape import Builder, Instr, Tape
+from ..ir.prims import PRIMS
+from ..ir.tape import Builder, Instr, Tape
 
 __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
 
@@ -192,14 +192,14 @@ def joint(tape, wrt, keep=False):
     shared: callers do not change it.
 
     The joint of a tape of ``STORE_MIN_INSTRS`` or more is also kept in the cache's plans
-    (``compile.write_plan``, not under ``NGRAD_JIT=never``), named after the tape's key, ``wrt``
+    (``store.write_plan``, not under ``NGRAD_JIT=never``), named after the tape's key, ``wrt``
     and the code that differentiates, for a new process to read back; one that fails its checks
     is made again and replaced. It is stored at once when ``keep`` (a program ``ngrad.compile``
     traces, made to be called again), otherwise the second time its structure is differentiated,
     as a tape compiles the second time it runs: structures met once (an adaptive solver's varying
     step counts) leave nothing on disk.
 
-    >>> from ngrad.engine.tape import Builder
+    >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
     >>> x = b.input((3,), "f64")
     >>> tape = b.finish([(x * x).sum(axes=(0,), keepdim=False)])
@@ -212,11 +212,11 @@ def joint(tape, wrt, keep=False):
     if entry is None:
         name = j = None
         if len(tape.instrs) >= STORE_MIN_INSTRS:
-            from .runtime import jit_mode
+            from ..runtime import jit_mode
             if jit_mode() != "never":  # which touches no cache (nor imports Numba)
                 name = _joint_name(key)
         if name:
-            from .compile import read_plan
+            from ..store import read_plan
             data = read_plan(name)
             if data:
                 try:
@@ -231,7 +231,7 @@ def joint(tape, wrt, keep=False):
             return entry[0]
     if entry[1] is not None:
         name, entry[1] = entry[1], None
-        from .compile import write_plan
+        from ..store import write_plan
         try:
             write_plan(name, entry[0].dumps(tape))
         except ValueError:
@@ -240,10 +240,10 @@ def joint(tape, wrt, keep=False):
 
 
 def _joint_name(key):
-    """The name a joint is stored under (see ``compile.plan_name``): from ``key`` and the code
+    """The name a joint is stored under (see ``store.plan_name``): from ``key`` and the code
     that makes joints; None when it cannot be stored."""
-    from . import prims, tape
-    from .compile import plan_name
+    from ..ir import prims, tape
+    from ..store import plan_name
     return plan_name("j", (sys.modules[__name__], prims, tape), key)
 
 
@@ -269,7 +269,7 @@ def split(tape, wrt):
     tape, where they fuse into its loops, so the forward program stays as fused as one that
     saves nothing.
 
-    >>> from ngrad.engine.tape import Builder
+    >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
     >>> x = b.input((3,), "f64")
     >>> s = split(b.finish([x.sin().sum(axes=(0,), keepdim=False)]), [x.slot])

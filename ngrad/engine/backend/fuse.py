@@ -16,7 +16,7 @@ from their source, and short chains of cheap arithmetic (``CHEAP``) are recomput
 """
 import math
 
-from .prims import PRIMS
+from ..ir.prims import PRIMS
 
 __all__ = ["fuse", "reads_of", "Plan", "Kernel", "Glue"]
 

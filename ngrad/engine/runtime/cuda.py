@@ -23,9 +23,9 @@ import time
 
 import numpy as np
 
-from .codegen import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source, identity
-from .interpret import compute, interpret, np_dtype
-from .runtime import _check, _dead_after_steps, _squeezed, _threshold, debug_level, jit_mode
+from ..backend.codegen import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source, identity
+from ..ir.interpret import compute, interpret, np_dtype
+from . import _check, _dead_after_steps, _squeezed, _threshold, debug_level, jit_mode
 
 __all__ = ["run"]
 
@@ -40,7 +40,7 @@ _CUPY_GLUE = frozenset(["permute", "expand", "slice", "flip", "cat", "gather", "
 
 def _device(v, dtype=None):
     """``v`` as a C-contiguous device array (host values are copied over)."""
-    from .compile import is_device_array, to_device
+    from ..targets.compile import is_device_array, to_device
     if is_device_array(v):
         if v.is_c_contiguous():
             return v
@@ -50,7 +50,7 @@ def _device(v, dtype=None):
 
 
 def _host(v):
-    from .compile import is_device_array
+    from ..targets.compile import is_device_array
     return v.copy_to_host() if is_device_array(v) else v
 
 
@@ -61,7 +61,7 @@ class _Program:
     __slots__ = ("plan", "sources", "kernels", "seen", "dead", "numbers", "consts")
 
     def __init__(self, tape, host=()):
-        from .fuse import Glue, Kernel, fuse
+        from ..backend.fuse import Glue, Kernel, fuse
         self.plan = fuse(tape, "cuda")
         self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"} | set(host)
         for step in self.plan.steps:
@@ -75,7 +75,7 @@ class _Program:
         self.consts = {}
 
     def compile(self):
-        from .compile import kernel
+        from ..targets.compile import kernel
         if self.kernels is None:
             self.kernels = [None if s is None else kernel(s.text, "cuda") for s in self.sources]
 
@@ -110,7 +110,7 @@ def _program_for(tape, mode, host):
 
 def run(tape, values):
     """Execute ``tape`` on the GPU (see the module docstring); return fresh device arrays."""
-    from .compile import device_copy, is_device_array
+    from ..targets.compile import device_copy, is_device_array
     _check(tape, values, device=True)
     if debug_level() >= 1:
         print(f"ngrad: running tape on cuda ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
@@ -148,7 +148,7 @@ def _pointer(a):
 
 
 def _execute(prog, tape, values):
-    from .compile import device_empty
+    from ..targets.compile import device_empty
     debug = debug_level()
     env = dict(zip(tape.inputs, values))
     for s, k in zip(tape.inputs, tape.kinds):
@@ -180,7 +180,7 @@ def _execute(prog, tape, values):
             t = time.perf_counter()
             kern.launch(n, args)
             if debug >= 3:
-                from .compile import synchronize
+                from ..targets.compile import synchronize
                 synchronize()
                 print(f"ngrad: CUDA kernel {kern.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
                       file=sys.stderr)
@@ -205,7 +205,7 @@ _fills = []
 def _filled(shape, dtype, value):
     """A fresh device array of ``shape`` holding ``value`` (a reduction's identity): one CuPy
     call when CuPy is installed, else the fill kernel."""
-    from .compile import cupy_module, device_empty, from_cupy, kernel
+    from ..targets.compile import cupy_module, device_empty, from_cupy, kernel
     dt = np_dtype(dtype)
     cp = cupy_module()
     if cp is not None:
@@ -220,7 +220,7 @@ def _filled(shape, dtype, value):
 
 def _glue(prog, tape, ins, env):
     """One glue step on the device (see the module docstring)."""
-    from .compile import cupy_module, from_cupy
+    from ..targets.compile import cupy_module, from_cupy
     out, prim = ins.out, ins.prim
     if prim == "const":
         v = prog.consts.get(out)
@@ -235,8 +235,8 @@ def _glue(prog, tape, ins, env):
     dt = np_dtype(tape.dtypes[out])
     cp = cupy_module()
     if cp is not None and prim in _CUPY_GLUE:
-        from .prims import PRIMS
-        from .interpret import NUMPY
+        from ..ir.prims import PRIMS
+        from ..ir.interpret import NUMPY
         xs = [cp.asarray(a) if a.__class__ is not np.ndarray and not np.isscalar(a) else cp.asarray(np.asarray(a))
               for a in args]
         r = PRIMS[prim].fwd(NUMPY, *xs, **ins.params)
@@ -250,7 +250,7 @@ def _glue(prog, tape, ins, env):
 
 def _matmul(tape, ins, args):
     """Batched matmul through the tiled kernel (``codegen.cuda_matmul_source``)."""
-    from .compile import device_empty, kernel
+    from ..targets.compile import device_empty, kernel
     a, b = args
     shape = tape.shapes[ins.out]
     (m, k), n = tape.shapes[ins.args[0]][-2:], tape.shapes[ins.args[1]][-1]
@@ -286,7 +286,7 @@ def signature(kernel, part, tape):
 def ptx(tape):
     """Type-check every CUDA kernel of ``tape``'s plan by compiling it to PTX (no GPU needed,
     only the CUDA toolkit's NVVM); returns ``(source text, PTX)`` per kernel."""
-    from .compile import cuda_ptx
+    from ..targets.compile import cuda_ptx
     prog = _Program(tape)
     out = []
     for step, src in zip(prog.plan.steps, prog.sources):

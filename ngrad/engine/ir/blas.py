@@ -24,6 +24,8 @@ threads would hang in libgomp on its first threaded product, so a child runs MKL
 error instead of a fallback.
 
 >>> import numpy as np
+
+from ..config import blas_mode
 >>> x, y = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
 >>> matmul(x, y)
 array([[ 3.,  3.],
@@ -38,6 +40,8 @@ import os
 import threading
 
 import numpy as np
+
+from ..config import blas_mode
 
 __all__ = ["matmul", "backend", "describe", "set_num_threads", "MIN_WORK"]
 
@@ -62,10 +66,7 @@ _reason = "not loaded yet"
 
 
 def _mode():
-    mode = os.environ.get("NGRAD_BLAS", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "mkl", "numpy"):
-        raise ValueError(f"NGRAD_BLAS must be one of auto, mkl, numpy (got {mode!r})")
-    return mode
+    return blas_mode()
 
 
 def _library_path():

@@ -31,7 +31,7 @@ class Instr:
 class Tape:
     """A flat SSA program; see the module docstring.
 
-    >>> from ngrad.engine.tape import Builder
+    >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
     >>> x = b.input((3,), "f64")
     >>> y = (x * x).sum(axes=(0,), keepdim=False)

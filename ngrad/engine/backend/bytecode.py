@@ -34,10 +34,10 @@ import sys
 import numpy as np
 
 from .codegen import Expr, SourceMath, _typed, identity
-from .dtypes import from_numpy_dtype
-from .interpret import np_dtype
-from .prims import ELEMENTWISE, PRIMS
-from .tape import params_key
+from ..ir.dtypes import from_numpy_dtype
+from ..ir.interpret import np_dtype
+from ..ir.prims import ELEMENTWISE, PRIMS
+from ..ir.tape import params_key
 
 __all__ = ["encode", "Bytecode", "RANK", "plan_name", "loop_ops", "loops_name", "LOOP_MAX_OPS"]
 
@@ -198,7 +198,7 @@ def encode(tape, pairs=True):
     result (see ``tree`` below); off, every instruction has rows of its own.
 
     ```python
-    >>> from ngrad.engine.tape import Builder
+    >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
     >>> x = b.input((3,), "f64")
     >>> bc = encode(b.finish([(x * x).sum(axes=(0,), keepdim=False)]))
@@ -498,15 +498,16 @@ def _tree(tree, reads, k):
 def _encoder():
     """The code an encoding depends on: this module (the encoder), the primitive table and
     codegen (the expressions inside chain operations' names), and the tape format."""
-    from . import codegen, prims, tape
+    from . import codegen
+    from ..ir import prims, tape
     return sys.modules[__name__], codegen, prims, tape
 
 
 def plan_name(tape):
-    """The name the encoding of ``tape`` is stored under (see ``compile.write_plan``), from the
+    """The name the encoding of ``tape`` is stored under (see ``store.write_plan``), from the
     encoder's code and the tape's structural key, which holds everything ``encode`` reads (slots,
     shapes, dtypes, primitives, parameters, literal values); None when it cannot be stored."""
-    from .compile import plan_name as named
+    from ..store import plan_name as named
     return named("b", _encoder(), tape.key())
 
 
@@ -514,7 +515,7 @@ def loops_name():
     """The name the op sets of compiled loops are stored under (see ``runtime._share_loop``): it
     changes with the encoder's code, which names the operations and renders their branches; None
     when that code cannot be read."""
-    from .compile import plan_name as named
+    from ..store import plan_name as named
     return named("loops-", _encoder(), "loops")
 
 

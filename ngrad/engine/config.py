@@ -1,0 +1,65 @@
+"""Settings from the environment: the one module that reads ``NGRAD_*`` variables.
+
+Contract: each function reads its variable when called (tests and users may change it between
+calls), validates it, and returns a plain value; an invalid value raises a ``ValueError`` that
+names the variable and its allowed values, except the debug level and the JIT threshold, which
+fall back to their defaults as they always have. Every layer of the engine may import this
+module; it imports nothing of the engine.
+
+>>> import os
+>>> os.environ["NGRAD_JIT"] = "never"; jit_mode()
+'never'
+>>> del os.environ["NGRAD_JIT"]; jit_mode()
+'auto'
+"""
+import os
+
+__all__ = ["debug_level", "jit_mode", "jit_threshold", "blas_mode", "cache_root", "cuda_simulated"]
+
+
+def _choice(name, default, allowed):
+    value = os.environ.get(name, default).strip().lower() or default
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+    return value
+
+
+def _int(name, default):
+    try:
+        return int(os.environ.get(name, str(default)) or default)
+    except ValueError:
+        return default
+
+
+def debug_level():
+    """``NGRAD_DEBUG``: 0 quiet, 1 print tapes, 2 also generated source, 3 also timings."""
+    return _int("NGRAD_DEBUG", 0)
+
+
+def jit_mode():
+    """``NGRAD_JIT``: ``auto`` (tiered), ``always`` (compile at once) or ``never`` (interpret)."""
+    return _choice("NGRAD_JIT", "auto", ("auto", "always", "never"))
+
+
+def jit_threshold():
+    """``NGRAD_JIT_THRESHOLD``: the call of a tape structure that compiles it under ``auto``."""
+    return max(1, _int("NGRAD_JIT_THRESHOLD", 2))
+
+
+def blas_mode():
+    """``NGRAD_BLAS``: which library runs big matrix products: ``auto``, ``mkl`` or ``numpy``."""
+    return _choice("NGRAD_BLAS", "auto", ("auto", "mkl", "numpy"))
+
+
+def cache_root():
+    """``NGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/ngrad``, else ``~/.cache/ngrad``."""
+    base = os.environ.get("NGRAD_CACHE_DIR")
+    if not base:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(home, "ngrad")
+    return base
+
+
+def cuda_simulated():
+    """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM``, read by Numba at import)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
