@@ -1,0 +1,56 @@
+"""Shared helpers of the compiler tests: a tape run compiled (by the runtime and by a prepared
+driver) against the interpreter, and the joint tapes of the primitive and op corpora."""
+import numpy as np
+
+import ngrad
+from ngrad.engine import runtime
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.transform.differentiate import vjp
+
+from . import test_ops, test_prims
+from .oracles import prim_tape
+
+
+def compiled(tape, values):
+    comp = runtime._Compiled(tape)
+    comp.compile()
+    return runtime._execute(comp, tape, values)
+
+
+def assert_same(tape, values, rtol):
+    """The plan run by the runtime and by a prepared driver (ngrad.compile's path) both equal
+    the interpreter."""
+    ref = interpret(tape, values)
+    for got in (compiled(tape, values), runtime.prepare(tape)(values)):
+        for a, b in zip(got, ref):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            if a.dtype.kind == "f":
+                np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+            else:
+                np.testing.assert_array_equal(a, b)
+
+
+def prim_joint(name, dtype, rng):
+    """The joint tape of primitive ``name``'s test case in ``dtype``, and its input values."""
+    args, params, wrt = test_prims.CASES[name]
+    args = [a.astype(dtype) if a.dtype.kind == "f" else a for a in args]
+    if name == "cast":
+        params = {"dtype": "f64" if dtype == np.float32 else "f32"}
+    tape, _ = prim_tape(name, args, params)
+    joint = vjp(tape, [tape.inputs[i] for i in wrt])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(joint.tape.dtypes[s] == "f32" and np.float32 or np.float64)
+             for s in joint.seeds]
+    return joint.tape, list(args) + seeds
+
+
+def corpus_joint(name, rng):
+    """The joint tape of op-corpus program ``name``, and its input values."""
+    fn, inputs = test_ops.CASES[name]
+    xs = [ngrad.tensor(a, requires_grad=True) for a in inputs]
+    out = fn(ngrad, *xs)
+    low = lower([out._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
+    return joint.tape, [n.value for n in low.sources] + seeds
+

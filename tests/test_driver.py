@@ -1,0 +1,178 @@
+"""Drivers: the generated Python that runs a plan's kernels and glue for one call."""
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine import runtime
+from ngrad.engine.backend.fuse import SMALL_LOOP
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.transform.differentiate import vjp
+
+from .compiled import assert_same
+
+
+pytestmark = pytest.mark.usefixtures("jit_always")
+
+
+def _driver_text(fn, capsys, monkeypatch):
+    """``fn()``'s result and the text of the drivers generated while it ran."""
+    monkeypatch.setenv("NGRAD_DEBUG", "2")
+    capsys.readouterr()
+    result = fn()
+    monkeypatch.setenv("NGRAD_DEBUG", "0")
+    return result, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [ngrad.float64, ngrad.int64])
+def test_a_one_element_loop_reads_python_numbers_as_arrays(dtype):
+    # a tape of one-element values compiles to one loop; the Python numbers in it are runtime
+    # scalars broadcast to (1,): the driver hands them to the loop as arrays (it passed NumPy
+    # scalars, and Numba failed to type the loop on the second call)
+    for k in range(4):
+        t = ngrad.tensor([2 + k], dtype=dtype)
+        assert (t * 3 + 1).tolist() == [3 * (2 + k) + 1]
+        assert ngrad.where(t != 3, t, 0).tolist() == [0 if k == 1 else 2 + k]
+
+    @ngrad.compile
+    def f(t, c):
+        return (t * c - 1) * (t > c)
+    for c in (0.5, 4.0, 1.5):
+        x = ngrad.tensor([1.5], dtype=ngrad.float64)
+        assert f(x, c).item() == ((1.5 * c - 1) if 1.5 > c else 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys, monkeypatch):
+    # Adam's bias corrections: 0-d glue next to a loop, as Python operators in the driver
+    from ngrad.engine.ir.tape import Builder
+    b = Builder()
+    x, s, k = b.input((40,), dtype), b.input((), dtype), b.input((), dtype)
+    t = (s + 1.0) * k - s
+    u = t.pow(s) / (k - k)  # 0-d division by zero: inf, as NumPy gives
+    v = -(b.full(1.0, (), dtype) - t.pow(2.5))
+    y = (x * v.reshape(shape=(1,)).expand(shape=(40,))).sum(axes=(0,), keepdim=False)
+    tape = b.finish([y, t, u, v])
+    np_dt = np.float32 if dtype == "f32" else np.float64
+    values = [np.linspace(-1, 1, 40).astype(np_dt), np.asarray(0.7, np_dt), np.asarray(1.3, np_dt)]
+    _, text = _driver_text(lambda: assert_same(tape, values, 1e-6 if dtype == "f32" else 1e-14),
+                           capsys, monkeypatch)
+    assert " ** " in text and "asarray(-e" in text and "= G" not in text  # no interpreter dispatch
+    got = runtime.prepare(tape)(values)
+    assert got[2] == np.inf and all(type(a) is np.ndarray and a.dtype == np_dt for a in got)
+
+
+def test_a_driver_lets_numpy_broadcast_an_expand_only_elementwise_glue_reads(rng, capsys, monkeypatch):
+    # small loops of one operation run as NumPy glue: the scale * vector at the end of a
+    # logsumexp's gradient reads the one-element scale as it is; an expand that is an output, or
+    # that a unary operation reads (its result would keep the source's shape), is still built
+    from ngrad.engine.ir.tape import Builder
+    b = Builder()
+    x, z = b.input((40,), "f64"), b.input((20,), "f64")
+    total = (x * x).sum(axes=(0,), keepdim=True)  # (1,), complete only after x's loop
+    scaled = total.expand(shape=(40,)) * x  # a loop of one product: glue reading the (1,) as is
+    grown = total.expand(shape=(30,)).exp()  # unary: the expand must be built
+    tape = b.finish([scaled, grown, total.expand(shape=(3,)), z + z])
+    values = [rng.standard_normal(40), rng.standard_normal(20)]
+    _, text = _driver_text(lambda: assert_same(tape, values, 1e-14), capsys, monkeypatch)
+    assert text.count("NumPy broadcasts") == 1, text  # not for the unary read, nor the output
+    got = runtime.prepare(tape)(values)
+    assert [a.shape for a in got] == [(40,), (30,), (3,), (20,)]
+
+    def gradient(x0):
+        x = ngrad.from_numpy(x0).requires_grad_()
+        y = x.logsumexp(0)
+        y.backward()
+        return y.item(), x.grad.numpy()
+    for x0 in (rng.standard_normal(100), np.array([1.0, np.inf, 2.0]), np.full(4, -np.inf)):
+        (value, grad), text = _driver_text(lambda: gradient(x0), capsys, monkeypatch)
+        with np.errstate(all="ignore"):
+            m = np.max(x0) if np.isfinite(np.max(x0)) else 0.0
+            e = np.exp(x0 - m)
+            np.testing.assert_allclose(grad, e / e.sum(), rtol=1e-12, atol=1e-18)
+            np.testing.assert_allclose(value, np.log(e.sum()) + m, rtol=1e-14)
+    assert "NumPy broadcasts" in text and "asarray(abs(" in text and "broadcast_to" not in text
+
+
+def _joint_of(build, x0):
+    x = ngrad.from_numpy(x0).requires_grad_()
+    low = lower([build(x)._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    return joint.tape, [n.value for n in low.sources] + [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
+
+
+def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch, capsys):
+    # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers,
+    # whether the plan runs through its driver (decided when the driver is made) or step by step
+    # (decided at run time, as threads run it); big enough for a loop of one operation
+    x0 = rng.standard_normal(SMALL_LOOP + 5)
+
+    def gradient():
+        x = ngrad.from_numpy(x0).requires_grad_()
+        y = x.logsumexp(0)
+        y.backward()
+        return y.item(), x.grad.numpy()
+    (value, grad), text = _driver_text(gradient, capsys, monkeypatch)
+    e = np.exp(x0 - x0.max())
+    np.testing.assert_allclose(grad, e / e.sum(), rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(value, np.log(e.sum()) + x0.max(), rtol=1e-14)
+    assert "which dies here" in text, text
+    donated = []
+    real = runtime._donors
+    monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
+    assert_same(*_joint_of(lambda x: x.logsumexp(0), x0), rtol=1e-12)
+    assert donated
+
+
+def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch, capsys):
+    # aliased operands would make LLVM's overlap check fail and the sin/cos loop run unvectorised
+    x0 = rng.standard_normal(SMALL_LOOP + 5)
+
+    def loss(x):
+        d = x[1:] - x[:-1]
+        return (d * d).sum() + (x.cos() * x).sum()
+
+    def gradient():
+        for _ in range(3):
+            x = ngrad.from_numpy(x0).requires_grad_()
+            loss(x).backward()
+        return x.grad.numpy()
+    grad, text = _driver_text(gradient, capsys, monkeypatch)
+    np.testing.assert_allclose(grad[1:-1], 2 * (x0[1:-1] - x0[:-2]) - 2 * (x0[2:] - x0[1:-1])
+                               + np.cos(x0[1:-1]) - x0[1:-1] * np.sin(x0[1:-1]), rtol=1e-10, atol=1e-12)
+    assert "generated driver" in text and "which dies here" not in text
+    donated = []
+    real = runtime._donors
+    monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
+    assert_same(*_joint_of(loss, x0), rtol=1e-10)
+    assert not donated
+
+
+def test_glue_runs_after_the_literals_it_reads():
+    # a two-element Rosenbrock: one-element glue (x[0] ** 2) reads the literal 2.0, whose step
+    # used to be placed after it (a KeyError when the compiled plan ran)
+    x = ngrad.tensor([-1.2, 1.0], dtype=ngrad.float64, requires_grad=True)
+    loss = 100 * (x[1] - x[0] ** 2) ** 2 + (1 - x[0]) ** 2
+    low = lower([loss._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    assert_same(joint.tape, [n.value for n in low.sources] + [np.ones(())], rtol=1e-12)
+
+
+def test_prepared_driver_checks_inputs_and_copies_aliased_outputs(rng):
+    x = ngrad.tensor(rng.standard_normal(5), requires_grad=True)
+    low = lower([(x.sin() * 2).sum()._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    run = runtime.prepare(joint.tape)
+    values = [n.value for n in low.sources] + [np.ones(())]
+    k = next(i for i, n in enumerate(low.sources) if n is x._node)
+    bad = list(values)
+    bad[k] = np.zeros(4)
+    with pytest.raises(ValueError, match="must be f64\\[5\\]"):
+        run(bad)
+    strided = list(values)
+    strided[k] = np.repeat(values[k], 2)[::2]  # not contiguous: copied, same result
+    np.testing.assert_allclose(run(strided)[1], run(values)[1])
+    b = ngrad.tensor(rng.standard_normal(3))
+    ident = lower([b._node, b.reshape(3, 1)._node])
+    outs = runtime.prepare(ident.tape)([b._node.value])
+    assert not np.shares_memory(outs[0], b._node.value) and not np.shares_memory(outs[1], outs[0])
