@@ -7,6 +7,7 @@
 
 Run: python benchmarks/functional.py
 """
+
 import time
 
 import numpy as np
@@ -28,7 +29,8 @@ def _time(f, repeat=21):
 
 def _jac_fn(lib):
     def f(x):
-        return (x.sin() * x.cumsum(0)).tanh() + x ** 2
+        return (x.sin() * x.cumsum(0)).tanh() + x**2
+
     return f
 
 
@@ -36,6 +38,7 @@ def _energy(lib):
     def f(x):
         d = x[1:] - x[:-1]
         return ((d * d - 1) ** 2).sum() + (x.cos() * x).sum()
+
     return f
 
 
@@ -44,6 +47,7 @@ def main():
     try:
         import torch
         import torch.autograd.functional as TF
+
         torch.set_num_threads(ngrad.get_num_threads())
     except ImportError:
         torch = None
@@ -58,8 +62,9 @@ def main():
     if torch is not None:
         xt = torch.tensor(x.numpy())
         rows.append(("  PyTorch jacobian, loop", _time(lambda: TF.jacobian(_jac_fn(torch), xt), repeat=3), None))
-        rows.append(("  PyTorch jacobian, vectorize=True", _time(lambda: TF.jacobian(_jac_fn(torch), xt,
-                                                                                    vectorize=True)), None))
+        rows.append(
+            ("  PyTorch jacobian, vectorize=True", _time(lambda: TF.jacobian(_jac_fn(torch), xt, vectorize=True)), None)
+        )
     n = 100_000
     x = ngrad.tensor(rng.standard_normal(n))
     v = ngrad.tensor(rng.standard_normal(n))
@@ -67,6 +72,7 @@ def main():
     def gradient():
         xr = x.detach().requires_grad_()
         return ngrad.autograd.grad(_energy(ngrad)(xr), xr)[0].numpy()
+
     g = _time(gradient)
     h = _time(lambda: F.hvp(_energy(ngrad), x, v)[1].numpy())
     vh = _time(lambda: F.vhp(_energy(ngrad), x, v)[1].numpy())
@@ -79,6 +85,7 @@ def main():
         def tgrad():
             xr = xt.detach().requires_grad_()
             return torch.autograd.grad(_energy(torch)(xr), xr)[0]
+
         rows.append(("  PyTorch gradient n=1e5", _time(tgrad), None))
         rows.append(("  PyTorch hvp n=1e5", _time(lambda: TF.hvp(_energy(torch), xt, vt)), None))
         rows.append(("  PyTorch vhp n=1e5", _time(lambda: TF.vhp(_energy(torch), xt, vt)), None))

@@ -6,6 +6,7 @@ traffic of value+gradient (read x once, write the gradient once), and ngrad's ke
 
 Run: python benchmarks/gpu.py [--sizes 1e7,1e8] [--dtype float64] [--markdown RESULTS_PART.md]
 """
+
 import argparse
 import statistics
 import time
@@ -50,9 +51,10 @@ def ngrad_chain(data):
 
     def step():
         x.grad = None
-        loss = ((x.sin() * (-(x ** 2) / 2).exp()) + x.tanh() * x).sum()
+        loss = ((x.sin() * (-(x**2) / 2).exp()) + x.tanh() * x).sum()
         loss.backward()
         return loss, x.grad
+
     return step, lambda: ngrad.cuda.synchronize(), lambda: (step()[0].item(), step()[1].cpu().numpy())
 
 
@@ -60,11 +62,13 @@ def ngrad_kernel_ms(step, repeat=20):
     """The GPU time of ngrad's one value+gradient kernel alone: the step's last kernel launch,
     recorded and replayed back to back (no host work between launches)."""
     from ngrad.engine.targets import compile as engine
+
     seen, launch = [], engine.CudaKernel.launch
 
     def record(self, n, args, grid=None, block=None):
         seen.append((self, n, args))
         return launch(self, n, args, grid, block)
+
     engine.CudaKernel.launch = record
     try:
         step()
@@ -81,10 +85,12 @@ def ngrad_kernel_ms(step, repeat=20):
 
 def torch_chain(data, compiled):
     import torch
+
     x = torch.tensor(data, device="cuda", requires_grad=True)
 
     def f(x):
-        return ((x.sin() * (-(x ** 2) / 2).exp()) + x.tanh() * x).sum()
+        return ((x.sin() * (-(x**2) / 2).exp()) + x.tanh() * x).sum()
+
     g = torch.compile(f) if compiled else f
 
     def step():
@@ -92,6 +98,7 @@ def torch_chain(data, compiled):
         loss = g(x)
         loss.backward()
         return loss, x.grad
+
     return step, torch.cuda.synchronize, lambda: (step()[0].item(), step()[1].cpu().numpy())
 
 
@@ -109,6 +116,7 @@ def main(argv=None):
     peak = None
     try:
         import torch
+
         props = torch.cuda.get_device_properties(0)
         # theoretical DRAM bandwidth: 2 transfers per clock on a bus of memory_bus_width bits
         clock = getattr(props, "memory_clock_rate", None)
@@ -117,9 +125,12 @@ def main(argv=None):
             peak = 2 * clock * 1e3 * width / 8 / 1e9
     except Exception:
         torch = None
-    lines = [f"### Element-wise chain, value + gradient, {args.dtype}, {device}", "",
-             "| N | system | first call (ms) | median (ms) | GB/s | vs PyTorch eager | pipelined (ms) | GB/s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### Element-wise chain, value + gradient, {args.dtype}, {device}",
+        "",
+        "| N | system | first call (ms) | median (ms) | GB/s | vs PyTorch eager | pipelined (ms) | GB/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     kernels = []
     for n in [int(float(s)) for s in args.sizes.split(",")]:
         data = np.random.default_rng(0).standard_normal(n).astype(dtype)  # the same input for every system
@@ -152,15 +163,22 @@ def main(argv=None):
                 continue
             gbs, pgbs = (2 * n * dtype.itemsize / (t * 1e-3) / 1e9 for t in (r[1], r[2]))
             ratio = f"{eager[1] / r[1]:.2f}x" if eager else ""
-            lines.append(f"| {n:.0e} | {name} | {r[0]:.1f} | {r[1]:.3f} | {gbs:.0f} | {ratio} | {r[2]:.3f} | {pgbs:.0f} |")
+            lines.append(
+                f"| {n:.0e} | {name} | {r[0]:.1f} | {r[1]:.3f} | {gbs:.0f} | {ratio} | {r[2]:.3f} | {pgbs:.0f} |"
+            )
         if rows.get("ngrad"):
             kgbs = 2 * n * dtype.itemsize / (kernel_ms * 1e-3) / 1e9
-            kernels.append(f"N={n:.0e}: ngrad's kernel alone {kernel_ms:.3f} ms, {kgbs:.0f} GB/s"
-                           + (f" ({kgbs / peak:.0%} of the card's)" if peak else ""))
+            kernels.append(
+                f"N={n:.0e}: ngrad's kernel alone {kernel_ms:.3f} ms, {kgbs:.0f} GB/s"
+                + (f" ({kgbs / peak:.0%} of the card's)" if peak else "")
+            )
     lines += [""] + [f"- {k}" for k in kernels]
     if peak:
-        lines += ["", f"Theoretical DRAM bandwidth of this card: {peak:.0f} GB/s (GB/s above counts reading x "
-                      "and writing its gradient once)."]
+        lines += [
+            "",
+            f"Theoretical DRAM bandwidth of this card: {peak:.0f} GB/s (GB/s above counts reading x "
+            "and writing its gradient once).",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:

@@ -12,6 +12,7 @@ update in one jitted function) when installed. Times are medians over repeats af
 
 Run: python benchmarks/loops.py [--threads N]
 """
+
 import argparse
 import statistics
 import time
@@ -60,18 +61,22 @@ def bench_rosenbrock(torch, jax):
         y = rosen(ngrad, x)
         y.backward()
         return y.item(), x.grad.numpy()
+
     out["ngrad eager"] = _time(eager, 5, 200)
     np.testing.assert_allclose(eager()[1], want, rtol=1e-12)
     if torch is not None:
+
         def teager():
             x = torch.tensor(x0, requires_grad=True)
             y = rosen(torch, x)
             y.backward()
             return y, x.grad
+
         out["torch eager"] = _time(teager, 7, 1000)
         np.testing.assert_allclose(teager()[1].numpy(), want, rtol=1e-12)
     if jax is not None:
         import jax.numpy as jnp
+
         jax.config.update("jax_enable_x64", True)
         f = jax.jit(jax.value_and_grad(lambda x: rosen(jnp, x)))
         xj = jnp.asarray(x0)
@@ -93,8 +98,12 @@ def bench_mlp(torch, jax, rng):
         return -(ys * logits.log_softmax(1)).sum() / b
 
     def params(lib):
-        t = [lib.tensor(w1), lib.tensor(np.zeros(n_h, np.float32)), lib.tensor(w2),
-             lib.tensor(np.zeros(n_out, np.float32))]
+        t = [
+            lib.tensor(w1),
+            lib.tensor(np.zeros(n_h, np.float32)),
+            lib.tensor(w2),
+            lib.tensor(np.zeros(n_out, np.float32)),
+        ]
         return [p.requires_grad_() for p in t]
 
     ps = params(ngrad)
@@ -108,6 +117,7 @@ def bench_mlp(torch, jax, rng):
         loss.backward()
         opt.step()
         return loss
+
     out["ngrad compile"] = _time(lambda: step(xt, yt), 5, 50)
     if torch is not None:
         tp = params(torch)
@@ -120,6 +130,7 @@ def bench_mlp(torch, jax, rng):
             loss.backward()
             topt.step()
             return loss
+
         out["torch eager"] = _time(tstep, 5, 50)
     if jax is not None:
         import jax.numpy as jnp
@@ -132,12 +143,14 @@ def bench_mlp(torch, jax, rng):
         def jstep(p, xs, ys):
             loss, g = jax.value_and_grad(jloss)(p, xs, ys)
             return [a - lr * d for a, d in zip(p, g)], loss
+
         state = [[jnp.asarray(w1), jnp.zeros(n_h, jnp.float32), jnp.asarray(w2), jnp.zeros(n_out, jnp.float32)]]
         xj, yj = jnp.asarray(x), jnp.asarray(labels)
 
         def run():
             state[0], loss = jstep(state[0], xj, yj)
             jax.block_until_ready(loss)
+
         out["jax jit"] = _time(run, 5, 50)
     return out
 
@@ -158,12 +171,15 @@ def bench_adam(torch, jax, rng, n=100_000, steps=1000):
             loss = ((w * at - yt) ** 2).sum()
             loss.backward()
             opt.step()
+
         for _ in range(steps):
             step()
         return w.detach().numpy()
+
     out["ngrad compile"] = _time(ngrad_run, 3, 1)
     want = ngrad_run()
     if torch is not None:
+
         def torch_run():
             w = torch.zeros(n, dtype=torch.float64, requires_grad=True)
             at, yt = torch.tensor(a), torch.tensor(y)
@@ -173,6 +189,7 @@ def bench_adam(torch, jax, rng, n=100_000, steps=1000):
                 ((w * at - yt) ** 2).sum().backward()
                 opt.step()
             return w.detach().numpy()
+
         out["torch eager"] = _time(torch_run, 3, 1)
         np.testing.assert_allclose(torch_run(), want, rtol=1e-7, atol=1e-9)
     if jax is not None:
@@ -183,7 +200,7 @@ def bench_adam(torch, jax, rng, n=100_000, steps=1000):
             g = jax.grad(lambda w: ((w * aj - yj) ** 2).sum())(w)
             m = 0.9 * m + 0.1 * g
             v = 0.999 * v + 0.001 * g * g
-            w = w - 1e-2 / (1 - 0.9 ** t) * m / (jnp.sqrt(v) / jnp.sqrt(1 - 0.999 ** t) + 1e-8)
+            w = w - 1e-2 / (1 - 0.9**t) * m / (jnp.sqrt(v) / jnp.sqrt(1 - 0.999**t) + 1e-8)
             return w, m, v
 
         def jax_run():
@@ -192,6 +209,7 @@ def bench_adam(torch, jax, rng, n=100_000, steps=1000):
             for t in range(1, steps + 1):
                 w, m, v = jstep(w, m, v, float(t), aj, yj)
             return np.asarray(jax.block_until_ready(w))
+
         out["jax jit"] = _time(jax_run, 3, 1)
         np.testing.assert_allclose(jax_run(), want, rtol=1e-7, atol=1e-9)
     return out
@@ -207,15 +225,19 @@ def main(argv=None):
     if torch is not None:
         torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
-    for name, res in [("rosenbrock-100 value+grad per call", bench_rosenbrock(torch, jax)),
-                      ("mlp-step 784-256-10 f32 batch 128", bench_mlp(torch, jax, rng)),
-                      ("adam-1e5: 1000 steps", bench_adam(torch, jax, rng))]:
+    for name, res in [
+        ("rosenbrock-100 value+grad per call", bench_rosenbrock(torch, jax)),
+        ("mlp-step 784-256-10 f32 batch 128", bench_mlp(torch, jax, rng)),
+        ("adam-1e5: 1000 steps", bench_adam(torch, jax, rng)),
+    ]:
         base = res["ngrad compile"][0]
         print(f"\n{name}")
         for system, (median, first) in res.items():
             unit, scale = ("us", 1e6) if median < 1e-3 else ("ms", 1e3)
-            print(f"  {system:14s} {median * scale:10.2f} {unit}   first {first * 1e3:9.1f} ms   "
-                  f"{median / base:6.2f}x ngrad compile's time")
+            print(
+                f"  {system:14s} {median * scale:10.2f} {unit}   first {first * 1e3:9.1f} ms   "
+                f"{median / base:6.2f}x ngrad compile's time"
+            )
 
 
 if __name__ == "__main__":

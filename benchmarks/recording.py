@@ -2,6 +2,7 @@
 
 Run: python benchmarks/recording.py
 """
+
 import time
 
 import ngrad
@@ -21,9 +22,16 @@ def main():
     x = ngrad.randn(100, dtype=ngrad.float64, requires_grad=True)
     w = ngrad.randn(100, dtype=ngrad.float64)
     m = ngrad.randn(100, 100, dtype=ngrad.float64)
-    for label, f in [("x * w", lambda: x * w), ("x + 0.5", lambda: x + 0.5), ("x.exp()", lambda: x.exp()),
-                     ("x.sum()", lambda: x.sum()), ("x ** 2", lambda: x ** 2), ("m @ x", lambda: m @ x),
-                     ("x[1:]", lambda: x[1:]), ("x.sigmoid()", lambda: x.sigmoid())]:
+    for label, f in [
+        ("x * w", lambda: x * w),
+        ("x + 0.5", lambda: x + 0.5),
+        ("x.exp()", lambda: x.exp()),
+        ("x.sum()", lambda: x.sum()),
+        ("x ** 2", lambda: x**2),
+        ("m @ x", lambda: m @ x),
+        ("x[1:]", lambda: x[1:]),
+        ("x.sigmoid()", lambda: x.sigmoid()),
+    ]:
         bench(label, f)
 
 

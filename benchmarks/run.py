@@ -5,6 +5,7 @@ the autograd.functional ones (functional.py).
 
 Run: python benchmarks/run.py [--quick] [--json results.json]
 """
+
 import argparse
 import os
 import subprocess
@@ -51,8 +52,9 @@ def reload_times():
             out = subprocess.run([sys.executable, "-c", RELOAD], env=env, capture_output=True, text=True, check=True)
             total = time.perf_counter() - t
             imp, work, compiled, loaded, kernel_s, start = out.stdout.split()
-            rows.append((label, total, float(imp), float(work), int(compiled), int(loaded), float(kernel_s),
-                         float(start)))
+            rows.append(
+                (label, total, float(imp), float(work), int(compiled), int(loaded), float(kernel_s), float(start))
+            )
         return rows
 
 
@@ -61,7 +63,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    for name, sizes in (QUICK if args.quick else SUITE):
+    for name, sizes in QUICK if args.quick else SUITE:
         argv = ["bench", "--problems", name, "--sizes", sizes, "--repeat", "10"]
         if args.json:
             argv += ["--json", f"{args.json}.{name}"]
@@ -69,9 +71,11 @@ def main():
     print("\nfresh process, four problems' kernels (chain, rosenbrock, lse, lj):")
     for label, total, imp, work, compiled, loaded, kernel_s, start in reload_times():
         per = kernel_s / max(1, compiled + loaded) * 1e3
-        print(f"  {label}: process {total:.2f} s, import {imp * 1e3:.0f} ms, Numba start-up {start * 1e3:.0f} ms, "
-              f"first calls {work * 1e3:.0f} ms, {compiled} compiled / {loaded} loaded, "
-              f"{per:.1f} ms per compiled function")
+        print(
+            f"  {label}: process {total:.2f} s, import {imp * 1e3:.0f} ms, Numba start-up {start * 1e3:.0f} ms, "
+            f"first calls {work * 1e3:.0f} ms, {compiled} compiled / {loaded} loaded, "
+            f"{per:.1f} ms per compiled function"
+        )
     if not args.quick:
         print("\noptimizer loops (benchmarks/loops.py):")
         loops.main([])

@@ -3,6 +3,7 @@ by broadcasting, forces by autograd, the optimizer is ``ngrad.optim.LBFGS``.
 
 Run: python examples/cluster_lbfgs.py
 """
+
 import numpy as np
 
 import ngrad
@@ -11,9 +12,9 @@ import ngrad
 def energy(pos):
     n = pos.shape[0]
     d = pos[:, None, :] - pos[None, :, :]
-    r2 = (d ** 2).sum(-1) + ngrad.eye(n, dtype=pos.dtype)
+    r2 = (d**2).sum(-1) + ngrad.eye(n, dtype=pos.dtype)
     inv6 = (1.0 / r2) ** 3
-    return (4 * (inv6 ** 2 - inv6) * (1 - ngrad.eye(n, dtype=pos.dtype))).sum() / 2
+    return (4 * (inv6**2 - inv6) * (1 - ngrad.eye(n, dtype=pos.dtype))).sum() / 2
 
 
 def relax(n_atoms=13, steps=10, seed=0):
@@ -37,5 +38,7 @@ def relax(n_atoms=13, steps=10, seed=0):
 
 if __name__ == "__main__":
     start, end, force = relax()
-    print(f"energy {start:.4f} -> {end:.4f}, largest force {force:.1e} (a local minimum: L-BFGS descends, "
-          f"it does not search globally; the best 13-atom cluster is at -44.3268)")
+    print(
+        f"energy {start:.4f} -> {end:.4f}, largest force {force:.1e} (a local minimum: L-BFGS descends, "
+        f"it does not search globally; the best 13-atom cluster is at -44.3268)"
+    )

@@ -2,6 +2,7 @@
 
 Run: python examples/curve_fit.py
 """
+
 import numpy as np
 
 import ngrad as torch

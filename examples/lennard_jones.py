@@ -2,6 +2,7 @@
 
 Run: python examples/lennard_jones.py
 """
+
 import numpy as np
 
 import ngrad as torch
@@ -10,9 +11,9 @@ import ngrad as torch
 def energy(pos):
     n = pos.shape[0]
     d = pos[:, None, :] - pos[None, :, :]
-    r2 = (d ** 2).sum(-1) + torch.eye(n, dtype=pos.dtype)
+    r2 = (d**2).sum(-1) + torch.eye(n, dtype=pos.dtype)
     inv6 = (1.0 / r2) ** 3
-    pair = 4 * (inv6 ** 2 - inv6) * (1 - torch.eye(n, dtype=pos.dtype))
+    pair = 4 * (inv6**2 - inv6) * (1 - torch.eye(n, dtype=pos.dtype))
     return pair.sum() / 2
 
 

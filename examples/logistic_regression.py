@@ -3,6 +3,7 @@ a small L2 penalty, written with `binary_cross_entropy_with_logits`-style arithm
 
 Run: python examples/logistic_regression.py
 """
+
 import numpy as np
 
 import ngrad as torch

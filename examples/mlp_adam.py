@@ -3,6 +3,7 @@
 
 Run: python examples/mlp_adam.py
 """
+
 import numpy as np
 
 import ngrad
@@ -20,7 +21,7 @@ def train(steps=400, hidden=32, lr=1e-2, seed=0):
     x, y = make_data(seed=seed)
     w1 = (ngrad.randn(2, hidden) * 0.7).requires_grad_()
     b1 = ngrad.zeros(hidden, requires_grad=True)
-    w2 = (ngrad.randn(hidden, 1) * (1 / hidden ** 0.5)).requires_grad_()
+    w2 = (ngrad.randn(hidden, 1) * (1 / hidden**0.5)).requires_grad_()
     b2 = ngrad.zeros(1, requires_grad=True)
     opt = ngrad.optim.Adam([w1, b1, w2, b2], lr=lr)
 

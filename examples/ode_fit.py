@@ -3,6 +3,7 @@ model, integrated with RK4 in ngrad and differentiated through every step, fitte
 
 Run: python examples/ode_fit.py
 """
+
 import numpy as np
 
 import ngrad as torch
@@ -44,7 +45,7 @@ def fit(iterations=30, seed=0):
         loss.backward()
         return loss
 
-    loss = opt.step(closure)
+    opt.step(closure)
     return log_theta.detach().exp().numpy(), closure().item(), opt.state[log_theta]["func_evals"]
 
 

@@ -7,24 +7,54 @@
 >>> x.grad
 tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 """
+
 import builtins as _builtins
 import functools as _functools
 
 from . import autograd, cuda, func, linalg, nn, optim, scipy
-from .engine.ir.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
-from .engine.ir.dtypes import (DType as dtype, float32, float64, get_default_dtype, int32, int64,
-                            set_default_dtype)
-from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, initial_seed,
-                        is_tensor, linspace, manual_seed, numel, ones, ones_like, rand, rand_like, randint, randn,
-                        randn_like, randperm, seed, tensor, zeros, zeros_like)
-from .engine.runtime import get_num_threads, set_num_threads
-from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
-                        set_grad_enabled)
-from .contract import einsum, inner, tensordot
-from .tracing import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
-from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
-
 from ._version import __version__
+from .contract import einsum, inner, tensordot
+from .engine.ir.dtypes import DType as dtype
+from .engine.ir.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
+from .engine.ir.dtypes import float32, float64, get_default_dtype, int32, int64, set_default_dtype
+from .engine.runtime import get_num_threads, set_num_threads
+from .factories import (
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    initial_seed,
+    is_tensor,
+    linspace,
+    manual_seed,
+    numel,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    randperm,
+    seed,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from .grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
+from .tracing import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 
 float = float32  # noqa: A001
 double = float64
@@ -41,6 +71,7 @@ def _function(name):
         if not isinstance(input, Tensor):
             input = tensor(input)
         return method(input, *args, **kwargs)
+
     f.__qualname__ = name
     f.__module__ = "ngrad"
     return f
@@ -57,17 +88,21 @@ addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross
 unflatten tile take_along_dim addmm inverse det sort argsort topk""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
-subtract = sub
+subtract = globals()["sub"]
 
 
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """True when all values agree within ``atol + rtol * |other|``."""
     import numpy as np
-    return _builtins.bool(np.allclose(input.detach().numpy(), other.detach().numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+    return _builtins.bool(
+        np.allclose(input.detach().numpy(), other.detach().numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan)
+    )
 
 
 def result_type(tensor1, tensor2):
     from .tensor import _operands
+
     return _operands(tensor1 if isinstance(tensor1, Tensor) else tensor(tensor1), tensor2)[2]
 
 

@@ -1,4 +1,5 @@
 """PyTorch-style text for tensors: ``tensor([2., 4.], grad_fn=<MulBackward0>)``."""
+
 import numpy as np
 
 LINEWIDTH = 80
@@ -76,7 +77,7 @@ def _render(a, fmt, indent):
         if cut:
             items = items[:EDGEITEMS] + [" ..."] + items[EDGEITEMS:]
         per_line = max(1, (LINEWIDTH - indent) // (fmt.width + 2))
-        lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+        lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
     n = a.shape[0]
     rows = list(range(n))

@@ -7,6 +7,7 @@ free: the first call of GradBench's ``lstm`` at c = 256 (a 47,000-instruction jo
 2.4 s, 1.3 s with the collector paused. These passes make no reference cycles of their own;
 cycles that user code makes meanwhile are collected once the collector runs again.
 """
+
 import contextlib
 import gc
 import threading

@@ -1,4 +1,5 @@
 """Handles of registered hooks (what ``register_hook`` and friends return)."""
+
 import itertools
 
 __all__ = ["RemovableHandle"]

@@ -7,6 +7,7 @@ True
 
 ```
 """
+
 import argparse
 import json
 import sys
@@ -17,21 +18,29 @@ __all__ = ["main", "build_parser"]
 def build_parser():
     parser = argparse.ArgumentParser(prog="ngrad", description="ngrad: PyTorch's autograd API on a compiling engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="time value+gradient of standard problems against NumPy, PyTorch and JAX",
-                       description="Times value+gradient of automatic-differentiation problems in ngrad against "
-                                   "a hand-written NumPy gradient, PyTorch eager and JAX jit (when installed), "
-                                   "after checking that all agree. 'ngrad bench gradbench-tool' instead speaks "
-                                   "GradBench's tool protocol on stdin/stdout.")
+    b = sub.add_parser(
+        "bench",
+        help="time value+gradient of standard problems against NumPy, PyTorch and JAX",
+        description="Times value+gradient of automatic-differentiation problems in ngrad against "
+        "a hand-written NumPy gradient, PyTorch eager and JAX jit (when installed), "
+        "after checking that all agree. 'ngrad bench gradbench-tool' instead speaks "
+        "GradBench's tool protocol on stdin/stdout.",
+    )
     b.add_argument("mode", nargs="?", choices=["gradbench-tool"], help="run as a GradBench tool instead")
     b.add_argument("--quick", action="store_true", help="one small size per problem: the suite in under a minute")
     b.add_argument("--problems", default=None, help="comma-separated problem names (default: all; see --list)")
     b.add_argument("--sizes", default=None, help="comma-separated sizes, overriding each problem's defaults")
     b.add_argument("--repeat", type=int, default=20, help="timed calls per system after warm-up (default 20)")
-    b.add_argument("--threads", type=int, default=None,
-                   help="threads for every system (default: every core, as PyTorch and JAX use)")
+    b.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for every system (default: every core, as PyTorch and JAX use)",
+    )
     b.add_argument("--json", dest="json_path", default=None, help="write machine-readable results here")
-    b.add_argument("--plot", dest="plot_path", default=None,
-                   help="write a PNG of time against size per system (needs matplotlib)")
+    b.add_argument(
+        "--plot", dest="plot_path", default=None, help="write a PNG of time against size per system (needs matplotlib)"
+    )
     b.add_argument("--list", action="store_true", help="list the problems and exit")
     c = sub.add_parser("cache", help="the compiled-kernel cache (NGRAD_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
@@ -40,10 +49,13 @@ def build_parser():
 
 def cache(args):
     from .engine.targets.compile import cache_clear, cache_info
+
     if args.action == "info":
         info = cache_info()
-        print(f"cache root: {info['root']}\nthis version: {info['folder']}\n"
-              f"kernels: {info['kernels']}\nplans: {info['plans']}\nsize: {info['bytes'] / 1e6:.2f} MB")
+        print(
+            f"cache root: {info['root']}\nthis version: {info['folder']}\n"
+            f"kernels: {info['kernels']}\nplans: {info['plans']}\nsize: {info['bytes'] / 1e6:.2f} MB"
+        )
     else:
         print(f"removed {cache_clear()} files")
     return 0
@@ -62,14 +74,16 @@ def bench(args):
 
     if args.mode == "gradbench-tool":
         from .bench.gradbench import serve
+
         return serve(sys.stdin, sys.stdout)
     from .bench.problems import PROBLEMS
 
     console = Console()
     if args.list:
         for p in PROBLEMS.values():
-            console.print(f"[bold]{p.name}[/bold]: {p.doc}; size = {p.size_doc}; sizes {p.sizes}, "
-                          f"--quick {p.quick_sizes}")
+            console.print(
+                f"[bold]{p.name}[/bold]: {p.doc}; size = {p.size_doc}; sizes {p.sizes}, --quick {p.quick_sizes}"
+            )
         return 0
     names = args.problems.split(",") if args.problems else list(PROBLEMS)
     unknown = [n for n in names if n not in PROBLEMS]
@@ -90,6 +104,7 @@ def bench(args):
     import os
 
     from .bench.runner import pin_threads
+
     threads = args.threads or os.cpu_count() or 1
     restore = pin_threads(threads)
     try:
@@ -111,15 +126,22 @@ def _bench(args, console, names, sizes, threads):
     with Progress(*columns, console=console, transient=True, auto_refresh=False) as bar:
         task = bar.add_task("benchmarking", total=count_steps(names, sizes, args.quick))
         for name in names:
-            results += run_suite([name], sizes, args.repeat, budget=0.5 if args.quick else 2.0, quick=args.quick,
-                                 progress=lambda msg, done: bar.update(task, description=msg, advance=done,
-                                                                       refresh=True))
+            results += run_suite(
+                [name],
+                sizes,
+                args.repeat,
+                budget=0.5 if args.quick else 2.0,
+                quick=args.quick,
+                progress=lambda msg, done: bar.update(task, description=msg, advance=done, refresh=True),
+            )
     info = machine_info()
     info["threads"] = threads
-    console.print(f"value + gradient, float64, {info['platform']}, {threads} thread{'s' if threads > 1 else ''} "
-                  f"per system; numpy {info['numpy']}, torch {info['torch'] or 'not installed'}, "
-                  f"jax {info['jax'] or 'not installed'}; ngrad's matrix products on "
-                  f"{'MKL' if info['ngrad_blas'].startswith('MKL') else 'NumPy'}")
+    console.print(
+        f"value + gradient, float64, {info['platform']}, {threads} thread{'s' if threads > 1 else ''} "
+        f"per system; numpy {info['numpy']}, torch {info['torch'] or 'not installed'}, "
+        f"jax {info['jax'] or 'not installed'}; ngrad's matrix products on "
+        f"{'MKL' if info['ngrad_blas'].startswith('MKL') else 'NumPy'}"
+    )
     for name in names:
         rows = [r for r in results if r["problem"] == name]
         table = Table(title=f"{name}: {PROBLEMS[name].doc}", title_justify="left")
@@ -132,18 +154,27 @@ def _bench(args, console, names, sizes, threads):
         for r in rows:
             base = r["systems"]["ngrad"]["median_s"]
             for s, t in r["systems"].items():
-                table.add_row(f"{r['size']:,}", s, _fmt(t["median_s"]), _fmt(t["q3_s"] - t["q1_s"]),
-                              _fmt(t["first_s"]), "1" if s == "ngrad" else f"{t['median_s'] / base:.2f}x")
+                table.add_row(
+                    f"{r['size']:,}",
+                    s,
+                    _fmt(t["median_s"]),
+                    _fmt(t["q3_s"] - t["q1_s"]),
+                    _fmt(t["first_s"]),
+                    "1" if s == "ngrad" else f"{t['median_s'] / base:.2f}x",
+                )
         console.print(table)
-    console.print("'vs ngrad' is the system's median over ngrad's: above 1 means ngrad is faster. 'first call' "
-                  "includes compiling (ngrad, JAX). All values and gradients were checked against the NumPy "
-                  "reference before timing.")
+    console.print(
+        "'vs ngrad' is the system's median over ngrad's: above 1 means ngrad is faster. 'first call' "
+        "includes compiling (ngrad, JAX). All values and gradients were checked against the NumPy "
+        "reference before timing."
+    )
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump({"machine": info, "results": results}, f, indent=1)
         console.print(f"wrote {args.json_path}")
     if args.plot_path:
         from .bench.plot import plot
+
         plot(results, args.plot_path)
         console.print(f"wrote {args.plot_path}")
     return 0

@@ -14,10 +14,11 @@ an index repeated within one operand (``'ii->i'``) takes that operand's diagonal
 
 ```
 """
+
 import math
 import string
 
-from .tensor import Tensor, _as_tensor, _dim
+from .tensor import _as_tensor, _dim
 
 __all__ = ["einsum", "tensordot", "inner"]
 
@@ -35,8 +36,9 @@ def _parse(equation, operands):
         raise RuntimeError(f"einsum(): {more} operands were provided than specified in the equation")
     for i, ch in enumerate(eq):
         if ch not in _LETTERS and ch not in ".,->":
-            raise RuntimeError(f"einsum(): invalid subscript given at index {i} in the equation string, subscripts "
-                               f"must be in [a-zA-Z]")
+            raise RuntimeError(
+                f"einsum(): invalid subscript given at index {i} in the equation string, subscripts must be in [a-zA-Z]"
+            )
     ell = max([op.ndim - (len(t) - 3) for t, op in zip(terms, operands) if "..." in t] + [0])
     dots = [chr(0x100 + k) for k in range(ell)]  # not letters: cannot clash with a subscript
     subs = []
@@ -44,18 +46,22 @@ def _parse(equation, operands):
         if "..." in t:
             head, _, tail = t.partition("...")
             if "." in head + tail:
-                raise RuntimeError("einsum(): found '.' for operand %d that is not part of any ellipsis" % k)
+                raise RuntimeError(f"einsum(): found '.' for operand {k} that is not part of any ellipsis")
             n = op.ndim - len(head) - len(tail)
             if n < 0:
-                raise RuntimeError(f"einsum(): the number of subscripts in the equation ({len(head + tail)}) is more "
-                                   f"than the number of dimensions ({op.ndim}) for operand {k}")
-            s = list(head) + dots[ell - n:] + list(tail)
+                raise RuntimeError(
+                    f"einsum(): the number of subscripts in the equation ({len(head + tail)}) is more "
+                    f"than the number of dimensions ({op.ndim}) for operand {k}"
+                )
+            s = list(head) + dots[ell - n :] + list(tail)
         else:
             if "." in t:
-                raise RuntimeError("einsum(): found '.' for operand %d that is not part of any ellipsis" % k)
+                raise RuntimeError(f"einsum(): found '.' for operand {k} that is not part of any ellipsis")
             if len(t) != op.ndim:
-                raise RuntimeError(f"einsum(): the number of subscripts in the equation ({len(t)}) does not match the "
-                                   f"number of dimensions ({op.ndim}) for operand {k} and no ellipsis was given")
+                raise RuntimeError(
+                    f"einsum(): the number of subscripts in the equation ({len(t)}) does not match the "
+                    f"number of dimensions ({op.ndim}) for operand {k} and no ellipsis was given"
+                )
             s = list(t)
         subs.append(s)
     if arrow:
@@ -66,8 +72,9 @@ def _parse(equation, operands):
             if ch in seen:
                 raise RuntimeError(f"einsum(): output subscript {ch} appears more than once in the output")
             if not any(ch in s for s in subs):
-                raise RuntimeError(f"einsum(): output subscript {ch} does not appear in the equation for any input "
-                                   f"operand")
+                raise RuntimeError(
+                    f"einsum(): output subscript {ch} does not appear in the equation for any input operand"
+                )
             seen.add(ch)
     else:  # the broadcast dimensions, then the subscripts used once, in alphabetical order
         counts = {}
@@ -88,8 +95,10 @@ def _distinct(x, s, k):
         i = s.index(dup)
         j = s.index(dup, i + 1)
         if x.shape[i] != x.shape[j]:
-            raise RuntimeError(f"einsum(): subscript {dup} is repeated for operand {k} but the sizes don't match, "
-                               f"{x.shape[j]} != {x.shape[i]}")
+            raise RuntimeError(
+                f"einsum(): subscript {dup} is repeated for operand {k} but the sizes don't match, "
+                f"{x.shape[j]} != {x.shape[i]}"
+            )
         x = x.diagonal(0, i, j)
         s = [c for k, c in enumerate(s) if k not in (i, j)] + [dup]
 
@@ -110,8 +119,10 @@ def _sizes(pairs):
             if size.get(ch, 1) == 1:
                 size[ch] = n
             elif n not in (1, size[ch]):
-                raise RuntimeError(f"einsum(): subscript {ch} has size {n} for operand {k} which does not broadcast "
-                                   f"with previously seen size {size[ch]}")
+                raise RuntimeError(
+                    f"einsum(): subscript {ch} has size {n} for operand {k} which does not broadcast "
+                    f"with previously seen size {size[ch]}"
+                )
     return size
 
 
@@ -131,6 +142,7 @@ def _pair(a, sa, b, sb, keep):
 
     def n(chars):
         return math.prod(size[ch] for ch in chars)
+
     lead = (n(batch),) if batch else ()  # no batch: a plain matrix product (MKL takes those)
     a = arrange(a, sa, batch + left + summed).reshape(*lead, n(left), n(summed))
     b = arrange(b, sb, batch + summed + right).reshape(*lead, n(summed), n(right))
@@ -166,7 +178,7 @@ def einsum(equation, *operands):
     x, s = xs[0]
     for k in range(1, len(xs)):
         b, sb = xs[k]
-        keep = set(out).union(*[t for _, t in xs[k + 1:]])
+        keep = set(out).union(*[t for _, t in xs[k + 1 :]])
         x, s = _sum_out(x, s, keep | set(sb))
         b, sb = _sum_out(b, sb, keep | set(s))
         x, s = _pair(x, s, b, sb, keep)
@@ -197,8 +209,10 @@ def tensordot(a, b, dims=2):
         da, db = [_dim(d, a.ndim) for d in da], [_dim(d, b.ndim) for d in db]
     for i, j in zip(da, db):
         if a.shape[i] != b.shape[j]:
-            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
-                               f"and second has size {b.shape[j]} in dim {j}")
+            raise RuntimeError(
+                f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
+                f"and second has size {b.shape[j]} in dim {j}"
+            )
     sa = [chr(0x100 + k) for k in range(a.ndim)]
     sb = [chr(0x200 + k) for k in range(b.ndim)]
     for i, j in zip(da, db):
@@ -214,6 +228,3 @@ def inner(input, other):
     if input.ndim == 0 or other.ndim == 0:
         return input * other
     return tensordot(input, other, ([-1], [-1]))
-
-
-Tensor  # the facade's type, for readers of this module's signatures

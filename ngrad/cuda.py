@@ -11,12 +11,13 @@ True
 
 ```
 """
-__all__ = ["is_available", "unavailable_reason", "device_count", "get_device_name", "current_device",
-           "synchronize"]
+
+__all__ = ["is_available", "unavailable_reason", "device_count", "get_device_name", "current_device", "synchronize"]
 
 
 def _status():
     from .engine.targets.compile import cuda_status
+
     return cuda_status()
 
 
@@ -61,4 +62,5 @@ def synchronize(device=None):
     """Wait for every kernel launched on the GPU to finish (kernels run asynchronously)."""
     if is_available():
         from .engine.targets.compile import synchronize as sync
+
         sync()

@@ -1,4 +1,5 @@
 """Tensor factories (``tensor``, ``zeros``, ``randn`` ...) and the random generator."""
+
 import collections
 import math
 
@@ -9,9 +10,33 @@ from .engine.ir.graph import source
 from .tensor import Tensor, _device_name, _host, _shape_arg, _value, _value_on, _wrap
 from .tracing import _check_random
 
-__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
-           "empty_like", "full_like", "eye", "arange", "linspace", "rand", "randn", "randint", "rand_like",
-           "randn_like", "randperm", "manual_seed", "seed", "initial_seed", "is_tensor", "numel"]
+__all__ = [
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "eye",
+    "arange",
+    "linspace",
+    "rand",
+    "randn",
+    "randint",
+    "rand_like",
+    "randn_like",
+    "randperm",
+    "manual_seed",
+    "seed",
+    "initial_seed",
+    "is_tensor",
+    "numel",
+]
 
 
 def _leaf(value, dtype, requires_grad, device=None):
@@ -104,13 +129,15 @@ def _on_gpu(data):
     """An object in GPU memory ngrad can take over: ``__cuda_array_interface__`` (or the CUDA
     simulator's device arrays)."""
     return not isinstance(data, (np.ndarray, Tensor)) and (
-        hasattr(data, "__cuda_array_interface__") or type(data).__name__ == "FakeCUDAArray")
+        hasattr(data, "__cuda_array_interface__") or type(data).__name__ == "FakeCUDAArray"
+    )
 
 
 def _from_cuda(data, dtype, dev, requires_grad, copy):
     """A tensor on the GPU from an object exposing ``__cuda_array_interface__`` (a CuPy array, a
     PyTorch CUDA tensor, a Numba device array): shared memory unless ``copy``."""
     from .engine.targets.compile import as_device, device_copy, is_device_array
+
     _device_name("cuda")
     arr = data if is_device_array(data) else as_device(data)
     d = D.from_numpy_dtype(np.dtype(arr.dtype))
@@ -148,15 +175,22 @@ def as_tensor(data, dtype=None, device=None):
     """Like ``tensor`` but returns ``data`` itself when it already is a tensor of that dtype and
     device, and shares memory with a NumPy array or, on the GPU, with any object exposing
     ``__cuda_array_interface__`` (CuPy, PyTorch CUDA tensors)."""
-    if isinstance(data, Tensor) and (dtype is None or dtype is data.dtype) and (
-            device is None or data.device == device):
+    if (
+        isinstance(data, Tensor)
+        and (dtype is None or dtype is data.dtype)
+        and (device is None or data.device == device)
+    ):
         return data
     if _on_gpu(data):
         return _from_cuda(data, dtype, _device_name(device), False, copy=False)
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device)
-    if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) and data.flags.c_contiguous and \
-            _device_name(device) != "cuda":
+    if (
+        isinstance(data, np.ndarray)
+        and (dtype is None or dtype.np == data.dtype)
+        and data.flags.c_contiguous
+        and _device_name(device) != "cuda"
+    ):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
 
@@ -267,8 +301,14 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     if dtype is None:
         dtype = _infer([start, end, step])
     n = max(0, math.ceil((end - start) / step))
-    return _leaf((start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
-                 if dtype.is_floating_point else np.arange(start, end, step, dtype=dtype.np), dtype, requires_grad, device)
+    return _leaf(
+        (start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
+        if dtype.is_floating_point
+        else np.arange(start, end, step, dtype=dtype.np),
+        dtype,
+        requires_grad,
+        device,
+    )
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
@@ -305,7 +345,7 @@ def manual_seed(seed):
 
 
 def seed():
-    s = int(np.random.SeedSequence().entropy % (2 ** 63))
+    s = int(np.random.SeedSequence().entropy % (2**63))
     manual_seed(s)
     return s
 
@@ -344,13 +384,21 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
 
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False):
-    return rand(input.shape, dtype=dtype or input.dtype, device=input.device if device is None else device,
-                requires_grad=requires_grad)
+    return rand(
+        input.shape,
+        dtype=dtype or input.dtype,
+        device=input.device if device is None else device,
+        requires_grad=requires_grad,
+    )
 
 
 def randn_like(input, *, dtype=None, device=None, requires_grad=False):
-    return randn(input.shape, dtype=dtype or input.dtype, device=input.device if device is None else device,
-                 requires_grad=requires_grad)
+    return randn(
+        input.shape,
+        dtype=dtype or input.dtype,
+        device=input.device if device is None else device,
+        requires_grad=requires_grad,
+    )
 
 
 def randperm(n, *, dtype=None, device=None):

@@ -5,6 +5,7 @@ through ngrad's reverse mode, the way ``torch.func`` and JAX spell it. They are 
 Python control flow works) and compose with ``ngrad.compile``: ``ngrad.compile(
 ngrad.func.value_and_grad(f))`` traces once and replays one fused program per call.
 """
+
 from . import grad_mode as _grad_mode
 from .autograd.reverse import grad as _grad
 from .tensor import Tensor
@@ -78,6 +79,7 @@ def value_and_grad(func, argnums=0, has_aux=False):
 
     ```
     """
+
     def wrapper(*args, **kwargs):
         nums, single = _argnums(argnums, len(args))
         args = list(args)
@@ -88,22 +90,31 @@ def value_and_grad(func, argnums=0, has_aux=False):
         aux = None
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError("value_and_grad(f)(*args): output of function f should be a tuple: "
-                                   "(output, aux) if has_aux is True")
+                raise RuntimeError(
+                    "value_and_grad(f)(*args): output of function f should be a tuple: (output, aux) if has_aux is True"
+                )
             out, aux = out
         if not isinstance(out, Tensor):
-            raise RuntimeError(f"value_and_grad(f)(*args): Expected f(*args) to return a Tensor, got {type(out).__name__}")
+            raise RuntimeError(
+                f"value_and_grad(f)(*args): Expected f(*args) to return a Tensor, got {type(out).__name__}"
+            )
         if out.numel() != 1:
-            raise RuntimeError(f"value_and_grad(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor "
-                               f"with {out.dim()} dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
+            raise RuntimeError(
+                f"value_and_grad(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor "
+                f"with {out.dim()} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
+            )
         wrt = [t for a in nums for t in _leaves(args[a])]
-        create = _grad_mode.is_grad_enabled() and _grad_mode.state.trace is None and any(
-            t.requires_grad for a in range(len(args)) if a not in nums for t in _leaves(args[a]))
+        create = (
+            _grad_mode.is_grad_enabled()
+            and _grad_mode.state.trace is None
+            and any(t.requires_grad for a in range(len(args)) if a not in nums for t in _leaves(args[a]))
+        )
         grads = iter(_grad(out, wrt, allow_unused=True, materialize_grads=True, create_graph=create))
         gtrees = tuple(_rebuild(args[a], grads) for a in nums)
         value = out if create else out.detach()
         g = gtrees[0] if single else gtrees
         return ((value, aux), g) if has_aux else (value, g)
+
     return wrapper
 
 
@@ -124,6 +135,7 @@ def grad(func, argnums=0, has_aux=False):
             (_, aux), g = vg(*args, **kwargs)
             return g, aux
         return vg(*args, **kwargs)[1]
+
     return wrapper
 
 
@@ -144,9 +156,19 @@ def vjp(func, *primals, has_aux=False):
         cts = _leaves(cotangents)
         if len(cts) != len(outs):
             raise RuntimeError(f"Expected {len(outs)} cotangents, got {len(cts)}")
-        grads = iter(_grad(outs, wrt, cts, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True,
-                           materialize_grads=True))
+        grads = iter(
+            _grad(
+                outs,
+                wrt,
+                cts,
+                retain_graph=retain_graph,
+                create_graph=create_graph,
+                allow_unused=True,
+                materialize_grads=True,
+            )
+        )
         return tuple(_rebuild(p, grads) for p in primals)
+
     detached = _detached(out, outs)
     return (detached, vjp_fn, aux) if has_aux else (detached, vjp_fn)
 
@@ -164,6 +186,7 @@ def jvp(func, primals, tangents, has_aux=False):
     ```
     """
     from .factories import zeros_like
+
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to be tuples")
     if len(primals) != len(tangents):
@@ -175,8 +198,10 @@ def jvp(func, primals, tangents, has_aux=False):
         tan = [t for tg in tangents for t in _leaves(tg)]
         for t, w in zip(tan, wrt):
             if t.shape != w.shape:
-                raise RuntimeError(f"jvp(f, primals, tangents): Expected primals and tangents to have the same "
-                                   f"shape, got {list(w.shape)} and {list(t.shape)}")
+                raise RuntimeError(
+                    f"jvp(f, primals, tangents): Expected primals and tangents to have the same "
+                    f"shape, got {list(w.shape)} and {list(t.shape)}"
+                )
         inner = [(g * t).sum() for g, t in zip(gs, tan) if g.requires_grad]
         total = inner[0]
         for x in inner[1:]:
@@ -215,4 +240,5 @@ def hessian(func, argnums=0):
             basis = eye(n, dtype=x.dtype)
             (h,) = _grad(g.reshape(-1), x, basis, is_grads_batched=True, allow_unused=True, materialize_grads=True)
         return h.detach().reshape(tuple(x.shape) * 2)
+
     return wrapper

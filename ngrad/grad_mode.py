@@ -1,15 +1,21 @@
 """Grad mode: whether operations record gradient edges. Thread-local, as in PyTorch."""
+
 import functools
 import inspect
-import threading
-
 import os
+import threading
 import traceback
 
 from .engine.ir import graph as _graph
 
-__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode",
-           "is_inference_mode_enabled"]
+__all__ = [
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "inference_mode",
+    "is_inference_mode_enabled",
+]
 
 
 class _State(threading.local):
@@ -89,6 +95,7 @@ class _Mode:
             ctx._prev, ctx._mode = [], mode
             with ctx:
                 return func(*args, **kwargs)
+
         return wrapper
 
 
@@ -215,4 +222,5 @@ class inference_mode:
         def wrapper(*args, **kwargs):
             with inference_mode(mode):
                 return func(*args, **kwargs)
+
         return wrapper

@@ -18,7 +18,7 @@ True
 ```
 """
 
-from .tensor import _as_tensor, _broadcast, _named, _new, _TORCH_NAME
+from .tensor import _TORCH_NAME, _as_tensor, _broadcast, _named, _new
 
 __all__ = ["inv", "solve", "det", "vector_norm", "norm", "cross"]
 
@@ -28,11 +28,13 @@ def _square(A, name):
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
     if A.shape[-1] != A.shape[-2]:
-        raise RuntimeError(f"{name}: A must be batches of square matrices, but they are {A.shape[-2]} by "
-                           f"{A.shape[-1]} matrices")
+        raise RuntimeError(
+            f"{name}: A must be batches of square matrices, but they are {A.shape[-2]} by {A.shape[-1]} matrices"
+        )
     if not A.dtype.is_floating_point:
-        raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
-                           f"{_TORCH_NAME[A.dtype.short]}")
+        raise RuntimeError(
+            f"{name}: Expected a floating point or complex tensor as input. Got {_TORCH_NAME[A.dtype.short]}"
+        )
     return A
 
 
@@ -52,13 +54,17 @@ def solve(A, B, *, left=True):
     if not left:
         return solve(A.mT, B.mT).mT
     if B.dtype is not A.dtype:
-        raise RuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but found A of type "
-                           f"{_TORCH_NAME[A.dtype.short]} and B of type {_TORCH_NAME[B.dtype.short]} instead")
+        raise RuntimeError(
+            f"linalg.solve: Expected A and B to have the same dtype, but found A of type "
+            f"{_TORCH_NAME[A.dtype.short]} and B of type {_TORCH_NAME[B.dtype.short]} instead"
+        )
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
     Bm = B.unsqueeze(-1) if vector else B
     if Bm.ndim < 2 or Bm.shape[-2] != A.shape[-1]:
-        raise RuntimeError(f"linalg.solve: Incompatible shapes of A and B for the equation AX = B "
-                           f"({A.shape[-2]}x{A.shape[-1]} and {'x'.join(map(str, Bm.shape[-2:]))})")
+        raise RuntimeError(
+            f"linalg.solve: Incompatible shapes of A and B for the equation AX = B "
+            f"({A.shape[-2]}x{A.shape[-1]} and {'x'.join(map(str, Bm.shape[-2:]))})"
+        )
     batch = _broadcast(tuple(A.shape[:-2]), tuple(Bm.shape[:-2]))
     A = A.expand(*batch, *A.shape[-2:]) if tuple(A.shape[:-2]) != batch else A
     Bm = Bm.expand(*batch, *Bm.shape[-2:]) if tuple(Bm.shape[:-2]) != batch else Bm
@@ -82,8 +88,10 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
     elif not x.dtype.is_floating_point:
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
-                           f"{_TORCH_NAME[x.dtype.short]}")
+        raise RuntimeError(
+            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            f"{_TORCH_NAME[x.dtype.short]}"
+        )
     return x.norm(ord, dim=dim, keepdim=keepdim)  # Tensor.norm takes inf, -inf and 0 too
 
 
@@ -98,12 +106,13 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
     if isinstance(ord, str):
         raise RuntimeError(f"linalg.norm: ord={ord!r} is not supported (the nuclear norm needs an SVD)")
     if dim is None and A.ndim != 1 or dim is not None and not isinstance(dim, int) and len(dim) != 1:
-        raise RuntimeError(f"linalg.norm: a numeric ord={ord} needs one dimension: ngrad has no matrix norms "
-                           f"other than the Frobenius norm")
+        raise RuntimeError(
+            f"linalg.norm: a numeric ord={ord} needs one dimension: ngrad has no matrix norms "
+            f"other than the Frobenius norm"
+        )
     return vector_norm(A, ord, dim, keepdim, dtype=dtype)
 
 
 def cross(input, other, *, dim=-1):
     """The cross product of 3-vectors along ``dim`` (the last by default)."""
     return _as_tensor(input).cross(other, dim=dim)
-

@@ -8,6 +8,7 @@ The gradient program is compiled with ``ngrad.compile`` when ``fun`` can be trac
 control flow on tensor values), so each evaluation costs little more than its kernels; a
 function that cannot be traced runs eagerly, with the same results.
 """
+
 import numpy as np
 
 from . import grad_mode as _grad_mode
@@ -16,7 +17,8 @@ from .engine.ir import dtypes as D
 from .factories import tensor
 from .func import value_and_grad as _value_and_grad
 from .tensor import Tensor
-from .tracing import TraceError, compile as _compile
+from .tracing import TraceError
+from .tracing import compile as _compile
 
 __all__ = ["value_and_grad", "hessp", "minimize"]
 
@@ -65,6 +67,7 @@ def value_and_grad(fun, like, args=()):
     def f(x):
         value, g = vg(_from_flat(x, shape), *args)
         return float(value.item()), g.numpy().reshape(-1).astype(np.float64)
+
     return f
 
 
@@ -88,10 +91,12 @@ def hessp(fun, like, args=()):
             (g,) = _grad(fun(x, *a), x, create_graph=True)
             (h,) = _grad((g * p).sum(), x, allow_unused=True, materialize_grads=True)
         return h.detach()
+
     hv = _Fallback(product)
 
     def hp(x, p):
         return hv(_from_flat(x, shape), _from_flat(p, shape), *args).numpy().reshape(-1).astype(np.float64)
+
     return hp
 
 
@@ -113,11 +118,20 @@ def minimize(fun, x0, args=(), method=None, bounds=None, constraints=(), tol=Non
     ```
     """
     from scipy import optimize
+
     x0t = x0 if isinstance(x0, Tensor) else tensor(x0, dtype=D.float64)
     shape = tuple(x0t.shape)
     start = x0t.detach().numpy().astype(np.float64).reshape(-1)
-    kwargs = dict(args=(), method=method, jac=True, bounds=bounds, constraints=constraints, tol=tol,
-                  callback=callback, options=options)
+    kwargs = dict(
+        args=(),
+        method=method,
+        jac=True,
+        bounds=bounds,
+        constraints=constraints,
+        tol=tol,
+        callback=callback,
+        options=options,
+    )
     if method is not None and method.lower() in _HESSP:
         kwargs["hessp"] = hessp(fun, x0t, args)
     res = optimize.minimize(value_and_grad(fun, x0t, args), start, **kwargs)

@@ -7,6 +7,7 @@ Values are computed when something needs them (``.numpy()``, ``.item()``, ``repr
 ``norm``) are written in primitives; the last node of a composite carries PyTorch's grad_fn
 name. This module imports the engine; the engine never imports it.
 """
+
 import math
 import weakref
 from collections import namedtuple
@@ -76,7 +77,9 @@ class device:
         self.type, self.index = type, index
 
     def __repr__(self):
-        return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+        return (
+            f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+        )
 
     def __str__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"
@@ -84,8 +87,11 @@ class device:
     def __eq__(self, other):
         if isinstance(other, (str, int)):
             other = device(other)
-        return isinstance(other, device) and other.type == self.type and (
-            self.index is None or other.index is None or self.index == other.index)
+        return (
+            isinstance(other, device)
+            and other.type == self.type
+            and (self.index is None or other.index is None or self.index == other.index)
+        )
 
     def __hash__(self):
         return hash(self.type)
@@ -103,6 +109,7 @@ def _device_name(dev):
     name = device(dev).type
     if name == "cuda":
         from .engine.targets.compile import cuda_status
+
         ok, why = cuda_status()
         if not ok:
             raise RuntimeError(f"CUDA is not available: {why}")
@@ -115,10 +122,12 @@ def _value_on(value, dev):
         if dev != "cuda":
             return value
         from .engine.targets.compile import to_device
+
         return to_device(value if value.flags.c_contiguous else np.ascontiguousarray(value).reshape(value.shape))
     if dev == "cuda":
         return value
     from .engine.targets.compile import to_host
+
     return to_host(value)
 
 
@@ -233,8 +242,10 @@ def _broadcast(a, b):
         elif x == 1:
             out.append(y)
         else:
-            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
-                               f"non-singleton dimension {i} (shapes {list(a)} and {list(b)})")
+            raise RuntimeError(
+                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                f"non-singleton dimension {i} (shapes {list(a)} and {list(b)})"
+            )
     return tuple(out)
 
 
@@ -503,13 +514,17 @@ def _inplace(t, result):
         raise RuntimeError(f"output with shape {list(n.shape)} doesn't match the broadcast shape {list(r.shape)}")
     if r.dtype is not n.dtype:
         if r.dtype.category > n.dtype.category:
-            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.short]} can't be cast to the desired output "
-                               f"type {_TORCH_NAME[n.dtype.short]}")
+            raise RuntimeError(
+                f"result type {_TORCH_NAME[r.dtype.short]} can't be cast to the desired output "
+                f"type {_TORCH_NAME[n.dtype.short]}"
+            )
         r = _cast_node(r, n.dtype)
     if n.is_inference and not _gm.inference:
-        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
-                           "clone to get a normal tensor before doing inplace update.See "
-                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
+        raise RuntimeError(
+            "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+            "clone to get a normal tensor before doing inplace update.See "
+            "https://github.com/pytorch/rfcs/pull/17 for more details."
+        )
     if n.requires_grad and not n.differentiable:
         if _gm.enabled:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
@@ -568,6 +583,7 @@ def _index_source(arr):
 
 # --- the tensor ------------------------------------------------------------------------------------
 
+
 class Tensor:
     """A multi-dimensional array that records operations for automatic differentiation.
 
@@ -599,6 +615,7 @@ class Tensor:
         if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
             return tensor(args[0], dtype=D.get_default_dtype())
         from .factories import zeros
+
         return zeros(*args)
 
     # metadata ---------------------------------------------------------------------------------
@@ -627,11 +644,15 @@ class Tensor:
     def __cuda_array_interface__(self):
         """The GPU memory of a CUDA tensor, for CuPy, PyTorch or Numba to use without a copy."""
         if self._node.device != "cuda":
-            raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor type: cpu. "
-                                 "If CUDA data is required use tensor.cuda() to copy tensor to device memory.")
+            raise AttributeError(
+                "Can't get __cuda_array_interface__ on non-CUDA tensor type: cpu. "
+                "If CUDA data is required use tensor.cuda() to copy tensor to device memory."
+            )
         if self._node.requires_grad:
-            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. If gradients "
-                               "aren't required, use var.detach() to get Variable that doesn't require grad.")
+            raise RuntimeError(
+                "Can't get __cuda_array_interface__ on Variable that requires grad. If gradients "
+                "aren't required, use var.detach() to get Variable that doesn't require grad."
+            )
         return _value(self).__cuda_array_interface__
 
     @property
@@ -668,9 +689,11 @@ class Tensor:
         n = self._node
         if n.differentiable:
             if not requires_grad:
-                raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want "
-                                   "to use a computed variable in a subgraph that doesn't require "
-                                   "differentiation use var_no_grad = var.detach().")
+                raise RuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want "
+                    "to use a computed variable in a subgraph that doesn't require "
+                    "differentiation use var_no_grad = var.detach()."
+                )
             return self
         if requires_grad and not n.dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
@@ -698,26 +721,34 @@ class Tensor:
             _gm.trace.note_grad(self)
         if self._grad is None and self._node.differentiable and not self._retains_grad:
             import warnings
-            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
-                          "Its .grad attribute won't be populated during autograd.backward(). If you "
-                          "indeed want the .grad field to be populated for a non-leaf Tensor, use "
-                          ".retain_grad() on the non-leaf Tensor.", UserWarning, stacklevel=2)
+
+            warnings.warn(
+                "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
+                "Its .grad attribute won't be populated during autograd.backward(). If you "
+                "indeed want the .grad field to be populated for a non-leaf Tensor, use "
+                ".retain_grad() on the non-leaf Tensor.",
+                UserWarning,
+                stacklevel=2,
+            )
         return self._grad
 
     @grad.setter
     def grad(self, value):
         if value is not None:
             if not isinstance(value, Tensor):
-                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
-                                f"{type(value).__name__}")
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}"
+                )
             if value.dtype is not self.dtype:
                 raise RuntimeError(f"assigned grad has data of a different type ({value.dtype} vs {self.dtype})")
             if value._node.shape != self._node.shape:
-                raise RuntimeError(f"assigned grad has data of a different size ({list(value.shape)} vs "
-                                   f"{list(self.shape)})")
+                raise RuntimeError(
+                    f"assigned grad has data of a different size ({list(value.shape)} vs {list(self.shape)})"
+                )
             if value.device != self.device:
-                raise RuntimeError(f"assigned grad has data located on a different device ({value.device} vs "
-                                   f"{self.device})")
+                raise RuntimeError(
+                    f"assigned grad has data located on a different device ({value.device} vs {self.device})"
+                )
         if _gm.trace is not None:
             _gm.trace.note_grad(self)
         self._grad = value
@@ -741,6 +772,7 @@ class Tensor:
         See ``ngrad.autograd.backward``; ``gradient`` is needed unless this tensor has one element.
         """
         from .autograd.reverse import backward
+
         backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self):
@@ -813,6 +845,7 @@ class Tensor:
         if n.differentiable:
             _segment_nodes.add(n)
         from ._hooks import RemovableHandle
+
         handle = RemovableHandle(n.hooks)
         n.hooks[handle.id] = hook
         return handle
@@ -838,6 +871,7 @@ class Tensor:
         if n.post_hooks is None:
             n.post_hooks = {}
         from ._hooks import RemovableHandle
+
         handle = RemovableHandle(n.post_hooks)
         n.post_hooks[handle.id] = hook
         return handle
@@ -868,8 +902,10 @@ class Tensor:
         ```
         """
         if self._node.device == "cuda" and not force:
-            raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
-                            "tensor to host memory first.")
+            raise TypeError(
+                "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                "tensor to host memory first."
+            )
         if self._node.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return np.asarray(_host(self))
@@ -937,8 +973,10 @@ class Tensor:
 
     def __deepcopy__(self, memo):
         if not self.is_leaf:
-            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
-                               "deepcopy protocol at the moment.")
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the "
+                "deepcopy protocol at the moment."
+            )
         out = _wrap(source(_value_on(np.array(_host(self)), self._node.device), self.dtype))
         if self.requires_grad:
             out.requires_grad_()
@@ -977,9 +1015,11 @@ class Tensor:
         if (n.device == "cuda") == (dev == "cuda"):
             return self
         if n.requires_grad and _gm.enabled:
-            raise RuntimeError(f"ngrad cannot differentiate through a copy between devices: create the tensor "
-                               f"on {dev} (device='{dev}', requires_grad=True), or copy it before requires_grad_() "
-                               f"or under ngrad.no_grad()")
+            raise RuntimeError(
+                f"ngrad cannot differentiate through a copy between devices: create the tensor "
+                f"on {dev} (device='{dev}', requires_grad=True), or copy it before requires_grad_() "
+                f"or under ngrad.no_grad()"
+            )
         return _wrap(source(_value_on(_value(self), dev), n.dtype))
 
     def cuda(self, device=None):
@@ -992,8 +1032,13 @@ class Tensor:
 
     def type(self, dtype=None):
         if dtype is None:
-            return {"f32": "ngrad.FloatTensor", "f64": "ngrad.DoubleTensor", "i64": "ngrad.LongTensor",
-                    "i32": "ngrad.IntTensor", "b8": "ngrad.BoolTensor"}[self.dtype.short]
+            return {
+                "f32": "ngrad.FloatTensor",
+                "f64": "ngrad.DoubleTensor",
+                "i64": "ngrad.LongTensor",
+                "i32": "ngrad.IntTensor",
+                "b8": "ngrad.BoolTensor",
+            }[self.dtype.short]
         return self.to(dtype)
 
     def type_as(self, other):
@@ -1023,6 +1068,7 @@ class Tensor:
         if not n.requires_grad and n.value is not None and not _traced(n):
             if n.device == "cuda":
                 from .engine.targets.compile import device_copy
+
                 return _wrap(source(device_copy(n.value), n.dtype))
             return _wrap(source(np.array(n.value), n.dtype))
         return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")
@@ -1098,7 +1144,9 @@ class Tensor:
         if rounding_mode is None:
             return self / other
         if rounding_mode not in ("trunc", "floor"):
-            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+            raise RuntimeError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
+            )
         q = self / other
         if rounding_mode == "floor":
             q = q.floor()
@@ -1186,8 +1234,9 @@ class Tensor:
     def fill_(self, value):
         if isinstance(value, Tensor):
             if value.dim() != 0:
-                raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
-                                   f"{value.dim()} dimensions.")
+                raise RuntimeError(
+                    f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
+                )
             return _inplace(self, value.to(self.dtype).expand(self.shape))
         return _inplace(self, _wrap(_expand_node(_const_node(value, self.dtype), self._node.shape)))
 
@@ -1311,15 +1360,18 @@ class Tensor:
     def isnan(self):
         n = self._node
         if not n.dtype.is_floating_point:
-            return _wrap(source(_value_on(np.zeros(n.shape, bool), n.device), D.bool_)) if n.value is not None \
+            return (
+                _wrap(source(_value_on(np.zeros(n.shape, bool), n.device), D.bool_))
+                if n.value is not None
                 else self != self
+            )
         return _wrap(Node("isnan", (n,), None, n.shape, D.bool_))
 
     def any(self, dim=None, keepdim=False):
-        return (self.bool().long().sum(dim, keepdim=keepdim) > 0)
+        return self.bool().long().sum(dim, keepdim=keepdim) > 0
 
     def all(self, dim=None, keepdim=False):
-        return (self.logical_not().long().sum(dim, keepdim=keepdim) == 0)
+        return self.logical_not().long().sum(dim, keepdim=keepdim) == 0
 
     # elementwise math ---------------------------------------------------------------------------------
     def log2(self):
@@ -1410,15 +1462,16 @@ class Tensor:
         elif n.dtype.category < 2:
             n = _cast_node(n, D.int64)
         if dim is None and not keepdim:  # the full sum of a loss: the hot path
-            return _new("sum", (n,), {"axes": _ALL_AXES[len(n.shape)], "keepdim": False}, (), n.dtype,
-                        "SumBackward0")
+            return _new("sum", (n,), {"axes": _ALL_AXES[len(n.shape)], "keepdim": False}, (), n.dtype, "SumBackward0")
         return _reduce("sum", self, dim, keepdim, "SumBackward0" if dim is None else "SumBackward1", n)
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):
         n = self._node if dtype is None else _cast_node(self._node, dtype)
         if not n.dtype.is_floating_point:
-            raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating "
-                               f"point or complex dtype. Got: {n.dtype.name.capitalize()}")
+            raise RuntimeError(
+                "mean(): could not infer output dtype. Input dtype must be either a floating "
+                f"point or complex dtype. Got: {n.dtype.name.capitalize()}"
+            )
         axes = _dims(dim, len(n.shape))
         count = math.prod(n.shape[a] for a in axes)
         s = _reduce("sum", self, dim, keepdim, "SumBackward1", n)
@@ -1438,8 +1491,10 @@ class Tensor:
         n = self._node
         axes = _dims(dim, len(n.shape))
         if any(n.shape[a] == 0 for a in axes) or (not axes and 0 in n.shape):
-            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
-                               "Specify the reduction dim with the 'dim' argument.")
+            raise RuntimeError(
+                f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument."
+            )
         return _reduce(op, self, dim, keepdim, name)
 
     def amax(self, dim=(), keepdim=False):
@@ -1635,7 +1690,7 @@ class Tensor:
         if s == e:
             return self
         shape = self.shape
-        return self.reshape(shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+        return self.reshape(shape[:s] + (math.prod(shape[s : e + 1]),) + shape[e + 1 :])
 
     def squeeze(self, dim=None):
         shape = self._node.shape
@@ -1653,16 +1708,17 @@ class Tensor:
         n = self._node
         nd = len(n.shape)
         if len(dims) != nd:
-            raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match "
-                               f"the length of the desired ordering of dimensions i.e. input.dim() = {nd} is "
-                               f"not equal to len(dims) = {len(dims)}")
+            raise RuntimeError(
+                f"permute(sparse_coo): number of dimensions in the tensor input does not match "
+                f"the length of the desired ordering of dimensions i.e. input.dim() = {nd} is "
+                f"not equal to len(dims) = {len(dims)}"
+            )
         perm = tuple(_dim(d, nd) for d in dims)
         if len(set(perm)) != nd:
             raise RuntimeError("permute(): duplicate dims are not allowed.")
         if perm == tuple(range(nd)):
             return _new("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "PermuteBackward0")
-        return _new("permute", (n,), {"perm": perm}, tuple(n.shape[p] for p in perm), n.dtype,
-                    "PermuteBackward0")
+        return _new("permute", (n,), {"perm": perm}, tuple(n.shape[p] for p in perm), n.dtype, "PermuteBackward0")
 
     def transpose(self, dim0, dim1):
         nd = self.ndim
@@ -1712,8 +1768,10 @@ class Tensor:
         sizes = _shape_arg(sizes)
         shape = self._node.shape
         if len(sizes) < len(shape):
-            raise RuntimeError(f"expand(torch.FloatTensor{{{list(shape)}}}, size=[{len(sizes)}]): the number of "
-                               "sizes provided must be greater or equal to the number of dimensions in the tensor")
+            raise RuntimeError(
+                f"expand(torch.FloatTensor{{{list(shape)}}}, size=[{len(sizes)}]): the number of "
+                "sizes provided must be greater or equal to the number of dimensions in the tensor"
+            )
         lead = len(sizes) - len(shape)
         out = []
         for i, s in enumerate(sizes):
@@ -1723,9 +1781,11 @@ class Tensor:
                     raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
                 s = cur
             if cur is not None and cur != s and cur != 1:
-                raise RuntimeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) "
-                                   f"at non-singleton dimension {i}.  Target sizes: {list(sizes)}.  Tensor "
-                                   f"sizes: {list(shape)}")
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({s}) must match the existing size ({cur}) "
+                    f"at non-singleton dimension {i}.  Target sizes: {list(sizes)}.  Tensor "
+                    f"sizes: {list(shape)}"
+                )
             out.append(s)
         n = self._node
         if tuple(out) == shape:
@@ -1742,8 +1802,9 @@ class Tensor:
         sizes = _shape_arg(sizes)
         shape = self._node.shape
         if len(sizes) < len(shape):
-            raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of "
-                               "dimensions of tensor")
+            raise RuntimeError(
+                "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
+            )
         shape = (1,) * (len(sizes) - len(shape)) + shape
         inter = tuple(v for s in shape for v in (1, s))
         big = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
@@ -1791,8 +1852,10 @@ class Tensor:
         else:
             sections = list(split_size_or_sections)
             if sum(sections) != size:
-                raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's "
-                                   f"size at dimension {d}), but got split_sizes={sections}")
+                raise RuntimeError(
+                    f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's "
+                    f"size at dimension {d}), but got split_sizes={sections}"
+                )
         out, start = [], 0
         for s in sections:
             out.append(_named(self.narrow(d, start, s), "SplitBackward0"))
@@ -1823,8 +1886,10 @@ class Tensor:
             raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
         for d, (a, b) in enumerate(zip(idx.shape, n.shape)):
             if d != axis and a > b:
-                raise RuntimeError(f"Size does not match at dimension {d} expected index {list(idx.shape)} to be "
-                                   f"no larger than self {list(n.shape)} apart from dimension {axis}")
+                raise RuntimeError(
+                    f"Size does not match at dimension {d} expected index {list(idx.shape)} to be "
+                    f"no larger than self {list(n.shape)} apart from dimension {axis}"
+                )
         x = self
         if any(d != axis and a != b for d, (a, b) in enumerate(zip(idx.shape, n.shape))):
             x = self[tuple(slice(0, a) if d != axis else slice(None) for d, a in enumerate(idx.shape))]
@@ -1835,8 +1900,10 @@ class Tensor:
             return _new("gather", (xn, idx._node), {"axis": axis}, tuple(idx.shape), xn.dtype, "GatherBackward0")
         iv = _host(idx)
         if iv.size and (iv.min() < -n.shape[axis] or iv.max() >= n.shape[axis]):
-            raise RuntimeError(f"index {int(iv.max() if iv.max() >= n.shape[axis] else iv.min())} is out of "
-                               f"bounds for dimension {axis} with size {n.shape[axis]}")
+            raise RuntimeError(
+                f"index {int(iv.max() if iv.max() >= n.shape[axis] else iv.min())} is out of "
+                f"bounds for dimension {axis} with size {n.shape[axis]}"
+            )
         iv = np.where(iv < 0, iv + n.shape[axis], iv)
         return _new("gather", (xn, _index_source(iv)), {"axis": axis}, tuple(idx.shape), xn.dtype, "GatherBackward0")
 
@@ -1864,11 +1931,11 @@ class Tensor:
                     a = _wrap(_index_array(np.asarray(a), n.shape[axis + k], axis + k))
                 a = a.to(D.int64)
                 nodes.append((a if tuple(a.shape) == shape else a.expand(shape))._node)
-            shape = n.shape[:axis] + shape + n.shape[axis + len(arrays):]
+            shape = n.shape[:axis] + shape + n.shape[axis + len(arrays) :]
             return _new("index", (n, *nodes), {"axis": axis}, shape, n.dtype, "IndexBackward0")
         arrays = np.broadcast_arrays(*[np.asarray(a) for a in arrays])
         fixed = [_index_array(a, n.shape[axis + k], axis + k) for k, a in enumerate(arrays)]
-        shape = n.shape[:axis] + arrays[0].shape + n.shape[axis + len(arrays):]
+        shape = n.shape[:axis] + arrays[0].shape + n.shape[axis + len(arrays) :]
         return _new("index", (n, *fixed), {"axis": axis}, shape, n.dtype, "IndexBackward0")
 
     def __getitem__(self, key):
@@ -1890,12 +1957,14 @@ class Tensor:
 
         ```
         """
+
         def host(k):
             if isinstance(k, Tensor):
                 return _host(k)
             if isinstance(k, tuple):
                 return tuple(host(e) for e in k)
             return k
+
         shape = self._node.shape
         n = math.prod(shape)
         try:
@@ -1950,12 +2019,16 @@ class Tensor:
         flows only where it is False (and into a tensor ``value`` from where it is True)."""
         mask = _as_tensor(mask)
         if mask.dtype is not D.bool_:
-            raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
-                               f"{_TORCH_NAME[mask.dtype.short].lower()}")
+            raise RuntimeError(
+                f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                f"{_TORCH_NAME[mask.dtype.short].lower()}"
+            )
         if isinstance(value, Tensor):
             if value.ndim:
-                raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
-                                   f"{value.ndim} dimension(s).")
+                raise RuntimeError(
+                    f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                    f"{value.ndim} dimension(s)."
+                )
             value = value.to(self.dtype)
         out = where(mask, value, self)
         return out if out.shape == self.shape else out.expand(self.shape)  # a mask may not widen it
@@ -1990,7 +2063,7 @@ class Tensor:
         return where((m.abs() == math.inf) & (a == b), m, r)  # inf and inf, -inf and -inf: no inf - inf
 
     def exp2(self):
-        return 2.0 ** self
+        return 2.0**self
 
     def trunc(self):
         """Rounded toward zero (the gradient is 0, as for ``floor``)."""
@@ -2029,8 +2102,9 @@ class Tensor:
         d = _dim(dim, len(shape))
         if shape[d] != 3:
             sizes = [t.shape[d - len(shape) + t.ndim] if d - len(shape) + t.ndim >= 0 else 1 for t in (a, b)]
-            raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {sizes[0]} and "
-                               f"{sizes[1]}")
+            raise RuntimeError(
+                f"linalg.cross: inputs dimension {dim} must have length 3. Got {sizes[0]} and {sizes[1]}"
+            )
         a, b = a.expand(*shape), b.expand(*shape)
         a1, a2, a3 = a.unbind(d)
         b1, b2, b3 = b.unbind(d)
@@ -2042,8 +2116,10 @@ class Tensor:
         src = [source] if isinstance(source, int) else list(source)
         dst = [destination] if isinstance(destination, int) else list(destination)
         if len(src) != len(dst):
-            raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) should contain the "
-                               f"same number of dims as destination ({dst} dims)")
+            raise RuntimeError(
+                f"movedim: Invalid source or destination dims: source ({src} dims) should contain the "
+                f"same number of dims as destination ({dst} dims)"
+            )
         src, dst = [_dim(d, self.ndim) for d in src], [_dim(d, self.ndim) for d in dst]
         if len(set(src)) != len(src) or len(set(dst)) != len(dst):
             raise RuntimeError("movedim: repeated dim in `source` or `destination`")
@@ -2056,20 +2132,26 @@ class Tensor:
     def diff(self, n=1, dim=-1, prepend=None, append=None):
         """The ``n``-th forward difference along ``dim`` (after joining ``prepend`` and ``append``)."""
         d = _dim(dim, self.ndim)
-        x = cat([t for t in (prepend, self, append) if t is not None], d) if prepend is not None or append is not None \
+        x = (
+            cat([t for t in (prepend, self, append) if t is not None], d)
+            if prepend is not None or append is not None
             else self
+        )
         for _ in range(n):
             k = x.shape[d]
             if k == 0:
                 break
-            x = x.narrow(d, 1, k - 1) - x.narrow(d, 0, k - 1) if x.dtype is not D.bool_ else \
-                x.narrow(d, 1, k - 1) != x.narrow(d, 0, k - 1)
+            x = (
+                x.narrow(d, 1, k - 1) - x.narrow(d, 0, k - 1)
+                if x.dtype is not D.bool_
+                else x.narrow(d, 1, k - 1) != x.narrow(d, 0, k - 1)
+            )
         return x
 
     def unflatten(self, dim, sizes):
         """Dimension ``dim`` split into ``sizes`` (one of them may be -1)."""
         d = _dim(dim, self.ndim)
-        return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
+        return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1 :])
 
     def tile(self, *dims):
         """Repeated ``dims`` times along each dimension (ones are prepended to the shorter of the two)."""
@@ -2086,10 +2168,16 @@ class Tensor:
             return self.reshape(-1).gather(0, idx.reshape(-1))
         d = _dim(dim, self.ndim)
         if idx.ndim != self.ndim:
-            raise RuntimeError("torch.take_along_dim(): input and indices should have the same number of dimensions, "
-                               f"but got {self.ndim} dimensions for input, and {idx.ndim} dimensions for indices")
-        shape = list(_broadcast(tuple(s for i, s in enumerate(self.shape) if i != d),
-                                tuple(s for i, s in enumerate(idx.shape) if i != d)))
+            raise RuntimeError(
+                "torch.take_along_dim(): input and indices should have the same number of dimensions, "
+                f"but got {self.ndim} dimensions for input, and {idx.ndim} dimensions for indices"
+            )
+        shape = list(
+            _broadcast(
+                tuple(s for i, s in enumerate(self.shape) if i != d),
+                tuple(s for i, s in enumerate(idx.shape) if i != d),
+            )
+        )
         x = self.expand(*(shape[:d] + [self.shape[d]] + shape[d:]))
         return x.gather(d, idx.expand(*(shape[:d] + [idx.shape[d]] + shape[d:])))
 
@@ -2101,29 +2189,36 @@ class Tensor:
 
     def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
         from .factories import tensor
+
         return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
     def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
         from .factories import zeros
+
         return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
     def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
         from .factories import ones
+
         return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
     def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
         from .factories import full
-        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
-                    requires_grad=requires_grad)
+
+        return full(
+            size, fill_value, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
+        )
 
     def inverse(self):
         """``ngrad.linalg.inv(self)``."""
         from .linalg import inv
+
         return inv(self)
 
     def det(self):
         """``ngrad.linalg.det(self)``."""
         from .linalg import det
+
         return det(self)
 
     def equal(self, other):
@@ -2152,7 +2247,7 @@ class Tensor:
         count = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
         start = offset if offset >= 0 else -offset * m
         flat = x.reshape(*x.shape[:-2], n * m)
-        picked = flat[..., start:start + (count - 1) * (m + 1) + 1:m + 1] if count else flat[..., :0]
+        picked = flat[..., start : start + (count - 1) * (m + 1) + 1 : m + 1] if count else flat[..., :0]
         return _named(picked, "DiagonalBackward0")
 
     def trace(self):
@@ -2179,6 +2274,7 @@ class Tensor:
         if self.ndim != 1:
             raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {self.ndim}D")
         from .factories import eye, zeros
+
         n, k = self.shape[0], abs(diagonal)
         square = where(eye(n, dtype=D.bool_, device=self.device), self.reshape(n, 1), 0)
         if k == 0:
@@ -2190,15 +2286,30 @@ class Tensor:
 
 
 # elementwise math on floats (integers are promoted to the default float): method, grad_fn name
-_UNARY = {"exp": "ExpBackward0", "log": "LogBackward0", "log1p": "Log1PBackward0", "expm1": "Expm1Backward0",
-          "sqrt": "SqrtBackward0", "sin": "SinBackward0", "cos": "CosBackward0", "tan": "TanBackward0",
-          "asin": "AsinBackward0", "acos": "AcosBackward0", "atan": "AtanBackward0", "sinh": "SinhBackward0",
-          "cosh": "CoshBackward0", "tanh": "TanhBackward0", "sigmoid": "SigmoidBackward0", "erf": "ErfBackward0"}
+_UNARY = {
+    "exp": "ExpBackward0",
+    "log": "LogBackward0",
+    "log1p": "Log1PBackward0",
+    "expm1": "Expm1Backward0",
+    "sqrt": "SqrtBackward0",
+    "sin": "SinBackward0",
+    "cos": "CosBackward0",
+    "tan": "TanBackward0",
+    "asin": "AsinBackward0",
+    "acos": "AcosBackward0",
+    "atan": "AtanBackward0",
+    "sinh": "SinhBackward0",
+    "cosh": "CoshBackward0",
+    "tanh": "TanhBackward0",
+    "sigmoid": "SigmoidBackward0",
+    "erf": "ErfBackward0",
+}
 
 
 def _unary_method(op, name):
     def method(self):
         return _unary(op, self, name)
+
     method.__name__ = method.__qualname__ = op
     method.__doc__ = f"Elementwise ``{op}`` (integer tensors are promoted to the default float)."
     return method
@@ -2219,6 +2330,7 @@ def _wrap_cast(t, dtype):
 
 
 # --- functions with no single owning method ---------------------------------------------------------------
+
 
 def pow(input, exponent):
     """``input ** exponent``; a Python-number exponent is part of the program (``x**2`` -> ``x*x``-able).
@@ -2250,8 +2362,10 @@ def where(condition, input=None, other=None):
         return nonzero(condition, as_tuple=True)
     cond = _as_tensor(condition)
     if cond.dtype is not D.bool_:
-        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
-                           f"{cond.dtype.name.capitalize()}")
+        raise RuntimeError(
+            f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+            f"{cond.dtype.name.capitalize()}"
+        )
     if isinstance(input, Tensor):
         a, b, d = _operands(input, other)
     elif isinstance(other, Tensor):
@@ -2272,6 +2386,7 @@ def nonzero(input, *, as_tuple=False):
 
     def placed(a):
         return _wrap(source(_value_on(np.ascontiguousarray(a, dtype=np.int64), t._node.device), D.int64))
+
     if as_tuple:
         return tuple(placed(i) for i in idx)
     return placed(np.stack(idx, axis=1) if idx else np.zeros((0, 0)))
@@ -2296,17 +2411,33 @@ def matmul(input, other):
     bn = b._node if b.ndim > 1 else _reshape_node(b._node, sb + (1,))
     if an.shape[-1] != bn.shape[-2]:
         if a.ndim == 1 and b.ndim == 1:
-            raise RuntimeError(f"inconsistent tensor size, expected tensor [{sa[0]}] and src [{sb[0]}] to have "
-                               f"the same number of elements, but got {sa[0]} and {sb[0]} elements respectively")
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, an.shape[-2:]))} and "
-                           f"{'x'.join(map(str, bn.shape[-2:]))}) (operand shapes {list(sa)} and {list(sb)})")
+            raise RuntimeError(
+                f"inconsistent tensor size, expected tensor [{sa[0]}] and src [{sb[0]}] to have "
+                f"the same number of elements, but got {sa[0]} and {sb[0]} elements respectively"
+            )
+        raise RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, an.shape[-2:]))} and "
+            f"{'x'.join(map(str, bn.shape[-2:]))}) (operand shapes {list(sa)} and {list(sb)})"
+        )
     batch = _broadcast(an.shape[:-2], bn.shape[:-2])
     an = _expand_node(an, batch + an.shape[-2:])
     bn = _expand_node(bn, batch + bn.shape[-2:])
     shape = batch + (an.shape[-2], bn.shape[-1])
-    name = "DotBackward0" if a.ndim == b.ndim == 1 else ("MmBackward0" if a.ndim == b.ndim == 2 else (
-        "MvBackward0" if a.ndim == 2 and b.ndim == 1 else "BmmBackward0" if a.ndim == b.ndim == 3 else
-        "MatmulBackward0"))
+    name = (
+        "DotBackward0"
+        if a.ndim == b.ndim == 1
+        else (
+            "MmBackward0"
+            if a.ndim == b.ndim == 2
+            else (
+                "MvBackward0"
+                if a.ndim == 2 and b.ndim == 1
+                else "BmmBackward0"
+                if a.ndim == b.ndim == 3
+                else "MatmulBackward0"
+            )
+        )
+    )
     out = _new("matmul", (an, bn), None, shape, an.dtype, name)
     final = shape
     if a.ndim == 1:
@@ -2332,12 +2463,14 @@ def cat(tensors, dim=0):
             raise RuntimeError(f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}")
         for k, (a, b) in enumerate(zip(ref.shape, t.shape)):
             if k != d and a != b:
-                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size {a} but "
-                                   f"got size {b} for tensor number {i} in the list.")
+                raise RuntimeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size {a} but "
+                    f"got size {b} for tensor number {i} in the list."
+                )
     nodes = tuple(_cast_node(t._node, dtype) for t in tensors)
     if len(nodes) == 1:
         return _new("reshape", nodes, {"shape": nodes[0].shape}, nodes[0].shape, dtype, "CatBackward0")
-    shape = ref.shape[:d] + (sum(t.shape[d] for t in tensors),) + ref.shape[d + 1:]
+    shape = ref.shape[:d] + (sum(t.shape[d] for t in tensors),) + ref.shape[d + 1 :]
     return _new("cat", nodes, {"axis": d}, shape, dtype, "CatBackward0")
 
 
@@ -2384,8 +2517,10 @@ def stack(tensors, dim=0):
         raise RuntimeError("stack expects a non-empty TensorList")
     for i, t in enumerate(tensors):
         if t.shape != tensors[0].shape:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} at "
-                               f"entry 0 and {list(t.shape)} at entry {i}")
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} at "
+                f"entry 0 and {list(t.shape)} at entry {i}"
+            )
     d = _dim(dim, tensors[0].ndim + 1)
     return _named(cat([t.unsqueeze(d) for t in tensors], d), "StackBackward0")
 
@@ -2420,7 +2555,7 @@ def _basic_getitem(n, key):
             new_shape.append(m)
         else:
             return None
-    rest = shape[len(key):]
+    rest = shape[len(key) :]
     if rest:
         starts.extend([0] * len(rest))
         stops.extend(rest)
@@ -2432,8 +2567,14 @@ def _basic_getitem(n, key):
     if sl_shape == shape:
         out = _new("reshape", (n,), {"shape": shape}, shape, n.dtype, "AliasBackward0")
     else:
-        out = _new("slice", (n,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
-                   sl_shape, n.dtype, name)
+        out = _new(
+            "slice",
+            (n,),
+            {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
+            sl_shape,
+            n.dtype,
+            name,
+        )
     return out if new_shape == sl_shape else _wrap(_reshape_node(out._node, new_shape, name))
 
 
@@ -2470,18 +2611,22 @@ def _getitem(t, key):
         elif isinstance(k, (int, np.integer)):
             items.append(("int", int(k)))
         else:
-            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
-                             f"are valid indices (got {type(k).__name__})")
+            raise IndexError(
+                f"only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
+                f"are valid indices (got {type(k).__name__})"
+            )
     shape = t._node.shape
-    used = sum(1 if it[0] in ("int", "adv") or isinstance(it[0], slice) else
-               (it[1].ndim if it[0] == "mask" else 0) for it in items)
+    used = sum(
+        1 if it[0] in ("int", "adv") or isinstance(it[0], slice) else (it[1].ndim if it[0] == "mask" else 0)
+        for it in items
+    )
     if used > len(shape):
         raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
     ell = [i for i, it in enumerate(items) if it[0] is Ellipsis]
     if len(ell) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     fill = [(slice(None),)] * (len(shape) - used)
-    items = items[:ell[0]] + fill + items[ell[0] + 1:] if ell else items + fill
+    items = items[: ell[0]] + fill + items[ell[0] + 1 :] if ell else items + fill
 
     starts, stops, steps = [], [], []
     new_shape, adv_pos, adv_arrays = [], [], []
@@ -2500,11 +2645,13 @@ def _getitem(t, key):
                     adv_pos.append(len(new_shape) - 1)
                     adv_arrays.append(np.zeros(0, np.int64))
                 continue
-            if m.shape != shape[dim:dim + m.ndim]:
+            if m.shape != shape[dim : dim + m.ndim]:
                 for j, (a, b) in enumerate(zip(m.shape, shape[dim:])):
                     if a != b:
-                        raise IndexError(f"The shape of the mask {list(m.shape)} at index {j} does not match the "
-                                         f"shape of the indexed tensor {list(shape)} at index {dim + j}")
+                        raise IndexError(
+                            f"The shape of the mask {list(m.shape)} at index {j} does not match the "
+                            f"shape of the indexed tensor {list(shape)} at index {dim + j}"
+                        )
             for j, arr in enumerate(np.nonzero(m)):
                 starts.append(0), stops.append(shape[dim]), steps.append(1)
                 adv_pos.append(len(new_shape))
@@ -2535,8 +2682,14 @@ def _getitem(t, key):
     n = t._node
     if any(a != 0 or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):
         sl_shape = tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
-        out = _new("slice", (n,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
-                   sl_shape, n.dtype, name)
+        out = _new(
+            "slice",
+            (n,),
+            {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
+            sl_shape,
+            n.dtype,
+            name,
+        )
     if tuple(new_shape) != out._node.shape:
         out = _named(out.reshape(tuple(new_shape)), name)
     elif out is t:
@@ -2552,6 +2705,7 @@ def _getitem(t, key):
 
 
 # --- the grad_fn view -------------------------------------------------------------------------------------
+
 
 class BackwardNode:
     """What ``tensor.grad_fn`` returns: a view of one recorded operation of the graph."""
@@ -2613,4 +2767,5 @@ class AccumulateGrad(BackwardNode):
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
     from .factories import tensor as make
+
     return make(data, dtype=dtype, device=device, requires_grad=requires_grad)

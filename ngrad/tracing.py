@@ -12,6 +12,7 @@ require grad or that the function updates, and their ``.grad``. ``runtime.prepar
 tape into a driver, so a later call is: check the signature and guards, gather input arrays, run
 the driver, write back the updates.
 """
+
 import builtins
 import functools
 import math
@@ -23,11 +24,13 @@ import numpy as np
 from . import grad_mode as _grad_mode
 from ._gc import paused
 from .engine.ir import dtypes as D
-from .engine.transform.differentiate import jvp as _jvp, split as _split
-from .engine.ir.graph import Node as _Node, lower, replay, source, target_of
+from .engine.ir.graph import Node as _Node
+from .engine.ir.graph import lower, replay, source, target_of
 from .engine.ir.prims import PRIMS
-from .engine.runtime.realize import realize
 from .engine.runtime import debug_level, inline, prepare
+from .engine.runtime.realize import realize
+from .engine.transform.differentiate import jvp as _jvp
+from .engine.transform.differentiate import split as _split
 from .tensor import Tensor, _replace, _segment_nodes, _wrap, replacements
 
 __all__ = ["compile", "TraceError"]
@@ -39,23 +42,25 @@ class TraceError(RuntimeError):
     """What ``ngrad.compile`` cannot trace (a value needed while tracing, random numbers...)."""
 
 
-_CONCRETE = ("ngrad.compile: the value of a tensor that depends on the compiled function's arguments was "
-             "needed while tracing (.item(), float(), bool(), int(), .numpy(), .tolist(), printing, or "
-             "Python control flow such as `if loss < tol`). A compiled program cannot branch on values: "
-             "compute such values outside the compiled function, use ngrad.where, pass the number as a "
-             "static argument (static_argnums), or call the function without ngrad.compile.")
+_CONCRETE = (
+    "ngrad.compile: the value of a tensor that depends on the compiled function's arguments was "
+    "needed while tracing (.item(), float(), bool(), int(), .numpy(), .tolist(), printing, or "
+    "Python control flow such as `if loss < tol`). A compiled program cannot branch on values: "
+    "compute such values outside the compiled function, use ngrad.where, pass the number as a "
+    "static argument (static_argnums), or call the function without ngrad.compile."
+)
 
 
 class _Trace:
     """What one trace learns besides the graph: see the module docstring."""
 
     def __init__(self):
-        self.changed = {}   # id(tensor) -> (weakref to it, its node before the trace)
-        self.grads = {}     # id(tensor) -> (weakref to it, its .grad before the trace)
+        self.changed = {}  # id(tensor) -> (weakref to it, its node before the trace)
+        self.grads = {}  # id(tensor) -> (weakref to it, its .grad before the trace)
         self.traced = set()  # ids of nodes that hold this call's argument values
-        self.arg_of = {}     # id(node) -> position of the argument it holds
-        self.calls = {}      # id(node) -> getter of a runtime scalar (see runtime_scalar)
-        self.statics = []    # (getter, value): Python values the trace depends on
+        self.arg_of = {}  # id(node) -> position of the argument it holds
+        self.calls = {}  # id(node) -> getter of a runtime scalar (see runtime_scalar)
+        self.statics = []  # (getter, value): Python values the trace depends on
 
     def note(self, t):
         """``t`` is about to get a new node (an in-place update)."""
@@ -122,11 +127,14 @@ def static_value(getter):
 
 def _check_random():
     if _gm.trace is not None:
-        raise TraceError("ngrad.compile: random numbers drawn inside a compiled function would be drawn once, "
-                         "when tracing, and replayed on every call. Draw them outside and pass them as arguments.")
+        raise TraceError(
+            "ngrad.compile: random numbers drawn inside a compiled function would be drawn once, "
+            "when tracing, and replayed on every call. Draw them outside and pass them as arguments."
+        )
 
 
 # --- arguments: nested tuples, lists and dicts of tensors, floats and static values --------------
+
 
 def _flatten(tree, leaves):
     """The structure of ``tree`` (hashable) with its leaves appended to ``leaves``."""
@@ -145,8 +153,10 @@ def _flatten(tree, leaves):
     try:
         hash(tree)
     except TypeError:
-        raise TypeError(f"ngrad.compile: an argument of type {t.__name__} is neither a tensor, a float, a "
-                        f"tuple/list/dict of them, nor a hashable static value") from None
+        raise TypeError(
+            f"ngrad.compile: an argument of type {t.__name__} is neither a tensor, a float, a "
+            f"tuple/list/dict of them, nor a hashable static value"
+        ) from None
     leaves.append(tree)
     return ("S", t, tree)
 
@@ -190,6 +200,7 @@ def _out_build(spec, tensors):
 
 
 # --- one traced variant ---------------------------------------------------------------------------
+
 
 def _fetch(kind, data, flat):
     """The current node of one program input (see ``_Variant``)."""
@@ -280,9 +291,12 @@ def _define(name, lines, g, param="flat"):
 def _probe_tensor(v, node, dtype, shape, requires_grad):
     """A probe's lines checking that ``v`` is a tensor of the signature (``dtype``: the global
     holding its dtype), its node left in the local ``node``."""
-    return [f"if {v}.__class__ is not _Tensor: return _MISS", f"{node} = {v}._node",
-            f"if {node}.shape != {shape!r} or {node}.dtype is not {dtype} or "
-            f"{node}.requires_grad != {requires_grad!r}: return _MISS"]
+    return [
+        f"if {v}.__class__ is not _Tensor: return _MISS",
+        f"{node} = {v}._node",
+        f"if {node}.shape != {shape!r} or {node}.dtype is not {dtype} or "
+        f"{node}.requires_grad != {requires_grad!r}: return _MISS",
+    ]
 
 
 def _probe_part(spec, e, g):
@@ -299,8 +313,11 @@ def _probe_part(spec, e, g):
     if tag == "T":
         name = f"_X{len(g)}"
         g[name] = spec[1]
-        return [f"{name}v = {e}", *_probe_tensor(f"{name}v", f"{name}n", name, spec[2], spec[3]),
-                f"flat.append({name}v)"]
+        return [
+            f"{name}v = {e}",
+            *_probe_tensor(f"{name}v", f"{name}n", name, spec[2], spec[3]),
+            f"flat.append({name}v)",
+        ]
     if tag == "F":
         return [f"if {e}.__class__ is not float: return _MISS", f"flat.append({e})"]
     name = f"_X{len(g)}"
@@ -340,6 +357,7 @@ def _target(k, ref, must_live=True):
         if t is None and must_live:
             raise _Stale()
         return t
+
     return get
 
 
@@ -401,6 +419,7 @@ class _Variant:
                 literals.append(n)
                 return True
             return False
+
         low = lower(unique, literal=literal)
         self.consts = literals + [n for n in low.sources if constant(n)]
         if len(literals) < len(self.consts):
@@ -420,14 +439,16 @@ class _Variant:
             position = {s: i for i, s in enumerate(low.tape.inputs)}
             self.passed = [position.get(s) for s in low.tape.outputs]  # an input returned as it is
             self.differentiable = [n.requires_grad for n in unique]
-        self.run = None if graph and self.split is None else prepare(low.tape if self.split is None
-                                                                     else self.split.forward)
+        self.run = (
+            None if graph and self.split is None else prepare(low.tape if self.split is None else self.split.forward)
+        )
         self.effects = [(_target(arg_at.get(key), ref, False), kind, leaf) for key, ref, kind, leaf in effects]
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
         self.statics = trace.statics
-        self.entry, self.probe = (None, None) if graph else self._entry([isinstance(a, Tensor) for a in flat],
-                                                                         signature, parts)
+        self.entry, self.probe = (
+            (None, None) if graph else self._entry([isinstance(a, Tensor) for a in flat], signature, parts)
+        )
 
     def valid(self, flat):
         for getter, value in self.statics:
@@ -462,9 +483,21 @@ class _Variant:
         case runs one generated Python function and the kernels. Names here start with ``_``."""
         from .engine.ir.dtypes import from_short
         from .engine.ir.graph import ON_RECORD
-        g = {"_run": self.run, "_ready": lambda n: realize([n])[0], "_Stale": _Stale, "_apply": self._apply,
-             "_Tensor": Tensor, "_Node": _Node, "_new": _object_new, "_RECORD": ON_RECORD, "_GM": _gm,
-             "_REPL": replacements, "_V": self, "_MISS": MISS}
+
+        g = {
+            "_run": self.run,
+            "_ready": lambda n: realize([n])[0],
+            "_Stale": _Stale,
+            "_apply": self._apply,
+            "_Tensor": Tensor,
+            "_Node": _Node,
+            "_new": _object_new,
+            "_RECORD": ON_RECORD,
+            "_GM": _gm,
+            "_REPL": replacements,
+            "_V": self,
+            "_MISS": MISS,
+        }
         reads, vals, probed = [], [], []  # probed: reads of arguments, as the probe makes them
         for i, (kind, data) in enumerate(self.inputs):
             v = f"_v{i}"
@@ -498,12 +531,21 @@ class _Variant:
         for k in range(self.n_out):
             out = self.tape.outputs[self.where[k]]
             g[f"_D{k}"] = from_short(self.tape.dtypes[out])
-            tail += ["_m = _new(_Node)", "_m.op = 'input'", "_m.srcs = ()", "_m.params = None",
-                     f"_m.shape = {tuple(self.tape.shapes[out])!r}", f"_m.dtype = _D{k}",
-                     f"_m.value = {outs[self.where[k]]}", "_m.requires_grad = _m.differentiable = False",
-                     "if _RECORD[0] is not None: _RECORD[0](_m)", f"_r{k} = _new(_Tensor)", f"_r{k}._node = _m"]
+            tail += [
+                "_m = _new(_Node)",
+                "_m.op = 'input'",
+                "_m.srcs = ()",
+                "_m.params = None",
+                f"_m.shape = {tuple(self.tape.shapes[out])!r}",
+                f"_m.dtype = _D{k}",
+                f"_m.value = {outs[self.where[k]]}",
+                "_m.requires_grad = _m.differentiable = False",
+                "if _RECORD[0] is not None: _RECORD[0](_m)",
+                f"_r{k} = _new(_Tensor)",
+                f"_r{k}._node = _m",
+            ]
         if self.effects:
-            tail.append(f"_apply(flat, [{''.join(f'{outs[w]}, ' for w in self.where[self.n_out:])}])")
+            tail.append(f"_apply(flat, [{''.join(f'{outs[w]}, ' for w in self.where[self.n_out :])}])")
         counter = iter(range(self.n_out))
 
         def tree(spec):
@@ -525,6 +567,7 @@ class _Variant:
                 g[name] = field
                 parts.append(f"{name}: {tree(sub)}")
             return "{" + ", ".join(parts) + "}"
+
         tail.append(f"return {tree(self.out_spec)}")
         call = [f"_o = _run([{', '.join(vals)}])"] + [f"{o} = _o[{w}]" for w, o in enumerate(outs)]
         entry = _define("entry", reads + call + tail, g)
@@ -540,8 +583,9 @@ class _Variant:
         else:  # an optimizer's own updates move the counter every call: then the constants are asked
             replaced = " or (_V.seen != _REPL[0] and not _V.kept())"
         count = len(sig) if parts is None else len(parts)
-        head = [f"if len(args) != {count} or _GM.trace is not None or _GM.enabled != {enabled!r}{replaced}: "
-                f"return _MISS"]
+        head = [
+            f"if len(args) != {count} or _GM.trace is not None or _GM.enabled != {enabled!r}{replaced}: return _MISS"
+        ]
         if parts is None:  # positional tensors: ``flat`` is ``args``
             head.append("flat = args")
             for k, (shape, dtype, requires_grad) in enumerate(sig):
@@ -578,8 +622,8 @@ class _Variant:
         with _grad_mode.enable_grad():
             made = replay(self.tape, nodes, True)
         made = [made[w] for w in self.where]
-        self._apply(flat, realize(made[self.n_out:]))
-        return _out_build(self.out_spec, iter(_wrap(n) for n in made[:self.n_out]))
+        self._apply(flat, realize(made[self.n_out :]))
+        return _out_build(self.out_spec, iter(_wrap(n) for n in made[: self.n_out]))
 
     def _forward(self, flat, nodes):
         """Run the forward program; the differentiable outputs get a ``_Backward`` as grad_fn."""
@@ -587,10 +631,10 @@ class _Variant:
         arrays = self.run(values)
         tape = self.tape
         if self.effects:
-            self._apply(flat, [arrays[w] for w in self.where[self.n_out:]])
+            self._apply(flat, [arrays[w] for w in self.where[self.n_out :]])
         ctx = _Backward(self, nodes, [arrays[i] if kind == "out" else values[i] for kind, i in self.split.saved])
         made, specs = {}, [None] * len(tape.outputs)
-        for w in self.where[:self.n_out]:
+        for w in self.where[: self.n_out]:
             if w in made:
                 continue
             slot, value = tape.outputs[w], arrays[w]
@@ -605,7 +649,7 @@ class _Variant:
             else:
                 made[w] = source(value, dtype)
         ctx._outputs = tuple(specs)
-        return _out_build(self.out_spec, iter(_wrap(made[w]) for w in self.where[:self.n_out]))
+        return _out_build(self.out_spec, iter(_wrap(made[w]) for w in self.where[: self.n_out]))
 
     def _apply(self, flat, arrays):
         for (target, kind, leaf), a in zip(self.effects, arrays):
@@ -623,7 +667,7 @@ class _Variant:
                 t._grad._node = source(a, dt)
             else:  # "setgrad"
                 t._grad = _wrap(source(a, dt))
-        for target, kind, leaf in self.effects[len(arrays):]:  # "nograd": set to None
+        for target, kind, leaf in self.effects[len(arrays) :]:  # "nograd": set to None
             t = target(flat)
             if t is not None:
                 t._grad = None
@@ -656,6 +700,7 @@ class _Backward:
 
     def _backward(self, acc, create_graph, batch=None):
         from .autograd.reverse import _FREED, _stale
+
         v, nodes = self._variant, self._input_nodes
         reached = [(spec[0], acc[spec[0]]) for spec in self._outputs if spec is not None and spec[0] in acc]
         if not reached:
@@ -697,11 +742,14 @@ class _Backward:
             have = [i for i, t in enumerate(tangents) if t is not None]
             tan = _jvp(v.tape, [v.tape.inputs[i] for i in have])
             made = replay(tan.tape, list(nodes) + [tangents[i]._node for i in have], _grad_mode.is_grad_enabled())
-            return tuple(None if spec is None or tan.tangents[w] is None else _wrap(made[tan.tangents[w]])
-                         for w, spec in enumerate(ctx._outputs))
+            return tuple(
+                None if spec is None or tan.tangents[w] is None else _wrap(made[tan.tangents[w]])
+                for w, spec in enumerate(ctx._outputs)
+            )
 
 
 # --- the compiled function ------------------------------------------------------------------------
+
 
 class CompiledFunction:
     """What ``ngrad.compile(fn)`` returns: call it like ``fn``. See ``ngrad.compile``."""
@@ -809,8 +857,17 @@ class CompiledFunction:
             # graph was not consumed by a backward() in the call (see _Variant for the second half)
             graph = any(n.requires_grad and not n.freed for n in roots)
             effects, effect_roots, clears = _effects(trace)
-            variant = _Variant(trace, flat, roots + effect_roots, effects + clears, out_spec, len(roots), graph,
-                               None if kwargs else key, parts)
+            variant = _Variant(
+                trace,
+                flat,
+                roots + effect_roots,
+                effects + clears,
+                out_spec,
+                len(roots),
+                graph,
+                None if kwargs else key,
+                parts,
+            )
             _restore(trace)
             del trace, result, found, roots, effects, effect_roots, clears, call_args, call_kwargs, call_flat
         self.traces += 1
@@ -826,10 +883,13 @@ class CompiledFunction:
         """The call's arguments with their leaves taken from ``call_flat`` (``parts`` as ``_spec``
         made them: positional arguments, then keyword arguments in sorted order)."""
         it = iter(call_flat)
-        new_args = tuple(a if i in self.static_argnums else _build(part, it)
-                         for i, (a, part) in enumerate(zip(args, parts)))
-        new_kwargs = {k: kwargs[k] if k in self.static_argnames else _build(part[1], it)
-                      for k, part in zip(sorted(kwargs), parts[len(args):])}
+        new_args = tuple(
+            a if i in self.static_argnums else _build(part, it) for i, (a, part) in enumerate(zip(args, parts))
+        )
+        new_kwargs = {
+            k: kwargs[k] if k in self.static_argnames else _build(part[1], it)
+            for k, part in zip(sorted(kwargs), parts[len(args) :])
+        }
         return new_args, new_kwargs
 
 
@@ -873,18 +933,28 @@ def _effects(trace):
 
 def _restore(trace):
     """Undo what tracing did to tensors (the program will redo it with real values)."""
-    for key, (ref, old) in trace.changed.items():
+    for _key, (ref, old) in trace.changed.items():
         t = ref()
         if t is not None:
             t._node = old
-    for key, (ref, old) in trace.grads.items():
+    for _key, (ref, old) in trace.grads.items():
         t = ref()
         if t is not None:
             t._grad = old
 
 
-def compile(model=None, *, static_argnums=(), static_argnames=(), fullgraph=False, dynamic=None, backend=None,
-            mode=None, options=None, disable=False):
+def compile(
+    model=None,
+    *,
+    static_argnums=(),
+    static_argnames=(),
+    fullgraph=False,
+    dynamic=None,
+    backend=None,
+    mode=None,
+    options=None,
+    disable=False,
+):
     """Compile ``model`` (a function of tensors) into one program, traced once per signature.
 
     The first call with a new signature (argument structure, dtypes, ranks, shapes, which tensors
@@ -918,9 +988,17 @@ def compile(model=None, *, static_argnums=(), static_argnames=(), fullgraph=Fals
     ```
     """
     if model is None:
-        return lambda fn: compile(fn, static_argnums=static_argnums, static_argnames=static_argnames,
-                                  fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
-                                  options=options, disable=disable)
+        return lambda fn: compile(
+            fn,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            fullgraph=fullgraph,
+            dynamic=dynamic,
+            backend=backend,
+            mode=mode,
+            options=options,
+            disable=disable,
+        )
     if not callable(model):
         raise TypeError(f"ngrad.compile expects a callable, got {type(model).__name__}")
     if disable:

@@ -1,5 +1,6 @@
 """Shared helpers of the compiler tests: a tape run compiled (by the runtime and by a prepared
 driver) against the interpreter, and the joint tapes of the primitive and op corpora."""
+
 import numpy as np
 
 import ngrad
@@ -39,8 +40,10 @@ def prim_joint(name, dtype, rng):
         params = {"dtype": "f64" if dtype == np.float32 else "f32"}
     tape, _ = prim_tape(name, args, params)
     joint = vjp(tape, [tape.inputs[i] for i in wrt])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(joint.tape.dtypes[s] == "f32" and np.float32 or np.float64)
-             for s in joint.seeds]
+    seeds = [
+        rng.standard_normal(joint.tape.shapes[s]).astype(joint.tape.dtypes[s] == "f32" and np.float32 or np.float64)
+        for s in joint.seeds
+    ]
     return joint.tape, list(args) + seeds
 
 
@@ -53,4 +56,3 @@ def corpus_joint(name, rng):
     joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
     seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
     return joint.tape, [n.value for n in low.sources] + seeds
-

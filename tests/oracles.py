@@ -1,18 +1,24 @@
 """Shared oracles: central finite differences in float64, at the tape and the facade level."""
+
 import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.transform.differentiate import vjp
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.tape import Builder
+from ngrad.engine.transform.differentiate import vjp
 
 EPS = 1e-6
 
 
 def _short(a):
-    return {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64",
-            np.dtype(np.bool_): "b8", np.dtype(np.int32): "i32"}[a.dtype]
+    return {
+        np.dtype(np.float64): "f64",
+        np.dtype(np.float32): "f32",
+        np.dtype(np.int64): "i64",
+        np.dtype(np.bool_): "b8",
+        np.dtype(np.int32): "i32",
+    }[a.dtype]
 
 
 def prim_tape(name, args, params):
@@ -53,6 +59,7 @@ def dot_check(tape, wrt_pos, args, rng, rtol=1e-5, atol=1e-7):
 
         def f(a):
             return sum(float(np.sum(v * o)) for v, o in zip(vs, interpret(tape, a)))
+
         numeric = _fd(f, args, i, u)
         assert np.isclose(analytic, numeric, rtol=rtol, atol=atol), (i, analytic, numeric)
     return joint
@@ -63,7 +70,7 @@ def second_order_tape(tape, wrt_pos):
     joint = vjp(tape, [tape.inputs[i] for i in wrt_pos])
     b = Builder(joint.tape)
     total = None
-    for k, i in enumerate(wrt_pos):
+    for k, _i in enumerate(wrt_pos):
         pos = joint.grads[k]
         if pos is None:
             continue
@@ -90,6 +97,7 @@ def tensor_fd_check(fn, inputs, rng, rtol=1e-5, atol=1e-7, second=True):
     def f(arrs):
         with ngrad.no_grad():
             return float(np.sum(v * fn(*[ngrad.tensor(a) for a in arrs]).numpy()))
+
     for i, g in enumerate(grads):
         u = rng.standard_normal(inputs[i].shape)
         analytic = 0.0 if g is None else float(np.sum(u * g.detach().numpy()))
@@ -105,6 +113,7 @@ def tensor_fd_check(fn, inputs, rng, rtol=1e-5, atol=1e-7, second=True):
                 zs = [ngrad.tensor(a, requires_grad=True) for a in arrs]
                 gs = ngrad.autograd.grad(fn(*zs), zs, vt, allow_unused=True)
                 return sum(float(np.sum(g.numpy() * w)) for g, w in zip(gs, ws) if g is not None)
+
             for i, g in enumerate(hg):
                 u = rng.standard_normal(inputs[i].shape)
                 analytic = 0.0 if g is None else float(np.sum(u * g.numpy()))
@@ -117,7 +126,7 @@ def check_damaged_plan_is_made_again(path, make):
     garbage); after each, ``make()`` must make it again and store exactly what was there."""
     with open(path, "rb") as f:
         stored = f.read()
-    for damaged in (stored[:len(stored) // 2], stored[:40] + bytes([stored[40] ^ 1]) + stored[41:], b"", b"x" * 10):
+    for damaged in (stored[: len(stored) // 2], stored[:40] + bytes([stored[40] ^ 1]) + stored[41:], b"", b"x" * 10):
         with open(path, "wb") as f:
             f.write(damaged)
         make()

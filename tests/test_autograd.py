@@ -1,4 +1,5 @@
 """backward / grad / grad mode: PyTorch's semantics, error types and key phrases."""
+
 import threading
 
 import numpy as np
@@ -86,13 +87,20 @@ def test_retain_graph_and_freed_saved_values():
 
 
 SECOND_BACKWARD = {  # what PyTorch 2.13 does on a second backward without retain_graph
-    "x*2": (lambda x: (x * 2).sum(), False), "x+1": (lambda x: (x + 1).sum(), True),
-    "x/2": (lambda x: (x / 2).sum(), False), "2/x": (lambda x: (2 / x).sum(), False),
-    "x**2": (lambda x: (x ** 2).sum(), False), "mean": (lambda x: x.mean(), True),
-    "x.sum()*2": (lambda x: x.sum() * 2, False), "relu": (lambda x: x.relu().sum(), False),
-    "reshape": (lambda x: x.reshape(2, 1).sum(), True), "x[0]": (lambda x: x[0], True),
-    "x[[0]]": (lambda x: x[[0]].sum(), False), "cat": (lambda x: ngrad.cat([x, x]).sum(), True),
-    "expand": (lambda x: x.expand(3, 2).sum(), True), "clamp": (lambda x: x.clamp(0, 1.5).sum(), False),
+    "x*2": (lambda x: (x * 2).sum(), False),
+    "x+1": (lambda x: (x + 1).sum(), True),
+    "x/2": (lambda x: (x / 2).sum(), False),
+    "2/x": (lambda x: (2 / x).sum(), False),
+    "x**2": (lambda x: (x**2).sum(), False),
+    "mean": (lambda x: x.mean(), True),
+    "x.sum()*2": (lambda x: x.sum() * 2, False),
+    "relu": (lambda x: x.relu().sum(), False),
+    "reshape": (lambda x: x.reshape(2, 1).sum(), True),
+    "x[0]": (lambda x: x[0], True),
+    "x[[0]]": (lambda x: x[[0]].sum(), False),
+    "cat": (lambda x: ngrad.cat([x, x]).sum(), True),
+    "expand": (lambda x: x.expand(3, 2).sum(), True),
+    "clamp": (lambda x: x.clamp(0, 1.5).sum(), False),
     "max": (lambda x: x.max(), False),
 }
 
@@ -126,7 +134,7 @@ def test_second_backward_table_matches_pytorch():
 
 def test_retain_graph_defaults_to_create_graph():
     x = leaf([1.5])
-    y = (x ** 3).sum()
+    y = (x**3).sum()
     (g,) = grad(y, x, create_graph=True)
     (g2,) = grad(g.sum(), x)
     np.testing.assert_allclose(g2.numpy(), [6 * 1.5])
@@ -186,7 +194,7 @@ def test_is_grads_batched_computes_jacobian_rows():
 
 def test_is_grads_batched_with_create_graph():
     x = leaf([0.5, 1.0])
-    y = x ** 3
+    y = x**3
     (jac,) = grad(y, x, ngrad.eye(2, dtype=ngrad.float64), is_grads_batched=True, create_graph=True)
     (h,) = grad(jac.sum(), x)
     np.testing.assert_allclose(h.numpy(), 6 * np.array([0.5, 1.0]))
@@ -238,8 +246,8 @@ def test_create_graph_higher_derivatives_of_exp_and_tanh():
         (t,) = grad(t, x, create_graph=True)
         derivs.append(t.item())
     th = np.tanh(0.3)
-    s2 = 1 - th ** 2
-    np.testing.assert_allclose(derivs, [s2, -2 * th * s2, -2 * s2 * (1 - 3 * th ** 2)], rtol=1e-12)
+    s2 = 1 - th**2
+    np.testing.assert_allclose(derivs, [s2, -2 * th * s2, -2 * s2 * (1 - 3 * th**2)], rtol=1e-12)
 
 
 def test_hessian_vector_product_via_double_backward():
@@ -247,19 +255,19 @@ def test_hessian_vector_product_via_double_backward():
     A = ngrad.tensor(a)
     x = leaf([1.0, -1.0, 0.5])
     v = ngrad.tensor([0.3, 0.2, -0.1], dtype=ngrad.float64)
-    f = 0.5 * (x @ (A @ x)) + (x ** 4).sum()
+    f = 0.5 * (x @ (A @ x)) + (x**4).sum()
     (g,) = grad(f, x, create_graph=True)
     (hv,) = grad(g, x, v)
     xv = np.array([1.0, -1.0, 0.5])
-    np.testing.assert_allclose(hv.numpy(), a @ v.numpy() + 12 * xv ** 2 * v.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(hv.numpy(), a @ v.numpy() + 12 * xv**2 * v.numpy(), rtol=1e-12)
 
 
 def test_create_graph_accumulation_is_out_of_place():
     x = leaf([2.0])
-    (x ** 2).sum().backward(create_graph=True)
+    (x**2).sum().backward(create_graph=True)
     first = x.grad
     assert first.requires_grad
-    (x ** 2).sum().backward(create_graph=True)
+    (x**2).sum().backward(create_graph=True)
     assert x.grad is not first
     np.testing.assert_allclose(x.grad.detach().numpy(), [8.0])
 
@@ -288,6 +296,7 @@ def test_grad_mode_context_managers_and_decorators():
     @ngrad.no_grad
     def g():
         return x * 2
+
     assert not f().requires_grad and not g().requires_grad
     prev = ngrad.set_grad_enabled(False)
     assert not ngrad.is_grad_enabled()
@@ -355,7 +364,7 @@ def test_deep_graph_of_100000_ops():
     for _ in range(100_000):
         y = y * 1.0000001 + 1e-9
     y.backward()
-    assert np.isclose(x.grad.item(), 1.0000001 ** 100_000)
+    assert np.isclose(x.grad.item(), 1.0000001**100_000)
     assert np.isfinite(y.item())
     del y  # freeing a 100,000-deep chain must not overflow the C stack
 
@@ -375,7 +384,7 @@ def test_optimizer_style_rebinding_keeps_no_history():
         with ngrad.no_grad():
             w = (w - 0.1 * g).requires_grad_()
         assert w.is_leaf and w._node.srcs == ()
-    np.testing.assert_allclose(w.detach().numpy(), np.array([1.0, 2.0]) * 0.8 ** 50)
+    np.testing.assert_allclose(w.detach().numpy(), np.array([1.0, 2.0]) * 0.8**50)
 
 
 def test_second_backward_fails_when_the_rule_reuses_a_forward_value():

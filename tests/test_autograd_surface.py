@@ -1,6 +1,7 @@
 """The autograd surface beyond backward/grad: hooks, in-place and version counters, custom
 Function, forward mode, autograd.functional, gradcheck, anomaly detection, inference mode.
 Values are checked by finite differences and, where torch is installed, against PyTorch."""
+
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ def t64(a, requires_grad=False):
 
 
 # --- hooks ---------------------------------------------------------------------------------------
+
 
 def test_hooks_observe_replace_and_remove():
     x = t64([1.0, 2.0], True)
@@ -91,7 +93,7 @@ def test_hook_errors():
 
 def test_hooks_with_create_graph_give_second_derivatives():
     x = t64([0.5, 1.5], True)
-    y = x ** 3
+    y = x**3
     y.register_hook(lambda g: g * x)  # the gradient becomes 3x^2 * x
     (g,) = ngrad.autograd.grad(y.sum(), x, create_graph=True)
     np.testing.assert_allclose(g.detach().numpy(), 3 * x.detach().numpy() ** 3)
@@ -101,14 +103,18 @@ def test_hooks_with_create_graph_give_second_derivatives():
 
 # --- in place and version counters --------------------------------------------------------------
 
+
 def test_version_counter_and_saved_value_modified():
     x = t64([1.0, 2.0], True)
     y = x.exp()
     assert y._version == 0
     y.mul_(2)
     assert y._version == 1
-    with pytest.raises(RuntimeError, match=r"modified by an inplace operation: \[torch.DoubleTensor \[2\]\], which "
-                                           r"is output 0 of ExpBackward0, is at version 1; expected version 0"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"modified by an inplace operation: \[torch.DoubleTensor \[2\]\], which "
+        r"is output 0 of ExpBackward0, is at version 1; expected version 0",
+    ):
         y.sum().backward()
     z = x * 1
     w = z + 1
@@ -161,8 +167,14 @@ def test_setitem_matches_torch():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((4, 5))
     v = rng.standard_normal((2, 5))
-    for key, val in [((slice(1, 3),), v), ((0, slice(1, None)), v[0, 1:]), ((slice(None), 2), 7.0),
-                     ((np.array([3, 0]),), v), ((a > 0,), 0.5), ((Ellipsis, None, 1), 2.0)]:
+    for key, val in [
+        ((slice(1, 3),), v),
+        ((0, slice(1, None)), v[0, 1:]),
+        ((slice(None), 2), 7.0),
+        ((np.array([3, 0]),), v),
+        ((a > 0,), 0.5),
+        ((Ellipsis, None, 1), 2.0),
+    ]:
         outs = []
         for lib in (ngrad, torch):
             x = lib.tensor(a, requires_grad=True)
@@ -206,23 +218,25 @@ def test_inference_mode():
     @ngrad.inference_mode()
     def f(x):
         return x * w
+
     assert f(t64([1.0])).is_inference()
 
 
 # --- custom Function ------------------------------------------------------------------------------
+
 
 class Cube(ngrad.autograd.Function):
     @staticmethod
     def forward(ctx, x, k):
         ctx.save_for_backward(x)
         ctx.k = k
-        return x ** 3 * k
+        return x**3 * k
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         assert ctx.needs_input_grad == (True, False)
-        return g * 3 * x ** 2 * ctx.k, None
+        return g * 3 * x**2 * ctx.k, None
 
 
 def test_custom_function_gradients_and_double_backward(rng):
@@ -233,8 +247,11 @@ def test_custom_function_gradients_and_double_backward(rng):
     f = lambda v: float(np.sum(2 * np.sin(v) ** 3 * v))  # noqa: E731
     np.testing.assert_allclose(g.detach().numpy(), fd_gradient(f, a), rtol=1e-6)
     (h,) = ngrad.autograd.grad(g.sum(), x)
-    np.testing.assert_allclose(h.numpy(), fd_gradient(lambda v: float(np.sum(
-        6 * np.sin(v) ** 2 * np.cos(v) * v + 2 * np.sin(v) ** 3)), a), rtol=1e-5)
+    np.testing.assert_allclose(
+        h.numpy(),
+        fd_gradient(lambda v: float(np.sum(6 * np.sin(v) ** 2 * np.cos(v) * v + 2 * np.sin(v) ** 3)), a),
+        rtol=1e-5,
+    )
     assert y.grad_fn is not None and "CubeBackward" in repr(Cube.apply(x, 1.0).grad_fn)
 
 
@@ -284,8 +301,10 @@ def test_custom_function_errors_and_once_differentiable():
         def backward(ctx, g):
             return ngrad.ones(3, dtype=ngrad.float64)
 
-    with pytest.raises(RuntimeError, match="returned an invalid gradient at index 0 - got \\[3\\] but expected shape "
-                                           "compatible with \\[2\\]"):
+    with pytest.raises(
+        RuntimeError,
+        match="returned an invalid gradient at index 0 - got \\[3\\] but expected shape compatible with \\[2\\]",
+    ):
         BadShape.apply(x).sum().backward()
 
     class Once(ngrad.autograd.Function):
@@ -302,8 +321,9 @@ def test_custom_function_errors_and_once_differentiable():
 
     (g,) = ngrad.autograd.grad((Once.apply(x) * x).sum(), x, create_graph=True)
     np.testing.assert_allclose(g.detach().numpy(), np.exp([1.0, 2.0]) * (1 + np.array([1.0, 2.0])))
-    with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was marked with "
-                                           "@once_differentiable"):
+    with pytest.raises(
+        RuntimeError, match="trying to differentiate twice a function that was marked with @once_differentiable"
+    ):
         g.sum().backward()
     y = Cube.apply(x, 1.0)
     y.sum().backward()
@@ -323,6 +343,7 @@ def test_custom_function_matches_torch(rng):
     a = rng.standard_normal(5)
     res = []
     for lib in (ngrad, torch):
+
         class Clip(lib.autograd.Function):
             @staticmethod
             def forward(ctx, x):
@@ -340,7 +361,7 @@ def test_custom_function_matches_torch(rng):
         x.grad = None
         y = Clip.apply(x * 2)
         y.register_hook(lambda g: g * 10)  # the backward receives the hook's gradient
-        (y ** 2).sum().backward()
+        (y**2).sum().backward()
         res.append(x.grad.numpy())
     np.testing.assert_allclose(res[0], res[2], rtol=1e-12)
     np.testing.assert_allclose(res[1], res[3], rtol=1e-12)
@@ -349,11 +370,13 @@ def test_custom_function_matches_torch(rng):
 
 # --- forward mode ---------------------------------------------------------------------------------
 
+
 def test_forward_ad_tangents_against_finite_differences(rng):
     a, u = rng.standard_normal(5), rng.standard_normal(5)
 
     def f(lib_x):
-        return ((lib_x.sin() * lib_x).cumsum(0) / (1 + lib_x ** 2)).tanh()
+        return ((lib_x.sin() * lib_x).cumsum(0) / (1 + lib_x**2)).tanh()
+
     with fwAD.dual_level():
         d = fwAD.make_dual(t64(a), t64(u))
         primal, tangent = fwAD.unpack_dual(f(d))
@@ -405,25 +428,29 @@ def test_custom_function_jvp():
 
 # --- functional --------------------------------------------------------------------------------------
 
+
 def _fn(lib):
-    return lambda x, y: ((x[:3] * y).sin() * x.sum(), (x ** 2).exp())
+    return lambda x, y: ((x[:3] * y).sin() * x.sum(), (x**2).exp())
 
 
 def _scalar(lib):
-    return lambda x, y: (x[:3].sin() * y ** 2).sum() + (x ** 3).sum()
+    return lambda x, y: (x[:3].sin() * y**2).sum() + (x**3).sum()
 
 
-@pytest.mark.parametrize("vectorize,strategy", [(False, "reverse-mode"), (True, "reverse-mode"),
-                                                (True, "forward-mode")])
+@pytest.mark.parametrize(
+    "vectorize,strategy", [(False, "reverse-mode"), (True, "reverse-mode"), (True, "forward-mode")]
+)
 def test_jacobian_and_hessian_match_torch(vectorize, strategy, rng):
     torch = torch_or_skip()
     import torch.autograd.functional as TF
+
     a, b = rng.standard_normal(4), rng.standard_normal(3)
     J = F.jacobian(_fn(ngrad), (t64(a), t64(b)), vectorize=vectorize, strategy=strategy)
     T = TF.jacobian(_fn(torch), (torch.tensor(a), torch.tensor(b)), vectorize=vectorize, strategy=strategy)
     H = F.hessian(_scalar(ngrad), (t64(a), t64(b)), vectorize=vectorize, outer_jacobian_strategy=strategy)
-    TH = TF.hessian(_scalar(torch), (torch.tensor(a), torch.tensor(b)), vectorize=vectorize,
-                    outer_jacobian_strategy=strategy)
+    TH = TF.hessian(
+        _scalar(torch), (torch.tensor(a), torch.tensor(b)), vectorize=vectorize, outer_jacobian_strategy=strategy
+    )
     for ours, theirs in ((J, T), (H, TH)):
         for r1, r2 in zip(ours, theirs):
             for x1, x2 in zip(r1, r2):
@@ -434,12 +461,14 @@ def test_jacobian_and_hessian_match_torch(vectorize, strategy, rng):
 def test_products_match_torch(rng):
     torch = torch_or_skip()
     import torch.autograd.functional as TF
+
     a, b = rng.standard_normal(4), rng.standard_normal(3)
     va, vb = rng.standard_normal(4), rng.standard_normal(3)
     for name in ("vhp", "hvp"):
         o1, r1 = getattr(F, name)(_scalar(ngrad), (t64(a), t64(b)), (t64(va), t64(vb)))
-        o2, r2 = getattr(TF, name)(_scalar(torch), (torch.tensor(a), torch.tensor(b)),
-                                   (torch.tensor(va), torch.tensor(vb)))
+        o2, r2 = getattr(TF, name)(
+            _scalar(torch), (torch.tensor(a), torch.tensor(b)), (torch.tensor(va), torch.tensor(vb))
+        )
         np.testing.assert_allclose(o1.numpy(), o2.numpy(), rtol=1e-12)
         for x, y in zip(r1, r2):
             np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-12)
@@ -460,12 +489,13 @@ def test_hvp_and_vhp_against_central_differences_of_the_gradient(rng):
     def gradient(x, y):
         xs, ys = t64(x).requires_grad_(), t64(y).requires_grad_()
         return [g.numpy() for g in ngrad.autograd.grad(_scalar(ngrad)(xs, ys), (xs, ys))]
+
     eps = 1e-6
     up, down = gradient(a + eps * va, b + eps * vb), gradient(a - eps * va, b - eps * vb)
     fd = [(u - d) / (2 * eps) for u, d in zip(up, down)]
     for name in ("hvp", "vhp"):
         out, prod = getattr(F, name)(_scalar(ngrad), (t64(a), t64(b)), (t64(va), t64(vb)))
-        np.testing.assert_allclose(out.item(), (np.sin(a[:3]) * b ** 2).sum() + (a ** 3).sum(), rtol=1e-12)
+        np.testing.assert_allclose(out.item(), (np.sin(a[:3]) * b**2).sum() + (a**3).sum(), rtol=1e-12)
         for p_, f_ in zip(prod, fd):
             np.testing.assert_allclose(p_.numpy(), f_, rtol=1e-6, atol=1e-8)
 
@@ -484,8 +514,11 @@ def test_functional_shapes_and_errors():
         F.jacobian(lambda t, u: t * 2, (x, x), strict=True)
     with pytest.raises(RuntimeError, match="`strict=True` and `vectorize=True` are not supported together"):
         F.jacobian(lambda t: t, x, strict=True, vectorize=True)
-    with pytest.raises(RuntimeError, match="The vector v can only be None if the user-provided function returns a "
-                                           "single Tensor with a single element"):
+    with pytest.raises(
+        RuntimeError,
+        match="The vector v can only be None if the user-provided function returns a "
+        "single Tensor with a single element",
+    ):
         F.vjp(lambda t: t * 2, x)
     with pytest.raises(RuntimeError, match="v has invalid size"):
         F.vjp(lambda t: t * 2, x, t64([1.0]))
@@ -500,6 +533,7 @@ def test_functional_shapes_and_errors():
 def test_vectorized_jacobian_is_one_program(monkeypatch):
     """vectorize=True differentiates once (one batched reverse program), not once per row."""
     from ngrad.autograd import reverse
+
     calls = []
     real = reverse._reverse
     monkeypatch.setattr(reverse, "_reverse", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -514,12 +548,14 @@ def test_vectorized_jacobian_is_one_program(monkeypatch):
 
 # --- gradcheck and anomaly -------------------------------------------------------------------------
 
+
 def test_gradcheck_and_gradgradcheck(rng):
     x = t64(rng.standard_normal(3), True)
     y = t64(rng.standard_normal((2, 3)), True)
 
     def f(a, b):
-        return (a * b).sin().sum(0), (b ** 2).exp()
+        return (a * b).sin().sum(0), (b**2).exp()
+
     for fast in (False, True):
         assert ngrad.autograd.gradcheck(f, (x, y), fast_mode=fast, check_forward_ad=True)
         assert ngrad.autograd.gradgradcheck(f, (x, y), fast_mode=fast)
@@ -534,9 +570,11 @@ def test_gradcheck_and_gradgradcheck(rng):
         def backward(ctx, g):
             (t,) = ctx.saved_tensors
             return g * t.cos() * 1.01
+
     for fast in (False, True):
-        with pytest.raises(ngrad.autograd.GradcheckError, match="Jacobian mismatch for output 0 with respect to "
-                                                                "input 0"):
+        with pytest.raises(
+            ngrad.autograd.GradcheckError, match="Jacobian mismatch for output 0 with respect to input 0"
+        ):
             ngrad.autograd.gradcheck(Off.apply, (x,), fast_mode=fast)
     assert ngrad.autograd.gradcheck(Off.apply, (x,), raise_exception=False) is False
     with pytest.raises(ValueError, match="at least one input tensor to require gradient"):
@@ -551,8 +589,10 @@ def test_detect_anomaly_names_the_op_and_where_it_was_recorded():
         warnings.simplefilter("ignore")
         with ngrad.autograd.detect_anomaly():
             y = x.sqrt() * 0  # noqa: this line must appear in the message
-            with pytest.raises(RuntimeError, match="Function 'SqrtBackward0' returned nan values in its 0th "
-                                                   "output(.|\\n)*test_autograd_surface.py"):
+            with pytest.raises(
+                RuntimeError,
+                match="Function 'SqrtBackward0' returned nan values in its 0th output(.|\\n)*test_autograd_surface.py",
+            ):
                 y.sum().backward()
         assert not ngrad.autograd.is_anomaly_enabled()
         ngrad.autograd.set_detect_anomaly(True)

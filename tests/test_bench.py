@@ -1,6 +1,7 @@
 """The benchmark runner: each problem's gradient against finite differences and the hand-written
 NumPy reference, the agreement check, the CLI's output and JSON schema, and the GradBench tool
 protocol on scripted message sequences."""
+
 import importlib.util
 import json
 import subprocess
@@ -11,13 +12,23 @@ import pytest
 
 import ngrad
 from ngrad.bench import gradbench
-from ngrad.bench.problems import PROBLEMS
-from ngrad.bench.problems import ba, gmm, kmeans, lstm
+from ngrad.bench.problems import PROBLEMS, ba, gmm, kmeans, lstm
 from ngrad.bench.runner import agree, run_suite
 from ngrad.cli import main
 
-SMALL = {"chain": 8, "rosenbrock": 8, "lse": 8, "llsq": 16, "lj": 8, "ode": 5, "lstm": 4, "gmm": 6, "kmeans": 40,
-         "ba": 5, "mlp": 3}
+SMALL = {
+    "chain": 8,
+    "rosenbrock": 8,
+    "lse": 8,
+    "llsq": 16,
+    "lj": 8,
+    "ode": 5,
+    "lstm": 4,
+    "gmm": 6,
+    "kmeans": 40,
+    "ba": 5,
+    "mlp": 3,
+}
 STANDARD = sorted(n for n, p in PROBLEMS.items() if p.compute is None)
 
 
@@ -39,7 +50,9 @@ def test_gradient_matches_central_differences(name):
     eps = 1e-6
     for k in prob.wrt:
         u = rng.standard_normal(inp[k].shape)
-        numeric = (_value(prob, dict(inp, **{k: inp[k] + eps * u})) - _value(prob, dict(inp, **{k: inp[k] - eps * u}))) / (2 * eps)
+        numeric = (
+            _value(prob, dict(inp, **{k: inp[k] + eps * u})) - _value(prob, dict(inp, **{k: inp[k] - eps * u}))
+        ) / (2 * eps)
         assert np.isclose(np.sum(grads[k] * u), numeric, rtol=1e-5, atol=1e-7), k
 
 
@@ -50,12 +63,13 @@ def test_kmeans_newton_direction_matches_differences():
 
     def cost(cc):
         return ((inp["points"][:, None] - cc[None]) ** 2).sum(2).min(1).sum()
+
     g, h = np.zeros_like(c), np.zeros_like(c)
     for idx in np.ndindex(*c.shape):  # the cost is piecewise quadratic: differences are exact
         e = np.zeros_like(c)
         e[idx] = eps
         g[idx] = (cost(c + e) - cost(c - e)) / (2 * eps)
-        h[idx] = (cost(c + e) - 2 * cost(c) + cost(c - e)) / eps ** 2
+        h[idx] = (cost(c + e) - 2 * cost(c) + cost(c - e)) / eps**2
     np.testing.assert_allclose(out["dir"], g / h, rtol=1e-6)
 
 
@@ -67,6 +81,7 @@ def test_ba_jacobian_matches_differences():
 
     def r(a):
         return ba.residuals(ngrad, *(ngrad.from_numpy(v) for v in a), ngrad.from_numpy(inp["feats"])).numpy()
+
     cols = []
     for which, width in ((0, 11), (1, 3), (2, 1)):
         for j in range(width):  # residuals of observation i depend only on its own parameters
@@ -80,8 +95,8 @@ def test_ba_jacobian_matches_differences():
                 minus[which][:, j] -= h
             cols.append((r(plus) - r(minus)) / (2 * h))
     jac = np.stack(cols, 2)  # (p, 2, 15)
-    np.testing.assert_allclose(out["vals"][:30 * p].reshape(p, 2, 15), jac, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(out["vals"][30 * p:], -2 * inp["w"])
+    np.testing.assert_allclose(out["vals"][: 30 * p].reshape(p, 2, 15), jac, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["vals"][30 * p :], -2 * inp["w"])
 
 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
@@ -97,7 +112,7 @@ def test_systems_agree_with_the_numpy_reference(name, system):
 
 def test_disagreement_is_reported(monkeypatch):
     prob = PROBLEMS["lse"]
-    monkeypatch.setattr(prob, "system", lambda s: (lambda inp: (0.0, {"x": np.zeros_like(inp["x"])})))
+    monkeypatch.setattr(prob, "system", lambda s: lambda inp: (0.0, {"x": np.zeros_like(inp["x"])}))
     with pytest.raises(AssertionError, match="disagrees with the NumPy reference"):
         run_suite(["lse"], [10], repeat=2, systems=("ngrad",))
 
@@ -112,8 +127,24 @@ def test_run_suite_checks_and_times():
 
 def test_cli_tables_and_json_schema(tmp_path, capsys):
     path = tmp_path / "out.json"
-    assert main(["bench", "--problems", "lse,chain", "--sizes", "100", "--repeat", "3", "--threads", "1",
-                 "--json", str(path)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--problems",
+                "lse,chain",
+                "--sizes",
+                "100",
+                "--repeat",
+                "3",
+                "--threads",
+                "1",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     data = json.loads(path.read_text())
     assert set(data) == {"machine", "results"}
     keys = {"python", "platform", "cpus", "numpy", "numba", "ngrad", "torch", "jax", "threads", "ngrad_blas"}
@@ -149,28 +180,42 @@ def test_python_dash_m_lists_problems():
 
 # --- the GradBench tool protocol ------------------------------------------------------------------------------
 
+
 def _session(messages):
     """Run the tool in a subprocess on these lines; its responses, parsed."""
     lines = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages)
-    out = subprocess.run([sys.executable, "-m", "ngrad", "bench", "gradbench-tool"], input=lines,
-                         capture_output=True, text=True, check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "ngrad", "bench", "gradbench-tool"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
 def test_protocol_session_with_malformed_input():
     x = [0.5, -1.0, 2.0, 0.25]
-    res = _session([
-        {"id": 0, "kind": "start", "eval": "lse"},
-        "this is not json",
-        {"id": 1, "kind": "define", "module": "lse"},
-        {"id": 2, "kind": "define", "module": "no-such-eval"},
-        {"id": 3, "kind": "evaluate", "module": "lse", "function": "gradient",
-         "input": {"x": x, "min_runs": 3, "min_seconds": 0}},
-        {"id": 4, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"y": x}},
-        {"id": 5, "kind": "teleport"},
-        {"id": 6, "kind": "analysis", "of": 3, "valid": True},
-        {"id": 7, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}},
-    ])
+    res = _session(
+        [
+            {"id": 0, "kind": "start", "eval": "lse"},
+            "this is not json",
+            {"id": 1, "kind": "define", "module": "lse"},
+            {"id": 2, "kind": "define", "module": "no-such-eval"},
+            {
+                "id": 3,
+                "kind": "evaluate",
+                "module": "lse",
+                "function": "gradient",
+                "input": {"x": x, "min_runs": 3, "min_seconds": 0},
+            },
+            {"id": 4, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"y": x}},
+            {"id": 5, "kind": "teleport"},
+            {"id": 6, "kind": "analysis", "of": 3, "valid": True},
+            {"id": 7, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}},
+        ]
+    )
     assert [r["id"] for r in res] == [0, None, 1, 2, 3, 4, 5, 6, 7]
     assert res[0]["tool"] == "ngrad"
     assert res[1]["success"] is False and "not JSON" in res[1]["error"]
@@ -178,7 +223,9 @@ def test_protocol_session_with_malformed_input():
     assert res[3]["success"] is False and "unknown module" in res[3]["error"]
     soft = np.exp(x) / np.exp(x).sum()
     np.testing.assert_allclose(res[4]["output"], soft, rtol=1e-12)
-    assert len(res[4]["timings"]) == 3 and all(t["name"] == "evaluate" and t["nanoseconds"] > 0 for t in res[4]["timings"])
+    assert len(res[4]["timings"]) == 3 and all(
+        t["name"] == "evaluate" and t["nanoseconds"] > 0 for t in res[4]["timings"]
+    )
     assert res[5]["success"] is False and "KeyError" in res[5]["error"]
     assert res[6]["success"] is False and "unknown message kind" in res[6]["error"]
     assert res[7] == {"id": 6}
@@ -186,17 +233,28 @@ def test_protocol_session_with_malformed_input():
 
 
 def test_protocol_min_seconds_repeats_runs():
-    r = gradbench.respond(json.dumps({"id": 1, "kind": "evaluate", "module": "hello", "function": "square",
-                                      "input": 3.0}))
+    r = gradbench.respond(
+        json.dumps({"id": 1, "kind": "evaluate", "module": "hello", "function": "square", "input": 3.0})
+    )
     assert r["output"] == 9.0 and len(r["timings"]) == 1
-    r = gradbench.respond(json.dumps({"id": 2, "kind": "evaluate", "module": "llsq", "function": "gradient",
-                                      "input": {"x": [0.1, 0.2], "n": 5, "min_runs": 1, "min_seconds": 0.05}}))
+    r = gradbench.respond(
+        json.dumps(
+            {
+                "id": 2,
+                "kind": "evaluate",
+                "module": "llsq",
+                "function": "gradient",
+                "input": {"x": [0.1, 0.2], "n": 5, "min_runs": 1, "min_seconds": 0.05},
+            }
+        )
+    )
     assert sum(t["nanoseconds"] for t in r["timings"]) >= 0.04e9 and len(r["timings"]) >= 2
 
 
 def _evaluate(module, function, inp):
-    r = gradbench.respond(json.dumps({"id": 1, "kind": "evaluate", "module": module, "function": function,
-                                      "input": inp}))
+    r = gradbench.respond(
+        json.dumps({"id": 1, "kind": "evaluate", "module": module, "function": function, "input": inp})
+    )
     assert "error" not in r, r
     return r["output"]
 
@@ -228,6 +286,7 @@ def test_protocol_outputs_match_the_references():
 
     x = rng.uniform(-1, 1, 6).tolist()
     from ngrad.bench.problems import ode
+
     v, g = ode.numpy({"x": np.array(x), "s": 3})
     assert np.isclose(_evaluate("ode", "primal", {"x": x, "s": 3})[-1], v, rtol=1e-12)
     np.testing.assert_allclose(_evaluate("ode", "gradient", {"x": x, "s": 3}), g["x"], rtol=1e-10)
@@ -243,7 +302,7 @@ def test_protocol_ba_sparse_jacobian():
     full = ba.expand(n, m, p, msg["cam"], msg["x"], msg["w"], msg["feat"])
     np.testing.assert_allclose(vals, ba.numpy(full)[1]["vals"], rtol=1e-10, atol=1e-12)
     # observation 5 sees camera 5 % 3 and point 5 % 4; its second row's columns
-    row = cols[rows[11]:rows[12]]
+    row = cols[rows[11] : rows[12]]
     assert list(row) == list(range(22, 33)) + [33 + 3, 33 + 4, 33 + 5] + [45 + 5]
     obj = _evaluate("ba", "objective", msg)
     assert np.array(obj["reproj_error"]).shape == (p, 2) and np.allclose(obj["w_err"], 1 - msg["w"] ** 2)

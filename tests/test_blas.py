@@ -1,6 +1,7 @@
 """Matrix products on MKL (``engine/blas.py``): equal to NumPy's for every operand layout gemm
 takes, NumPy's own call for everything else, and safe with threads, ``fork`` and a missing or
 refused MKL."""
+
 import os
 import subprocess
 import sys
@@ -21,9 +22,11 @@ def gemm_calls(monkeypatch):
     calls = []
     monkeypatch.setattr(blas, "MIN_WORK", 0)
     for dtype, gemm in list(blas._gemms.items()):
+
         def counted(*args, gemm=gemm, dtype=dtype):
             calls.append(dtype)
             return gemm(*args)
+
         monkeypatch.setitem(blas._gemms, dtype, counted)
     return calls
 
@@ -32,11 +35,15 @@ def _layouts(rng, rows, cols, dtype):
     """The same matrix stored every way gemm reads it, and as row and column slices of wider arrays."""
     a = rng.standard_normal((rows, cols)).astype(dtype)
     wide = np.zeros((rows, cols + 5), dtype)
-    wide[:, 2:cols + 2] = a
+    wide[:, 2 : cols + 2] = a
     tall = np.zeros((cols, rows + 4), dtype)
-    tall[:, 1:rows + 1] = a.T
-    return {"C": a, "F": np.asfortranarray(a), "row slice": wide[:, 2:cols + 2],
-            "column slice": tall[:, 1:rows + 1].T}
+    tall[:, 1 : rows + 1] = a.T
+    return {
+        "C": a,
+        "F": np.asfortranarray(a),
+        "row slice": wide[:, 2 : cols + 2],
+        "column slice": tall[:, 1 : rows + 1].T,
+    }
 
 
 @on_mkl
@@ -53,7 +60,7 @@ def test_products_on_mkl_equal_numpys_in_every_layout(gemm_calls, dtype, m, k, n
             assert len(gemm_calls) == before + 1, (xname, yname)
             assert z.dtype == dtype and z.shape == (m, n)
             np.testing.assert_allclose(z, expected, rtol=TOL[dtype], atol=TOL[dtype] * k, err_msg=f"{xname} @ {yname}")
-            out = np.full((m, n + 3), np.nan, dtype)[:, 1:n + 1]  # row-major, padded rows
+            out = np.full((m, n + 3), np.nan, dtype)[:, 1 : n + 1]  # row-major, padded rows
             assert blas.matmul(x, y, out) is out
             np.testing.assert_allclose(out, expected, rtol=TOL[dtype], atol=TOL[dtype] * k)
 
@@ -82,8 +89,20 @@ def test_nan_and_inf_propagate_as_in_numpy(gemm_calls):
     np.testing.assert_array_equal(z, x @ y)
 
 
-@pytest.mark.parametrize("case", ["mixed dtypes", "ints", "complex", "vector", "batched", "strided",
-                                  "out overlaps", "out column-major", "out of another dtype"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "mixed dtypes",
+        "ints",
+        "complex",
+        "vector",
+        "batched",
+        "strided",
+        "out overlaps",
+        "out column-major",
+        "out of another dtype",
+    ],
+)
 def test_everything_else_is_numpys_own_product(gemm_calls, case):
     rng = np.random.default_rng(1)
     x, y, out = rng.standard_normal((6, 5)), rng.standard_normal((5, 4)), None

@@ -1,4 +1,5 @@
 """Buffers: which arrays a plan keeps, lends and takes back between runs."""
+
 import math
 
 import numpy as np
@@ -11,7 +12,6 @@ from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
-
 
 pytestmark = pytest.mark.usefixtures("jit_always")
 
@@ -36,14 +36,16 @@ def test_dropped_results_are_reused_and_held_ones_never(rng, monkeypatch):
     caller holds the array, nor while a view of it (a reshape, a slice) is alive."""
     taken = []
     real = runtime._taker
-    monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
-        lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
+    monkeypatch.setattr(
+        runtime, "_taker", lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]
+    )
     x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
 
     def gradient(scale):
         x = ngrad.from_numpy(x0 * scale).requires_grad_()
         ((x.exp() * x).sin() * 2).sum().backward()
         return x.grad.numpy()
+
     view = gradient(1.0)[1:]  # only a view survives
     kept = view.copy()
     held = gradient(2.0)
@@ -65,8 +67,9 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
     the caller dropped) comes back from the plan."""
     taken = []
     real = runtime._taker
-    monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
-        lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
+    monkeypatch.setattr(
+        runtime, "_taker", lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]
+    )
     x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 5)
 
     def gradient():
@@ -74,11 +77,13 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
         y = x[1:].logsumexp(0) + x[:-1].sum()
         y.backward()
         return y.item(), x.grad.numpy()
+
     for _ in range(3):
         value, grad = gradient()
     e = np.exp(x0[1:] - x0[1:].max())
-    np.testing.assert_allclose(grad, np.concatenate([[1.0], np.ones(len(x0) - 2) + e[:-1] / e.sum(), [e[-1] / e.sum()]]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        grad, np.concatenate([[1.0], np.ones(len(x0) - 2) + e[:-1] / e.sum(), [e[-1] / e.sum()]]), rtol=1e-12
+    )
     np.testing.assert_allclose(value, np.log(e.sum()) + x0[1:].max() + x0[:-1].sum(), rtol=1e-12)
     del grad
     before = {id(a) for a in taken if a.nbytes >= runtime.POOL_MIN_BYTES}
@@ -108,8 +113,11 @@ def test_matmul_products_are_written_into_the_plan_buffers(rng, monkeypatch):
     real = runtime._taker
     for run in (lambda: runtime._execute(comp, tape, values), lambda: drive(values)):
         taken = []
-        monkeypatch.setattr(runtime, "_taker", lambda comp, made: (
-            lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]))
+        monkeypatch.setattr(
+            runtime,
+            "_taker",
+            lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1],
+        )
         seen = []
         for _ in range(3):
             taken.clear()

@@ -2,24 +2,32 @@
 its VJP, in float32 and float64; the op corpus; NaN semantics; and the runtime and
 ``ngrad.compile`` running long small-array tapes (unrolled recurrences) through it, checked
 against central finite differences."""
+
 import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.backend import bytecode
 from ngrad.engine import runtime
-from ngrad.engine.targets.compile import kernel
-from ngrad.engine.transform.differentiate import vjp
+from ngrad.engine.backend import bytecode
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.targets.compile import kernel
+from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
 from .oracles import check_damaged_plan_is_made_again, fd_gradient, prim_tape
 from .test_compiled import corpus_joint, prim_joint
 
-DECLINED = {"index", "unindex", "gather", "scatter_add",  # integer index slots
-            "cast",  # test_compiled's cast case converts between float32 and float64
-            "inv", "solve", "det"}  # LAPACK's, through NumPy: no loop of the bytecode's
+DECLINED = {
+    "index",
+    "unindex",
+    "gather",
+    "scatter_add",  # integer index slots
+    "cast",  # test_compiled's cast case converts between float32 and float64
+    "inv",
+    "solve",
+    "det",
+}  # LAPACK's, through NumPy: no loop of the bytecode's
 
 
 @pytest.fixture(autouse=True)
@@ -136,6 +144,7 @@ def test_the_loop_depends_on_the_operations_not_on_the_tape():
         for _ in range(steps):
             y = y * x + 1.0
         return lower([y.sum()._node]).tape
+
     a, b = bytecode.encode(tape_of(3, 5)), bytecode.encode(tape_of(40, 700))
     assert a.source == b.source and len(b.code) > len(a.code)
     assert "# =f64,f64,f64* ((x[i] * y[i]) + z)" in a.source and "# sum" in a.source
@@ -238,8 +247,7 @@ def test_compile_replays_an_unrolled_recurrence_through_bytecode(rng):
         x = ngrad.tensor(x0, requires_grad=True)
         loss = step(x)
         np.testing.assert_allclose(loss.item(), _rk4(_NumpyT, x0), rtol=1e-13)
-        np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _rk4(_NumpyT, a), x0), rtol=1e-6,
-                                   atol=1e-8)
+        np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _rk4(_NumpyT, a), x0), rtol=1e-6, atol=1e-8)
 
 
 def test_an_encoding_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch, tmp_path, rng):
@@ -247,6 +255,7 @@ def test_an_encoding_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch
     import os
 
     from ngrad.engine.store import cache_dir
+
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     low = lower([_rk4(ngrad, ngrad.tensor(rng.uniform(-1, 1, 12)))._node])
     tape, values = low.tape, [n.value for n in low.sources]
@@ -292,6 +301,7 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     import os
 
     from ngrad.engine.targets import compile as compile_
+
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "_loops", {})
     monkeypatch.setattr(compile_, "_memory", {})  # loops compiled by other tests are in another cache
@@ -325,6 +335,7 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     path = tmp_path / os.path.basename(compile_.cache_dir()) / "plans" / bytecode.loops_name()
     import hashlib
     import marshal
+
     body = marshal.dumps({"f64": [("add(f64,f64)", 1), "sum"], "f32": "sum"})  # intact, but not op sets
     for damaged in (b"", b"x" * 40, path.read_bytes()[:-3], hashlib.sha256(body).digest() + body):
         path.write_bytes(damaged)
@@ -341,7 +352,7 @@ def test_bad_input_is_rejected_before_the_loop_runs():
     tape = lower([y.sum()._node]).tape
     call = runtime.prepare(tape)
     good = [np.ones(10)] + [1.001] * (len(tape.inputs) - 1)
-    np.testing.assert_allclose(call(good)[0], 10 * 1.001 ** 300)
+    np.testing.assert_allclose(call(good)[0], 10 * 1.001**300)
     with pytest.raises(ValueError, match=r"must be f64\[10\]"):
         call([np.ones(11)] + good[1:])
     with pytest.raises(ValueError, match="must be f64"):
@@ -354,7 +365,10 @@ def test_contiguous_windows_take_the_flat_operations():
     x = np.arange(6.0).reshape(2, 3)
     ops = lambda prim, args, params: bytecode.encode(prim_tape(prim, args, params)[0]).ops  # noqa: E731
     assert ops("unslice", [x], {"shape": (5, 3), "starts": (1, 0), "stops": (3, 3), "steps": (1, 1)}) == ("place",)
-    assert ops("unslice", [x], {"shape": (2, 6), "starts": (0, 0), "stops": (2, 6), "steps": (1, 2)}) == ("fill", "move")
+    assert ops("unslice", [x], {"shape": (2, 6), "starts": (0, 0), "stops": (2, 6), "steps": (1, 2)}) == (
+        "fill",
+        "move",
+    )
     assert ops("slice", [x], {"starts": (1, 0), "stops": (2, 3), "steps": (1, 1)}) == ()  # part of its window
     assert ops("slice", [x], {"starts": (0, 1), "stops": (2, 3), "steps": (1, 1)}) == ("move",)
     assert ops("expand", [x[:1]], {"shape": (4, 3)}) == ("move",)
@@ -363,6 +377,7 @@ def test_contiguous_windows_take_the_flat_operations():
 
 def test_pieces_of_a_concatenation_are_made_in_place(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, y = b.input((1, 4), "f64"), b.input((1, 3), "f64")
     made = x * x  # read only by the concatenation: made in its place
@@ -373,12 +388,13 @@ def test_pieces_of_a_concatenation_are_made_in_place(rng):
     copies = sum(code.ops[op] == "copy" for op in code.code[:, bytecode.OP])
     assert copies == 2  # exp(y) and y; x * x was written into the result
     values = [rng.standard_normal((1, 4)), rng.standard_normal((1, 3)), 2.0]
-    values = values[:len(tape.inputs)]
+    values = values[: len(tape.inputs)]
     _equals_the_interpreter(code, tape, values, 1e-15)
 
 
 def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, g = b.input((7,), "f64"), b.input((3,), "f64")
     placed = g.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,))
@@ -391,6 +407,7 @@ def test_a_slice_gradient_is_added_into_the_sum_that_reads_it(rng):
 
 def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, g = b.input((7,), "f64"), b.input((3,), "f64")
     placed = [h.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,)) for h in (g, g * g)]
@@ -406,12 +423,14 @@ def test_a_slice_gradient_is_added_in_place_into_a_value_that_dies_there(rng):
 
 def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, g, h = b.input((7,), "f64"), b.input((3,), "f64"), b.input((3,), "f64")
     t, u = x.exp(), x.sin()
 
     def placed(v):
         return v.unslice(shape=(7,), starts=(2,), stops=(5,), steps=(1,))
+
     fused = (t + placed(g * h)) * 2.0  # dx[2:5] += g * h: t's window, one row
     u2 = u.slice(starts=(1,), stops=(4,), steps=(1,))
     apart = (u + placed(u2 * g)) * 3.0  # the product reads u's own window: a row of its own
@@ -426,6 +445,7 @@ def test_a_product_is_added_into_a_slice_of_a_value_that_dies_there_in_one_row(r
 
 def test_a_product_added_into_a_value_read_again_later_is_added_into_a_copy(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     a, g, h, c = b.input((7,), "f64"), b.input((3,), "f64"), b.input((3,), "f64"), b.input((7,), "f64")
     x = a.exp()
@@ -440,12 +460,14 @@ def test_a_product_added_into_a_value_read_again_later_is_added_into_a_copy(rng)
 
 def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x = b.input((3,), "f64")
     shared = x * 2.0
 
     def placed(v):
         return v.unslice(shape=(6,), starts=(1,), stops=(4,), steps=(1,))
+
     tape = b.finish([placed(x * x), placed(shared) * shared.sum(axes=(0,), keepdim=True).expand(shape=(6,))])
     code = bytecode.encode(tape)
     ops = [code.ops[op] for op in code.code[:, bytecode.OP]]
@@ -456,6 +478,7 @@ def test_a_value_only_an_unslice_reads_is_made_in_its_window(rng):
 
 def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     s, x, y = b.input((3,), "f64"), b.input((64,), "f64"), b.input((65,), "f64")
     tape = b.finish([s.exp(), x.sin(), y.cos()])
@@ -469,6 +492,7 @@ def test_windows_of_sixty_four_elements_or_more_start_on_a_cache_line(rng):
 
 def test_an_element_wise_pair_runs_as_one_row(rng):
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, y, z = b.input((50,), "f64"), b.input((50,), "f64"), b.input((50,), "f64")
     t = x * y  # read once, by the sum below: computed in its row, with no window of its own

@@ -1,5 +1,6 @@
 """The kernel cache: a fresh process with a warm disk cache compiles nothing; corrupt or
 half-written entries are detected and rebuilt; the CLI reports and clears it."""
+
 import glob
 import json
 import os
@@ -64,6 +65,7 @@ def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
     """``on_disk`` (which decides whether a plan's kernels load at once) lists Numba's folder
     only when it changed: a kernel compiled, or its files removed, is seen at the next ask."""
     from ngrad.engine.targets import compile as c
+
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     text = "def kernel(a):\n    a[0] += 2.0\n"
     assert not c.on_disk(text)

@@ -1,4 +1,5 @@
-"""Generated kernel source: what it names, what it keeps out, the loops it writes, and its results against the interpreter."""
+"""Generated kernel source: what it names, what it keeps out, the loops it writes, and its results
+against the interpreter."""
 
 import numpy as np
 import pytest
@@ -12,7 +13,6 @@ from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
 from .oracles import prim_tape
-
 
 pytestmark = pytest.mark.usefixtures("jit_always")
 
@@ -57,6 +57,7 @@ def test_remainder_and_fmod_take_the_sign_of_the_divisor_and_of_the_dividend(dty
     # every sign combination, zero dividends and divisors, and (floats) infinities and NaN; Numba's
     # own integer np.fmod takes the divisor's sign, so the loop must not use it
     from ngrad.engine.ir.tape import Builder
+
     np_dt = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype]
     x = np.array([-7, 7, -7, 7, 0, 5, -3, 9, 6, -6], np_dt)
     y = np.array([2, 2, -2, -2, 3, 0, 4, -4, 3, 3], np_dt)

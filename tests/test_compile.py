@@ -1,6 +1,7 @@
 """ngrad.compile: traced once, replayed as a compiled program, with the same results as eager
 code (values, gradients, parameter updates, optimizer state), and errors where a replay could
 go stale."""
+
 import gc
 import tracemalloc
 
@@ -96,6 +97,7 @@ def test_indices_from_the_arguments_are_read_when_the_program_runs(rng):
 
         def f(flat):
             return gather(ngrad.tensor(flat.reshape(6, 4)), r, cols).item()
+
         np.testing.assert_allclose(g.numpy().ravel(), fd_gradient(f, x0.ravel()), rtol=1e-6, atol=1e-6)
     assert vg.traces == 1  # new index values: the same program
     with pytest.raises(IndexError, match="index 6 is out of bounds for dimension 0 with size 6"):
@@ -115,7 +117,7 @@ def test_one_element_constants_are_literals_of_the_program(rng):
     value, g = vg(ngrad.tensor(x0))
     (variant,) = [v for vs in vg.variants.values() for v in vs]
     assert len(variant.tape.inputs) == 1 and variant.tape.format().count("const(") >= 3
-    assert value.item() == pytest.approx((((x0 * 2.5 + 1) ** 2).sum() * 3))
+    assert value.item() == pytest.approx(((x0 * 2.5 + 1) ** 2).sum() * 3)
     np.testing.assert_allclose(g.numpy(), 2 * (x0 * 2.5 + 1) * 2.5 * 3, rtol=1e-12)
     c.mul_(2.0)
     np.testing.assert_allclose(vg(ngrad.tensor(x0))[1].numpy(), 2 * (x0 * 2.5 + 1) * 2.5 * 6, rtol=1e-12)
@@ -310,8 +312,9 @@ def test_sort_topk_and_max_along_a_dim_compile(rng):
         x = ngrad.tensor(x0, dtype=ngrad.float64, requires_grad=True)
         y, i = f(x)
         down = -np.sort(-x0, 1)
-        np.testing.assert_allclose(y.item(), down[:, :2].sum() + x0.max(1).sum() + (-np.sort(-x0, 0))[:2].sum(),
-                                   rtol=1e-13)
+        np.testing.assert_allclose(
+            y.item(), down[:, :2].sum() + x0.max(1).sum() + (-np.sort(-x0, 0))[:2].sum(), rtol=1e-13
+        )
         np.testing.assert_array_equal(i.numpy(), np.argsort(-x0, 1, kind="stable"))
         grad = np.zeros((3, 4))
         np.put_along_axis(grad, np.argsort(-x0, 1)[:, :2], 1.0, 1)
@@ -351,12 +354,26 @@ def test_nested_arguments_and_static_values_run_the_last_program_only_if_they_ma
     t = ngrad.tensor(1.5)
     ab = {"a": a, "b": b}
     # each call differs from the one before in one respect
-    calls = [(ab, (0.5, t), 2), (ab, (0.5, t), 2), (ab, (0.5, t), 3), (ab, (2.5, t), 3),
-             ({"a": a.float(), "b": b}, (2.5, t), 3), (ab, (2.5, t), 3), (ab, (t, 0.5), 3), (ab, (2.5, t), 3),
-             (ab, (t, t), 3), (ab, (2.5, t), 3),
-             ({"a": a[:2], "b": b}, (2.5, t), 3), (ab, (2.5, t), 3), (ab, [2.5, t], 3), (ab, (2.5, t), 3),
-             ({"b": b, "a": a}, (2.5, t), 3), (ab, (2.5, t), 3), ({"a": a, "b": b, "c": a}, (2.5, t), 3),
-             (ab, (0.5, t), 2)]
+    calls = [
+        (ab, (0.5, t), 2),
+        (ab, (0.5, t), 2),
+        (ab, (0.5, t), 3),
+        (ab, (2.5, t), 3),
+        ({"a": a.float(), "b": b}, (2.5, t), 3),
+        (ab, (2.5, t), 3),
+        (ab, (t, 0.5), 3),
+        (ab, (2.5, t), 3),
+        (ab, (t, t), 3),
+        (ab, (2.5, t), 3),
+        ({"a": a[:2], "b": b}, (2.5, t), 3),
+        (ab, (2.5, t), 3),
+        (ab, [2.5, t], 3),
+        (ab, (2.5, t), 3),
+        ({"b": b, "a": a}, (2.5, t), 3),
+        (ab, (2.5, t), 3),
+        ({"a": a, "b": b, "c": a}, (2.5, t), 3),
+        (ab, (0.5, t), 2),
+    ]
     for xs, pair, power in calls:
         got, want = f(xs, pair, power), f.fn(xs, pair, power)
         assert got.dtype == want.dtype
@@ -391,7 +408,7 @@ class _Model:
     def __call__(self, x):
         h = ngrad.tanh(x @ self.w1 + self.b1)
         out = h @ self.w2
-        return out, (h ** 2).sum(), out.argmax(1)
+        return out, (h**2).sum(), out.argmax(1)
 
 
 def _eager_and_compiled(model):
@@ -431,7 +448,8 @@ def test_differentiable_outputs_run_a_compiled_forward_and_backward(rng, monkeyp
     def loss_of(w1):
         h = np.tanh(x.numpy() @ w1 + model.b1.detach().numpy())
         out = h @ model.w2.detach().numpy()
-        return np.mean((out - target.numpy()) ** 2) + 0.1 * np.sum(h ** 2)
+        return np.mean((out - target.numpy()) ** 2) + 0.1 * np.sum(h**2)
+
     np.testing.assert_allclose(got[1][0], fd_gradient(loss_of, model.w1.detach().numpy()), rtol=1e-6, atol=1e-9)
 
 
@@ -443,7 +461,7 @@ def test_compiled_outputs_differentiate_twice_batch_and_hook_like_eager(rng):
     for f in (eager, compiled):  # create_graph: the forward is recorded over the inputs
         out, reg, _ = f(x)
         (g,) = ngrad.autograd.grad(reg + out.sum(), model.w1, create_graph=True)
-        (gg,) = ngrad.autograd.grad((g ** 2).sum(), model.w2)
+        (gg,) = ngrad.autograd.grad((g**2).sum(), model.w2)
         if f is eager:
             want = g.detach().numpy(), gg.numpy()
     np.testing.assert_allclose(g.detach().numpy(), want[0], rtol=1e-12)
@@ -503,6 +521,7 @@ def test_compiled_outputs_returned_inputs_and_forward_mode(rng):
         np.testing.assert_allclose(x.grad.numpy(), 1 + 6 * w.detach().numpy())
         np.testing.assert_allclose(w.grad.numpy(), 6 * x.detach().numpy())
     import ngrad.autograd.forward_ad as fwAD
+
     t = rng.standard_normal(3)
     with fwAD.dual_level():
         xd = fwAD.make_dual(x.detach(), ngrad.tensor(t))
@@ -520,6 +539,7 @@ def test_captured_constant_updated_in_place_is_noticed():
 
 def test_a_program_of_many_constants_keeps_its_fast_path_and_notices_an_update(monkeypatch):
     from ngrad.tracing import PROBE_CONSTS, CompiledFunction
+
     cs = [ngrad.tensor(float(i)) for i in range(PROBE_CONSTS + 4)]
     w = ngrad.zeros(3)
 
@@ -536,6 +556,7 @@ def test_a_program_of_many_constants_keeps_its_fast_path_and_notices_an_update(m
         for c in cs:
             total = total * 0.5 + c.item()
         return total
+
     x = np.array([1.0, 2.0, 3.0])
     f(ngrad.tensor(x))
     monkeypatch.setattr(CompiledFunction, "_replay", lambda *a: pytest.fail("the last program was not taken"))
@@ -562,7 +583,7 @@ def test_compiled_loop_keeps_a_flat_memory_footprint(rng):
     @ngrad.compile
     def step():
         opt.zero_grad()
-        loss = (w ** 2).sum()
+        loss = (w**2).sum()
         loss.backward()
         opt.step()
         return loss
@@ -588,7 +609,7 @@ def test_create_graph_loop_does_not_leak(rng):
     def run(n):
         for _ in range(n):
             x.grad = None
-            (x ** 3).sum().backward(create_graph=True)  # .grad refers back into the graph
+            (x**3).sum().backward(create_graph=True)  # .grad refers back into the graph
             (x.grad.sum()).item()
 
     run(50)
@@ -608,8 +629,10 @@ def test_constant_subexpressions_are_computed_once(rng):
     # them as inputs instead of recomputing pow and sign per call; updating t retraces
     t = ngrad.linspace(-1, 1, 50, dtype=ngrad.float64)
     k = ngrad.arange(4, dtype=ngrad.float64)
+
     def residual(x):
         return ((t[:, None] ** k) * x).sum(1) - t.sign()
+
     vg = ngrad.compile(ngrad.func.value_and_grad(lambda x: (residual(x) * residual(x)).sum()))
     x0 = rng.standard_normal(4)
 
@@ -617,6 +640,7 @@ def test_constant_subexpressions_are_computed_once(rng):
         V = tv[:, None] ** np.arange(4)
         r = V @ x0 - np.sign(tv)
         return r @ r, 2 * V.T @ r
+
     for _ in range(2):
         value, g = vg(ngrad.tensor(x0))
         want = expect(t.numpy())

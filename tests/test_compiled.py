@@ -15,7 +15,6 @@ from .compiled import assert_same, corpus_joint, prim_joint
 from .oracles import prim_tape
 from .test_random_graphs import SHAPES, build, program
 
-
 pytestmark = pytest.mark.usefixtures("jit_always")
 
 
@@ -26,13 +25,15 @@ def test_every_primitive_with_its_vjp(name, dtype, rng):
     assert_same(tape, values, rtol=1e-5 if dtype == np.float32 else 1e-12)
 
 
-@pytest.mark.parametrize("name", ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not",
-                                  "isnan", "argmax", "argmin"])
+@pytest.mark.parametrize(
+    "name",
+    ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isnan", "argmax", "argmin"],
+)
 def test_non_differentiable_primitives(name):
     x = np.array([[1.0, np.nan, 3.0], [2.0, 2.0, -1.0]])
     y = np.array([[1.0, 0.0, 4.0], [np.nan, 2.0, 0.0]])
     if name.startswith("logical"):
-        args = [x > 1, y > 1][:1 if name == "logical_not" else 2]
+        args = [x > 1, y > 1][: 1 if name == "logical_not" else 2]
         params = {}
     elif name in ("argmax", "argmin"):
         args, params = [np.nan_to_num(x)], {"axis": 1, "keepdim": False}
@@ -65,9 +66,13 @@ def test_nan_and_inf_semantics_survive_compilation():
 
 # Hypothesis: random programs (the generator of test_random_graphs) compiled against interpreted,
 # values and gradients. Few examples: each distinct program compiles new kernels.
-@settings(max_examples=6, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(program, st.integers(0, 2 ** 32 - 1))
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(program, st.integers(0, 2**32 - 1))
 @example(ops=[("u", 0, 0, 0)] * 5 + [("r", 50, 0, 0)], seed=0)  # found by Hypothesis: a no-op expand
 def test_random_programs_compiled_equal_interpreted(ops, seed):
     rng = np.random.default_rng(seed)

@@ -6,6 +6,7 @@ Tests named ``test_device_*`` need a CUDA device. Without a GPU they run in a ch
 Numba's CUDA simulator (``test_simulator_runs_the_device_tests``), so CI runs them on
 every commit; on a GPU machine they run directly.
 """
+
 import os
 import subprocess
 import sys
@@ -14,18 +15,21 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.runtime import cuda as engine_cuda
 from ngrad.engine.backend.codegen import cuda_fill_source, cuda_matmul_source, cuda_source
 from ngrad.engine.backend.fuse import Kernel, fuse
 from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.runtime import cuda as engine_cuda
 
 from . import test_ops, test_prims
 from .oracles import prim_tape
 from .test_compiled import corpus_joint, prim_joint
 
 HAVE_CUDA = ngrad.cuda.is_available()
-device = pytest.mark.skipif(not HAVE_CUDA, reason=f"no CUDA device: {ngrad.cuda.unavailable_reason()} "
-                                                  "(these run under the simulator in test_simulator_runs_the_device_tests)")
+device = pytest.mark.skipif(
+    not HAVE_CUDA,
+    reason=f"no CUDA device: {ngrad.cuda.unavailable_reason()} "
+    "(these run under the simulator in test_simulator_runs_the_device_tests)",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +41,7 @@ def _jit_always(monkeypatch, tmp_path_factory):
 def assert_same_on_cuda(tape, values, rtol):
     """The tape compiled for CUDA equals the interpreter (inputs handed over as device arrays)."""
     from ngrad.engine.targets.compile import to_device
+
     ref = interpret(tape, values)
     dev = [to_device(v) if k == "tensor" else v for v, k in zip(values, tape.kinds)]
     got = ngrad.engine.runtime.run(tape, dev, "cuda")
@@ -51,6 +56,7 @@ def assert_same_on_cuda(tape, values, rtol):
 
 # --- on a CUDA device (or the simulator) -----------------------------------------------------------
 
+
 @device
 @pytest.mark.parametrize("name", sorted(test_prims.CASES))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -60,14 +66,33 @@ def test_device_every_primitive_with_its_vjp(name, dtype, rng):
 
 
 @device
-@pytest.mark.parametrize("name", ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not",
-                                  "isnan", "argmax", "argmin", "maximum", "minimum", "amax", "amin"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "eq",
+        "ne",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "isnan",
+        "argmax",
+        "argmin",
+        "maximum",
+        "minimum",
+        "amax",
+        "amin",
+    ],
+)
 def test_device_non_differentiable_primitives_and_nan(name):
     x = np.array([[1.0, np.nan, 3.0], [2.0, 2.0, -1.0]])
     y = np.array([[1.0, 0.0, 4.0], [np.nan, 2.0, 0.0]])
     params = {}
     if name.startswith("logical"):
-        args = [x > 1, y > 1][:1 if name == "logical_not" else 2]
+        args = [x > 1, y > 1][: 1 if name == "logical_not" else 2]
     elif name in ("argmax", "argmin"):
         args, params = [np.nan_to_num(x)], {"axis": 1, "keepdim": False}
     elif name in ("amax", "amin"):
@@ -93,6 +118,7 @@ def test_device_reductions_across_many_blocks(op, rng):
     # more elements than one block of threads: the per-block trees and the atomics combine (the
     # simulator's blocks are smaller, and its threads are Python threads: fewer elements there)
     from ngrad.engine.targets.compile import threads_per_block
+
     x = rng.standard_normal(6 * threads_per_block() - 36)
     x[len(x) // 2] = 9.0
     tape, _ = prim_tape(op, [x], {"axes": (0,), "keepdim": False})
@@ -132,22 +158,28 @@ def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
     """Calls after the first skip Numba's dispatcher on a GPU (``compile._Launcher``): every call
     with new values, new sizes and a new seed still equals the interpreter, and the launcher
     refuses arguments that do not match its compiled signature."""
-    from ngrad.engine.targets.compile import _Launcher, kernel, simulated, threads_per_block, to_device
     from ngrad.engine.runtime.cuda import _programs
+    from ngrad.engine.targets.compile import _Launcher, kernel, simulated, threads_per_block, to_device
+
     block = threads_per_block()  # sizes of several blocks, not multiples of one (1,000 and 4,099 on a GPU)
     for i, n in enumerate((4 * block - 24, 4 * block - 24, 16 * block + 3, 4 * block - 24, 4 * block - 24)):
         data = rng.standard_normal(n).astype(dtype)
         x = ngrad.tensor(data, device="cuda", requires_grad=True)
-        loss = ((x.sin() * (-(x ** 2) / 2).exp()) + x.tanh() * x + x.cos()).sum()
+        loss = ((x.sin() * (-(x**2) / 2).exp()) + x.tanh() * x + x.cos()).sum()
         if i < 3:  # the implicit seed (a host number) ...
             seed = 1.0
             loss.backward()
         else:  # ... and one on the device
             seed = float(rng.uniform(0.5, 2.0))
             loss.backward(ngrad.tensor(seed, dtype=loss.dtype, device="cuda"))
-        ref = np.sin(data) * np.exp(-data ** 2 / 2) + np.tanh(data) * data + np.cos(data)
-        d = np.cos(data) * np.exp(-data ** 2 / 2) - data * np.sin(data) * np.exp(-data ** 2 / 2) \
-            + (1 - np.tanh(data) ** 2) * data + np.tanh(data) - np.sin(data)
+        ref = np.sin(data) * np.exp(-(data**2) / 2) + np.tanh(data) * data + np.cos(data)
+        d = (
+            np.cos(data) * np.exp(-(data**2) / 2)
+            - data * np.sin(data) * np.exp(-(data**2) / 2)
+            + (1 - np.tanh(data) ** 2) * data
+            + np.tanh(data)
+            - np.sin(data)
+        )
         tol = 1e-4 if dtype == np.float32 else 1e-10
         np.testing.assert_allclose(loss.item(), ref.sum(dtype=np.float64), rtol=tol)
         np.testing.assert_allclose(x.grad.cpu().numpy(), seed * d, rtol=tol, atol=tol)
@@ -170,7 +202,7 @@ def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
 @device
 def test_device_autograd_grad_and_create_graph():
     x = ngrad.tensor([0.5, -1.0, 2.0], dtype=ngrad.float64, device="cuda", requires_grad=True)
-    (g,) = ngrad.autograd.grad((x ** 3).sum(), x, create_graph=True)
+    (g,) = ngrad.autograd.grad((x**3).sum(), x, create_graph=True)
     (h,) = ngrad.autograd.grad(g.sum(), x)
     assert g.is_cuda and h.is_cuda
     np.testing.assert_allclose(h.cpu().numpy(), 6 * np.array([0.5, -1.0, 2.0]))
@@ -206,6 +238,7 @@ def test_device_semantics_and_errors():
 @device
 def test_device_cuda_array_interface_in_and_out():
     from numba import cuda
+
     arr = cuda.to_device(np.arange(4.0))
     t = ngrad.as_tensor(arr)
     assert t.is_cuda and t.dtype is ngrad.float64
@@ -239,6 +272,7 @@ def test_device_optimizer_loop_on_the_gpu():
 
 
 # --- without a device ------------------------------------------------------------------------------
+
 
 def test_device_objects_follow_pytorch():
     assert ngrad.device("cuda") == ngrad.device("cuda:0") == "cuda:0"
@@ -284,6 +318,7 @@ def test_cuda_sin_and_cos_of_one_value_share_sincos():
 
 def _ptx_or_skip():
     from ngrad.engine.targets.compile import cuda_ptx, cuda_status
+
     if "numba-cuda" in (cuda_status()[1] or "") and not cuda_status()[0]:
         pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -296,7 +331,7 @@ def test_ptx_type_checks_every_primitive_kernel(dtype, rng):
     _ptx_or_skip()
     for name in sorted(test_prims.CASES):
         tape, _ = prim_joint(name, dtype, rng)
-        for text, ptx in engine_cuda.ptx(tape):
+        for _text, ptx in engine_cuda.ptx(tape):
             assert ".entry" in ptx and ".visible" in ptx
 
 
@@ -304,25 +339,45 @@ def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
     cuda_ptx = _ptx_or_skip()
     for name in sorted(test_ops.CASES):
         tape, _ = corpus_joint(name, rng)
-        for text, ptx in engine_cuda.ptx(tape):
+        for _text, ptx in engine_cuda.ptx(tape):
             assert ".entry" in ptx
     for dt, nb in (("f64", "float64"), ("f32", "float32")):
-        assert ".entry" in cuda_ptx(cuda_matmul_source(dt), f"void(int64, int64, int64, {nb}[:, :, ::1], "
-                                                             f"{nb}[:, :, ::1], {nb}[:, :, ::1])")
+        assert ".entry" in cuda_ptx(
+            cuda_matmul_source(dt), f"void(int64, int64, int64, {nb}[:, :, ::1], {nb}[:, :, ::1], {nb}[:, :, ::1])"
+        )
         assert ".entry" in cuda_ptx(cuda_fill_source(), f"void(int64, {nb}[::1], {nb})")
 
 
-@pytest.mark.skipif(HAVE_CUDA and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
-                    reason="a real GPU runs the device tests directly")
+@pytest.mark.skipif(
+    HAVE_CUDA and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="a real GPU runs the device tests directly"
+)
 def test_simulator_runs_the_device_tests(tmp_path):
     from ngrad.engine.targets.compile import cuda_status
+
     if "not installed" in cuda_status()[1]:
         pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         pytest.skip("already in the simulator")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_",
-                        os.path.abspath(__file__)], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-o",
+            "addopts=",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "test_device_",
+            os.path.abspath(__file__),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail

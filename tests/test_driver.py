@@ -11,7 +11,6 @@ from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
 
-
 pytestmark = pytest.mark.usefixtures("jit_always")
 
 
@@ -37,6 +36,7 @@ def test_a_one_element_loop_reads_python_numbers_as_arrays(dtype):
     @ngrad.compile
     def f(t, c):
         return (t * c - 1) * (t > c)
+
     for c in (0.5, 4.0, 1.5):
         x = ngrad.tensor([1.5], dtype=ngrad.float64)
         assert f(x, c).item() == ((1.5 * c - 1) if 1.5 > c else 0.0)
@@ -46,6 +46,7 @@ def test_a_one_element_loop_reads_python_numbers_as_arrays(dtype):
 def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys, monkeypatch):
     # Adam's bias corrections: 0-d glue next to a loop, as Python operators in the driver
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, s, k = b.input((40,), dtype), b.input((), dtype), b.input((), dtype)
     t = (s + 1.0) * k - s
@@ -55,8 +56,7 @@ def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys
     tape = b.finish([y, t, u, v])
     np_dt = np.float32 if dtype == "f32" else np.float64
     values = [np.linspace(-1, 1, 40).astype(np_dt), np.asarray(0.7, np_dt), np.asarray(1.3, np_dt)]
-    _, text = _driver_text(lambda: assert_same(tape, values, 1e-6 if dtype == "f32" else 1e-14),
-                           capsys, monkeypatch)
+    _, text = _driver_text(lambda: assert_same(tape, values, 1e-6 if dtype == "f32" else 1e-14), capsys, monkeypatch)
     assert " ** " in text and "asarray(-e" in text and "= G" not in text  # no interpreter dispatch
     got = runtime.prepare(tape)(values)
     assert got[2] == np.inf and all(type(a) is np.ndarray and a.dtype == np_dt for a in got)
@@ -67,6 +67,7 @@ def test_a_driver_lets_numpy_broadcast_an_expand_only_elementwise_glue_reads(rng
     # logsumexp's gradient reads the one-element scale as it is; an expand that is an output, or
     # that a unary operation reads (its result would keep the source's shape), is still built
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x, z = b.input((40,), "f64"), b.input((20,), "f64")
     total = (x * x).sum(axes=(0,), keepdim=True)  # (1,), complete only after x's loop
@@ -84,6 +85,7 @@ def test_a_driver_lets_numpy_broadcast_an_expand_only_elementwise_glue_reads(rng
         y = x.logsumexp(0)
         y.backward()
         return y.item(), x.grad.numpy()
+
     for x0 in (rng.standard_normal(100), np.array([1.0, np.inf, 2.0]), np.full(4, -np.inf)):
         (value, grad), text = _driver_text(lambda: gradient(x0), capsys, monkeypatch)
         with np.errstate(all="ignore"):
@@ -112,6 +114,7 @@ def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch, capsys):
         y = x.logsumexp(0)
         y.backward()
         return y.item(), x.grad.numpy()
+
     (value, grad), text = _driver_text(gradient, capsys, monkeypatch)
     e = np.exp(x0 - x0.max())
     np.testing.assert_allclose(grad, e / e.sum(), rtol=1e-12, atol=1e-18)
@@ -137,9 +140,14 @@ def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch, capsy
             x = ngrad.from_numpy(x0).requires_grad_()
             loss(x).backward()
         return x.grad.numpy()
+
     grad, text = _driver_text(gradient, capsys, monkeypatch)
-    np.testing.assert_allclose(grad[1:-1], 2 * (x0[1:-1] - x0[:-2]) - 2 * (x0[2:] - x0[1:-1])
-                               + np.cos(x0[1:-1]) - x0[1:-1] * np.sin(x0[1:-1]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        grad[1:-1],
+        2 * (x0[1:-1] - x0[:-2]) - 2 * (x0[2:] - x0[1:-1]) + np.cos(x0[1:-1]) - x0[1:-1] * np.sin(x0[1:-1]),
+        rtol=1e-10,
+        atol=1e-12,
+    )
     assert "generated driver" in text and "which dies here" not in text
     donated = []
     real = runtime._donors

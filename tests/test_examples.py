@@ -1,4 +1,5 @@
 """The examples run, quickly, and reach what they claim."""
+
 import runpy
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """ngrad.func transforms, in-place tensor ops, and the SciPy adapter, against finite differences,
 NumPy and PyTorch."""
+
 import numpy as np
 import pytest
 
@@ -9,11 +10,11 @@ from .oracles import fd_gradient, np_rosenbrock, torch_or_skip
 
 
 def f_scalar(x, y):
-    return (x.sin() * y.exp()).sum() + (x ** 2).sum() * 0.5
+    return (x.sin() * y.exp()).sum() + (x**2).sum() * 0.5
 
 
 def _np_f(x, y):
-    return float(np.sum(np.sin(x) * np.exp(y)) + 0.5 * np.sum(x ** 2))
+    return float(np.sum(np.sin(x) * np.exp(y)) + 0.5 * np.sum(x**2))
 
 
 def test_grad_and_value_and_grad_against_finite_differences(rng):
@@ -60,7 +61,7 @@ def test_vjp_and_jvp_against_the_jacobian(rng):
 
 def test_hessian(rng):
     x = rng.standard_normal(4)
-    h = ngrad.func.hessian(lambda a: (a ** 3).sum() + a[0] * a[1])(ngrad.tensor(x))
+    h = ngrad.func.hessian(lambda a: (a**3).sum() + a[0] * a[1])(ngrad.tensor(x))
     want = np.diag(6 * x)
     want[0, 1] = want[1, 0] = 1
     np.testing.assert_allclose(h.numpy(), want, rtol=1e-12)
@@ -77,6 +78,7 @@ def test_transforms_match_torch_func(rng):
 
 
 # --- in-place operations -------------------------------------------------------------------------
+
 
 def test_inplace_on_a_leaf_requires_no_grad():
     w = ngrad.ones(3, requires_grad=True)
@@ -135,6 +137,7 @@ def test_inplace_matches_torch(rng):
 
 
 # --- SciPy ---------------------------------------------------------------------------------------
+
 
 def test_scipy_minimize_and_hessian_vector_products(rng):
     pytest.importorskip("scipy")

@@ -11,7 +11,6 @@ from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
 
-
 pytestmark = pytest.mark.usefixtures("jit_always")
 
 
@@ -27,6 +26,7 @@ def test_broadcast_then_reduce_is_one_kernel_without_temporary():
 def test_no_op_movements_inside_a_kernel():
     """Regression (found by Hypothesis): an expand to its own shape inside a fused loop."""
     from ngrad.engine.ir.tape import parse
+
     tape = parse("""\
 in %0 : f64[3,1]
 in %1 : f64[] scalar

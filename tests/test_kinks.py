@@ -1,4 +1,5 @@
 """Gradients at kinks follow PyTorch's conventions (hand-computed values, and PyTorch when present)."""
+
 import math
 
 import numpy as np
@@ -10,28 +11,49 @@ CASES = {
     "relu at 0": (lambda L, x: x.relu().sum(), [0.0, -1.0, 2.0], [0.0, 0.0, 1.0]),
     "abs at 0": (lambda L, x: x.abs().sum(), [0.0, -1.0, 2.0], [0.0, -1.0, 1.0]),
     "sqrt at 0": (lambda L, x: x.sqrt().sum(), [0.0, 4.0], [math.inf, 0.25]),
-    "maximum ties split": (lambda L, x: L.maximum(x, L.tensor([1.0, 0.0, 5.0], dtype=L.float64)).sum(),
-                           [1.0, 2.0, 3.0], [0.5, 1.0, 0.0]),
-    "minimum ties split": (lambda L, x: L.minimum(x, L.tensor([1.0, 0.0, 5.0], dtype=L.float64)).sum(),
-                           [1.0, 2.0, 3.0], [0.5, 0.0, 1.0]),
+    "maximum ties split": (
+        lambda L, x: L.maximum(x, L.tensor([1.0, 0.0, 5.0], dtype=L.float64)).sum(),
+        [1.0, 2.0, 3.0],
+        [0.5, 1.0, 0.0],
+    ),
+    "minimum ties split": (
+        lambda L, x: L.minimum(x, L.tensor([1.0, 0.0, 5.0], dtype=L.float64)).sum(),
+        [1.0, 2.0, 3.0],
+        [0.5, 0.0, 1.0],
+    ),
     "full max spreads over ties": (lambda L, x: x.max(), [3.0, 1.0, 3.0, 3.0], [1 / 3, 0.0, 1 / 3, 1 / 3]),
     "full min spreads over ties": (lambda L, x: x.min(), [1.0, 1.0, 3.0], [0.5, 0.5, 0.0]),
     "amax spreads over ties": (lambda L, x: x.amax(), [2.0, 2.0], [0.5, 0.5]),
     "max along dim picks one index": (lambda L, x: x.max(0)[0], [2.0, 2.0, 1.0], [1.0, 0.0, 0.0]),
-    "clamp bounds inclusive": (lambda L, x: x.clamp(0.0, 1.0).sum(), [0.0, 1.0, 0.5, -1.0, 2.0],
-                               [1.0, 1.0, 1.0, 0.0, 0.0]),
+    "clamp bounds inclusive": (
+        lambda L, x: x.clamp(0.0, 1.0).sum(),
+        [0.0, 1.0, 0.5, -1.0, 2.0],
+        [1.0, 1.0, 1.0, 0.0, 0.0],
+    ),
     "prod with one zero": (lambda L, x: x.prod(), [2.0, 0.0, 3.0], [0.0, 6.0, 0.0]),
     "prod with two zeros": (lambda L, x: x.prod(), [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]),
     "norm at 0": (lambda L, x: x.norm(), [0.0, 0.0], [0.0, 0.0]),
-    "pow exponent at base 0": (lambda L, x: (L.tensor([0.0, 0.0, 2.0], dtype=L.float64) ** x).sum(),
-                               [2.0, 0.0, 1.0], [0.0, 0.0, 2 * math.log(2)]),
-    "pow base with exponent 0": (lambda L, x: (x ** 0).sum(), [0.0, 3.0], [0.0, 0.0]),
-    "logaddexp of equal values halves": (lambda L, x: L.logaddexp(x, L.tensor([1.0, 0.0], dtype=L.float64)).sum(),
-                                         [1.0, 2.0], [0.5, 1 / (1 + math.exp(-2))]),
+    "pow exponent at base 0": (
+        lambda L, x: (L.tensor([0.0, 0.0, 2.0], dtype=L.float64) ** x).sum(),
+        [2.0, 0.0, 1.0],
+        [0.0, 0.0, 2 * math.log(2)],
+    ),
+    "pow base with exponent 0": (lambda L, x: (x**0).sum(), [0.0, 3.0], [0.0, 0.0]),
+    "logaddexp of equal values halves": (
+        lambda L, x: L.logaddexp(x, L.tensor([1.0, 0.0], dtype=L.float64)).sum(),
+        [1.0, 2.0],
+        [0.5, 1 / (1 + math.exp(-2))],
+    ),
     "nan_to_num stops the gradient at inf": (
-        lambda L, x: (x * L.tensor([1e308, 1.0], dtype=L.float64) * 10).nan_to_num().sum(), [1.0, 1.0], [0.0, 10.0]),
-    "leaky_relu at 0 takes the slope": (lambda L, x: L.nn.functional.leaky_relu(x, 0.2).sum(), [0.0, -1.0, 1.0],
-                                        [0.2, 0.2, 1.0]),
+        lambda L, x: (x * L.tensor([1e308, 1.0], dtype=L.float64) * 10).nan_to_num().sum(),
+        [1.0, 1.0],
+        [0.0, 10.0],
+    ),
+    "leaky_relu at 0 takes the slope": (
+        lambda L, x: L.nn.functional.leaky_relu(x, 0.2).sum(),
+        [0.0, -1.0, 1.0],
+        [0.2, 0.2, 1.0],
+    ),
     "elu at 0 takes alpha": (lambda L, x: L.nn.functional.elu(x, 0.7).sum(), [0.0, 1.0], [0.7, 1.0]),
     "masked_fill stops the gradient": (lambda L, x: x.masked_fill(x > 1, 0.0).sum(), [1.0, 2.0], [1.0, 0.0]),
 }
@@ -63,14 +85,16 @@ def test_special_values_follow_numpy():
         np.testing.assert_array_equal(x.isinf().numpy(), np.isinf(v))
         np.testing.assert_array_equal(x.isfinite().numpy(), np.isfinite(v))
         np.testing.assert_array_equal(x.nan_to_num().numpy(), np.nan_to_num(v))
-        np.testing.assert_array_equal(x.nan_to_num(1.0, 2.0, -3.0).numpy(),
-                                      np.nan_to_num(v, nan=1.0, posinf=2.0, neginf=-3.0))
+        np.testing.assert_array_equal(
+            x.nan_to_num(1.0, 2.0, -3.0).numpy(), np.nan_to_num(v, nan=1.0, posinf=2.0, neginf=-3.0)
+        )
         np.testing.assert_array_equal(x.trunc().numpy(), np.trunc(v))
         np.testing.assert_array_equal(x.frac().numpy(), v - np.trunc(v))
         y = np.array([0.0, -1.0, 2.0, np.inf, 1.0, -np.inf, -np.inf, np.nan])
         np.testing.assert_array_equal(ngrad.atan2(x, ngrad.tensor(y, dtype=ngrad.float64)).numpy(), np.arctan2(v, y))
-        np.testing.assert_allclose(ngrad.logaddexp(x, ngrad.tensor(y, dtype=ngrad.float64)).numpy(), np.logaddexp(v, y),
-                                   rtol=1e-15)
+        np.testing.assert_allclose(
+            ngrad.logaddexp(x, ngrad.tensor(y, dtype=ngrad.float64)).numpy(), np.logaddexp(v, y), rtol=1e-15
+        )
     i = ngrad.tensor([1, -2, 3])
     assert not i.isinf().any() and i.isfinite().all() and i.trunc().tolist() == [1, -2, 3]
 

@@ -2,6 +2,7 @@
 order VJPs and JVPs) and the PyTorch comparison (tests/test_ops.py): vector right-hand sides
 and broadcast batches, batched reverse mode, forward mode through the facade, a compiled
 Newton step, and the errors."""
+
 import numpy as np
 import pytest
 
@@ -26,8 +27,7 @@ def test_solve_takes_vectors_broadcast_batches_and_the_right_side(system, rng):
     got = ngrad.linalg.solve(t64(stack), t64(b[:, None])).numpy()  # one right-hand side for every matrix
     np.testing.assert_allclose(got, np.linalg.solve(stack, np.broadcast_to(b[:, None], (3, 3, 1))), rtol=1e-13)
     B = rng.standard_normal((2, 3))
-    np.testing.assert_allclose(ngrad.linalg.solve(t64(A), t64(B), left=False).numpy(), B @ np.linalg.inv(A),
-                               rtol=1e-12)
+    np.testing.assert_allclose(ngrad.linalg.solve(t64(A), t64(B), left=False).numpy(), B @ np.linalg.inv(A), rtol=1e-12)
     tensor_fd_check(lambda a, v: ngrad.linalg.solve(a, v), [stack, b], rng)
 
 
@@ -60,7 +60,7 @@ def test_a_compiled_newton_step_matches_numpy(rng):
     for _ in range(4):
         step, det = newton(t64(x), t64(c))
         J = 3 * np.diag(x * x) + c
-        expected = x - np.linalg.solve(J, x ** 3 + c @ x - 1.0)
+        expected = x - np.linalg.solve(J, x**3 + c @ x - 1.0)
         np.testing.assert_allclose(step.numpy(), expected, rtol=1e-12)
         np.testing.assert_allclose(det.item(), np.linalg.det(J), rtol=1e-12)
         x = expected

@@ -2,6 +2,7 @@
 values and gradients against finite differences and PyTorch): ignored targets, the edges of
 the binary cross-entropy, argument errors, gradients in the class weights, and a training step
 under ``ngrad.compile`` whose targets change from call to call."""
+
 import math
 
 import numpy as np
@@ -22,11 +23,14 @@ def log_softmax(x):
     return z - np.log(np.exp(z).sum(1, keepdims=True))
 
 
-@pytest.mark.parametrize("loss", [
-    lambda x, t: F.cross_entropy(x, t),
-    lambda x, t: F.cross_entropy(x, t, weight=t64([1.0, 2.0, 3.0]), label_smoothing=0.2),
-    lambda x, t: F.nll_loss(x, t),
-])
+@pytest.mark.parametrize(
+    "loss",
+    [
+        lambda x, t: F.cross_entropy(x, t),
+        lambda x, t: F.cross_entropy(x, t, weight=t64([1.0, 2.0, 3.0]), label_smoothing=0.2),
+        lambda x, t: F.nll_loss(x, t),
+    ],
+)
 def test_every_target_ignored_gives_nan_with_zero_gradients(loss, rng):
     x = t64(rng.standard_normal((4, 3)), requires_grad=True)
     y = loss(x, ngrad.tensor([-100] * 4))
@@ -55,8 +59,9 @@ def test_binary_cross_entropy_clamps_its_logs_at_minus_100():
     loss = F.binary_cross_entropy(p, t, reduction="none")
     np.testing.assert_allclose(loss.numpy(), [100.0, 100.0, math.log(2)], rtol=1e-14)
     logits = t64([-800.0, 800.0, 0.0])  # saturated logits stay finite: softplus, not log(sigmoid)
-    np.testing.assert_allclose(F.binary_cross_entropy_with_logits(logits, t, reduction="none").numpy(),
-                               [800.0, 800.0, math.log(2)], rtol=1e-14)
+    np.testing.assert_allclose(
+        F.binary_cross_entropy_with_logits(logits, t, reduction="none").numpy(), [800.0, 800.0, math.log(2)], rtol=1e-14
+    )
 
 
 def test_class_weights_and_pos_weight_are_differentiable(rng):

@@ -1,5 +1,6 @@
 """ngrad.optim against PyTorch step for step (float64, rtol 1e-9) where torch is installed, and
 against NumPy transcriptions of the update rules everywhere; LBFGS converges on Rosenbrock-100."""
+
 import math
 
 import numpy as np
@@ -37,7 +38,7 @@ def trajectory(lib, name, kw, steps=25, sched=None):
     for _ in range(steps):
         opt.zero_grad()
         x = lib.cat([w, v])
-        loss = sign * (((At @ x - bt) ** 2).mean() + 0.01 * (x ** 4).sum())
+        loss = sign * (((At @ x - bt) ** 2).mean() + 0.01 * (x**4).sum())
         loss.backward()
         opt.step()
         if sc:
@@ -62,8 +63,11 @@ SCHEDULERS = {
 @pytest.mark.parametrize("kind", sorted(SCHEDULERS))
 def test_schedulers_match_pytorch(kind):
     torch = torch_or_skip()
-    np.testing.assert_allclose(trajectory(ngrad, "Adam", dict(lr=0.05), sched=SCHEDULERS[kind]),
-                               trajectory(torch, "Adam", dict(lr=0.05), sched=SCHEDULERS[kind]), rtol=1e-9)
+    np.testing.assert_allclose(
+        trajectory(ngrad, "Adam", dict(lr=0.05), sched=SCHEDULERS[kind]),
+        trajectory(torch, "Adam", dict(lr=0.05), sched=SCHEDULERS[kind]),
+        rtol=1e-9,
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(SCHEDULERS))
@@ -71,8 +75,11 @@ def test_schedulers_follow_their_closed_forms(kind):
     opt = ngrad.optim.SGD([ngrad.zeros(1, requires_grad=True)], lr=1.0)
     sched = SCHEDULERS[kind](ngrad, opt)
     for e in range(20):
-        want = {"step": 0.5 ** (e // 5), "exp": 0.9 ** e,
-                "cosine": 1e-3 + (1 - 1e-3) * (1 + math.cos(math.pi * e / 7)) / 2}[kind]
+        want = {
+            "step": 0.5 ** (e // 5),
+            "exp": 0.9**e,
+            "cosine": 1e-3 + (1 - 1e-3) * (1 + math.cos(math.pi * e / 7)) / 2,
+        }[kind]
         assert sched.get_last_lr()[0] == pytest.approx(want, rel=1e-12)
         opt.step()
         sched.step()
@@ -84,7 +91,7 @@ def _numpy_adam(g_of, w, lr, b1, b2, eps, steps):
         g = g_of(w)
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
-        w = w - lr / (1 - b1 ** t) * m / (np.sqrt(v) / math.sqrt(1 - b2 ** t) + eps)
+        w = w - lr / (1 - b1**t) * m / (np.sqrt(v) / math.sqrt(1 - b2**t) + eps)
     return w
 
 
@@ -122,18 +129,24 @@ def _lsq_grad(w):
 
 
 def test_update_rules_against_numpy():
-    np.testing.assert_allclose(_run(ngrad.optim.Adam, 20, lr=0.05),
-                               _numpy_adam(_lsq_grad, W0, 0.05, 0.9, 0.999, 1e-8, 20), rtol=1e-10)
-    np.testing.assert_allclose(_run(ngrad.optim.SGD, 20, lr=0.02, momentum=0.9, nesterov=True),
-                               _numpy_sgd(_lsq_grad, W0, 0.02, 0.9, 20, nesterov=True), rtol=1e-10)
-    np.testing.assert_allclose(_run(ngrad.optim.RMSprop, 20, lr=0.01),
-                               _numpy_rmsprop(_lsq_grad, W0, 0.01, 0.99, 1e-8, 20), rtol=1e-10)
+    np.testing.assert_allclose(
+        _run(ngrad.optim.Adam, 20, lr=0.05), _numpy_adam(_lsq_grad, W0, 0.05, 0.9, 0.999, 1e-8, 20), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        _run(ngrad.optim.SGD, 20, lr=0.02, momentum=0.9, nesterov=True),
+        _numpy_sgd(_lsq_grad, W0, 0.02, 0.9, 20, nesterov=True),
+        rtol=1e-10,
+    )
+    np.testing.assert_allclose(
+        _run(ngrad.optim.RMSprop, 20, lr=0.01), _numpy_rmsprop(_lsq_grad, W0, 0.01, 0.99, 1e-8, 20), rtol=1e-10
+    )
 
 
 def test_a_step_outside_compile_replays_its_program_and_follows_changes(monkeypatch):
     import copy
 
     from ngrad.tracing import CompiledFunction
+
     w = ngrad.tensor(W0[:4].copy(), requires_grad=True)
     v = ngrad.tensor(W0[4:].copy(), requires_grad=True)
     opt = ngrad.optim.SGD([w, v], lr=0.02, momentum=0.9)
@@ -175,6 +188,7 @@ def test_state_dict_round_trip_continues_identically():
             opt.zero_grad()
             ((At @ w - bt) ** 2).mean().backward()
             opt.step()
+
     steps(opt, 4)
     saved = opt.state_dict()
     assert saved["param_groups"][0]["params"] == [0] and saved["state"][0]["step"].item() == 4
@@ -217,6 +231,7 @@ def _rosenbrock_lbfgs(lib, steps, **kw):
         loss = (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
         loss.backward()
         return loss
+
     out = []
     for _ in range(steps):
         opt.step(closure)
@@ -224,8 +239,11 @@ def _rosenbrock_lbfgs(lib, steps, **kw):
     return np.array(out), opt.state[x]
 
 
-@pytest.mark.parametrize("kw", [dict(line_search_fn="strong_wolfe", history_size=10),
-                                dict(lr=0.1, history_size=5)], ids=["strong_wolfe", "fixed_step"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(line_search_fn="strong_wolfe", history_size=10), dict(lr=0.1, history_size=5)],
+    ids=["strong_wolfe", "fixed_step"],
+)
 def test_lbfgs_matches_pytorch(kw):
     torch = torch_or_skip()
     mine, st = _rosenbrock_lbfgs(ngrad, 2, **kw)
@@ -235,8 +253,9 @@ def test_lbfgs_matches_pytorch(kw):
 
 
 def test_lbfgs_converges_on_rosenbrock_100():
-    xs, st = _rosenbrock_lbfgs(ngrad, 10, line_search_fn="strong_wolfe", max_iter=100, tolerance_grad=1e-10,
-                               tolerance_change=1e-14)
+    xs, st = _rosenbrock_lbfgs(
+        ngrad, 10, line_search_fn="strong_wolfe", max_iter=100, tolerance_grad=1e-10, tolerance_change=1e-14
+    )
     np.testing.assert_allclose(xs[-1], np.ones(100), atol=1e-6)
 
 
@@ -252,6 +271,7 @@ def test_lbfgs_with_a_zero_dimensional_parameter():
         loss = ((w - target) ** 2).sum() + (b - 0.5) ** 2
         loss.backward()
         return loss
+
     opt.step(closure)
     assert b.shape == () and abs(b.item() - 0.5) < 1e-8
     np.testing.assert_allclose(w.detach().numpy(), [1.0, -2.0], atol=1e-8)

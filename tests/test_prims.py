@@ -1,10 +1,11 @@
 """Every primitive: forward against NumPy, VJP against finite differences (first and second order)."""
+
 import numpy as np
 import pytest
 
-from ngrad.engine.transform.differentiate import jvp, vjp
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.prims import PRIMS
+from ngrad.engine.transform.differentiate import jvp, vjp
 
 from .oracles import dot_check, prim_tape, second_order_tape
 
@@ -76,13 +77,27 @@ CASES = {
     "index": ([n(4, 3, 2), IDX, IDX], {"axis": 0}, [0]),
     "unindex": ([n(2, 3, 2), IDX, IDX], {"shape": (4, 3, 2), "axis": 0}, [0]),
     "gather": ([n(3, 4), np.array([[0, 3, 3, 1], [2, 2, 0, 1], [1, 0, 0, 0]])], {"axis": 1}, [0]),
-    "scatter_add": ([n(3, 4), np.array([[0, 3, 3, 1], [2, 2, 0, 1], [1, 0, 0, 0]])],
-                    {"axis": 1, "shape": (3, 5)}, [0]),
+    "scatter_add": ([n(3, 4), np.array([[0, 3, 3, 1], [2, 2, 0, 1], [1, 0, 0, 0]])], {"axis": 1, "shape": (3, 5)}, [0]),
     "matmul": ([n(2, 3, 4), n(2, 4, 5)], {}, [0, 1]),
 }
 
-NOT_DIFFERENTIABLE = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isnan",
-                      "argmax", "argmin", "argsort", "const", "detach"}
+NOT_DIFFERENTIABLE = {
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "isnan",
+    "argmax",
+    "argmin",
+    "argsort",
+    "const",
+    "detach",
+}
 
 
 def test_every_primitive_is_covered():
@@ -102,7 +117,7 @@ def test_vjp_second_order(name, rng):
     tape, _ = prim_tape(name, args, params)
     h = second_order_tape(tape, wrt)
     # inputs of h: the primal args, the cotangent seed v, one weight w per gradient
-    extra = [rng.standard_normal(h.shapes[s]) for s in h.inputs[len(args):]]
+    extra = [rng.standard_normal(h.shapes[s]) for s in h.inputs[len(args) :]]
     dot_check(h, wrt, list(args) + extra, rng, rtol=1e-4, atol=1e-6)
 
 
@@ -112,8 +127,17 @@ def test_detach_blocks_the_gradient(rng):
     assert joint.grads == [None]
 
 
-@pytest.mark.parametrize("name,op", [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                                     ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)])
+@pytest.mark.parametrize(
+    "name,op",
+    [
+        ("lt", np.less),
+        ("le", np.less_equal),
+        ("gt", np.greater),
+        ("ge", np.greater_equal),
+        ("eq", np.equal),
+        ("ne", np.not_equal),
+    ],
+)
 def test_comparisons(name, op):
     a = np.array([1.0, 2.0, 3.0, np.nan])
     b = np.array([2.0, 2.0, 1.0, np.nan])
@@ -149,6 +173,7 @@ def test_argsort_is_stable_both_ways_with_nan_largest():
 
 def test_const_and_dtype_preservation():
     from ngrad.engine.ir.tape import Builder
+
     b = Builder()
     x = b.input((3,), "f32")
     y = (x * 2.5 + 1).exp()
@@ -174,6 +199,7 @@ def test_jvp_against_finite_differences(name, rng):
         for i, u in zip(wrt, us):
             shifted[i] = args[i] + eps * u
         return interpret(tape, shifted)[0]
+
     numeric = (f(1e-6) - f(-1e-6)) / 2e-6
     np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7)
 

@@ -1,31 +1,49 @@
 """Hypothesis-generated programs: gradients (first and second order) against finite differences,
 and the lowered tape survives verify and a print/parse round trip."""
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ngrad
-from ngrad.engine.transform.differentiate import split, vjp
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.tape import parse
+from ngrad.engine.transform.differentiate import split, vjp
 
 from .oracles import tensor_fd_check
 
 SHAPES = [(3, 4), (4,), (3, 1), ()]
 
 UNARY = [
-    lambda x: x.sin(), lambda x: x.tanh(), lambda x: x.sigmoid(), lambda x: x * x,
-    lambda x: (x * x + 1).log(), lambda x: (x * 0.3).exp(), lambda x: 1 / (x * x + 1),
-    lambda x: x.softmax(-1) if x.ndim else x, lambda x: x.cumsum(-1) if x.ndim else x,
-    lambda x: ngrad.nn.functional.softplus(x), lambda x: (x * x + 0.5).sqrt(), lambda x: x.erf(),
+    lambda x: x.sin(),
+    lambda x: x.tanh(),
+    lambda x: x.sigmoid(),
+    lambda x: x * x,
+    lambda x: (x * x + 1).log(),
+    lambda x: (x * 0.3).exp(),
+    lambda x: 1 / (x * x + 1),
+    lambda x: x.softmax(-1) if x.ndim else x,
+    lambda x: x.cumsum(-1) if x.ndim else x,
+    lambda x: ngrad.nn.functional.softplus(x),
+    lambda x: (x * x + 0.5).sqrt(),
+    lambda x: x.erf(),
 ]
 BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b * 0.5, lambda a, b: ngrad.maximum(a, b * 1.1)]
-REDUCE = [lambda x: x.sum(-1, keepdim=True) if x.ndim else x, lambda x: x.mean(), lambda x: x.logsumexp(-1) if x.ndim else x,
-          lambda x: x.amax(-1) if x.ndim else x, lambda x: x.norm(), lambda x: x.var() if x.numel() > 1 else x]
+REDUCE = [
+    lambda x: x.sum(-1, keepdim=True) if x.ndim else x,
+    lambda x: x.mean(),
+    lambda x: x.logsumexp(-1) if x.ndim else x,
+    lambda x: x.amax(-1) if x.ndim else x,
+    lambda x: x.norm(),
+    lambda x: x.var() if x.numel() > 1 else x,
+]
 
-program = st.lists(st.tuples(st.sampled_from(["u", "b", "r"]), st.integers(0, 100), st.integers(0, 100),
-                             st.integers(0, 100)), min_size=1, max_size=8)
+program = st.lists(
+    st.tuples(st.sampled_from(["u", "b", "r"]), st.integers(0, 100), st.integers(0, 100), st.integers(0, 100)),
+    min_size=1,
+    max_size=8,
+)
 
 
 def build(ops, *xs):
@@ -42,11 +60,11 @@ def build(ops, *xs):
                 continue
         else:
             pool.append(REDUCE[k % len(REDUCE)](a))
-    return sum(p.sum() for p in pool[len(xs):]) + sum((x * x).sum() for x in xs) * 0.1
+    return sum(p.sum() for p in pool[len(xs) :]) + sum((x * x).sum() for x in xs) * 0.1
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(program, st.integers(0, 2 ** 32 - 1))
+@given(program, st.integers(0, 2**32 - 1))
 def test_random_programs_have_correct_gradients(ops, seed):
     rng = np.random.default_rng(seed)
     inputs = [rng.uniform(-1.5, 1.5, s) for s in SHAPES[:3]]
@@ -62,7 +80,7 @@ def test_random_programs_lower_to_valid_tapes(ops):
 
 
 @settings(max_examples=25, deadline=None)
-@given(program, st.integers(0, 2 ** 32 - 1))
+@given(program, st.integers(0, 2**32 - 1))
 def test_random_programs_split_into_forward_and_backward_equal_to_the_joint(ops, seed):
     # what ngrad.compile runs for differentiable outputs: forward, then backward on what it saved
     rng = np.random.default_rng(seed)

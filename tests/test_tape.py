@@ -1,13 +1,14 @@
 """The tape IR: verify, canonical printing, parsing, and the batching transform."""
+
 import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.transform.batch import batch
-from ngrad.engine.transform.differentiate import vjp
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.tape import Builder, Instr, TapeError, parse
+from ngrad.engine.transform.batch import batch
+from ngrad.engine.transform.differentiate import vjp
 
 from .oracles import check_damaged_plan_is_made_again
 
@@ -57,13 +58,16 @@ out %3 %5 %2"""
     assert parse(t.format()).format() == t.format()
 
 
-@pytest.mark.parametrize("mutate,phrase", [
-    (lambda t: t.instrs.__setitem__(0, Instr(t.instrs[0].out, "nope", t.instrs[0].args, {})), "unknown primitive"),
-    (lambda t: t.shapes.__setitem__(t.instrs[-1].out, (7,)), "rule gives"),
-    (lambda t: t.instrs.insert(0, t.instrs[-1]), "before it is defined"),
-    (lambda t: t.instrs.append(t.instrs[0]), "written twice"),
-    (lambda t: t.outputs.append(99), "never defined"),
-])
+@pytest.mark.parametrize(
+    "mutate,phrase",
+    [
+        (lambda t: t.instrs.__setitem__(0, Instr(t.instrs[0].out, "nope", t.instrs[0].args, {})), "unknown primitive"),
+        (lambda t: t.shapes.__setitem__(t.instrs[-1].out, (7,)), "rule gives"),
+        (lambda t: t.instrs.insert(0, t.instrs[-1]), "before it is defined"),
+        (lambda t: t.instrs.append(t.instrs[0]), "written twice"),
+        (lambda t: t.outputs.append(99), "never defined"),
+    ],
+)
 def test_verify_rejects_broken_tapes(mutate, phrase):
     tape = _facade_tape()
     tape.shapes.append(())
@@ -142,6 +146,7 @@ def test_structural_keys_and_cse_keep_signed_zeros_apart():
         b = Builder()
         x = b.input((2,), "f64")
         return b.finish([x * b.full(v, (2,), "f64")])
+
     assert tape_with(0.0).key() != tape_with(-0.0).key()
     assert tape_with(1.5).key() == tape_with(1.5).key()
     b = Builder()
@@ -164,8 +169,9 @@ def _recurrence(rng, steps=40):
 def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch, tmp_path, rng):
     import os
 
-    from ngrad.engine.transform import differentiate
     from ngrad.engine.store import cache_dir
+    from ngrad.engine.transform import differentiate
+
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NGRAD_JIT", "auto")  # NGRAD_JIT=never keeps nothing on disk
     monkeypatch.setattr(differentiate, "_JOINTS", {})
@@ -201,6 +207,7 @@ def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monk
     with pytest.raises(ValueError, match="not a stored joint"):
         differentiate.Joint.loads(tape, b"\x00garbage")
     import marshal
+
     fields = list(marshal.loads(first.dumps(tape)))
     out, prim, args, params = fields[5][3]
     fields[5][3] = (out, prim, (out,) + args[1:], params)  # reads itself
@@ -231,8 +238,9 @@ def test_backward_stores_a_joint_it_meets_again_or_traces_and_reads_it_back(monk
     import glob
     import os
 
-    from ngrad.engine.transform import differentiate
     from ngrad.engine.store import cache_dir
+    from ngrad.engine.transform import differentiate
+
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NGRAD_JIT", "auto")
     monkeypatch.setattr(differentiate, "_JOINTS", {})
@@ -277,12 +285,13 @@ def test_backward_stores_a_joint_it_meets_again_or_traces_and_reads_it_back(monk
 def test_nothing_is_stored_when_the_code_that_names_plans_cannot_be_read(monkeypatch, tmp_path, rng):
     import os
 
-    from ngrad.engine.backend import bytecode
     from ngrad.engine import store as compile_
+    from ngrad.engine.backend import bytecode
     from ngrad.engine.transform import differentiate
 
     def unreadable(modules):
         raise OSError("no source")
+
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NGRAD_JIT", "auto")
     monkeypatch.setattr(differentiate, "_JOINTS", {})
@@ -290,6 +299,8 @@ def test_nothing_is_stored_when_the_code_that_names_plans_cannot_be_read(monkeyp
     tape, values = _recurrence(rng)
     assert bytecode.plan_name(tape) is None and bytecode.loops_name() is None
     j = differentiate.joint(tape, list(tape.inputs), keep=True)
-    for a, b in zip(interpret(j.tape, values + [np.ones(())]), interpret(vjp(tape, list(tape.inputs)).tape, values + [np.ones(())])):
+    for a, b in zip(
+        interpret(j.tape, values + [np.ones(())]), interpret(vjp(tape, list(tape.inputs)).tape, values + [np.ones(())])
+    ):
         np.testing.assert_array_equal(a, b)
     assert not os.path.exists(os.path.join(compile_.cache_dir(), "plans"))

@@ -1,4 +1,5 @@
 """The facade: factories, dtypes and promotion, printing, conversions and shape errors."""
+
 import math
 
 import numpy as np
@@ -44,15 +45,18 @@ def test_ragged_data_is_an_error():
         ngrad.tensor([[1, 2], [3]])
 
 
-@pytest.mark.parametrize("a,b,expected", [
-    (ngrad.ones(2, dtype=ngrad.int64), 2.5, ngrad.float32),
-    (ngrad.ones(2, dtype=ngrad.int32), 2, ngrad.int32),
-    (ngrad.ones(2, dtype=ngrad.float32), ngrad.ones(2, dtype=ngrad.float64), ngrad.float64),
-    (ngrad.ones(2, dtype=ngrad.float32), ngrad.tensor(1.0, dtype=ngrad.float64), ngrad.float32),
-    (ngrad.ones(2, dtype=ngrad.int64), ngrad.tensor(1.0, dtype=ngrad.float64), ngrad.float64),
-    (ngrad.ones(2, dtype=ngrad.bool), 3, ngrad.int64),
-    (ngrad.ones(2, dtype=ngrad.float32), 2, ngrad.float32),
-])
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [
+        (ngrad.ones(2, dtype=ngrad.int64), 2.5, ngrad.float32),
+        (ngrad.ones(2, dtype=ngrad.int32), 2, ngrad.int32),
+        (ngrad.ones(2, dtype=ngrad.float32), ngrad.ones(2, dtype=ngrad.float64), ngrad.float64),
+        (ngrad.ones(2, dtype=ngrad.float32), ngrad.tensor(1.0, dtype=ngrad.float64), ngrad.float32),
+        (ngrad.ones(2, dtype=ngrad.int64), ngrad.tensor(1.0, dtype=ngrad.float64), ngrad.float64),
+        (ngrad.ones(2, dtype=ngrad.bool), 3, ngrad.int64),
+        (ngrad.ones(2, dtype=ngrad.float32), 2, ngrad.float32),
+    ],
+)
 def test_type_promotion(a, b, expected):
     assert (a * b).dtype is expected and (b * a).dtype is expected
 
@@ -68,13 +72,17 @@ def test_type_promotion_matches_pytorch():
                 assert tn.dtype.name == str(tt.dtype).split(".")[1], (x, y, zd)
             for s in (True, 2, 2.5):
                 assert (ngrad.ones(2, dtype=getattr(ngrad, x)) * s).dtype.name == str(
-                    (torch.ones(2, dtype=getattr(torch, x)) * s).dtype).split(".")[1]
+                    (torch.ones(2, dtype=getattr(torch, x)) * s).dtype
+                ).split(".")[1]
     assert (ngrad.tensor([1, 2]) / 2).dtype is ngrad.float32
 
 
 def test_shape_errors_name_both_shapes():
-    with pytest.raises(RuntimeError, match=r"size of tensor a \(3\) must match the size of tensor b \(4\) at "
-                                           r"non-singleton dimension 1 \(shapes \[2, 3\] and \[4\]\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"size of tensor a \(3\) must match the size of tensor b \(4\) at "
+        r"non-singleton dimension 1 \(shapes \[2, 3\] and \[4\]\)",
+    ):
         ngrad.ones(2, 3) + ngrad.ones(4)
     with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x5\)"):
         ngrad.ones(2, 3) @ ngrad.ones(4, 5)
@@ -92,13 +100,17 @@ def test_shape_errors_name_both_shapes():
         ngrad.cat([ngrad.ones(2, 3), ngrad.ones(2, 4)])
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         ngrad.stack([ngrad.ones(2), ngrad.ones(3)])
-    with pytest.raises(RuntimeError, match=r"einsum\(\): subscript j has size 4 for operand 1 which does not broadcast"):
+    with pytest.raises(
+        RuntimeError, match=r"einsum\(\): subscript j has size 4 for operand 1 which does not broadcast"
+    ):
         ngrad.einsum("ij,jk->ik", ngrad.ones(2, 3), ngrad.ones(4, 4))
     with pytest.raises(RuntimeError, match=r"einsum\(\): output subscript k does not appear in the equation"):
         ngrad.einsum("ij->k", ngrad.ones(2, 2))
     with pytest.raises(RuntimeError, match=r"einsum\(\): the number of subscripts in the equation .3. does not match"):
         ngrad.einsum("ijk", ngrad.ones(2, 2))
-    with pytest.raises(RuntimeError, match=r"einsum\(\): subscript i is repeated for operand 0 but the sizes don't match"):
+    with pytest.raises(
+        RuntimeError, match=r"einsum\(\): subscript i is repeated for operand 0 but the sizes don't match"
+    ):
         ngrad.einsum("ii", ngrad.ones(2, 3))
     with pytest.raises(RuntimeError, match=r"einsum\(\): fewer operands were provided than specified in the equation"):
         ngrad.einsum("ij,jk", ngrad.ones(2, 2))
@@ -146,30 +158,37 @@ def test_values_item_tolist_bool():
     assert (np.ones(2) * ngrad.tensor([1.0, 2.0])).tolist() == [1.0, 2.0]
 
 
-@pytest.mark.parametrize("make,text", [
-    (lambda: ngrad.tensor([2.0, 4.0]), "tensor([2., 4.])"),
-    (lambda: ngrad.tensor(3.0), "tensor(3.)"),
-    (lambda: ngrad.tensor([1e-5, 1.0]), "tensor([1.0000e-05, 1.0000e+00])"),
-    (lambda: ngrad.tensor([1.2345678, 100.0]), "tensor([  1.2346, 100.0000])"),
-    (lambda: ngrad.zeros(0, 3), "tensor([], size=(0, 3))"),
-    (lambda: ngrad.arange(3), "tensor([0, 1, 2])"),
-    (lambda: ngrad.tensor([True, False]), "tensor([ True, False])"),
-    (lambda: ngrad.tensor([1, 2], dtype=ngrad.int32), "tensor([1, 2], dtype=ngrad.int32)"),
-    (lambda: ngrad.tensor([[1.5, 2], [3, 4]]), "tensor([[1.5000, 2.0000],\n        [3.0000, 4.0000]])"),
-    (lambda: ngrad.tensor([math.inf, math.nan, 1.0]), "tensor([inf, nan, 1.])"),
-    (lambda: ngrad.tensor([1e10, 1.0]), "tensor([1.0000e+10, 1.0000e+00])"),
-    (lambda: ngrad.tensor([1.0, 2.0], dtype=ngrad.float64), "tensor([1., 2.], dtype=ngrad.float64)"),
-    (lambda: ngrad.tensor([1.0, 2.0], requires_grad=True) * 2, "tensor([2., 4.], grad_fn=<MulBackward0>)"),
-    (lambda: ngrad.tensor([1.0], requires_grad=True), "tensor([1.], requires_grad=True)"),
-    (lambda: ngrad.arange(2000.0),
-     "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03,\n        1.9990e+03])"),
-    (lambda: ngrad.arange(40.0) * 1.5,
-     "tensor([ 0.0000,  1.5000,  3.0000,  4.5000,  6.0000,  7.5000,  9.0000, 10.5000,\n"
-     "        12.0000, 13.5000, 15.0000, 16.5000, 18.0000, 19.5000, 21.0000, 22.5000,\n"
-     "        24.0000, 25.5000, 27.0000, 28.5000, 30.0000, 31.5000, 33.0000, 34.5000,\n"
-     "        36.0000, 37.5000, 39.0000, 40.5000, 42.0000, 43.5000, 45.0000, 46.5000,\n"
-     "        48.0000, 49.5000, 51.0000, 52.5000, 54.0000, 55.5000, 57.0000, 58.5000])"),
-])
+@pytest.mark.parametrize(
+    "make,text",
+    [
+        (lambda: ngrad.tensor([2.0, 4.0]), "tensor([2., 4.])"),
+        (lambda: ngrad.tensor(3.0), "tensor(3.)"),
+        (lambda: ngrad.tensor([1e-5, 1.0]), "tensor([1.0000e-05, 1.0000e+00])"),
+        (lambda: ngrad.tensor([1.2345678, 100.0]), "tensor([  1.2346, 100.0000])"),
+        (lambda: ngrad.zeros(0, 3), "tensor([], size=(0, 3))"),
+        (lambda: ngrad.arange(3), "tensor([0, 1, 2])"),
+        (lambda: ngrad.tensor([True, False]), "tensor([ True, False])"),
+        (lambda: ngrad.tensor([1, 2], dtype=ngrad.int32), "tensor([1, 2], dtype=ngrad.int32)"),
+        (lambda: ngrad.tensor([[1.5, 2], [3, 4]]), "tensor([[1.5000, 2.0000],\n        [3.0000, 4.0000]])"),
+        (lambda: ngrad.tensor([math.inf, math.nan, 1.0]), "tensor([inf, nan, 1.])"),
+        (lambda: ngrad.tensor([1e10, 1.0]), "tensor([1.0000e+10, 1.0000e+00])"),
+        (lambda: ngrad.tensor([1.0, 2.0], dtype=ngrad.float64), "tensor([1., 2.], dtype=ngrad.float64)"),
+        (lambda: ngrad.tensor([1.0, 2.0], requires_grad=True) * 2, "tensor([2., 4.], grad_fn=<MulBackward0>)"),
+        (lambda: ngrad.tensor([1.0], requires_grad=True), "tensor([1.], requires_grad=True)"),
+        (
+            lambda: ngrad.arange(2000.0),
+            "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03,\n        1.9990e+03])",
+        ),
+        (
+            lambda: ngrad.arange(40.0) * 1.5,
+            "tensor([ 0.0000,  1.5000,  3.0000,  4.5000,  6.0000,  7.5000,  9.0000, 10.5000,\n"
+            "        12.0000, 13.5000, 15.0000, 16.5000, 18.0000, 19.5000, 21.0000, 22.5000,\n"
+            "        24.0000, 25.5000, 27.0000, 28.5000, 30.0000, 31.5000, 33.0000, 34.5000,\n"
+            "        36.0000, 37.5000, 39.0000, 40.5000, 42.0000, 43.5000, 45.0000, 46.5000,\n"
+            "        48.0000, 49.5000, 51.0000, 52.5000, 54.0000, 55.5000, 57.0000, 58.5000])",
+        ),
+    ],
+)
 def test_repr_like_pytorch(make, text):
     assert repr(make()) == text
 
@@ -196,9 +215,19 @@ def test_conversions():
 def test_indexing_forms_against_numpy():
     a = np.arange(60.0).reshape(3, 4, 5)
     t = ngrad.tensor(a)
-    keys = [(1,), (slice(None), 2), (Ellipsis, 1), (None, 0), (slice(1, None), slice(None, None, 2), 3),
-            ([0, 2],), (slice(None), [1, 3]), ([0, 1], slice(None), [4, 0]), (a[:, 0, 0] > 10,),
-            (np.array([[0, 1], [2, 2]]),), (slice(None), [[1], [2]], [0, 4])]
+    keys = [
+        (1,),
+        (slice(None), 2),
+        (Ellipsis, 1),
+        (None, 0),
+        (slice(1, None), slice(None, None, 2), 3),
+        ([0, 2],),
+        (slice(None), [1, 3]),
+        ([0, 1], slice(None), [4, 0]),
+        (a[:, 0, 0] > 10,),
+        (np.array([[0, 1], [2, 2]]),),
+        (slice(None), [[1], [2]], [0, 4]),
+    ]
     for k in keys:
         np.testing.assert_array_equal(t[k].numpy(), a[k], err_msg=str(k))
 
@@ -214,7 +243,9 @@ def test_lazy_ops_raise_at_the_offending_line():
 def test_module_level_functions():
     x = ngrad.tensor([[1.0, -2.0], [3.0, 4.0]])
     assert ngrad.sum(x).item() == 6.0 and ngrad.exp(ngrad.tensor(0.0)).item() == 1.0
-    assert ngrad.allclose(ngrad.matmul(x, x), ngrad.tensor(np.array([[1.0, -2], [3, 4]]) @ np.array([[1.0, -2], [3, 4]])))
+    assert ngrad.allclose(
+        ngrad.matmul(x, x), ngrad.tensor(np.array([[1.0, -2], [3, 4]]) @ np.array([[1.0, -2], [3, 4]]))
+    )
     assert ngrad.where(x > 0)[0].tolist() == [0, 1, 1]
     assert ngrad.argmax(x).item() == 3 and ngrad.argmax(x, 1).tolist() == [0, 1]
     assert ngrad.transpose(x, 0, 1).tolist() == [[1.0, 3.0], [-2.0, 4.0]]
@@ -224,7 +255,9 @@ def test_module_level_functions():
 @pytest.mark.parametrize("divisor", [2, 0.25, -8.0, 3.0, 1e-30])
 def test_division_by_a_number_is_exact(dtype, divisor):
     # a power-of-two divisor is recorded as a multiplication by its reciprocal: bitwise the same
-    x0 = np.concatenate([np.random.default_rng(0).standard_normal(50), [0.0, -0.0, np.inf, np.nan, 1e-310]]).astype(dtype)
+    x0 = np.concatenate([np.random.default_rng(0).standard_normal(50), [0.0, -0.0, np.inf, np.nan, 1e-310]]).astype(
+        dtype
+    )
     x = ngrad.from_numpy(x0).requires_grad_()
     y = x / divisor
     assert y.grad_fn.name() == "DivBackward0"

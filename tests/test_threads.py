@@ -1,6 +1,7 @@
 """``ngrad.set_num_threads``: kernels run in chunks of rows on several threads agree with the
 serial kernels and the interpreter (reductions over every axis included), and survive fork and
 concurrent Python threads."""
+
 import os
 import subprocess
 import sys
@@ -68,8 +69,10 @@ def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypat
         x0, w0 = rng.uniform(-3, 3, (N // 64, 64)), rng.standard_normal(64)
     before = len(runtime._plans)
     par = _value_and_grad(fn, x0, w0, 2, monkeypatch)
-    assert any(c.threaded.kernels is not None and any(c.threaded.chunked)
-               for c in list(runtime._plans.values())[before:] or runtime._plans.values())
+    assert any(
+        c.threaded.kernels is not None and any(c.threaded.chunked)
+        for c in list(runtime._plans.values())[before:] or runtime._plans.values()
+    )
     if fn is _pairs:  # one function for all its loops, run in chunks of rows
         comp = list(runtime._plans.values())[-1]
         assert any(c and len(src.parts) >= 3 for c, src in zip(comp.threaded.chunked, comp.threaded.sources))
@@ -86,8 +89,9 @@ def test_big_kernels_get_their_own_functions_when_threads_are_on():
     comp = runtime._Compiled(tape)
     serial = [s for s in comp.serial.sources if s is not None]
     threaded = [s for s in comp.threaded.sources if s is not None]
-    assert len(serial) < len(threaded) and all(len(s.parts) == 1 for s, c in
-                                               zip(comp.threaded.sources, comp.threaded.chunked) if c)
+    assert len(serial) < len(threaded) and all(
+        len(s.parts) == 1 for s, c in zip(comp.threaded.sources, comp.threaded.chunked) if c
+    )
     assert any(comp.threaded.chunked)
 
 
@@ -177,7 +181,8 @@ print("ok")
 def test_parallel_kernels_survive_fork_and_concurrent_threads(tmp_path):
     env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always")
     env.pop("NUMBA_THREADING_LAYER", None)
-    out = subprocess.run([sys.executable, "-c", SAFETY.format(n=N)], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SAFETY.format(n=N)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")

@@ -10,17 +10,19 @@ from ngrad.engine.ir.interpret import interpret
 from .compiled import prim_joint
 from .oracles import fd_gradient, prim_tape
 
-
 pytestmark = pytest.mark.usefixtures("jit_always")
 
 
 def test_facade_uses_the_compiler(monkeypatch):
     from ngrad.engine.targets import compile as comp
+
     before = len(comp._memory)
     x = ngrad.tensor(np.linspace(-1, 1, 7), requires_grad=True)
     y = (x.tanh() * x).sum()
     y.backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.tanh(x.detach().numpy()) + x.detach().numpy() / np.cosh(x.detach().numpy()) ** 2)
+    np.testing.assert_allclose(
+        x.grad.numpy(), np.tanh(x.detach().numpy()) + x.detach().numpy() / np.cosh(x.detach().numpy()) ** 2
+    )
     assert len(comp._memory) > before
 
 
@@ -85,11 +87,15 @@ def test_a_traced_program_of_many_new_functions_is_tiered_not_compiled_at_once(m
         loss = loss_of(x)
         loss.backward()
         return loss
+
     x0 = rng.uniform(-1, 1, 50)
     x = ngrad.tensor(x0, requires_grad=True)
     step(x)
-    (comp,) = [c for c in runtime._plans.values() if isinstance(c, runtime._Compiled) and c.functions() > 2
-               and c.pending == c.functions()]
+    (comp,) = [
+        c
+        for c in runtime._plans.values()
+        if isinstance(c, runtime._Compiled) and c.functions() > 2 and c.pending == c.functions()
+    ]
     assert not comp.ready() and comp.rent > 0  # traced and run without compiling
     want = fd_gradient(lambda a: loss_of(ngrad.tensor(a)).item(), x0)
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6, atol=1e-8)

@@ -1,10 +1,11 @@
 """``import ngrad as torch``: an autograd script written for PyTorch gives PyTorch's numbers."""
+
 import numpy as np
 import pytest
 
 import ngrad
 
-SCRIPT = '''
+SCRIPT = """
 torch.set_default_dtype(torch.float64)
 rng = np.random.default_rng(0)
 pos = torch.tensor(rng.uniform(0, 3, (8, 3)), requires_grad=True)
@@ -36,7 +37,7 @@ jac = torch.autograd.grad(torch.stack([(w * k).sum() for k in range(3)]), w,
                           torch.eye(3), is_grads_batched=True)[0]
 result = [history, pos.detach().numpy(), gx.detach().numpy(), hx.numpy(), jac.numpy()]
 torch.set_default_dtype(torch.float32)
-'''
+"""
 
 
 def run(module):

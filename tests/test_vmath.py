@@ -1,5 +1,6 @@
 """ngrad's vectorisable math: accuracy in ULP over wide ranges and special values, and that the
 loops around it really compile to packed SIMD code without libm calls."""
+
 import math
 
 import numpy as np
@@ -7,7 +8,6 @@ import pytest
 
 from ngrad.engine import runtime
 from ngrad.engine.backend import vmath
-
 from ngrad.engine.ir.tape import Builder
 
 
@@ -32,8 +32,14 @@ def _compiled_exp(x, monkeypatch, tmp_path, prim="exp"):
 
 def test_exp_float64_ulp_over_the_whole_range(monkeypatch, tmp_path):
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.uniform(-745, 710, 200_000), rng.uniform(-1, 1, 100_000),
-                        rng.uniform(-1e-8, 1e-8, 10_000), np.linspace(-745.13, -708, 10_000)])
+    x = np.concatenate(
+        [
+            rng.uniform(-745, 710, 200_000),
+            rng.uniform(-1, 1, 100_000),
+            rng.uniform(-1e-8, 1e-8, 10_000),
+            np.linspace(-745.13, -708, 10_000),
+        ]
+    )
     got, _ = _compiled_exp(x, monkeypatch, tmp_path)
     with np.errstate(over="ignore"):
         ref = np.exp(x)
@@ -51,8 +57,27 @@ def test_exp_float32_within_one_ulp(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_exp_special_values(dtype, monkeypatch, tmp_path):
-    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-310, -1e-310, 710.0, 709.78, -745.2, -745.0,
-                  -740.0, -708.5, 88.8, -103.9, 89.0], dtype=dtype)
+    x = np.array(
+        [
+            np.nan,
+            np.inf,
+            -np.inf,
+            0.0,
+            -0.0,
+            1e-310,
+            -1e-310,
+            710.0,
+            709.78,
+            -745.2,
+            -745.0,
+            -740.0,
+            -708.5,
+            88.8,
+            -103.9,
+            89.0,
+        ],
+        dtype=dtype,
+    )
     got, _ = _compiled_exp(x, monkeypatch, tmp_path)
     with np.errstate(all="ignore"):
         ref = np.exp(x.astype(np.float64)).astype(dtype)
@@ -97,19 +122,42 @@ def test_both_backends_run_one_algorithm(name, monkeypatch, tmp_path):
 R = np.random.default_rng(5)
 # (primitive, NumPy reference, float64 inputs, ULP bound for float64)
 FUNCS = {
-    "log": (np.log, np.concatenate([np.exp(R.uniform(-700, 700, 100_000)), R.uniform(0.5, 2, 100_000),
-                                    np.array([5e-324, 1e-310, 2.2250738585072014e-308])]), 5),
+    "log": (
+        np.log,
+        np.concatenate(
+            [
+                np.exp(R.uniform(-700, 700, 100_000)),
+                R.uniform(0.5, 2, 100_000),
+                np.array([5e-324, 1e-310, 2.2250738585072014e-308]),
+            ]
+        ),
+        5,
+    ),
     "tanh": (np.tanh, np.concatenate([R.uniform(-25, 25, 100_000), R.uniform(-1e-6, 1e-6, 10_000)]), 5),
     "expm1": (np.expm1, np.concatenate([R.uniform(-3, 3, 100_000), R.uniform(-1e-8, 1e-8, 10_000)]), 6),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), R.uniform(-700, 700, 100_000), 4),
-    "log1p": (np.log1p, np.concatenate([R.uniform(-1, 3, 100_000), R.uniform(-1e-8, 1e-8, 10_000),
-                                        np.exp(R.uniform(-700, 700, 100_000))]), 4),
-    "softplus": (lambda x: np.logaddexp(0.0, x), np.concatenate([R.uniform(-50, 50, 100_000),
-                                                                 R.uniform(-700, 700, 10_000)]), 5),
-    "sin": (np.sin, np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000),
-                                    R.uniform(-1e-5, 1e-5, 10_000)]), 2),
-    "erf": (np.vectorize(math.erf), np.concatenate([R.uniform(-7, 7, 100_000), R.uniform(-1e-8, 1e-8, 10_000),
-                                                    R.uniform(0.8, 0.9, 10_000)]), 2),
+    "log1p": (
+        np.log1p,
+        np.concatenate(
+            [R.uniform(-1, 3, 100_000), R.uniform(-1e-8, 1e-8, 10_000), np.exp(R.uniform(-700, 700, 100_000))]
+        ),
+        4,
+    ),
+    "softplus": (
+        lambda x: np.logaddexp(0.0, x),
+        np.concatenate([R.uniform(-50, 50, 100_000), R.uniform(-700, 700, 10_000)]),
+        5,
+    ),
+    "sin": (
+        np.sin,
+        np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000), R.uniform(-1e-5, 1e-5, 10_000)]),
+        2,
+    ),
+    "erf": (
+        np.vectorize(math.erf),
+        np.concatenate([R.uniform(-7, 7, 100_000), R.uniform(-1e-8, 1e-8, 10_000), R.uniform(0.8, 0.9, 10_000)]),
+        2,
+    ),
     "cos": (np.cos, np.concatenate([R.uniform(-10, 10, 100_000), R.uniform(-1e6, 1e6, 100_000)]), 2),
 }
 

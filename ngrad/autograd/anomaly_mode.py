@@ -2,6 +2,7 @@
 operation keeps the traceback of the line that made it, and each backward pass is also run
 instruction by instruction by the NumPy interpreter: the first gradient rule that produces a
 NaN raises a ``RuntimeError`` naming the operation and where it was recorded."""
+
 import functools
 import traceback
 import warnings
@@ -58,8 +59,12 @@ class detect_anomaly:
     def __init__(self, check_nan=True):
         self.check_nan = check_nan
         self._prev = []
-        warnings.warn("Anomaly Detection has been enabled. This mode will increase the runtime and should only be "
-                      "enabled for debugging.", UserWarning, stacklevel=2)
+        warnings.warn(
+            "Anomaly Detection has been enabled. This mode will increase the runtime and should only be "
+            "enabled for debugging.",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def __enter__(self):
         self._prev.append((_Anomaly.enabled, _Anomaly.check_nan))
@@ -76,6 +81,7 @@ class detect_anomaly:
         def wrapper(*args, **kwargs):
             with self:
                 return func(*args, **kwargs)
+
         return wrapper
 
 
@@ -85,6 +91,7 @@ def check_nan(low, joint, values):
     import numpy as np
 
     from ..engine.ir.interpret import bind, evaluate
+
     tape = joint.tape
     env = bind(tape, values)
     with np.errstate(all="ignore"):
@@ -97,7 +104,12 @@ def check_nan(low, joint, values):
             name = (node.name or node.op.capitalize() + "Backward0") if node is not None else tape.instrs[i].prim
             where = "".join(traceback.format_list(node.trace)) if node is not None and node.trace else ""
             if where:
-                warnings.warn(f"Error detected in {name}. Traceback of forward call that caused the error:\n{where}",
-                              UserWarning, stacklevel=4)
-            raise RuntimeError(f"Function '{name}' returned nan values in its {k}th output."
-                               + (f"\nThe forward operation was recorded at:\n{where}" if where else ""))
+                warnings.warn(
+                    f"Error detected in {name}. Traceback of forward call that caused the error:\n{where}",
+                    UserWarning,
+                    stacklevel=4,
+                )
+            raise RuntimeError(
+                f"Function '{name}' returned nan values in its {k}th output."
+                + (f"\nThe forward operation was recorded at:\n{where}" if where else "")
+            )

@@ -6,13 +6,14 @@ Operations record as usual; ``unpack_dual(y)`` lowers the graph between the dual
 of the primitive table) and records that tape as new nodes: the tangent is a lazy tensor like
 any other, computed in one fused program when needed, and differentiable in reverse mode.
 """
+
 import weakref
 from collections import namedtuple
 
 from .. import grad_mode
-from ..engine.transform.differentiate import jvp
 from ..engine.ir.graph import Node, lower, post_order, replay
 from ..engine.runtime.realize import realize
+from ..engine.transform.differentiate import jvp
 from ..tensor import Tensor, _wrap
 
 __all__ = ["dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor", "enter_dual_level", "exit_dual_level"]
@@ -29,8 +30,10 @@ class _Levels:
 def enter_dual_level():
     """Enter a new forward-AD level and return it (``dual_level`` is the context manager)."""
     if _Levels.current is not None:
-        raise RuntimeError("Entering a new forward AD level but the current level is not valid. Make sure you did "
-                           "not forgot to exit the previous level.")
+        raise RuntimeError(
+            "Entering a new forward AD level but the current level is not valid. Make sure you did "
+            "not forgot to exit the previous level."
+        )
     _Levels.current = _Levels.counter
     _Levels.counter += 1
     return _Levels.current
@@ -39,8 +42,9 @@ def enter_dual_level():
 def exit_dual_level(*, level=None):
     """Leave the forward-AD level: every tangent made in it is gone."""
     if _Levels.current is None or (level is not None and level != _Levels.current):
-        raise RuntimeError("Trying to exit a forward AD level that was not the last one that was created. This "
-                           "is not supported.")
+        raise RuntimeError(
+            "Trying to exit a forward AD level that was not the last one that was created. This is not supported."
+        )
     _Levels.current = None
     _Levels.duals = weakref.WeakSet()
 
@@ -82,8 +86,9 @@ def make_dual(tensor, tangent, *, level=None):
     its gradient in reverse mode flows to ``tensor`` as usual."""
     lvl = _level(level)
     if lvl is None:
-        raise RuntimeError("To create a dual Tensor, you must first enter a dual level using "
-                           "ngrad.autograd.forward_ad.dual_level().")
+        raise RuntimeError(
+            "To create a dual Tensor, you must first enter a dual level using ngrad.autograd.forward_ad.dual_level()."
+        )
     if not isinstance(tensor, Tensor) or not isinstance(tangent, Tensor):
         raise TypeError("make_dual expects Tensors for both the primal and the tangent")
     if not tensor.dtype.is_floating_point:
@@ -91,12 +96,16 @@ def make_dual(tensor, tangent, *, level=None):
     if not tangent.dtype.is_floating_point:
         raise ValueError(f"Expected tangent to be floating point or complex, but got: {tangent.dtype}")
     if tangent.shape != tensor.shape:
-        raise RuntimeError(f"Trying to set a forward gradient that has a different size than that of the original "
-                           f"Tensor, this is not supported. Tensor is of size {list(tensor.shape)} while the given "
-                           f"forward gradient is of size {list(tangent.shape)}.")
+        raise RuntimeError(
+            f"Trying to set a forward gradient that has a different size than that of the original "
+            f"Tensor, this is not supported. Tensor is of size {list(tensor.shape)} while the given "
+            f"forward gradient is of size {list(tangent.shape)}."
+        )
     if tangent.device != tensor.device:
-        raise RuntimeError("Expected all tensors to be on the same device, but the tangent is on "
-                           f"{tangent.device} and the primal on {tensor.device}")
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but the tangent is on "
+            f"{tangent.device} and the primal on {tensor.device}"
+        )
     n = tensor._node
     dual = Node("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, n.requires_grad and grad_mode.is_grad_enabled())
     if dual.requires_grad:
@@ -118,7 +127,9 @@ def unpack_dual(tensor, *, level=None):
     if t is None:
         return UnpackedDualTensor(tensor, None)
     n = tensor._node
-    primal = Node("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, n.requires_grad and grad_mode.is_grad_enabled())
+    primal = Node(
+        "reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, n.requires_grad and grad_mode.is_grad_enabled()
+    )
     primal.tangent = (lvl, None)  # a view without the tangent
     return UnpackedDualTensor(_wrap(primal), _wrap(t))
 
@@ -176,6 +187,7 @@ def _tangents(roots, lvl, memo):
 def _custom_jvp(ctx, lvl, memo):
     """Tangents of a custom Function's outputs from its ``jvp`` and its inputs' tangents."""
     from ..factories import zeros
+
     inputs = [n for n in ctx._input_nodes]
     found = _tangents([n for n in inputs if n is not None], lvl, memo)
     it = iter(found)
@@ -185,19 +197,24 @@ def _custom_jvp(ctx, lvl, memo):
             tangents.append(None)
             continue
         t = next(it)
-        tangents.append(_wrap(t) if t is not None else (zeros(n.shape, dtype=n.dtype) if ctx.materialize_grads
-                                                          else None))
+        tangents.append(
+            _wrap(t) if t is not None else (zeros(n.shape, dtype=n.dtype) if ctx.materialize_grads else None)
+        )
     with grad_mode.no_grad():
         out = type(ctx)._cls.jvp(ctx, *tangents)
     outs = out if isinstance(out, tuple) else (out,)
     specs = [s for s in ctx._outputs]
     if len(outs) != len(specs):
-        raise RuntimeError(f"function {type(ctx).__name__} returned an incorrect number of tangents (expected "
-                           f"{len(specs)}, got {len(outs)})")
+        raise RuntimeError(
+            f"function {type(ctx).__name__} returned an incorrect number of tangents (expected "
+            f"{len(specs)}, got {len(outs)})"
+        )
     for spec, t in zip(specs, outs):
         if spec is not None and t is not None:
             node = spec[0]
             if tuple(t.shape) != node.shape:
-                raise RuntimeError(f"Function {type(ctx).__name__} jvp returned a tangent of shape "
-                                   f"{list(t.shape)} for an output of shape {list(node.shape)}")
+                raise RuntimeError(
+                    f"Function {type(ctx).__name__} jvp returned a tangent of shape "
+                    f"{list(t.shape)} for an output of shape {list(node.shape)}"
+                )
             memo[node] = t.to(node.dtype)._node

@@ -7,6 +7,7 @@ of the outputs, and carries the gradients it returns on into the graph below the
 ``backward`` is written in ngrad operations, so with ``create_graph=True`` it is recorded and
 can be differentiated again.
 """
+
 import functools
 
 from .. import grad_mode
@@ -36,8 +37,9 @@ class FunctionCtx:
         """Keep tensors (or None) for ``backward``; read them back with ``saved_tensors``."""
         for i, t in enumerate(tensors):
             if t is not None and not isinstance(t, Tensor):
-                raise TypeError(f"save_for_backward can only save variables, but argument {i} is of type "
-                                f"{type(t).__name__}")
+                raise TypeError(
+                    f"save_for_backward can only save variables, but argument {i} is of type {type(t).__name__}"
+                )
         self.to_save = tensors
 
     def save_for_forward(self, *tensors):
@@ -55,10 +57,12 @@ class FunctionCtx:
         for t, node, version in self._saved:
             if t is not None and t._node is not node:
                 kind = _TYPE.get(t.dtype.short, "")
-                raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
-                                   f"inplace operation: [torch.{kind}Tensor [{', '.join(map(str, t.shape))}]] is at "
-                                   f"version {t._version}; expected version {version} instead. Hint: enable anomaly "
-                                   f"detection with ngrad.autograd.set_detect_anomaly(True).")
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [torch.{kind}Tensor [{', '.join(map(str, t.shape))}]] is at "
+                    f"version {t._version}; expected version {version} instead. Hint: enable anomaly "
+                    f"detection with ngrad.autograd.set_detect_anomaly(True)."
+                )
         return tuple(t for t, _, _ in self._saved)
 
     def mark_non_differentiable(self, *args):
@@ -90,6 +94,7 @@ class FunctionCtx:
                 grads.append(_wrap(g))
             elif self.materialize_grads:
                 from ..factories import zeros
+
                 grads.append(zeros(((batch,) if batch else ()) + shape, dtype=dtype, device=_wrap(node).device))
             else:
                 grads.append(None)
@@ -104,18 +109,23 @@ class FunctionCtx:
             if len(res) > n and all(r is None for r in res[n:]):
                 res = res[:n]
             else:
-                raise RuntimeError(f"function {name} returned an incorrect number of gradients (expected {n}, "
-                                   f"got {len(res)})")
+                raise RuntimeError(
+                    f"function {name} returned an incorrect number of gradients (expected {n}, got {len(res)})"
+                )
         roots, seeds = [], []
         for i, (node, g) in enumerate(zip(self._input_nodes, res)):
             if g is None:
                 continue
             if node is None:
-                raise RuntimeError(f"function {name} returned a gradient different than None at position {i + 1}, "
-                                   f"but the corresponding forward input was not a Variable")
+                raise RuntimeError(
+                    f"function {name} returned a gradient different than None at position {i + 1}, "
+                    f"but the corresponding forward input was not a Variable"
+                )
             if not isinstance(g, Tensor):
-                raise TypeError(f"function {name} returned a gradient of type {type(g).__name__} at position "
-                                f"{i + 1}; expected a Tensor or None")
+                raise TypeError(
+                    f"function {name} returned a gradient of type {type(g).__name__} at position "
+                    f"{i + 1}; expected a Tensor or None"
+                )
             if not node.requires_grad:
                 continue
             want = ((batch,) if batch else ()) + node.shape
@@ -125,8 +135,10 @@ class FunctionCtx:
                 elif batch and _expandable(tuple(g.shape), want):
                     g = g.expand(want)
                 else:
-                    raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
-                                       f"{list(g.shape)} but expected shape compatible with {list(want)}")
+                    raise RuntimeError(
+                        f"Function {name} returned an invalid gradient at index {i} - got "
+                        f"{list(g.shape)} but expected shape compatible with {list(want)}"
+                    )
             if g.dtype is not node.dtype:
                 g = g.to(node.dtype)
             roots.append(node)
@@ -178,9 +190,11 @@ class Function:
         cls._backward_cls = type(cls.__name__ + "Backward", (FunctionCtx,), {"_cls": cls})
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError("Legacy autograd function with non-static forward method is deprecated. Please use new-style "
-                           "autograd function with static forward method. (Example: "
-                           "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
+        raise RuntimeError(
+            "Legacy autograd function with non-static forward method is deprecated. Please use new-style "
+            "autograd function with static forward method. (Example: "
+            "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)"
+        )
 
     @staticmethod
     def forward(ctx, *args, **kwargs):
@@ -192,15 +206,18 @@ class Function:
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        raise NotImplementedError("You must implement either the backward or vjp method for your custom "
-                                  "autograd.Function to use it with backward mode AD.")
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom "
+            "autograd.Function to use it with backward mode AD."
+        )
 
     vjp = backward
 
     @staticmethod
     def jvp(ctx, *grad_inputs):
-        raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it "
-                                  "with forward mode AD.")
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+        )
 
     @classmethod
     def apply(cls, *args, **kwargs):
@@ -260,6 +277,7 @@ class _DelayedError(Function):
 def once_differentiable(backward):
     """Decorate a custom Function's ``backward`` that is not itself differentiable: it runs
     under ``no_grad``, and differentiating its result (``create_graph=True``) is an error."""
+
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
         with grad_mode.no_grad():
@@ -272,4 +290,5 @@ def once_differentiable(backward):
         if isinstance(out, tuple):
             return tuple(_DelayedError.apply(o, *deps) if isinstance(o, Tensor) else o for o in out)
         return _DelayedError.apply(out, *deps) if isinstance(out, Tensor) else out
+
     return wrapper

@@ -7,11 +7,12 @@ vectorize=True)`` runs one batched reverse program (``is_grads_batched``), forwa
 (``strategy="forward-mode"``, ``jvp``) runs the tangent tape, and ``vhp`` and ``hvp`` are one
 reverse-over-reverse program each.
 """
+
 from .. import grad_mode
-from ..engine.transform.batch import batch
-from ..engine.transform.differentiate import jvp as _jvp_tape
 from ..engine.ir.graph import lower, replay
 from ..engine.runtime.realize import realize
+from ..engine.transform.batch import batch
+from ..engine.transform.differentiate import jvp as _jvp_tape
 from ..tensor import Tensor, _wrap
 from . import forward_ad
 from .reverse import grad as _grad
@@ -29,10 +30,14 @@ def _as_tuple(x, arg, fn):
     for i, t in enumerate(x):
         if not isinstance(t, Tensor):
             if is_tuple:
-                raise TypeError(f"The {arg} given to {fn} must be either a Tensor or a tuple of Tensors but the value "
-                                f"at index {i} has type {type(t).__name__}.")
-            raise TypeError(f"The {arg} given to {fn} must be either a Tensor or a tuple of Tensors but the given "
-                            f"{arg} has type {type(t).__name__}.")
+                raise TypeError(
+                    f"The {arg} given to {fn} must be either a Tensor or a tuple of Tensors but the value "
+                    f"at index {i} has type {type(t).__name__}."
+                )
+            raise TypeError(
+                f"The {arg} given to {fn} must be either a Tensor or a tuple of Tensors but the given "
+                f"{arg} has type {type(t).__name__}."
+            )
     return is_tuple, x
 
 
@@ -91,6 +96,7 @@ def _call(func, inputs, fn):
 
 def _zeros_for(t):
     from ..factories import zeros_like
+
     return zeros_like(t)
 
 
@@ -100,12 +106,16 @@ def _check_independent(grads, inputs, strict, create_graph, fn, what="output"):
     for i, (g, x) in enumerate(zip(grads, inputs)):
         if g is None:
             if strict:
-                raise RuntimeError(f"The {what} of the user-provided function is independent of input {i}. This is "
-                                   f"not allowed in strict mode.")
+                raise RuntimeError(
+                    f"The {what} of the user-provided function is independent of input {i}. This is "
+                    f"not allowed in strict mode."
+                )
             g = _zeros_for(x)
         elif strict and create_graph and not g.requires_grad:
-            raise RuntimeError(f"The jacobian of the user-provided function is independent of input {i}. This is "
-                               f"not allowed in strict mode when create_graph=True.")
+            raise RuntimeError(
+                f"The jacobian of the user-provided function is independent of input {i}. This is "
+                f"not allowed in strict mode when create_graph=True."
+            )
         res.append(g)
     return tuple(res)
 
@@ -129,17 +139,26 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
             _, v = _as_tuple(v, "v", "vjp")
             _validate_v(v, outputs, out_tuple)
         elif len(outputs) != 1 or outputs[0].numel() != 1:
-            raise RuntimeError("The vector v can only be None if the user-provided function returns a single "
-                               "Tensor with a single element.")
+            raise RuntimeError(
+                "The vector v can only be None if the user-provided function returns a single "
+                "Tensor with a single element."
+            )
         live = [i for i, o in enumerate(outputs) if o.requires_grad]
         if strict and len(live) != len(outputs):
-            raise RuntimeError(f"Output {next(i for i in range(len(outputs)) if i not in live)} of the user-provided "
-                               f"function does not require gradients. The outputs must be computed in a "
-                               f"differentiable manner from the input when running in strict mode.")
+            raise RuntimeError(
+                f"Output {next(i for i in range(len(outputs)) if i not in live)} of the user-provided "
+                f"function does not require gradients. The outputs must be computed in a "
+                f"differentiable manner from the input when running in strict mode."
+            )
         grads = (None,) * len(inputs)
         if live:
-            grads = _grad([outputs[i] for i in live], inputs, None if v is None else [v[i] for i in live],
-                          create_graph=create_graph, allow_unused=True)
+            grads = _grad(
+                [outputs[i] for i in live],
+                inputs,
+                None if v is None else [v[i] for i in live],
+                create_graph=create_graph,
+                allow_unused=True,
+            )
         grads = _check_independent(grads, inputs, strict, create_graph, "vjp")
     return _post(_unpack(outputs, out_tuple), create_graph), _post(_unpack(grads, in_tuple), create_graph)
 
@@ -160,10 +179,13 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
         _, v = _as_tuple(v, "v", "jvp")
         _validate_v(v, inputs, in_tuple)
     elif len(inputs) != 1 or inputs[0].numel() != 1:
-        raise RuntimeError("The vector v can only be None if the input to the user-provided function is a single "
-                           "Tensor with a single element.")
+        raise RuntimeError(
+            "The vector v can only be None if the input to the user-provided function is a single "
+            "Tensor with a single element."
+        )
     else:
         from ..factories import ones_like
+
         v = (ones_like(inputs[0]),)
     inputs = _prepare(inputs, create_graph)
     with grad_mode.set_grad_enabled(create_graph), forward_ad.dual_level():
@@ -171,15 +193,19 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
         out_tuple, outputs = _call(func, duals, "jvp")
         unpacked = [forward_ad.unpack_dual(o) for o in outputs]
     res = []
-    for i, (o, (primal, t)) in enumerate(zip(outputs, unpacked)):
+    for i, (o, (_primal, t)) in enumerate(zip(outputs, unpacked)):
         if t is None:
             if strict:
-                raise RuntimeError(f"The output of the user-provided function is independent of input {i}. This is "
-                                   f"not allowed in strict mode.")
+                raise RuntimeError(
+                    f"The output of the user-provided function is independent of input {i}. This is "
+                    f"not allowed in strict mode."
+                )
             t = _zeros_for(o)
         res.append(t)
-    return (_post(_unpack(tuple(outputs), out_tuple), create_graph),
-            _post(_unpack(tuple(res), out_tuple), create_graph))
+    return (
+        _post(_unpack(tuple(outputs), out_tuple), create_graph),
+        _post(_unpack(tuple(res), out_tuple), create_graph),
+    )
 
 
 def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
@@ -200,20 +226,28 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
     ```
     """
     if strategy not in ("forward-mode", "reverse-mode"):
-        raise ValueError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your function '
-                         'has more outputs than inputs, "forward-mode" tends to be more performant. Otherwise, prefer '
-                         'to use "reverse-mode".')
+        raise ValueError(
+            'Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your function '
+            'has more outputs than inputs, "forward-mode" tends to be more performant. Otherwise, prefer '
+            'to use "reverse-mode".'
+        )
     if strategy == "forward-mode":
         if create_graph:
-            raise NotImplementedError("torch.autograd.functional.jacobian: `create_graph=True` and "
-                                      "`strategy=\"forward-mode\"` are not supported together (yet). Please either "
-                                      "set `create_graph=False` or make sure to use `strategy=\"reverse-mode\"`.")
+            raise NotImplementedError(
+                "torch.autograd.functional.jacobian: `create_graph=True` and "
+                '`strategy="forward-mode"` are not supported together (yet). Please either '
+                'set `create_graph=False` or make sure to use `strategy="reverse-mode"`.'
+            )
         if not vectorize:
-            raise NotImplementedError("Computing Jacobian using forward-AD or forward-over-reverse Hessian is only "
-                                      "implemented for `vectorize=True`.")
+            raise NotImplementedError(
+                "Computing Jacobian using forward-AD or forward-over-reverse Hessian is only "
+                "implemented for `vectorize=True`."
+            )
     if vectorize and strict:
-        raise RuntimeError("torch.autograd.functional.jacobian: `strict=True` and `vectorize=True` are not supported "
-                           "together. Please either set `strict=False` or `vectorize=False`.")
+        raise RuntimeError(
+            "torch.autograd.functional.jacobian: `strict=True` and `vectorize=True` are not supported "
+            "together. Please either set `strict=False` or `vectorize=False`."
+        )
     with grad_mode.enable_grad():
         in_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
         inputs = _prepare(inputs, create_graph)
@@ -229,20 +263,26 @@ def _jacobian_rows(out, i, inputs, create_graph, strict, vectorize):
     """The Jacobian blocks of one output: one batched reverse pass, or one per element."""
     from ..factories import eye, zeros
     from ..tensor import stack
+
     n = out.numel()
     shape = tuple(out.shape)
     if not out.requires_grad:
         if strict:
-            raise RuntimeError(f"Output {i} of the user-provided function does not require gradients. The outputs "
-                               f"must be computed in a differentiable manner from the input when running in strict "
-                               f"mode.")
+            raise RuntimeError(
+                f"Output {i} of the user-provided function does not require gradients. The outputs "
+                f"must be computed in a differentiable manner from the input when running in strict "
+                f"mode."
+            )
         return tuple(zeros(shape + tuple(x.shape), dtype=x.dtype) for x in inputs)
     if vectorize:
         seeds = eye(n, dtype=out.dtype, device=out.device).reshape((n,) + shape)
-        grads = _grad(out, inputs, seeds, retain_graph=True, create_graph=create_graph, allow_unused=True,
-                      is_grads_batched=True)
-        return tuple(zeros(shape + tuple(x.shape), dtype=x.dtype) if g is None else g.reshape(shape + tuple(x.shape))
-                     for g, x in zip(grads, inputs))
+        grads = _grad(
+            out, inputs, seeds, retain_graph=True, create_graph=create_graph, allow_unused=True, is_grads_batched=True
+        )
+        return tuple(
+            zeros(shape + tuple(x.shape), dtype=x.dtype) if g is None else g.reshape(shape + tuple(x.shape))
+            for g, x in zip(grads, inputs)
+        )
     rows = [[] for _ in inputs]
     flat = out.reshape(-1)
     for k in range(n):
@@ -250,18 +290,23 @@ def _jacobian_rows(out, i, inputs, create_graph, strict, vectorize):
         for j, (g, x) in enumerate(zip(grads, inputs)):
             if g is None:
                 if strict:
-                    raise RuntimeError(f"Output {i} of the user-provided function is independent of input {j}. This "
-                                       f"is not allowed in strict mode.")
+                    raise RuntimeError(
+                        f"Output {i} of the user-provided function is independent of input {j}. This "
+                        f"is not allowed in strict mode."
+                    )
                 g = zeros(tuple(x.shape), dtype=x.dtype)
             rows[j].append(g)
-    return tuple(stack(r).reshape(shape + tuple(x.shape)) if r else zeros(shape + tuple(x.shape), dtype=x.dtype)
-                 for r, x in zip(rows, inputs))
+    return tuple(
+        stack(r).reshape(shape + tuple(x.shape)) if r else zeros(shape + tuple(x.shape), dtype=x.dtype)
+        for r, x in zip(rows, inputs)
+    )
 
 
 def _jacobian_forward(outputs, inputs):
     """All Jacobian columns as one batched tangent program (basis tangents of every input)."""
     from ..factories import eye, zeros
     from ..tensor import cat
+
     roots = [o._node for o in outputs]
     sources = [x._node for x in inputs]
     depends = forward_ad._dependents(roots, set(sources))
@@ -273,8 +318,9 @@ def _jacobian_forward(outputs, inputs):
     for x, n in zip(inputs, sizes):
         slot = low.slot_of.get(x._node)
         if slot is not None and slot in low.tape.inputs:
-            block = cat([zeros((start, n), dtype=x.dtype), eye(n, dtype=x.dtype),
-                         zeros((total - start - n, n), dtype=x.dtype)])
+            block = cat(
+                [zeros((start, n), dtype=x.dtype), eye(n, dtype=x.dtype), zeros((total - start - n, n), dtype=x.dtype)]
+            )
             wrt.append(slot)
             seeds.append(block.reshape((total,) + tuple(x.shape))._node)
         start += n
@@ -293,7 +339,7 @@ def _jacobian_forward(outputs, inputs):
             if t is None:
                 row.append(zeros(shape, dtype=o.dtype))
             else:
-                block = _wrap(t)[start:start + n]  # (n, *out)
+                block = _wrap(t)[start : start + n]  # (n, *out)
                 k = len(x.shape)
                 perm = tuple(range(k, k + o.ndim)) + tuple(range(k))
                 row.append(block.reshape(tuple(x.shape) + tuple(o.shape)).permute(perm))
@@ -305,13 +351,15 @@ def _jacobian_forward(outputs, inputs):
 def _scalar_function(func, fn):
     def f(*inputs):
         out = func(*inputs)
-        is_tuple, t = _as_tuple(tuple(out) if isinstance(out, list) else out,
-                                "outputs of the user-provided function", fn)
+        is_tuple, t = _as_tuple(
+            tuple(out) if isinstance(out, list) else out, "outputs of the user-provided function", fn
+        )
         if is_tuple or not isinstance(out, Tensor):
             raise RuntimeError(f"The function given to {fn} should return a single Tensor")
         if out.numel() != 1:
             raise RuntimeError(f"The Tensor returned by the function given to {fn} should contain a single element")
         return out.squeeze()
+
     return f
 
 
@@ -336,8 +384,14 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
     def gradient(*xs):
         return _grad(f(*xs), xs, create_graph=True, allow_unused=True, materialize_grads=True)
 
-    res = jacobian(gradient, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
-                   strategy=outer_jacobian_strategy)
+    res = jacobian(
+        gradient,
+        inputs,
+        create_graph=create_graph,
+        strict=strict,
+        vectorize=vectorize,
+        strategy=outer_jacobian_strategy,
+    )
     return res if in_tuple else res[0][0]
 
 
@@ -381,10 +435,13 @@ def _hessian_product(func, inputs, v, create_graph, strict, fn):
         _, v = _as_tuple(v, "v", fn)
         _validate_v(v, inputs, in_tuple)
     elif len(inputs) != 1 or inputs[0].numel() != 1:
-        raise RuntimeError("The vector v can only be None if the input to the user-provided function is a single "
-                           "Tensor with a single element.")
+        raise RuntimeError(
+            "The vector v can only be None if the input to the user-provided function is a single "
+            "Tensor with a single element."
+        )
     else:
         from ..factories import ones_like
+
         v = (ones_like(inputs[0]),)
     f = _scalar_function(func, fn)
     inputs = _prepare(inputs, create_graph)
@@ -392,12 +449,15 @@ def _hessian_product(func, inputs, v, create_graph, strict, fn):
         out = f(*inputs)
         grads = _grad(out, inputs, create_graph=True, allow_unused=True)
         if strict and any(g is None for g in grads):
-            raise RuntimeError("The output of the user-provided function is independent of input "
-                               f"{[g is None for g in grads].index(True)}. This is not allowed in strict mode.")
+            raise RuntimeError(
+                "The output of the user-provided function is independent of input "
+                f"{[g is None for g in grads].index(True)}. This is not allowed in strict mode."
+            )
         live = [(g, t) for g, t in zip(grads, v) if g is not None and g.requires_grad]
         res = (None,) * len(inputs)
         if live:
-            res = _grad([g for g, _ in live], inputs, [t for _, t in live], create_graph=create_graph,
-                        allow_unused=True)
+            res = _grad(
+                [g for g, _ in live], inputs, [t for _, t in live], create_graph=create_graph, allow_unused=True
+            )
         res = _check_independent(res, inputs, strict, create_graph, fn, "hessian")
     return _post(out, create_graph), _post(_unpack(res, in_tuple), create_graph)

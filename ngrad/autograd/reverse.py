@@ -11,27 +11,30 @@ cut points (realized first, read as inputs), the segments run latest first, and 
 hands its gradient on (through its hooks, or through the Function's ``backward``) as the seed
 of the next segment. Every segment is an ordinary joint tape, compiled or interpreted.
 """
+
 import warnings
 
 import numpy as np
 
 from .. import grad_mode
 from .._gc import paused
-from ..grad_mode import _Anomaly
-from ..engine.transform.batch import batch
-from ..engine.transform import differentiate
 from ..engine.ir.graph import Node, lower, post_order, replay, source, target_of
-from ..engine.runtime.realize import realize
 from ..engine.runtime import run
+from ..engine.runtime.realize import realize
+from ..engine.transform import differentiate
+from ..engine.transform.batch import batch
+from ..grad_mode import _Anomaly
 from ..tensor import _TORCH_NAME, Tensor, _host, _replace, _segment_nodes, _value, _value_on, _wrap
 from .anomaly_mode import check_nan
 
 __all__ = ["backward", "grad"]
 
-_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after they "
-          "have already been freed). Saved intermediate values of the graph are freed when you call "
-          ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
-          "graph a second time or if you need to access saved tensors after calling backward.")
+_FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they "
+    "have already been freed). Saved intermediate values of the graph are freed when you call "
+    ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+    "graph a second time or if you need to access saved tensors after calling backward."
+)
 
 
 def _as_tuple(x, what):
@@ -63,24 +66,31 @@ def _seeds(outputs, grad_outputs, is_grads_batched):
         shape = g.shape[1:] if is_grads_batched else g.shape
         if shape != out.shape:
             if is_grads_batched:
-                raise RuntimeError(f"If `is_grads_batched=True`, we interpret the first dimension of each grad_output "
-                                   f"as the batch dimension. The sizes of the remaining dimensions are expected to "
-                                   f"match the shape of corresponding output, but a mismatch was detected: "
-                                   f"grad_output[{i}] has a shape of {g.shape} and output[{i}] has a shape of "
-                                   f"{out.shape}. If you only want some tensors in `grad_output` to be considered "
-                                   f"batched, consider using vmap.")
-            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has "
-                               f"a shape of {out.shape}.")
+                raise RuntimeError(
+                    f"If `is_grads_batched=True`, we interpret the first dimension of each grad_output "
+                    f"as the batch dimension. The sizes of the remaining dimensions are expected to "
+                    f"match the shape of corresponding output, but a mismatch was detected: "
+                    f"grad_output[{i}] has a shape of {g.shape} and output[{i}] has a shape of "
+                    f"{out.shape}. If you only want some tensors in `grad_output` to be considered "
+                    f"batched, consider using vmap."
+                )
+            raise RuntimeError(
+                f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has "
+                f"a shape of {out.shape}."
+            )
         if g.dtype.is_floating_point != out.dtype.is_floating_point:
-            raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
-                               f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype} and "
-                               f"output[{i}] has a dtype of {out.dtype}.")
+            raise RuntimeError(
+                f"For complex Tensors, both grad_output and output are required to have the same "
+                f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype} and "
+                f"output[{i}] has a dtype of {out.dtype}."
+            )
         seeds.append(g if g.dtype is out.dtype else g.to(out.dtype))
     if is_grads_batched:
         sizes = {s.shape[0] if s.ndim else None for s in seeds}
         if len(sizes) != 1 or None in sizes:
-            raise RuntimeError("is_grads_batched=True requires every grad_output to have the same first "
-                               "(batch) dimension")
+            raise RuntimeError(
+                "is_grads_batched=True requires every grad_output to have the same first (batch) dimension"
+            )
     return seeds
 
 
@@ -118,11 +128,13 @@ def _stale(n):
     """PyTorch's error for a saved value that an in-place operation has changed since."""
     vc, version, _ = n.stale
     which = f", which is output 0 of {n.name or n.op.capitalize() + 'Backward0'}," if n.differentiable else ""
-    return RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
-                        f"operation: [torch.{_TORCH_NAME[n.dtype.short]}Tensor [{', '.join(map(str, n.shape))}]]"
-                        f"{which} is at version {vc.value}; expected version {version} instead. Hint: enable "
-                        f"anomaly detection to find the operation that failed to compute its gradient, with "
-                        f"ngrad.autograd.set_detect_anomaly(True).")
+    return RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: [torch.{_TORCH_NAME[n.dtype.short]}Tensor [{', '.join(map(str, n.shape))}]]"
+        f"{which} is at version {vc.value}; expected version {version} instead. Hint: enable "
+        f"anomaly detection to find the operation that failed to compute its gradient, with "
+        f"ngrad.autograd.set_detect_anomaly(True)."
+    )
 
 
 def _check_saved(low, joint):
@@ -131,8 +143,10 @@ def _check_saved(low, joint):
     for n, s in low.slot_of.items():
         if (n.stale is not None or n.is_inference) and s in saved:
             if n.is_inference:
-                raise RuntimeError("Inference tensors cannot be saved for backward. To work around you can make "
-                                   "a clone to get a normal tensor and use it in autograd.")
+                raise RuntimeError(
+                    "Inference tensors cannot be saved for backward. To work around you can make "
+                    "a clone to get a normal tensor and use it in autograd."
+                )
             # the in-place operation's own result read the old value legitimately
             allowed = n.stale[2]
             if any(id(low.node_of_instr.get(i)) not in allowed for i in saved[s]):
@@ -178,8 +192,10 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
             if r.value is None:
                 r.value = v
         # a gradient lives where its tensor does (a 0-d CPU tensor can take part in a GPU graph)
-        result = [None if w is None or pos[w] is None else source(_value_on(values[pos[w]], n.device), n.dtype)
-                  for w, n in zip(wrt, targets)]
+        result = [
+            None if w is None or pos[w] is None else source(_value_on(values[pos[w]], n.device), n.dtype)
+            for w, n in zip(wrt, targets)
+        ]
     if not retain_graph:
         for i in joint.ran:
             n = low.node_of_instr.get(i)
@@ -283,8 +299,7 @@ def _run_hooks(n, g):
         if not isinstance(r, Tensor):
             raise TypeError(f"expected Tensor, but hook returned '{type(r).__name__}'")
         if r.shape != t.shape:
-            raise RuntimeError(f"hook '{name}' has changed the size of value (was {list(t.shape)} got "
-                               f"{list(r.shape)})")
+            raise RuntimeError(f"hook '{name}' has changed the size of value (was {list(t.shape)} got {list(r.shape)})")
         if r.dtype is not t.dtype:
             raise RuntimeError(f"hook '{name}' has changed the type of value (was {t.dtype} got {r.dtype})")
         if r.device != t.device:
@@ -315,8 +330,7 @@ def _accumulate(t, g, create_graph):
         _replace(old, source(total, old.dtype))
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None,
-             inputs=None):
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of the graph's leaves.
 
     ``grad_tensors`` holds one cotangent per tensor (None is allowed for one-element tensors);
@@ -343,8 +357,14 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     else:
         pairs = [(t, t._node) for t in owners]
     with grad_mode.set_grad_enabled(create_graph):
-        result = _gradients([o._node for o in outputs], [s._node for s in seeds], [n for _, n in pairs],
-                            retain_graph, create_graph, False)
+        result = _gradients(
+            [o._node for o in outputs],
+            [s._node for s in seeds],
+            [n for _, n in pairs],
+            retain_graph,
+            create_graph,
+            False,
+        )
         for (t, n), g in zip(pairs, result):
             if g is not None:
                 _accumulate(t, g, create_graph)
@@ -371,8 +391,17 @@ def _leaves_and_retained(outputs):
     return found
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
-         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    create_graph=False,
+    only_inputs=True,
+    allow_unused=None,
+    is_grads_batched=False,
+    materialize_grads=False,
+):
     """The gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated).
 
     ``inputs`` may be a tensor, a sequence of tensors, or a dict of them (then a dict is
@@ -389,30 +418,43 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     ```
     """
     if materialize_grads and allow_unused is False:
-        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
-                         "but got: allow_unused=False.")
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
+        )
     if allow_unused is None:
         allow_unused = materialize_grads
     if not only_inputs:
-        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
-                      "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
-                      stacklevel=2)
+        warnings.warn(
+            "only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
+            "gradient for other parts of the graph, please use torch.autograd.backward.",
+            UserWarning,
+            stacklevel=2,
+        )
     keys = None
     if isinstance(inputs, dict):
         keys, inputs = list(inputs.keys()), list(inputs.values())
     if len(_as_tuple(inputs, "inputs")) == 0:
         raise RuntimeError("grad requires non-empty inputs.")
-    outs, seeds, ins, retain_graph = _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph,
-                                              is_grads_batched)
+    outs, seeds, ins, retain_graph = _prepare(
+        outputs, grad_outputs, inputs, retain_graph, create_graph, is_grads_batched
+    )
     with grad_mode.set_grad_enabled(create_graph):
-        result = _gradients([o._node for o in outs], [s._node for s in seeds], [t._node for t in ins],
-                            retain_graph, create_graph, is_grads_batched)
+        result = _gradients(
+            [o._node for o in outs],
+            [s._node for s in seeds],
+            [t._node for t in ins],
+            retain_graph,
+            create_graph,
+            is_grads_batched,
+        )
     res = []
     for t, g in zip(ins, result):
         if g is None:
             if not allow_unused:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
-                                   "Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(
+                    "One of the differentiated Tensors appears to not have been used in the graph. "
+                    "Set allow_unused=True if this is the desired behavior."
+                )
             if materialize_grads:
                 shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + tuple(t.shape)
                 res.append(_wrap(source(_value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype)))

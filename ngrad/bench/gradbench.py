@@ -31,6 +31,7 @@ could be read), and the tool goes on with the next line.
 
 ```
 """
+
 import json
 import time
 
@@ -61,8 +62,10 @@ def _value(name):
     objective = PROBLEMS[name].objective
 
     def run(inp):
-        return objective(ngrad, **{k: ngrad.from_numpy(v) if isinstance(v, np.ndarray) else v
-                                   for k, v in inp.items()}).item()
+        return objective(
+            ngrad, **{k: ngrad.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
+        ).item()
+
     return run
 
 
@@ -73,6 +76,7 @@ def _outputs(name, *keys):
     def run(inp):
         outs = system(inp)[1]
         return outs[keys[0]].tolist() if len(keys) == 1 else {k: outs[k].tolist() for k in keys}
+
     return run
 
 
@@ -137,13 +141,19 @@ MODULES = {
     "hello": {"square": (float, _hello_square), "double": (float, _hello_double)},
     "lse": {"primal": (_vector, _value("lse")), "gradient": (_vector, _outputs("lse", "x"))},
     "llsq": {"primal": (_llsq_prepare, _value("llsq")), "gradient": (_llsq_prepare, _outputs("llsq", "x"))},
-    "ode": {"primal": (_ode_prepare, lambda inp: ode.solve(ngrad, _t(inp["x"]), inp["s"]).tolist()),
-            "gradient": (_ode_prepare, _outputs("ode", "x"))},
+    "ode": {
+        "primal": (_ode_prepare, lambda inp: ode.solve(ngrad, _t(inp["x"]), inp["s"]).tolist()),
+        "gradient": (_ode_prepare, _outputs("ode", "x")),
+    },
     "kmeans": {"cost": (_kmeans_prepare, _value("kmeans")), "dir": (_kmeans_prepare, _outputs("kmeans", "dir"))},
-    "gmm": {"objective": (_gmm_prepare, _value("gmm")),
-            "jacobian": (_gmm_prepare, _outputs("gmm", "alpha", "mu", "q", "l"))},
-    "lstm": {"objective": (_lstm_prepare, _value("lstm")),
-             "jacobian": (_lstm_prepare, _outputs("lstm", "main_params", "extra_params"))},
+    "gmm": {
+        "objective": (_gmm_prepare, _value("gmm")),
+        "jacobian": (_gmm_prepare, _outputs("gmm", "alpha", "mu", "q", "l")),
+    },
+    "lstm": {
+        "objective": (_lstm_prepare, _value("lstm")),
+        "jacobian": (_lstm_prepare, _outputs("lstm", "main_params", "extra_params")),
+    },
     "ba": {"objective": (_ba_prepare, _ba_objective), "jacobian": (_ba_prepare, _ba_jacobian)},
 }
 
@@ -154,17 +164,35 @@ _WARM = {
     "lse": {"x": [0.5, -1.0, 2.0]},
     "llsq": {"x": [0.1, -0.2, 0.3], "n": 7},
     "kmeans": {"points": [[0.0, 1.0], [1.0, 0.5], [2.0, 2.0], [-1.0, 0.0]], "centroids": [[0.0, 0.0], [2.0, 2.0]]},
-    "gmm": {"d": 3, "k": 2, "n": 4, "alpha": [0.1, -0.2], "mu": [[0.0, 1.0, 0.5], [1.0, 0.0, -0.5]],
-            "q": [[0.1, 0.0, -0.1], [0.0, -0.1, 0.2]], "l": [[0.2, 0.1, -0.1], [-0.1, 0.3, 0.0]],
-            "x": [[0.5, 0.5, 0.0], [1.0, -1.0, 0.5], [0.0, 2.0, 1.0], [0.3, 0.1, -0.2]], "gamma": 1.0, "m": 0},
+    "gmm": {
+        "d": 3,
+        "k": 2,
+        "n": 4,
+        "alpha": [0.1, -0.2],
+        "mu": [[0.0, 1.0, 0.5], [1.0, 0.0, -0.5]],
+        "q": [[0.1, 0.0, -0.1], [0.0, -0.1, 0.2]],
+        "l": [[0.2, 0.1, -0.1], [-0.1, 0.3, 0.0]],
+        "x": [[0.5, 0.5, 0.0], [1.0, -1.0, 0.5], [0.0, 2.0, 1.0], [0.3, 0.1, -0.2]],
+        "gamma": 1.0,
+        "m": 0,
+    },
     # ode and lstm: long enough to run as bytecode, whose loop compiles here for the real sizes too
     "ode": {"x": [0.5, -0.25, 0.75, -1.0, 0.125], "s": 4},
-    "lstm": {"main_params": [[0.1 * ((i * 7 + j) % 5 - 2) for j in range(12)] for i in range(4)],
-             "extra_params": [[0.3, -0.2, 0.1], [0.5, 0.4, -0.3], [0.0, 0.1, 0.2]],
-             "state": [[0.1 * (i - j) for j in range(3)] for i in range(4)],
-             "sequence": [[0.2 * ((t * 3 + j) % 7 - 3) for j in range(3)] for t in range(12)]},
-    "ba": {"n": 2, "m": 3, "p": 5, "cam": [0.1, -0.05, 0.02, 0.1, 0.2, 0.0, 1.0, 0.01, -0.01, 1e-3, 1e-4],
-           "x": [0.3, -0.2, 9.0], "w": 0.9, "feat": [0.05, -0.05]},
+    "lstm": {
+        "main_params": [[0.1 * ((i * 7 + j) % 5 - 2) for j in range(12)] for i in range(4)],
+        "extra_params": [[0.3, -0.2, 0.1], [0.5, 0.4, -0.3], [0.0, 0.1, 0.2]],
+        "state": [[0.1 * (i - j) for j in range(3)] for i in range(4)],
+        "sequence": [[0.2 * ((t * 3 + j) % 7 - 3) for j in range(3)] for t in range(12)],
+    },
+    "ba": {
+        "n": 2,
+        "m": 3,
+        "p": 5,
+        "cam": [0.1, -0.05, 0.02, 0.1, 0.2, 0.0, 1.0, 0.01, -0.01, 1e-3, 1e-4],
+        "x": [0.3, -0.2, 9.0],
+        "w": 0.9,
+        "feat": [0.05, -0.05],
+    },
 }
 
 
@@ -211,8 +239,12 @@ def respond(line):
     try:
         if kind == "start":
             import numba
-            return {"id": mid, "tool": "ngrad", "config": {"ngrad": ngrad.__version__, "numba": numba.__version__,
-                                                            "numpy": np.__version__}}
+
+            return {
+                "id": mid,
+                "tool": "ngrad",
+                "config": {"ngrad": ngrad.__version__, "numba": numba.__version__, "numpy": np.__version__},
+            }
         if kind == "define":
             return {"id": mid, **_define(msg.get("module"))}
         if kind == "evaluate":

@@ -9,12 +9,14 @@ True
 
 ```
 """
+
 __all__ = ["plot"]
 
 
 def plot(results, path):
     """Write a PNG of median time against size for each problem and system in ``results``."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -29,7 +31,7 @@ def plot(results, path):
             ax.plot(*zip(*pts), marker="o", label=system)
         ax.set(xscale="log", yscale="log", title=name, xlabel="size", ylabel="seconds (median)")
         ax.legend(fontsize="small")
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -15,6 +15,7 @@ same inputs, with the same thread count (``pin_threads``).
 
 ```
 """
+
 import os
 import platform
 import statistics
@@ -32,14 +33,19 @@ def pin_threads(threads):
     intra-op pool, and XLA's CPU client (read when JAX starts, so this must run before JAX is
     imported). Returns a function restoring ngrad's and PyTorch's previous settings."""
     import ngrad
+
     from ..engine.ir import blas
+
     before, blas_before = ngrad.get_num_threads(), blas.set_num_threads(threads)
     ngrad.set_num_threads(threads)
-    os.environ.setdefault("XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
-                                       f"intra_op_parallelism_threads={threads}")
+    os.environ.setdefault(
+        "XLA_FLAGS",
+        f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}",
+    )
     restore_torch = None
     try:
         import torch
+
         old = torch.get_num_threads()
         torch.set_num_threads(threads)
         restore_torch = lambda: torch.set_num_threads(old)  # noqa: E731
@@ -51,6 +57,7 @@ def pin_threads(threads):
         blas.set_num_threads(blas_before)
         if restore_torch:
             restore_torch()
+
     return restore
 
 
@@ -60,9 +67,17 @@ def machine_info():
 
     from .. import __version__
     from ..engine.ir import blas
-    info = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
-            "cpus": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__, "ngrad": __version__,
-            "ngrad_blas": blas.describe()}
+
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "ngrad": __version__,
+        "ngrad_blas": blas.describe(),
+    }
     for mod in ("torch", "jax"):
         try:
             info[mod] = __import__(mod).__version__
@@ -84,8 +99,9 @@ def agree(name, size, system, got, ref):
             err = float(np.abs(g - r).max()) if g.shape == r.shape else f"shape {g.shape} vs {r.shape}"
             problems.append(f"{k}: max error {err}")
     if problems:
-        raise AssertionError(f"{name} (size {size}): {system} disagrees with the NumPy reference: "
-                             + "; ".join(problems))
+        raise AssertionError(
+            f"{name} (size {size}): {system} disagrees with the NumPy reference: " + "; ".join(problems)
+        )
 
 
 def _time(fn, inp, repeat, budget):
@@ -140,4 +156,5 @@ def count_steps(names, sizes=None, quick=False, systems=SYSTEMS):
 
 def _installed(module):
     import importlib.util
+
     return importlib.util.find_spec(module) is not None

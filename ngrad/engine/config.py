@@ -12,6 +12,7 @@ module; it imports nothing of the engine.
 >>> del os.environ["NGRAD_JIT"]; jit_mode()
 'auto'
 """
+
 import os
 
 __all__ = ["debug_level", "jit_mode", "jit_threshold", "blas_mode", "cache_root", "cuda_simulated"]

@@ -10,12 +10,12 @@ joint tapes, the back end its bytecode, the targets their generated modules) and
 imports a later stage to do so. It never imports Numba: Numba's version comes from its
 package metadata.
 """
+
 import functools
 import hashlib
 import importlib.metadata
 import marshal
 import os
-import sys
 import tempfile
 
 from .._version import __version__ as _ngrad_version
@@ -29,7 +29,7 @@ __all__ = ["CODEGEN_VERSION", "cache_root", "cache_dir", "write_atomically", "re
 CODEGEN_VERSION = 24
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _numba_version():
     try:
         return importlib.metadata.version("numba")
@@ -70,7 +70,7 @@ def read_plan(name):
     return body if len(data) >= 32 and hashlib.sha256(body).digest() == data[:32] else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source_digest(modules):
     h = hashlib.sha256()
     for module in modules:

@@ -12,16 +12,35 @@ operations, so they differentiate (to any order), trace and compile like code a 
 
 ```
 """
+
 import math
 
 import numpy as np
 
 from .. import tensor as _t
-from ..tensor import Tensor
 
-__all__ = ["relu", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "logsigmoid", "tanh", "softplus", "softmax",
-           "log_softmax", "linear", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss",
-           "cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+__all__ = [
+    "relu",
+    "leaky_relu",
+    "elu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "logsigmoid",
+    "tanh",
+    "softplus",
+    "softmax",
+    "log_softmax",
+    "linear",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "nll_loss",
+    "cross_entropy",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+]
 
 
 def relu(input):
@@ -115,8 +134,10 @@ def _reduce(loss, reduction):
 
 def _same_shape(input, target):
     if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(f"Using a target size ({_t.Size(target.shape)}) that is different to the input size "
-                         f"({_t.Size(input.shape)}) is deprecated. Please ensure they have the same size.")
+        raise ValueError(
+            f"Using a target size ({_t.Size(target.shape)}) that is different to the input size "
+            f"({_t.Size(input.shape)}) is deprecated. Please ensure they have the same size."
+        )
 
 
 def mse_loss(input, target, reduction="mean"):
@@ -168,8 +189,10 @@ def _class_rows(input, target, name):
             raise RuntimeError(f"{name}: 0D or 1D target tensor expected, multi-target not supported")
         return input.reshape(1, -1), target.reshape(1), ()
     if tuple(target.shape[:1]) != tuple(input.shape[:1]):
-        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                         f"({target.shape[0] if target.ndim else 1}).")
+        raise ValueError(
+            f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+            f"({target.shape[0] if target.ndim else 1})."
+        )
     if tuple(target.shape) != tuple(input.shape[:1]) + tuple(input.shape[2:]):
         raise RuntimeError(f"Expected target size {list(input.shape[:1] + input.shape[2:])}, got {list(target.shape)}")
     c = input.shape[1]
@@ -187,8 +210,10 @@ def _picked(rows, target, weight, ignore_index):
     if weight is None:
         return score, valid, valid
     if weight.ndim != 1 or weight.shape[0] != rows.shape[1]:
-        raise RuntimeError(f"weight tensor should be defined either for all {rows.shape[1]} classes or "
-                           f"no classes but got weight tensor of shape: {list(weight.shape)}")
+        raise RuntimeError(
+            f"weight tensor should be defined either for all {rows.shape[1]} classes or "
+            f"no classes but got weight tensor of shape: {list(weight.shape)}"
+        )
     return score, valid * weight[safe], valid
 
 
@@ -279,6 +304,3 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
-
-
-Tensor  # re-exported type for annotations

@@ -1,4 +1,5 @@
 """``ngrad.optim``: PyTorch's optimizers, each step one fused program per parameter group."""
+
 from . import lr_scheduler
 from .adam import Adam, AdamW
 from .lbfgs import LBFGS

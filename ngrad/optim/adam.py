@@ -1,4 +1,5 @@
 """Adam and AdamW (decoupled weight decay), with AMSGrad."""
+
 from .optimizer import Optimizer, step_tensor
 
 __all__ = ["Adam", "AdamW"]
@@ -22,8 +23,21 @@ class Adam(Optimizer):
 
     _decoupled = False
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
-                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=0,
+        amsgrad=False,
+        *,
+        maximize=False,
+        foreach=None,
+        capturable=False,
+        differentiable=False,
+        fused=None,
+    ):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
@@ -34,11 +48,14 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
         if weight_decay < 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
+        super().__init__(
+            params,
+            dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize),
+        )
 
     def _update(self, params, h):
         from ..factories import zeros_like
+
         out = []
         lr, (beta1, beta2), eps, wd = h["lr"], h["betas"], h["eps"], h["weight_decay"]
         for p in params:
@@ -57,16 +74,16 @@ class Adam(Optimizer):
             t = step + 1
             m_new = m.lerp(g, 1 - beta1)
             v_new = v * beta2 + (1 - beta2) * g * g
-            bias1 = 1 - beta1 ** t
-            bias2 = 1 - beta2 ** t
+            bias1 = 1 - beta1**t
+            bias2 = 1 - beta2**t
             step_size = lr / bias1
             if h["amsgrad"]:
                 vmax = self._state(p, "max_exp_avg_sq", lambda: zeros_like(p).detach())
                 vmax_new = vmax.maximum(v_new)
                 out.append((vmax, vmax_new))
-                denom = vmax_new.sqrt() / bias2 ** 0.5 + eps
+                denom = vmax_new.sqrt() / bias2**0.5 + eps
             else:
-                denom = v_new.sqrt() / bias2 ** 0.5 + eps
+                denom = v_new.sqrt() / bias2**0.5 + eps
             out += [(step, t), (m, m_new), (v, v_new), (p, p_now + -step_size * m_new / denom)]
         return out
 
@@ -77,6 +94,19 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=1e-2,
+        amsgrad=False,
+        *,
+        maximize=False,
+        foreach=None,
+        capturable=False,
+        differentiable=False,
+        fused=None,
+    ):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)

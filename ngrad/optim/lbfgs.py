@@ -5,6 +5,7 @@ curvature pairs; the line search brackets a step and zooms in with cubic interpo
 (Nocedal & Wright, Algorithms 3.5 and 3.6). The bookkeeping is on flat NumPy vectors in the
 parameters' dtype; every function evaluation is the user's closure, which runs ngrad programs.
 """
+
 import math
 
 import numpy as np
@@ -112,24 +113,46 @@ class LBFGS(Optimizer):
     ```
     """
 
-    def __init__(self, params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,
-                 history_size=100, line_search_fn=None):
+    def __init__(
+        self,
+        params,
+        lr=1,
+        max_iter=20,
+        max_eval=None,
+        tolerance_grad=1e-7,
+        tolerance_change=1e-9,
+        history_size=100,
+        line_search_fn=None,
+    ):
         if lr <= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if max_eval is None:
             max_eval = max_iter * 5 // 4
         if line_search_fn not in (None, "strong_wolfe"):
             raise RuntimeError("only 'strong_wolfe' is supported")
-        super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval, tolerance_grad=tolerance_grad,
-                                      tolerance_change=tolerance_change, history_size=history_size,
-                                      line_search_fn=line_search_fn))
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                max_iter=max_iter,
+                max_eval=max_eval,
+                tolerance_grad=tolerance_grad,
+                tolerance_change=tolerance_change,
+                history_size=history_size,
+                line_search_fn=line_search_fn,
+            ),
+        )
         if len(self.param_groups) != 1:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
         self._params = self.param_groups[0]["params"]
 
     def _flat_grad(self):
-        return np.concatenate([np.zeros(p.numel(), p.dtype.np) if p.grad is None
-                               else p.grad.detach().numpy().reshape(-1) for p in self._params])
+        return np.concatenate(
+            [
+                np.zeros(p.numel(), p.dtype.np) if p.grad is None else p.grad.detach().numpy().reshape(-1)
+                for p in self._params
+            ]
+        )
 
     def _flat_params(self):
         return np.concatenate([p.detach().numpy().reshape(-1) for p in self._params])
@@ -139,7 +162,7 @@ class LBFGS(Optimizer):
         with _grad_mode.no_grad():
             for p in self._params:
                 n = p.numel()
-                value = flat[k:k + n].reshape(p.shape).astype(p.dtype.np, order="C")  # keeps 0-d 0-d
+                value = flat[k : k + n].reshape(p.shape).astype(p.dtype.np, order="C")  # keeps 0-d 0-d
                 _inplace(p, _wrap(source(value, D.from_numpy_dtype(value.dtype))))
                 k += n
 
@@ -202,9 +225,11 @@ class LBFGS(Optimizer):
                     self._set_params(x0 + step * d)
                     f_, g_, _ = evaluate()
                     return f_, g_
+
                 # the search may spend what is left of this step's evaluation budget
-                loss, g, t, ls_evals = _strong_wolfe(along, t, d, loss, g, gtd, tolerance_change=tol_change,
-                                                     max_ls=max_eval - evals)
+                loss, g, t, ls_evals = _strong_wolfe(
+                    along, t, d, loss, g, gtd, tolerance_change=tol_change, max_ls=max_eval - evals
+                )
                 self._set_params(x0 + t * d)
             else:
                 self._set_params(self._flat_params() + t * d)
@@ -217,6 +242,14 @@ class LBFGS(Optimizer):
                 break
             if np.abs(d * t).max() <= tol_change or abs(loss - prev_loss) < tol_change:
                 break
-        state.update(d=d, t=t, old_dirs=old_dirs, old_stps=old_stps, ro=ro, H_diag=h_diag, prev_flat_grad=prev_g,
-                     prev_loss=prev_loss)
+        state.update(
+            d=d,
+            t=t,
+            old_dirs=old_dirs,
+            old_stps=old_stps,
+            ro=ro,
+            H_diag=h_diag,
+            prev_flat_grad=prev_g,
+            prev_loss=prev_loss,
+        )
         return orig_loss

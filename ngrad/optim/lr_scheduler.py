@@ -3,6 +3,7 @@
 Each ``step()`` writes the new rate into the optimizer's param groups. A compiled training step
 (``ngrad.compile``) reads the rate on every call, so changing it never retraces.
 """
+
 import math
 
 __all__ = ["LRScheduler", "StepLR", "ExponentialLR", "CosineAnnealingLR"]
@@ -19,8 +20,9 @@ class LRScheduler:
         else:
             for i, g in enumerate(optimizer.param_groups):
                 if "initial_lr" not in g:
-                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming an "
-                                   f"optimizer")
+                    raise KeyError(
+                        f"param 'initial_lr' is not specified in param_groups[{i}] when resuming an optimizer"
+                    )
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
         self.step()
@@ -97,7 +99,12 @@ class CosineAnnealingLR(LRScheduler):
         if e == 0:
             return [g["lr"] for g in groups]
         if (e - 1 - t) % (2 * t) == 0:
-            return [g["lr"] + (base - self.eta_min) * (1 - math.cos(math.pi / t)) / 2
-                    for base, g in zip(self.base_lrs, groups)]
-        return [(1 + math.cos(math.pi * e / t)) / (1 + math.cos(math.pi * (e - 1) / t)) * (g["lr"] - self.eta_min)
-                + self.eta_min for g in groups]
+            return [
+                g["lr"] + (base - self.eta_min) * (1 - math.cos(math.pi / t)) / 2
+                for base, g in zip(self.base_lrs, groups)
+            ]
+        return [
+            (1 + math.cos(math.pi * e / t)) / (1 + math.cos(math.pi * (e - 1) / t)) * (g["lr"] - self.eta_min)
+            + self.eta_min
+            for g in groups
+        ]

@@ -10,6 +10,7 @@ three small parameters cost 0.85 ms a step, the replayed program 45 µs. A new s
 first step), another set of parameters with a gradient, or a changed hyperparameter other than
 the learning rate traces again.
 """
+
 import copy
 
 from .. import grad_mode as _grad_mode
@@ -41,8 +42,10 @@ class Optimizer:
         self.param_groups = []
         self._layout = 0  # bumped when the state's structure changes (a trace depends on it)
         if isinstance(params, Tensor):
-            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
-                            "but got " + type(params).__name__)
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                "but got " + type(params).__name__
+            )
         groups = list(params)
         if len(groups) == 0:
             raise ValueError("optimizer got an empty parameter list")
@@ -96,8 +99,9 @@ class Optimizer:
         for g in self.param_groups:
             for p in g["params"]:
                 index.setdefault(id(p), len(index))
-            groups.append({**{k: v for k, v in g.items() if k != "params"},
-                           "params": [index[id(p)] for p in g["params"]]})
+            groups.append(
+                {**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
+            )
         state = {}
         for g in self.param_groups:
             for p in g["params"]:
@@ -112,8 +116,9 @@ class Optimizer:
             raise ValueError("loaded state dict has a different number of parameter groups")
         for mine, theirs in zip(self.param_groups, groups):
             if len(mine["params"]) != len(theirs["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
-                                 "optimizer's group")
+                raise ValueError(
+                    "loaded state dict contains a parameter group that doesn't match the size of optimizer's group"
+                )
         by_index = {}
         for mine, theirs in zip(self.param_groups, groups):
             for p, i in zip(mine["params"], theirs["params"]):
@@ -139,6 +144,7 @@ class Optimizer:
         else:
             if self.__dict__.get("_program") is None:
                 from ..tracing import compile
+
                 self._program = compile(self._step)
             self._program()
         return loss
@@ -149,7 +155,7 @@ class Optimizer:
     def _step(self):
         static_value(lambda: self._layout)
         with _grad_mode.no_grad():
-            for i, group in enumerate(self.param_groups):
+            for _i, group in enumerate(self.param_groups):
                 hyper = {k: static_value(lambda g=group, k=k: g[k]) for k in group if k not in ("params", "lr")}
                 hyper["lr"] = runtime_scalar(lambda g=group: float(g["lr"]))
                 params = [p for p in group["params"] if p.grad is not None]
@@ -166,8 +172,9 @@ class Optimizer:
     def _grad(self, p, hyper):
         g = p.grad
         if g._node.shape != p._node.shape:
-            raise RuntimeError(f"gradient of shape {list(g.shape)} does not match its parameter of shape "
-                               f"{list(p.shape)}")
+            raise RuntimeError(
+                f"gradient of shape {list(g.shape)} does not match its parameter of shape {list(p.shape)}"
+            )
         if hyper.get("maximize"):
             g = -g
         return g
@@ -191,6 +198,7 @@ def step_tensor():
     """A new step counter: float64 whatever the default dtype, so bias corrections are computed
     in double precision as PyTorch's ``step.item()`` does."""
     from ..factories import tensor
+
     return tensor(0.0, dtype=D.float64)
 
 
@@ -202,4 +210,3 @@ def _commit(pairs):
         realize([new._node for _, new in pairs])
     for t, new in pairs:
         _inplace(t, new)
-

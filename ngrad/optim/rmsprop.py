@@ -1,4 +1,5 @@
 """RMSprop, plain or centered, with momentum."""
+
 from .optimizer import Optimizer, step_tensor
 
 __all__ = ["RMSprop"]
@@ -20,8 +21,20 @@ class RMSprop(Optimizer):
     ```
     """
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
-                 capturable=False, foreach=None, maximize=False, differentiable=False):
+    def __init__(
+        self,
+        params,
+        lr=1e-2,
+        alpha=0.99,
+        eps=1e-8,
+        weight_decay=0,
+        momentum=0,
+        centered=False,
+        capturable=False,
+        foreach=None,
+        maximize=False,
+        differentiable=False,
+    ):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
@@ -32,11 +45,22 @@ class RMSprop(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if alpha < 0.0:
             raise ValueError(f"Invalid alpha value: {alpha}")
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered, maximize=maximize))
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                alpha=alpha,
+                eps=eps,
+                weight_decay=weight_decay,
+                momentum=momentum,
+                centered=centered,
+                maximize=maximize,
+            ),
+        )
 
     def _update(self, params, h):
         from ..factories import zeros_like
+
         out = []
         lr, alpha, eps, wd, momentum = h["lr"], h["alpha"], h["eps"], h["weight_decay"], h["momentum"]
         for p in params:

@@ -23,6 +23,7 @@ True
 
 ```
 """
+
 import numpy as np
 
 import ngrad
@@ -44,8 +45,21 @@ class Problem:
     ``ngrad.compile`` (the code needs a value while it runs, such as integer indices).
     """
 
-    def __init__(self, name, doc, size_doc, sizes, quick_sizes, inputs, numpy, objective=None, wrt=("x",),
-                 compute=None, jax=None, traced=True):
+    def __init__(
+        self,
+        name,
+        doc,
+        size_doc,
+        sizes,
+        quick_sizes,
+        inputs,
+        numpy,
+        objective=None,
+        wrt=("x",),
+        compute=None,
+        jax=None,
+        traced=True,
+    ):
         self.name, self.doc, self.size_doc = name, doc, size_doc
         self.sizes, self.quick_sizes = list(sizes), list(quick_sizes)
         self.inputs, self.numpy, self.objective, self.wrt = inputs, numpy, objective, tuple(wrt)
@@ -86,10 +100,12 @@ def _autograd(prob, T, from_numpy):
     """ngrad and PyTorch share the code: leaves from NumPy, the objective, backward."""
 
     def run(inp):
-        t = {k: (from_numpy(v).requires_grad_(k in prob.wrt) if isinstance(v, np.ndarray) else v)
-             for k, v in inp.items()}
+        t = {
+            k: (from_numpy(v).requires_grad_(k in prob.wrt) if isinstance(v, np.ndarray) else v) for k, v in inp.items()
+        }
         value, outs = _step(prob, T, t)
         return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
+
     return run
 
 
@@ -101,12 +117,14 @@ def _compiled(prob):
 
     def step(t, static):  # the Python numbers (sizes, hyperparameters) are static: a new value traces again
         return _step(prob, ngrad, {**t, **dict(static)})
+
     step = ngrad.compile(step, static_argnums=(1,))
 
     def run(inp):
         t = {k: ngrad.from_numpy(v).requires_grad_(k in prob.wrt) for k, v in inp.items() if isinstance(v, np.ndarray)}
         value, outs = step(t, tuple((k, v) for k, v in inp.items() if not isinstance(v, np.ndarray)))
         return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
+
     return run
 
 
@@ -115,6 +133,7 @@ class _JaxTorch:
 
     def __init__(self, jax):
         import jax.numpy as jnp
+
         self.jax, self.jnp = jax, jnp
         self.float64 = jnp.float64
 
@@ -150,19 +169,23 @@ def _jax(prob, jax):
         static = tuple((k, v) for k, v in inp.items() if not isinstance(v, np.ndarray))
         step = steps.get(static)
         if step is None:
-            def f(diff, rest, _static=dict(static)):
+
+            def f(diff, rest, _static=dict(static)):  # noqa: B006  (read-only, bound per static key)
                 return prob.objective(J, **diff, **rest, **_static)
+
             step = steps[static] = jax.jit(jax.value_and_grad(f))
         diff = {k: inp[k] for k in prob.wrt}
         rest = {k: v for k, v in inp.items() if isinstance(v, np.ndarray) and k not in prob.wrt}
         value, grads = step(diff, rest)
         jax.block_until_ready(grads)
         return float(value), {k: np.asarray(g) for k, g in grads.items()}
+
     return run
 
 
 def _registry():
     from . import ba, elementwise, gmm, kmeans, lstm, mlp, ode
+
     probs = {}
     for mod in (elementwise, ode, lstm, gmm, kmeans, ba, mlp):
         for p in mod.PROBLEMS:

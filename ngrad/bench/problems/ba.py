@@ -14,6 +14,7 @@ points; observation i uses camera i mod n and point i mod m (GradBench's layout)
 rotations of about 0.1 rad, points about 10 units in front of the cameras, focal lengths near 1
 and weights uniform on [0.5, 1.5]. Rotations must be nonzero (the formula divides by |r|).
 """
+
 import numpy as np
 
 from . import Problem
@@ -70,14 +71,23 @@ def jax_system(jax, J):
     def run(inp):
         value, vals = step(inp["cams"], inp["x"], inp["w"], inp["feats"], inp["obs"])
         return float(value), {"vals": np.asarray(vals)}
+
     return run
 
 
 def _cross_t(a, at, b, bt):
     """Tangent of cross(a, b): a, b (p, 3), tangents (p, 3, 15)."""
+
     def cr(u, v):
-        return np.stack([u[:, 1] * v[:, 2] - u[:, 2] * v[:, 1], u[:, 2] * v[:, 0] - u[:, 0] * v[:, 2],
-                         u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0]], 1)
+        return np.stack(
+            [
+                u[:, 1] * v[:, 2] - u[:, 2] * v[:, 1],
+                u[:, 2] * v[:, 0] - u[:, 0] * v[:, 2],
+                u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0],
+            ],
+            1,
+        )
+
     return cr(at, b[:, :, None]) + cr(a[:, :, None], bt)
 
 
@@ -97,16 +107,28 @@ def numpy(inp):
     cos, sin = np.cos(theta), np.sin(theta)
     cos_t, sin_t = -sin * theta_t, cos * theta_t
     axis = rot / theta
-    axis_t = rot_t / theta[:, :, None] - rot[:, :, None] * (theta_t / theta ** 2)[:, None, :]
+    axis_t = rot_t / theta[:, :, None] - rot[:, :, None] * (theta_t / theta**2)[:, None, :]
     dot = (axis * xc).sum(1)[:, None]
     dot_t = (axis_t * xc[:, :, None] + axis[:, :, None] * xc_t).sum(1)
     tmp, tmp_t = dot * (1 - cos), dot_t * (1 - cos) - dot * cos_t
-    axc = np.stack([axis[:, 1] * xc[:, 2] - axis[:, 2] * xc[:, 1], axis[:, 2] * xc[:, 0] - axis[:, 0] * xc[:, 2],
-                    axis[:, 0] * xc[:, 1] - axis[:, 1] * xc[:, 0]], 1)
+    axc = np.stack(
+        [
+            axis[:, 1] * xc[:, 2] - axis[:, 2] * xc[:, 1],
+            axis[:, 2] * xc[:, 0] - axis[:, 0] * xc[:, 2],
+            axis[:, 0] * xc[:, 1] - axis[:, 1] * xc[:, 0],
+        ],
+        1,
+    )
     axc_t = _cross_t(axis, axis_t, xc, xc_t)
     R = xc * cos + axc * sin + axis * tmp
-    R_t = (xc_t * cos[:, :, None] + xc[:, :, None] * cos_t[:, None] + axc_t * sin[:, :, None]
-           + axc[:, :, None] * sin_t[:, None] + axis_t * tmp[:, :, None] + axis[:, :, None] * tmp_t[:, None])
+    R_t = (
+        xc_t * cos[:, :, None]
+        + xc[:, :, None] * cos_t[:, None]
+        + axc_t * sin[:, :, None]
+        + axc[:, :, None] * sin_t[:, None]
+        + axis_t * tmp[:, :, None]
+        + axis[:, :, None] * tmp_t[:, None]
+    )
     proj = R[:, 0:2] / R[:, 2:3]
     proj_t = R_t[:, 0:2] / R[:, 2:3, None] - R[:, 0:2, None] * (R_t[:, 2] / R[:, 2:3] ** 2)[:, None]
     rsq = (proj * proj).sum(1)[:, None]
@@ -127,8 +149,14 @@ def numpy(inp):
 def sparsity(n, m, obs):
     """Row offsets and column indices of the Jacobian whose entries ``vals`` lists."""
     p = len(obs)
-    per_obs = np.concatenate([11 * obs[:, :1] + np.arange(11), 11 * n + 3 * obs[:, 1:2] + np.arange(3),
-                              11 * n + 3 * m + np.arange(p)[:, None]], 1)  # (p, 15)
+    per_obs = np.concatenate(
+        [
+            11 * obs[:, :1] + np.arange(11),
+            11 * n + 3 * obs[:, 1:2] + np.arange(3),
+            11 * n + 3 * m + np.arange(p)[:, None],
+        ],
+        1,
+    )  # (p, 15)
     cols = np.concatenate([np.repeat(per_obs, 2, axis=0).reshape(-1), 11 * n + 3 * m + np.arange(p)])
     rows = np.concatenate([np.arange(0, 30 * p + 1, 15), 30 * p + np.arange(1, p + 1)])
     return rows, cols
@@ -137,24 +165,49 @@ def sparsity(n, m, obs):
 def expand(n, m, p, cam, x, w, feat):
     """GradBench's compressed ba input (one camera, point, weight and feature, repeated) in full."""
     i = np.arange(p)
-    return {"cams": np.tile(np.asarray(cam, dtype=np.float64), (n, 1)),
-            "x": np.tile(np.asarray(x, dtype=np.float64), (m, 1)),
-            "w": np.full(p, float(w)), "feats": np.tile(np.asarray(feat, dtype=np.float64), (p, 1)),
-            "obs": np.stack([i % n, i % m], 1)}
+    return {
+        "cams": np.tile(np.asarray(cam, dtype=np.float64), (n, 1)),
+        "x": np.tile(np.asarray(x, dtype=np.float64), (m, 1)),
+        "w": np.full(p, float(w)),
+        "feats": np.tile(np.asarray(feat, dtype=np.float64), (p, 1)),
+        "obs": np.stack([i % n, i % m], 1),
+    }
 
 
 def inputs(p, rng):
     n, m = p // 650 + 1, p // 4 + 1
-    cams = np.concatenate([rng.normal(0, 0.1, (n, 3)), np.c_[rng.normal(0, 0.5, (n, 2)), np.zeros(n)],
-                           rng.uniform(0.8, 1.2, (n, 1)), rng.normal(0, 0.01, (n, 2)), rng.normal(0, 1e-3, (n, 2))], 1)
+    cams = np.concatenate(
+        [
+            rng.normal(0, 0.1, (n, 3)),
+            np.c_[rng.normal(0, 0.5, (n, 2)), np.zeros(n)],
+            rng.uniform(0.8, 1.2, (n, 1)),
+            rng.normal(0, 0.01, (n, 2)),
+            rng.normal(0, 1e-3, (n, 2)),
+        ],
+        1,
+    )
     x = np.c_[rng.normal(0, 1, (m, 2)), rng.uniform(8, 12, m)]
     i = np.arange(p)
-    return {"cams": cams, "x": x, "w": rng.uniform(0.5, 1.5, p), "feats": rng.normal(0, 0.1, (p, 2)),
-            "obs": np.stack([i % n, i % m], 1)}
+    return {
+        "cams": cams,
+        "x": x,
+        "w": rng.uniform(0.5, 1.5, p),
+        "feats": rng.normal(0, 0.1, (p, 2)),
+        "obs": np.stack([i % n, i % m], 1),
+    }
 
 
 PROBLEMS = [
-    Problem("ba", "bundle adjustment: the sparse Jacobian of the reprojection residuals (GradBench ba)",
-            "p, the number of observations", [10 ** 4, 10 ** 5], [10 ** 4], inputs, numpy,
-            wrt=("cams", "x", "w"), compute=compute, jax=jax_system),
+    Problem(
+        "ba",
+        "bundle adjustment: the sparse Jacobian of the reprojection residuals (GradBench ba)",
+        "p, the number of observations",
+        [10**4, 10**5],
+        [10**4],
+        inputs,
+        numpy,
+        wrt=("cams", "x", "w"),
+        compute=compute,
+        jax=jax_system,
+    ),
 ]

@@ -3,6 +3,7 @@
 
 Inputs are float64; the size is the length of ``x`` (for ``lj``: the number of atoms).
 """
+
 import numpy as np
 
 from . import Problem
@@ -111,18 +112,54 @@ def _lj_inputs(n, rng):
 
 
 PROBLEMS = [
-    Problem("chain", "sum(sin(x)*exp(-x**2/2) + tanh(x)*x): a chain of element-wise ops",
-            "length of x, uniform on [-3, 3]", [10 ** 5, 10 ** 6, 10 ** 7], [10 ** 6],
-            lambda n, rng: {"x": rng.uniform(-3, 3, n)}, chain_numpy, chain),
-    Problem("rosenbrock", "the extended Rosenbrock function", "length of x, uniform on [-2, 2]",
-            [100, 10 ** 4, 10 ** 6], [100, 10 ** 5],
-            lambda n, rng: {"x": rng.uniform(-2, 2, n)}, rosenbrock_numpy, rosenbrock),
-    Problem("lse", "logsumexp of a vector (GradBench lse)", "length of x, standard normal",
-            [10 ** 4, 10 ** 6], [10 ** 5],
-            lambda n, rng: {"x": rng.standard_normal(n)}, lse_numpy, lse),
-    Problem("llsq", "least-squares fit of a degree-31 polynomial to sign(t) (GradBench llsq)",
-            "number of sample points n (32 coefficients x, standard normal / 32)",
-            [1024, 2 ** 14, 2 ** 18], [2 ** 14], _llsq_inputs, llsq_numpy, llsq),
-    Problem("lj", "Lennard-Jones energy and forces of N atoms by broadcasting (N x N x 3)",
-            "number of atoms", [100, 1000], [300], _lj_inputs, lennard_jones_numpy, lennard_jones),
+    Problem(
+        "chain",
+        "sum(sin(x)*exp(-x**2/2) + tanh(x)*x): a chain of element-wise ops",
+        "length of x, uniform on [-3, 3]",
+        [10**5, 10**6, 10**7],
+        [10**6],
+        lambda n, rng: {"x": rng.uniform(-3, 3, n)},
+        chain_numpy,
+        chain,
+    ),
+    Problem(
+        "rosenbrock",
+        "the extended Rosenbrock function",
+        "length of x, uniform on [-2, 2]",
+        [100, 10**4, 10**6],
+        [100, 10**5],
+        lambda n, rng: {"x": rng.uniform(-2, 2, n)},
+        rosenbrock_numpy,
+        rosenbrock,
+    ),
+    Problem(
+        "lse",
+        "logsumexp of a vector (GradBench lse)",
+        "length of x, standard normal",
+        [10**4, 10**6],
+        [10**5],
+        lambda n, rng: {"x": rng.standard_normal(n)},
+        lse_numpy,
+        lse,
+    ),
+    Problem(
+        "llsq",
+        "least-squares fit of a degree-31 polynomial to sign(t) (GradBench llsq)",
+        "number of sample points n (32 coefficients x, standard normal / 32)",
+        [1024, 2**14, 2**18],
+        [2**14],
+        _llsq_inputs,
+        llsq_numpy,
+        llsq,
+    ),
+    Problem(
+        "lj",
+        "Lennard-Jones energy and forces of N atoms by broadcasting (N x N x 3)",
+        "number of atoms",
+        [100, 1000],
+        [300],
+        _lj_inputs,
+        lennard_jones_numpy,
+        lennard_jones,
+    ),
 ]

@@ -13,6 +13,7 @@ with C the Wishart normaliser, and the gradient is with respect to alpha, mu, q 
 size is n, with d = 10 and k = 25 as in ADBench's standard files; alpha and x are standard
 normal, mu uniform on [0, 1], q and l normal with deviation 0.1, gamma = 1, m = 0.
 """
+
 import math
 
 import numpy as np
@@ -34,8 +35,9 @@ def ltri_index(d):
 def constant(n, d, k, gamma, m):
     """The parts of the value that depend on no parameter."""
     nw = d + m + 1
-    log_gamma_d = 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(0.5 * nw + 0.5 * (1 - j))
-                                                                 for j in range(1, d + 1))
+    log_gamma_d = 0.25 * d * (d - 1) * math.log(math.pi) + sum(
+        math.lgamma(0.5 * nw + 0.5 * (1 - j)) for j in range(1, d + 1)
+    )
     wishart = nw * d * (math.log(gamma) - 0.5 * math.log(2)) - log_gamma_d
     return -n * d * 0.5 * math.log(2 * math.pi) - k * wishart
 
@@ -48,7 +50,7 @@ def objective(T, alpha, mu, q, l, x, gamma, m):
     xc = x[None, :, :] - mu[:, None, :]
     z = diag[:, None, :] * xc + T.matmul(xc, T.swapaxes(L, 1, 2))
     main = alpha[:, None] + T.sum(q, 1)[:, None] - 0.5 * T.sum(z * z, 2)  # (k, n)
-    prior = T.sum(0.5 * gamma ** 2 * (T.sum(diag * diag, 1) + T.sum(l * l, 1)) - m * T.sum(q, 1))
+    prior = T.sum(0.5 * gamma**2 * (T.sum(diag * diag, 1) + T.sum(l * l, 1)) - m * T.sum(q, 1))
     return constant(n, d, k, gamma, m) + T.sum(T.logsumexp(main, 0)) - n * T.logsumexp(alpha, 0) + prior
 
 
@@ -70,27 +72,41 @@ def numpy(inp):
     slse = np.sum(mx[:, 0] + np.log(np.exp(main - mx).sum(1)))
     am = alpha.max()
     lse_alpha = am + np.log(np.exp(alpha - am).sum())
-    prior = np.sum(0.5 * gamma ** 2 * ((e * e).sum(1) + (l * l).sum(1)) - m * q.sum(1))
+    prior = np.sum(0.5 * gamma**2 * ((e * e).sum(1) + (l * l).sum(1)) - m * q.sum(1))
     value = constant(n, d, k, gamma, m) + slse - n * lse_alpha + prior
     W = _softmax(main, 1)
     d_alpha = W.sum(0) - n * _softmax(alpha, 0)
-    d_q = np.einsum("nk,nkd->kd", W, 1 - z * e * xc) + gamma ** 2 * e * e - m
+    d_q = np.einsum("nk,nkd->kd", W, 1 - z * e * xc) + gamma**2 * e * e - m
     d_mu = np.einsum("nk,nkd->kd", W, e * z + np.einsum("kji,nkj->nki", L, z))
     G = -np.einsum("nk,nkj,nki->kji", W, z, xc)
     rows, cols = np.nonzero(index)
     order = np.argsort(index[rows, cols])
-    d_l = G[:, rows[order], cols[order]] + gamma ** 2 * l
+    d_l = G[:, rows[order], cols[order]] + gamma**2 * l
     return float(value), {"alpha": d_alpha, "mu": d_mu, "q": d_q, "l": d_l}
 
 
 def inputs(n, rng, d=D, k=K):
-    return {"alpha": rng.standard_normal(k), "mu": rng.uniform(0, 1, (k, d)), "q": 0.1 * rng.standard_normal((k, d)),
-            "l": 0.1 * rng.standard_normal((k, d * (d - 1) // 2)), "x": rng.standard_normal((n, d)),
-            "gamma": 1.0, "m": 0}
+    return {
+        "alpha": rng.standard_normal(k),
+        "mu": rng.uniform(0, 1, (k, d)),
+        "q": 0.1 * rng.standard_normal((k, d)),
+        "l": 0.1 * rng.standard_normal((k, d * (d - 1) // 2)),
+        "x": rng.standard_normal((n, d)),
+        "gamma": 1.0,
+        "m": 0,
+    }
 
 
 PROBLEMS = [
-    Problem("gmm", f"Gaussian mixture log-likelihood with a Wishart prior, d={D}, k={K} (GradBench gmm)",
-            "n, the number of points", [1000, 10000], [1000], inputs, numpy, objective,
-            wrt=("alpha", "mu", "q", "l")),
+    Problem(
+        "gmm",
+        f"Gaussian mixture log-likelihood with a Wishart prior, d={D}, k={K} (GradBench gmm)",
+        "n, the number of points",
+        [1000, 10000],
+        [1000],
+        inputs,
+        numpy,
+        objective,
+        wrt=("alpha", "mu", "q", "l"),
+    ),
 ]

@@ -7,6 +7,7 @@ Hessian is diagonal, so the product is its diagonal): a second-order program, re
 reverse. The size is n, with k = 32 centroids in d = 8 dimensions; points are standard normal
 and the centroids are k distinct points of the data (so every centroid owns a point).
 """
+
 import numpy as np
 
 from . import Problem
@@ -40,6 +41,7 @@ def jax_system(jax, J):
     def run(inp):
         value, d = step(inp["points"], inp["centroids"])
         return float(value), {"dir": np.asarray(d)}
+
     return run
 
 
@@ -60,7 +62,17 @@ def inputs(n, rng, k=K, d=D):
 
 
 PROBLEMS = [
-    Problem("kmeans", f"k-means cost and Newton direction (Hessian diagonal), k={K}, d={D} (GradBench kmeans)",
-            "n, the number of points", [1000, 10000], [1000], inputs, numpy, cost, wrt=("centroids",),
-            compute=compute, jax=jax_system),
+    Problem(
+        "kmeans",
+        f"k-means cost and Newton direction (Hessian diagonal), k={K}, d={D} (GradBench kmeans)",
+        "n, the number of points",
+        [1000, 10000],
+        [1000],
+        inputs,
+        numpy,
+        cost,
+        wrt=("centroids",),
+        compute=compute,
+        jax=jax_system,
+    ),
 ]

@@ -9,6 +9,7 @@ Each step predicts the next sequence entry; the loss is -sum(y_next * log_softma
 The gradient is with respect to ``main_params`` and ``extra_params``. The size is c (l = 2,
 b = 14 as in ADBench's standard files); all inputs are uniform on [-1, 1].
 """
+
 import numpy as np
 
 from . import Problem
@@ -19,10 +20,10 @@ LAYERS, HIDDEN = 2, 14
 def cell_step(T, w, bias, x, hidden, cell):
     """One layer, one step: the new (hidden, cell)."""
     b = x.shape[0]
-    gates = T.sigmoid(T.cat([x, hidden, x]) * w[:3 * b] + bias[:3 * b])
-    change = T.tanh(hidden * w[3 * b:] + bias[3 * b:])
-    cell = cell * gates[:b] + gates[b:2 * b] * change
-    return gates[2 * b:] * T.tanh(cell), cell
+    gates = T.sigmoid(T.cat([x, hidden, x]) * w[: 3 * b] + bias[: 3 * b])
+    change = T.tanh(hidden * w[3 * b :] + bias[3 * b :])
+    cell = cell * gates[:b] + gates[b : 2 * b] * change
+    return gates[2 * b :] * T.tanh(cell), cell
 
 
 def objective(T, main_params, extra_params, state, sequence):
@@ -66,6 +67,7 @@ def jax_system(jax, J):
     def run(inp):
         value, (gm, ge) = step((inp["main_params"], inp["extra_params"]), inp["state"], inp["sequence"])
         return float(value), {"main_params": np.asarray(gm), "extra_params": np.asarray(ge)}
+
     return run
 
 
@@ -86,9 +88,9 @@ def numpy(inp):
         for i in range(layers):
             w, bias = W[2 * i], W[2 * i + 1]
             f = _sigmoid(x * w[:b] + bias[:b])
-            ig = _sigmoid(h[i] * w[b:2 * b] + bias[b:2 * b])
-            o = _sigmoid(x * w[2 * b:3 * b] + bias[2 * b:3 * b])
-            ch = np.tanh(h[i] * w[3 * b:] + bias[3 * b:])
+            ig = _sigmoid(h[i] * w[b : 2 * b] + bias[b : 2 * b])
+            o = _sigmoid(x * w[2 * b : 3 * b] + bias[2 * b : 3 * b])
+            ch = np.tanh(h[i] * w[3 * b :] + bias[3 * b :])
             cn = c[i] * f + ig * ch
             tc = np.tanh(cn)
             steps.append((x, h[i], c[i], f, ig, o, ch, tc))
@@ -121,8 +123,8 @@ def numpy(inp):
             da_c = dcn * ig * (1 - ch * ch)
             dW[2 * i] += np.concatenate([da_f * x, da_i * hp, da_o * x, da_c * hp])
             dW[2 * i + 1] += np.concatenate([da_f, da_i, da_o, da_c])
-            dx = da_f * w[:b] + da_o * w[2 * b:3 * b]
-            dh[i] = da_i * w[b:2 * b] + da_c * w[3 * b:]
+            dx = da_f * w[:b] + da_o * w[2 * b : 3 * b]
+            dh[i] = da_i * w[b : 2 * b] + da_c * w[3 * b :]
             dc[i] = dcn * f
             if i > 0:
                 dh[i - 1] = dh[i - 1] + dx
@@ -132,12 +134,25 @@ def numpy(inp):
 
 
 def inputs(c, rng, layers=LAYERS, b=HIDDEN):
-    return {"main_params": rng.uniform(-1, 1, (2 * layers, 4 * b)), "extra_params": rng.uniform(-1, 1, (3, b)),
-            "state": rng.uniform(-1, 1, (2 * layers, b)), "sequence": rng.uniform(-1, 1, (c, b))}
+    return {
+        "main_params": rng.uniform(-1, 1, (2 * layers, 4 * b)),
+        "extra_params": rng.uniform(-1, 1, (3, b)),
+        "state": rng.uniform(-1, 1, (2 * layers, b)),
+        "sequence": rng.uniform(-1, 1, (c, b)),
+    }
 
 
 PROBLEMS = [
-    Problem("lstm", f"ADBench's diagonal LSTM, {LAYERS} layers, hidden size {HIDDEN} (GradBench lstm)",
-            "c, the sequence length", [64, 256], [32], inputs, numpy, objective,
-            wrt=("main_params", "extra_params"), jax=jax_system),
+    Problem(
+        "lstm",
+        f"ADBench's diagonal LSTM, {LAYERS} layers, hidden size {HIDDEN} (GradBench lstm)",
+        "c, the sequence length",
+        [64, 256],
+        [32],
+        inputs,
+        numpy,
+        objective,
+        wrt=("main_params", "extra_params"),
+        jax=jax_system,
+    ),
 ]

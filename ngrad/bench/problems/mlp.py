@@ -5,6 +5,7 @@ deviation 1/sqrt(fan-in) and zero biases, a batch of ``images`` (B, 784) uniform
 one-hot ``labels`` (B, 10). The value is the mean cross-entropy; the gradient is with respect to
 the four parameters. The size is the batch size B.
 """
+
 import numpy as np
 
 from . import Problem
@@ -32,12 +33,26 @@ def numpy(inp):
 
 def inputs(batch, rng):
     i, h, o = SIZES
-    return {"w1": rng.standard_normal((i, h)) / np.sqrt(i), "b1": np.zeros(h),
-            "w2": rng.standard_normal((h, o)) / np.sqrt(h), "b2": np.zeros(o),
-            "images": rng.uniform(0, 1, (batch, i)), "labels": np.eye(o)[rng.integers(0, o, batch)]}
+    return {
+        "w1": rng.standard_normal((i, h)) / np.sqrt(i),
+        "b1": np.zeros(h),
+        "w2": rng.standard_normal((h, o)) / np.sqrt(h),
+        "b2": np.zeros(o),
+        "images": rng.uniform(0, 1, (batch, i)),
+        "labels": np.eye(o)[rng.integers(0, o, batch)],
+    }
 
 
 PROBLEMS = [
-    Problem("mlp", "gradient of a 784-256-10 tanh MLP's cross-entropy (one training step)",
-            "B, the batch size", [128, 1024], [128], inputs, numpy, objective, wrt=("w1", "b1", "w2", "b2")),
+    Problem(
+        "mlp",
+        "gradient of a 784-256-10 tanh MLP's cross-entropy (one training step)",
+        "B, the batch size",
+        [128, 1024],
+        [128],
+        inputs,
+        numpy,
+        objective,
+        wrt=("w1", "b1", "w2", "b2"),
+    ),
 ]

@@ -5,6 +5,7 @@ y(0) = x and integrated to t = 2 in ``s`` equal RK4 steps. ``primal`` is y(2); t
 that of its last element with respect to x. The size is n, the length of x (uniform on
 [-1, 1]); the bench uses s = 64 steps, so the unrolled program has 4 * 64 evaluations of f.
 """
+
 import numpy as np
 
 from . import Problem
@@ -56,6 +57,7 @@ def jax_system(jax, J):
         f = steps.get(inp["s"]) or steps.setdefault(inp["s"], make(inp["s"]))
         value, g = f(inp["x"])
         return float(value), {"x": np.asarray(g)}
+
     return run
 
 
@@ -103,7 +105,15 @@ def numpy(inp):
 
 
 PROBLEMS = [
-    Problem("ode", f"RK4 solution of y' = f(x, y), {STEPS} steps, gradient of y_n(2) (GradBench ode)",
-            "n, the length of x (uniform on [-1, 1])", [100, 1000], [100],
-            lambda n, rng: {"x": rng.uniform(-1, 1, n), "s": STEPS}, numpy, objective, jax=jax_system),
+    Problem(
+        "ode",
+        f"RK4 solution of y' = f(x, y), {STEPS} steps, gradient of y_n(2) (GradBench ode)",
+        "n, the length of x (uniform on [-1, 1])",
+        [100, 1000],
+        [100],
+        lambda n, rng: {"x": rng.uniform(-1, 1, n), "s": STEPS},
+        numpy,
+        objective,
+        jax=jax_system,
+    ),
 ]

@@ -25,6 +25,7 @@ per instruction and is compiled once per set of operations, then loaded from the
 Element-wise rows render the primitive table's forward expressions (``codegen.SourceMath``), so
 they share one definition with the interpreter and the fused kernels.
 """
+
 import functools
 import marshal
 import math
@@ -33,11 +34,11 @@ import sys
 
 import numpy as np
 
-from .codegen import Expr, SourceMath, _typed, identity
 from ..ir.dtypes import from_numpy_dtype
 from ..ir.interpret import np_dtype
 from ..ir.prims import ELEMENTWISE, PRIMS
 from ..ir.tape import params_key
+from .codegen import Expr, SourceMath, _typed, identity
 
 __all__ = ["encode", "Bytecode", "RANK", "plan_name", "loop_ops", "loops_name", "LOOP_MAX_OPS"]
 
@@ -74,15 +75,15 @@ class Bytecode:
         """Run the compiled loop ``fn`` on checked input ``values``; fresh output arrays."""
         raw = np.empty(self.size + ALIGN, self.dtype)
         skip = (-raw.ctypes.data // raw.itemsize) % ALIGN
-        f = raw[skip:skip + self.size]
+        f = raw[skip : skip + self.size]
         for i, o, n in self.tensors:
-            f[o:o + n] = values[i].reshape(-1)
+            f[o : o + n] = values[i].reshape(-1)
         if self.scalar_at:
             f[self.scalar_off] = [values[i] for i in self.scalar_at]
         fn(self.code, self.vals, f)
         outs = []
         for o, n, shape, boolean in self.outputs:
-            r = f[o:o + n].reshape(shape)
+            r = f[o : o + n].reshape(shape)
             outs.append(r != 0 if boolean else r.copy())
         return outs
 
@@ -100,9 +101,21 @@ class Bytecode:
 
     def dumps(self):
         """This encoding as bytes (``loads`` reads them)."""
-        return marshal.dumps((_FORMAT, self.code.shape[0], self.code.tobytes(), self.vals.tobytes(), self.size,
-                              self.dtype.str, self.tensors, self.scalar_at, self.scalar_off.tolist(),
-                              self.outputs, self.ops))
+        return marshal.dumps(
+            (
+                _FORMAT,
+                self.code.shape[0],
+                self.code.tobytes(),
+                self.vals.tobytes(),
+                self.size,
+                self.dtype.str,
+                self.tensors,
+                self.scalar_at,
+                self.scalar_off.tolist(),
+                self.outputs,
+                self.ops,
+            )
+        )
 
     @staticmethod
     def loads(data):
@@ -118,11 +131,16 @@ class Bytecode:
             bc.tensors, bc.scalar_at, bc.outputs = tensors, scalar_at, outputs
             bc.scalar_off = np.array(scalar_off, np.intp)
             spans = [(o, n) for _, o, n in tensors] + [(o, n) for o, n, _, _ in outputs]
-            ok = fmt == _FORMAT and len(bc.vals) == rows and len(scalar_off) == len(scalar_at) and \
-                bc.dtype in (np.float32, np.float64) and all(0 <= o and o + n <= size for o, n in spans) and \
-                all(math.prod(shape) == n for _, n, shape, _ in outputs) and \
-                all(0 <= o < size for o in scalar_off) and \
-                (not rows or 0 <= bc.code[:, OP].min() and bc.code[:, OP].max() < len(ops))
+            ok = (
+                fmt == _FORMAT
+                and len(bc.vals) == rows
+                and len(scalar_off) == len(scalar_at)
+                and bc.dtype in (np.float32, np.float64)
+                and all(0 <= o and o + n <= size for o, n in spans)
+                and all(math.prod(shape) == n for _, n, shape, _ in outputs)
+                and all(0 <= o < size for o in scalar_off)
+                and (not rows or 0 <= bc.code[:, OP].min() and bc.code[:, OP].max() < len(ops))
+            )
         except (TypeError, ValueError, EOFError) as e:
             raise ValueError(f"not an encoding: {e}") from None
         if not ok:
@@ -228,8 +246,11 @@ def encode(tape, pairs=True):
             continue
         # a window, read as a shape; params of everything but a literal are ints and tuples of
         # ints: equal means identical
-        key = (prim, tuple([(*where(x, (x, 0)), shapes[x]) for x in a]),
-               params_key(ins.params) if prim == "const" else tuple(ins.params.items()))
+        key = (
+            prim,
+            tuple([(*where(x, (x, 0)), shapes[x]) for x in a]),
+            params_key(ins.params) if prim == "const" else tuple(ins.params.items()),
+        )
         twin = seen.get(key)
         if twin is not None:
             home[ins.out] = (twin, 0)
@@ -300,8 +321,14 @@ def encode(tape, pairs=True):
                 if a in made and a not in home and uses[a] == 1 and a not in keep:
                     into[a] = (ins.out, at * step)
                 at += tape.shapes[a][axis]
-        elif ins.prim == "unslice" and (a := ins.args[0]) in made and a not in home and uses[a] == 1 \
-                and a not in keep and (start := _window(tape.shapes[a], tape.shapes[ins.out], ins.params)) is not None:
+        elif (
+            ins.prim == "unslice"
+            and (a := ins.args[0]) in made
+            and a not in home
+            and uses[a] == 1
+            and a not in keep
+            and (start := _window(tape.shapes[a], tape.shapes[ins.out], ins.params)) is not None
+        ):
             into[a] = (ins.out, start)
     # An element-wise instruction whose operand is made by another element-wise instruction,
     # read there and nowhere else, runs with it as one row (``y + h * k``: one pass over the
@@ -318,7 +345,9 @@ def encode(tape, pairs=True):
     # instruction's.
     tree, inlined, chains, added = {}, set(), set(), {}
     made_at = {ins.out: j for j, ins in enumerate(instrs)}
-    final = {}  # the last instruction reading each window, before any inlining (which moves reads later, up to the reader)
+    # the last instruction reading each window, before any inlining (which moves reads later, up to
+    # the reader)
+    final = {}
     for j, r in enumerate(reads):
         for w, _, _ in r:
             final[w] = j
@@ -326,10 +355,23 @@ def encode(tape, pairs=True):
         if pairs and j in folded:
             (x, dx, _), (w, d, single) = reads[j]
             k = made_at.get(w)
-            if k in tree and k not in chains and not single and not d and uses.get(w) == 1 and w not in keep \
-                    and w not in into and size[w] == folded[j][1] and ins.out not in into and not dx \
-                    and final[x] == j and x not in keep and x not in into and size[x] == size[ins.out] \
-                    and all(leaf[0] != x for leaf in reads[k]):
+            if (
+                k in tree
+                and k not in chains
+                and not single
+                and not d
+                and uses.get(w) == 1
+                and w not in keep
+                and w not in into
+                and size[w] == folded[j][1]
+                and ins.out not in into
+                and not dx
+                and final[x] == j
+                and x not in keep
+                and x not in into
+                and size[x] == size[ins.out]
+                and all(leaf[0] != x for leaf in reads[k])
+            ):
                 added[j] = k
                 inlined.add(k)
                 tree[k] = _tree(tree, reads, k)
@@ -339,8 +381,17 @@ def encode(tape, pairs=True):
         kids, n = None, size[ins.out]
         for p, (w, d, single) in enumerate(reads[j]):
             k = made_at.get(w)
-            if k is None or k not in tree or k in chains or single or d or uses[w] != 1 or w in keep \
-                    or w in into or size[w] != n:
+            if (
+                k is None
+                or k not in tree
+                or k in chains
+                or single
+                or d
+                or uses[w] != 1
+                or w in keep
+                or w in into
+                or size[w] != n
+            ):
                 continue
             trial = (kids or [("leaf", e) for e in reads[j]])[:]
             trial[p] = _tree(tree, reads, k)
@@ -407,8 +458,15 @@ def encode(tape, pairs=True):
             if result not in at:
                 alloc(result)
             at[out] = at[result] + offset
-        elif j in folded and not r[0][1] and last[w := r[0][0]] == j and w not in keep and w not in into \
-                and size[w] == size[out] and all(e[0] != w for e in r[1:]):
+        elif (
+            j in folded
+            and not r[0][1]
+            and last[w := r[0][0]] == j
+            and w not in keep
+            and w not in into
+            and size[w] == size[out]
+            and all(e[0] != w for e in r[1:])
+        ):
             at[out], in_place = at[w], True
         elif out not in at:
             alloc(out)
@@ -435,8 +493,12 @@ def encode(tape, pairs=True):
             rows.append([code_of(op, len(ops)), size[out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
             vals.append(0.0)
         elif ins.prim in _ELEMENTWISE:  # most rows: inline
-            key = (ins.prim, *ins.params.items(), dtypes[out], *[(dtypes[a], single) for a, (_, _, single)
-                                                                 in zip(ins.args, r)])
+            key = (
+                ins.prim,
+                *ins.params.items(),
+                dtypes[out],
+                *[(dtypes[a], single) for a, (_, _, single) in zip(ins.args, r)],
+            )
             op = named.get(key)
             if op is None:
                 op = named[key] = _element_op(tape, ins, tuple(single for _, _, single in r))
@@ -498,8 +560,9 @@ def _tree(tree, reads, k):
 def _encoder():
     """The code an encoding depends on: this module (the encoder), the primitive table and
     codegen (the expressions inside chain operations' names), and the tape format."""
-    from . import codegen
     from ..ir import prims, tape
+    from . import codegen
+
     return sys.modules[__name__], codegen, prims, tape
 
 
@@ -508,6 +571,7 @@ def plan_name(tape):
     encoder's code and the tape's structural key, which holds everything ``encode`` reads (slots,
     shapes, dtypes, primitives, parameters, literal values); None when it cannot be stored."""
     from ..store import plan_name as named
+
     return named("b", _encoder(), tape.key())
 
 
@@ -516,6 +580,7 @@ def loops_name():
     changes with the encoder's code, which names the operations and renders their branches; None
     when that code cannot be read."""
     from ..store import plan_name as named
+
     return named("loops-", _encoder(), "loops")
 
 
@@ -539,12 +604,15 @@ def _chain_key(tape, node, leaves):
         w, _, single = node[1]
         return leaves.index(node[1]), single, tape.dtypes[w]
     ins, kids = node
-    return (ins.prim, tuple(ins.params.items()), tape.dtypes[ins.out]) + tuple(_chain_key(tape, k, leaves) for k in kids)
+    return (ins.prim, tuple(ins.params.items()), tape.dtypes[ins.out]) + tuple(
+        _chain_key(tape, k, leaves) for k in kids
+    )
 
 
 def _chain_op(tape, node, leaves):
     """The operation of a chain row: "=" and its operands' dtypes (marked as in ``_element_op``),
     then the expression of one element (operands x, y, z in the order of ``leaves``)."""
+
     def render(node):  # two deep at most
         if node[0] == "leaf":
             i = leaves.index(node[1])
@@ -553,6 +621,7 @@ def _chain_op(tape, node, leaves):
             return Expr(f"({ref} != 0)" if tape.dtypes[w] == "b8" else ref, tape.dtypes[w])
         ins, kids = node
         return PRIMS[ins.prim].fwd(_Math, *[render(k) for k in kids], **ins.params)
+
     e = render(node)
     text = f"(1 if {e.text} else 0)" if tape.dtypes[node[0].out] == "b8" else e.text
     return "=" + ",".join(tape.dtypes[w] + "*" * single for w, _, single in leaves) + " " + text
@@ -563,7 +632,8 @@ def _element_op(tape, ins, one):
     as one element, and "->b8" for a boolean result."""
     name = ins.prim + ("[" + ",".join(f"{k}={v!r}" for k, v in sorted(ins.params.items())) + "]" if ins.params else "")
     return f"{name}({','.join(tape.dtypes[a] + '*' * s for a, s in zip(ins.args, one))})" + (
-        "->b8" if tape.dtypes[ins.out] == "b8" else "")
+        "->b8" if tape.dtypes[ins.out] == "b8" else ""
+    )
 
 
 def _rows(tape, ins, o, args, size, row, into):
@@ -595,8 +665,15 @@ def _rows(tape, ins, o, args, size, row, into):
             row("place", n, o, args[0], start, size[ins.args[0]])  # one window: zeros around a copy
         else:
             row("fill", n, o, val=0.0)
-            row("move", size[ins.args[0]], o + sum(a * k for a, k in zip(p["starts"], st)), args[0],
-                shape=src_shape, src=_strides(src_shape), dst=[k * m for k, m in zip(st, p["steps"])])
+            row(
+                "move",
+                size[ins.args[0]],
+                o + sum(a * k for a, k in zip(p["starts"], st)),
+                args[0],
+                shape=src_shape,
+                src=_strides(src_shape),
+                dst=[k * m for k, m in zip(st, p["steps"])],
+            )
     elif ins.prim == "cat":
         axis, st, at = p["axis"], _strides(shape), 0
         flat = math.prod(shape[:axis]) == 1  # each piece is one contiguous window of the result
@@ -612,14 +689,22 @@ def _rows(tape, ins, o, args, size, row, into):
         src_shape = tape.shapes[ins.args[0]]
         kept = _strides([1 if d in p["axes"] else m for d, m in enumerate(src_shape)])
         dst = [0 if d in p["axes"] else s for d, s in enumerate(kept)]
-        row(ins.prim, n, o, args[0], shape=src_shape, src=_strides(src_shape), dst=dst,
-            val=float(identity(ins.prim, tape.dtypes[ins.out])))
+        row(
+            ins.prim,
+            n,
+            o,
+            args[0],
+            shape=src_shape,
+            src=_strides(src_shape),
+            dst=dst,
+            val=float(identity(ins.prim, tape.dtypes[ins.out])),
+        )
     elif ins.prim == "matmul":
         x, y = (tape.shapes[a] for a in ins.args)
         row("matmul", n, o, *args, shape=(math.prod(x[:-2]), x[-2], x[-1], y[-1]))
     elif ins.prim == "cumsum":
         ax = p["axis"]
-        row("cumsum", n, o, args[0], shape=(math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])))
+        row("cumsum", n, o, args[0], shape=(math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])))
     else:  # _fits admits nothing else
         raise AssertionError(ins.prim)
 
@@ -631,15 +716,17 @@ def _rows(tape, ins, o, args, size, row, into):
 # 100 products); views of the arena (``f[o:o + n]``) cost reference counting on every row, which
 # Numba fails to prune from a loop of many branches (lstm c=256's loop: 1.12 ms with views, 0.44
 # ms without), and lowering them was a third of the loop's compile time.
-_ND = ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
-       "t0, t1, t2, t3 = code[k, 10], code[k, 11], code[k, 12], code[k, 13]",
-       "d0, d1, d2, d3 = code[k, 14], code[k, 15], code[k, 16], code[k, 17]",
-       "for i0 in range(s0):",
-       "    for i1 in range(s1):",
-       "        for i2 in range(s2):",
-       "            p = a + i0 * t0 + i1 * t1 + i2 * t2",
-       "            q = o + i0 * d0 + i1 * d1 + i2 * d2",
-       "            for i3 in range(s3):"]
+_ND = [
+    "s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
+    "t0, t1, t2, t3 = code[k, 10], code[k, 11], code[k, 12], code[k, 13]",
+    "d0, d1, d2, d3 = code[k, 14], code[k, 15], code[k, 16], code[k, 17]",
+    "for i0 in range(s0):",
+    "    for i1 in range(s1):",
+    "        for i2 in range(s2):",
+    "            p = a + i0 * t0 + i1 * t1 + i2 * t2",
+    "            q = o + i0 * d0 + i1 * d1 + i2 * d2",
+    "            for i3 in range(s3):",
+]
 
 
 def _at(base, index="i"):
@@ -648,9 +735,12 @@ def _at(base, index="i"):
 
 
 _SRC, _DST = _at("p", "i3 * t3"), _at("q", "i3 * d3")
-_COMBINE = {"sum": [f"{_DST} += {_SRC}"], "prod": [f"{_DST} *= {_SRC}"],
-            "amax": [f"v = {_SRC}", f"if v > {_DST} or v != v:", f"    {_DST} = v"],
-            "amin": [f"v = {_SRC}", f"if v < {_DST} or v != v:", f"    {_DST} = v"]}
+_COMBINE = {
+    "sum": [f"{_DST} += {_SRC}"],
+    "prod": [f"{_DST} *= {_SRC}"],
+    "amax": [f"v = {_SRC}", f"if v > {_DST} or v != v:", f"    {_DST} = v"],
+    "amin": [f"v = {_SRC}", f"if v < {_DST} or v != v:", f"    {_DST} = v"],
+}
 _FILL = ["v = vals[k]", "for i in range(n):", f"    {_at('o')} = v"]
 _OPERAND = re.compile(r"\b([xyz])\[i\]")
 
@@ -662,13 +752,31 @@ def _branch(op, dt):
         return ["for i in range(n):", f"    {_at('o')} = {_at('a')}"]
     if op == "accumulate":  # rows: x at a (maybe the result's own window) plus a window of c
         # elements at b, added from code[k, 6] on
-        return ["if o != a:", "    for i in range(n):", f"        {_at('o')} = {_at('a')}",
-                "w = o + code[k, 6]", "for i in range(c):", f"    {_at('w')} += {_at('b')}"]
+        return [
+            "if o != a:",
+            "    for i in range(n):",
+            f"        {_at('o')} = {_at('a')}",
+            "w = o + code[k, 6]",
+            "for i in range(c):",
+            f"    {_at('w')} += {_at('b')}",
+        ]
     if op == "pad":  # rows: zeros around the window that starts at b and is c long
-        return ["for i in range(b):", f"    {_at('o')} = {zero}", "for i in range(b + c, n):", f"    {_at('o')} = {zero}"]
+        return [
+            "for i in range(b):",
+            f"    {_at('o')} = {zero}",
+            "for i in range(b + c, n):",
+            f"    {_at('o')} = {zero}",
+        ]
     if op == "place":  # rows: the window starts at b and is c long
-        return ["for i in range(b):", f"    {_at('o')} = {zero}", "w = o + b", "for i in range(c):",
-                f"    {_at('w')} = {_at('a')}", "for i in range(b + c, n):", f"    {_at('o')} = {zero}"]
+        return [
+            "for i in range(b):",
+            f"    {_at('o')} = {zero}",
+            "w = o + b",
+            "for i in range(c):",
+            f"    {_at('w')} = {_at('a')}",
+            "for i in range(b + c, n):",
+            f"    {_at('o')} = {zero}",
+        ]
     if op == "spread":
         return ["v = f[a]", "for i in range(n):", f"    {_at('o')} = v"]
     if op in ("const", "fill"):
@@ -678,27 +786,31 @@ def _branch(op, dt):
     if op in _COMBINE:
         return _FILL + _ND + ["                " + line for line in _COMBINE[op]]
     if op == "matmul":  # rows: batch s0, m s1, k s2, n s3; contiguous operands
-        return ["s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
-                "for p in range(s0):",
-                "    for i in range(s1):",
-                "        for j in range(s3):",
-                f"            acc = {zero}",
-                "            for q in range(s2):",
-                f"                acc += {_at('a', '(p * s1 + i) * s2 + q')} * {_at('b', '(p * s2 + q) * s3 + j')}",
-                f"            {_at('o', '(p * s1 + i) * s3 + j')} = acc"]
+        return [
+            "s0, s1, s2, s3 = code[k, 6], code[k, 7], code[k, 8], code[k, 9]",
+            "for p in range(s0):",
+            "    for i in range(s1):",
+            "        for j in range(s3):",
+            f"            acc = {zero}",
+            "            for q in range(s2):",
+            f"                acc += {_at('a', '(p * s1 + i) * s2 + q')} * {_at('b', '(p * s2 + q) * s3 + j')}",
+            f"            {_at('o', '(p * s1 + i) * s3 + j')} = acc",
+        ]
     if op == "cumsum":  # rows: shape (1, outer s0, along s1, inner s2)
-        return ["s0, s1, s2 = code[k, 7], code[k, 8], code[k, 9]",
-                "for p in range(s0):",
-                "    for j in range(s2):",
-                f"        acc = {zero}",
-                "        for q in range(s1):",
-                "            at = (p * s1 + q) * s2 + j",
-                f"            acc += {_at('a', 'at')}",
-                f"            {_at('o', 'at')} = acc"]
+        return [
+            "s0, s1, s2 = code[k, 7], code[k, 8], code[k, 9]",
+            "for p in range(s0):",
+            "    for j in range(s2):",
+            f"        acc = {zero}",
+            "        for q in range(s1):",
+            "            at = (p * s1 + q) * s2 + j",
+            f"            acc += {_at('a', 'at')}",
+            f"            {_at('o', 'at')} = acc",
+        ]
     if op.startswith(("=", "+=")):  # a chain of element-wise primitives (see _chain_op), or one
         # added into the result's window
         assign = "+=" if op.startswith("+=") else "="
-        head, _, text = op[len(assign):].partition(" ")
+        head, _, text = op[len(assign) :].partition(" ")
         return _elementwise(head.split(","), assign, text)
     # an element-wise primitive (see _element_op for its name)
     head, _, out = op.partition("->")
@@ -726,10 +838,17 @@ def _elementwise(dtypes, assign, text):
 @functools.lru_cache(maxsize=64)
 def source(ops, dt):
     """The loop running rows of the operations ``ops`` (sorted names) on an arena of dtype ``dt``."""
-    lines = [f'"""ngrad bytecode loop over a {dt} arena: {len(ops)} operations."""', "import math", "",
-             "import numpy as np", "", "", "def kernel(code, vals, f):",
-             "    for k in range(code.shape[0]):",
-             "        op, n, o, a, b, c = code[k, 0], code[k, 1], code[k, 2], code[k, 3], code[k, 4], code[k, 5]"]
+    lines = [
+        f'"""ngrad bytecode loop over a {dt} arena: {len(ops)} operations."""',
+        "import math",
+        "",
+        "import numpy as np",
+        "",
+        "",
+        "def kernel(code, vals, f):",
+        "    for k in range(code.shape[0]):",
+        "        op, n, o, a, b, c = code[k, 0], code[k, 1], code[k, 2], code[k, 3], code[k, 4], code[k, 5]",
+    ]
     for j, op in enumerate(ops):
         lines.append(f"        {'if' if j == 0 else 'elif'} op == {j}:  # {op}")
         lines += ["            " + line for line in _branch(op, dt)]

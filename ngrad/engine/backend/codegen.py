@@ -11,6 +11,7 @@ so one kernel serves every batch size; literals are typed to the dtype they are 
 (float32 code stays float32). CPU text imports ``math`` and ``numpy`` only; CUDA text
 (``cuda_source``) also ``numba.cuda``, which it runs on. This module itself never imports Numba.
 """
+
 import math
 import re
 
@@ -94,6 +95,7 @@ def _v(name):
         if x.dtype == "f32":
             return Expr(f"np.float32({name}(np.float64({x.text})))", x.dtype)
         return Expr(f"{name}({x.text})", x.dtype)
+
     return staticmethod(f)
 
 
@@ -200,11 +202,23 @@ class Part:
     keeps as local scratch are in neither ``stores`` nor ``arrays``. ``bounds``: None, or the
     int64 array of window starts and stops passed last."""
 
-    __slots__ = ("dims", "arrays", "scalars", "late", "stores", "reductions", "guard", "fresh", "padded", "shifted",
-                 "bounds")
+    __slots__ = (
+        "dims",
+        "arrays",
+        "scalars",
+        "late",
+        "stores",
+        "reductions",
+        "guard",
+        "fresh",
+        "padded",
+        "shifted",
+        "bounds",
+    )
 
-    def __init__(self, dims, arrays, scalars, late, stores, reductions, guard, fresh, padded=None, shifted=False,
-                 bounds=None):
+    def __init__(
+        self, dims, arrays, scalars, late, stores, reductions, guard, fresh, padded=None, shifted=False, bounds=None
+    ):
         self.dims, self.late = dims, late
         self.arrays, self.scalars, self.stores, self.reductions = arrays, scalars, stores, reductions
         self.guard, self.fresh, self.padded, self.shifted = guard, fresh, padded or {}, shifted
@@ -260,6 +274,8 @@ def identity(prim, dtype):
         info = np.iinfo(_NP_INFO[dtype])
         return info.min if prim == "amax" else info.max
     return -math.inf if prim == "amax" else math.inf
+
+
 # Inner loop extents up to this are written into the kernel as literals (and unrolled by LLVM):
 # a (N, N, 3) loop of coordinates runs twice as fast. The kernel is then specific to that extent;
 # outer extents (batch sizes) never are.
@@ -278,8 +294,10 @@ def _window_index(r, slot, idx, shape, bounds, p):
     n=100 and n=1000); steps are literals. A start of 0 or a stop at the end is left out, so the
     text depends on sizes only where a window is whole at one size. Indices are unsigned: Numba
     checks a signed one for negativity, which stops LLVM from vectorising the loop."""
+
     def bound(axis, end, value):
         return bounds.setdefault((slot, axis, end), (f"{p}w{len(bounds)}", value))[0]
+
     ix, inside = [], []
     for d, (i, (a, b, c), n) in enumerate(zip(idx, r[2], shape)):
         start = bound(d, 0, a) if a else None
@@ -318,6 +336,7 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             body.append(line)
         else:
             outer[max(d, 0)].append(line)  # never before every loop: a zero extent runs nothing
+
     for slot in sorted(kernel.reads):
         r = kernel.reads[slot]
         dtype = tape.dtypes[slot]
@@ -346,8 +365,12 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
             used = [idx[d] for d in range(len(pattern)) if not pattern[d]]
             v = f"{p}r{slot}{tag}"
-            emit(f"{v} = {p}a{arrays.index((src, pattern))}[{', '.join(used) or '0'}]  # read %{src}"
-                 + (" (broadcast)" if any(pattern) else ""), v, [depth_of.get(i, -1) for i in used])
+            emit(
+                f"{v} = {p}a{arrays.index((src, pattern))}[{', '.join(used) or '0'}]  # read %{src}"
+                + (" (broadcast)" if any(pattern) else ""),
+                v,
+                [depth_of.get(i, -1) for i in used],
+            )
             names[slot] = Expr(v, dtype)
     # sin and cos of one value share their range reduction when the target has sincos (about
     # 13% of the element-wise chain's value+gradient kernel in float64 on an H100)
@@ -371,8 +394,12 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             if (cos if ins is sin else sin).out in names:
                 emit(f"# %{ins.out} = {format_instr(ins)}: {v} was made with it", v, deps)
             else:
-                emit(f"{p}v{sin.out}{tag}, {p}v{cos.out}{tag} = {math_.sincos(args[0]).text}"
-                     f"  # %{sin.out} = {format_instr(sin)}; %{cos.out} = {format_instr(cos)}", v, deps)
+                emit(
+                    f"{p}v{sin.out}{tag}, {p}v{cos.out}{tag} = {math_.sincos(args[0]).text}"
+                    f"  # %{sin.out} = {format_instr(sin)}; %{cos.out} = {format_instr(cos)}",
+                    v,
+                    deps,
+                )
             names[ins.out] = Expr(v, tape.dtypes[ins.out])
             continue
         text = None
@@ -416,8 +443,9 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
     for copy in range(max(unroll, 1)):
         idx = [f"{p}i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
         tag = f"_{copy}" if unroll else ""
-        names = _element(kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag, bounds,
-                         [pre[d] for d in range(loop_dims)])
+        names = _element(
+            kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag, bounds, [pre[d] for d in range(loop_dims)]
+        )
         for ins in kernel.body:
             if ins.prim in GUARDED and names[ins.args[0]].text not in guards:
                 guards.append(names[ins.args[0]].text)
@@ -439,7 +467,11 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
                 whole = all(d > depth for d in axes)  # the local sees every term of its element
                 fresh[k] = fresh[k] and whole
                 if copy == 0 or not across:
-                    start = _typed(identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out]) if whole else f"{p}c{k}[{ix}]"
+                    start = (
+                        _typed(identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out])
+                        if whole
+                        else f"{p}c{k}[{ix}]"
+                    )
                     pre[depth].append(f"{acc} = {start}")
                     if extreme:
                         pre[depth].append(f"{nan} = {'False' if whole else f'{start} != {start}'}")
@@ -466,17 +498,26 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
         pre[-1].append(f"{p}bad = 0")
         post[-1].append(f"{p}flag[0] = {p}bad > 0")
     dims = [d for d in range(loop_dims) if d == 0 or shape[d] > SMALL_DIM]  # extents not in the text
-    params = ([f"{p}n{d}" for d in dims] + [f"{p}a{k}" for k, (a, _) in enumerate(arrays) if a not in bound]
-              + [f"{p}S{k}" if sc in late else f"{p}s{k}" for k, sc in enumerate(scalars)]
-              + [f"{p}o{k}" for k, st in enumerate(kernel.stores) if st not in scratch]
-              + [f"{p}c{k}" for k in range(len(kernel.reductions))] + ([f"{p}flag"] if guard else [])
-              + ([f"{p}w"] if bounds else []))
+    params = (
+        [f"{p}n{d}" for d in dims]
+        + [f"{p}a{k}" for k, (a, _) in enumerate(arrays) if a not in bound]
+        + [f"{p}S{k}" if sc in late else f"{p}s{k}" for k, sc in enumerate(scalars)]
+        + [f"{p}o{k}" for k, st in enumerate(kernel.stores) if st not in scratch]
+        + [f"{p}c{k}" for k in range(len(kernel.reductions))]
+        + ([f"{p}flag"] if guard else [])
+        + ([f"{p}w"] if bounds else [])
+    )
     extents = "".join(f"{p}n{d}, " if d in dims else f"{shape[d]}, " for d in range(rank))
-    out = [f"{p}o{k} = np.empty(({extents}), {_NP_TYPE[tape.dtypes[st]]})  # scratch %{st}"
-           for k, st in enumerate(kernel.stores) if st in scratch]
+    out = [
+        f"{p}o{k} = np.empty(({extents}), {_NP_TYPE[tape.dtypes[st]]})  # scratch %{st}"
+        for k, st in enumerate(kernel.stores)
+        if st in scratch
+    ]
     out += [f"{p}a{k} = {bound[a]}  # %{a}, stored above" for k, (a, _) in enumerate(arrays) if a in bound]
-    out += [f"{name} = {p}w[{k}]  # {'start' if end == 0 else 'stop'} of %{slot}'s window on axis {axis}"
-            for k, ((slot, axis, end), (name, _)) in enumerate(bounds.items())]
+    out += [
+        f"{name} = {p}w[{k}]  # {'start' if end == 0 else 'stop'} of %{slot}'s window on axis {axis}"
+        for k, ((slot, axis, end), (name, _)) in enumerate(bounds.items())
+    ]
     # a scalar made by an earlier loop of the same function arrives as a one-element array, read
     # once that loop has run; any other is a plain argument
     out += [f"{p}s{k} = {p}S{k}[0]" for k, sc in enumerate(scalars) if sc in late]
@@ -498,14 +539,25 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
-    shifted = {r[1] for r in kernel.reads.values()
-               if r[0] in ("window", "pad") and r[2] and tuple(r[2][0]) != (0, shape[0], 1)}
+    shifted = {
+        r[1] for r in kernel.reads.values() if r[0] in ("window", "pad") and r[2] and tuple(r[2][0]) != (0, shape[0], 1)
+    }
     windowed = {r[1] for r in kernel.reads.values() if r[0] in ("window", "pad")}
     passed = [(a, pattern) for a, pattern in arrays if a not in bound]
     padded = {k: a in shifted for k, (a, pattern) in enumerate(passed) if a in windowed and not any(pattern)}
-    part = Part(dims, passed, scalars, [sc in late for sc in scalars], [st for st in kernel.stores if st not in scratch],
-                list(kernel.reductions), guard, fresh, padded, bool(shifted),
-                np.array([v for _, v in bounds.values()], np.int64) if bounds else None)
+    part = Part(
+        dims,
+        passed,
+        scalars,
+        [sc in late for sc in scalars],
+        [st for st in kernel.stores if st not in scratch],
+        list(kernel.reductions),
+        guard,
+        fresh,
+        padded,
+        bool(shifted),
+        np.array([v for _, v in bounds.values()], np.int64) if bounds else None,
+    )
     return params, out, part
 
 
@@ -534,8 +586,11 @@ def program(kernels, tape, late=frozenset(), outside=None):
                 if r[0] == "scalar" or (r[0] == "array" and (any(r[2]) or tape.shapes[r[1]] != kern.shape)):
                     denied.add(r[1])
             for st in kern.stores:
-                if st in scratch or math.prod(kern.shape) * from_short(tape.dtypes[st]).itemsize > SCRATCH_MAX_BYTES \
-                        or (kern.shape or (1,)) != (tape.shapes[st] or (1,)):
+                if (
+                    st in scratch
+                    or math.prod(kern.shape) * from_short(tape.dtypes[st]).itemsize > SCRATCH_MAX_BYTES
+                    or (kern.shape or (1,)) != (tape.shapes[st] or (1,))
+                ):
                     denied.add(st)  # stored twice (recomputed by a later loop), big, or reshaped
                 scratch.add(st)
         scratch -= denied
@@ -560,6 +615,7 @@ def program(kernels, tape, late=frozenset(), outside=None):
 
 
 # --- the CUDA target ---------------------------------------------------------------------------
+
 
 def _c(name):
     return staticmethod(lambda x: Expr(f"math.{name}({x.text})", x.dtype))
@@ -658,9 +714,15 @@ def cuda_source(kernel, tape, late=frozenset()):
         head.append(f"{acc} = {start}")
         lines = _cuda_combine(ins.prim, acc, x)
         body += [lines[0] + comment] + lines[1:]
-        tail += [f"# block tree of %{ins.out}", f"{sh} = cuda.shared.array(BLOCK, {_NP_TYPE[dt]})",
-                 f"{sh}[tid] = {acc}", "cuda.syncthreads()", "w = cuda.blockDim.x // 2", "while w > 0:",
-                 "    if tid < w:"]
+        tail += [
+            f"# block tree of %{ins.out}",
+            f"{sh} = cuda.shared.array(BLOCK, {_NP_TYPE[dt]})",
+            f"{sh}[tid] = {acc}",
+            "cuda.syncthreads()",
+            "w = cuda.blockDim.x // 2",
+            "while w > 0:",
+            "    if tid < w:",
+        ]
         tail += ["        " + ln for ln in _cuda_combine(ins.prim, f"{sh}[tid]", f"{sh}[tid + w]")]
         tail += ["    cuda.syncthreads()", "    w //= 2", "if tid == 0:"]
         tail += ["    " + ln for ln in _cuda_atomic(ins.prim, f"c{k}", "0", f"{sh}[0]")]
@@ -672,26 +734,47 @@ def cuda_source(kernel, tape, late=frozenset()):
         for d in range(rank - 1, 0, -1):
             unravel += [f"i{d} = q % m{d}", f"q //= m{d}"]
         unravel.append("i0 = q")
-    params = (["n"] + [f"m{d}" for d in range(1, rank)] + [f"a{k}" for k in range(len(arrays))]
-              + [f"S{k}" if sc in late else f"s{k}" for k, sc in enumerate(scalars)]
-              + [f"o{k}" for k in range(len(kernel.stores))] + [f"c{k}" for k in range(len(kernel.reductions))])
-    out = [f"def kernel({', '.join(params)}):", "    tid = cuda.threadIdx.x", "    e = cuda.grid(1)",
-           "    step = cuda.gridsize(1)"]
+    params = (
+        ["n"]
+        + [f"m{d}" for d in range(1, rank)]
+        + [f"a{k}" for k in range(len(arrays))]
+        + [f"S{k}" if sc in late else f"s{k}" for k, sc in enumerate(scalars)]
+        + [f"o{k}" for k in range(len(kernel.stores))]
+        + [f"c{k}" for k in range(len(kernel.reductions))]
+    )
+    out = [
+        f"def kernel({', '.join(params)}):",
+        "    tid = cuda.threadIdx.x",
+        "    e = cuda.grid(1)",
+        "    step = cuda.gridsize(1)",
+    ]
     out += [f"    s{k} = S{k}[0]" for k, sc in enumerate(scalars) if sc in late]
     out += ["    " + ln for ln in head]
     out += ["    while e < n:"] + ["        " + ln for ln in unravel + body] + ["        e += step"]
     out += ["    " + ln for ln in tail]
-    text = ("import math\n\nimport numpy as np\nfrom numba import cuda\nfrom numba.cuda import libdevice\n\n"
-            f"BLOCK = {CUDA_BLOCK}\n\n\n" + "\n".join(out) + "\n")
-    part = Part(list(range(1, rank)), arrays, scalars, [sc in late for sc in scalars], list(kernel.stores),
-                list(kernel.reductions), False, [False] * len(kernel.reductions))
+    text = (
+        "import math\n\nimport numpy as np\nfrom numba import cuda\nfrom numba.cuda import libdevice\n\n"
+        f"BLOCK = {CUDA_BLOCK}\n\n\n" + "\n".join(out) + "\n"
+    )
+    part = Part(
+        list(range(1, rank)),
+        arrays,
+        scalars,
+        [sc in late for sc in scalars],
+        list(kernel.stores),
+        list(kernel.reductions),
+        False,
+        [False] * len(kernel.reductions),
+    )
     return Source(text, [part])
 
 
 def cuda_fill_source():
     """A kernel setting every element of a flat device array to ``v`` (reduction identities)."""
-    return ("from numba import cuda\n\n\ndef kernel(n, a, v):\n    e = cuda.grid(1)\n    step = cuda.gridsize(1)\n"
-            "    while e < n:\n        a[e] = v\n        e += step\n")
+    return (
+        "from numba import cuda\n\n\ndef kernel(n, a, v):\n    e = cuda.grid(1)\n    step = cuda.gridsize(1)\n"
+        "    while e < n:\n        a[e] = v\n        e += step\n"
+    )
 
 
 MATMUL_TILE = 16

@@ -14,6 +14,7 @@ reductions, which are complete only after the loop). A value another kernel comp
 rematerialized rather than stored and reloaded when that is cheaper: broadcast reads are re-read
 from their source, and short chains of cheap arithmetic (``CHEAP``) are recomputed.
 """
+
 import math
 
 from ..ir.prims import PRIMS
@@ -24,8 +25,33 @@ FUSED = ("unary", "binary", "compare", "logical", "where", "cast")
 EPILOGUES = ("sum", "prod", "amax", "amin")
 # recomputed in a later kernel rather than stored and reloaded: a few cycles each, while a
 # libm call (exp, sin, tanh: 3-20 ns) costs more than the memory traffic it would save
-CHEAP = {"reshape", "expand", "neg", "add", "sub", "mul", "div", "abs", "sign", "cast", "detach", "lt", "le", "gt", "ge", "eq", "ne",
-         "logical_and", "logical_or", "logical_not", "where", "maximum", "minimum", "sqrt", "isnan"}
+CHEAP = {
+    "reshape",
+    "expand",
+    "neg",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "abs",
+    "sign",
+    "cast",
+    "detach",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "where",
+    "maximum",
+    "minimum",
+    "sqrt",
+    "isnan",
+}
 REMAT_BUDGET = 16
 CUDA_ATOMIC = ("f32", "f64", "i32", "i64")  # dtypes CUDA's atomic add, max and min take
 SMALL_LOOP = 1 << 15  # elements; the runtime's threshold for running a loop on threads
@@ -186,8 +212,11 @@ def fuse(tape, target="cpu"):
             literal[ins.out] = ins.params["value"]
         elif ins.prim in ("reshape", "expand") and ins.args[0] in literal:
             literal[ins.out] = literal[ins.args[0]]
-        if scalar_glue and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape) and (
-                prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand")):
+        if (
+            scalar_glue
+            and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape)
+            and (prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand"))
+        ):
             glue(ins)
             continue
         noop = ins.prim in ("reshape", "expand") and tape.shapes[ins.args[0]] == shape
@@ -245,11 +274,20 @@ def fuse(tape, target="cpu"):
     instr_of = {ins.out: ins for ins in tape.instrs}
     flat = []
     for step in steps:
-        if cpu and isinstance(step, Kernel) and len(step.body) <= 1 and not step.reductions and \
-                math.prod(step.shape) < SMALL_LOOP and not any(r[0] == "pad" for r in step.reads.values()):
+        if (
+            cpu
+            and isinstance(step, Kernel)
+            and len(step.body) <= 1
+            and not step.reductions
+            and math.prod(step.shape) < SMALL_LOOP
+            and not any(r[0] == "pad" for r in step.reads.values())
+        ):
             # its reads as NumPy steps (a slice's own view step is already there)
-            flat += [Glue(instr_of[slot]) for slot, r in sorted(step.reads.items())
-                     if r[0] not in ("literal", "window") and r[1] != slot]
+            flat += [
+                Glue(instr_of[slot])
+                for slot, r in sorted(step.reads.items())
+                if r[0] not in ("literal", "window") and r[1] != slot
+            ]
             flat += [Glue(ins) for ins in step.body]
         else:
             flat.append(step)

@@ -33,6 +33,7 @@ array([[ 3.,  3.],
 >>> backend() in ("mkl", "numpy")
 True
 """
+
 import ctypes
 import ctypes.util
 import importlib.metadata
@@ -54,7 +55,7 @@ MIN_WORK = 1 << 18
 
 _GNU_THREADING = 3  # MKL_THREADING_GNU
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-_INT_MAX = 2 ** 31 - 1  # MKL's LP64 interface takes 32-bit dimensions
+_INT_MAX = 2**31 - 1  # MKL's LP64 interface takes 32-bit dimensions
 
 _lock = threading.Lock()
 _gemms = None  # {dtype: cblas gemm} once MKL is loaded; {} when it cannot be
@@ -93,18 +94,29 @@ def _open():
     if lib.MKL_Set_Threading_Layer(_GNU_THREADING) != _GNU_THREADING:
         raise OSError("MKL did not accept libgomp as its threading layer")
     gemms = {}
-    for dtype, name, scalar in ((np.float64, "cblas_dgemm", ctypes.c_double),
-                                (np.float32, "cblas_sgemm", ctypes.c_float)):
+    for dtype, name, scalar in (
+        (np.float64, "cblas_dgemm", ctypes.c_double),
+        (np.float32, "cblas_sgemm", ctypes.c_float),
+    ):
         gemm = getattr(lib, name)
-        gemm.argtypes = [ctypes.c_int] * 6 + [scalar, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                              ctypes.c_int, scalar, ctypes.c_void_p, ctypes.c_int]
+        gemm.argtypes = [ctypes.c_int] * 6 + [
+            scalar,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            scalar,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
         gemm.restype = None
         gemms[np.dtype(dtype)] = gemm
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((5, 7)), np.asfortranarray(rng.standard_normal((7, 3)))
     z = np.empty((5, 3))
-    gemms[z.dtype](_ROW_MAJOR, _NO_TRANS, _TRANS, 5, 3, 7, 1.0, x.ctypes.data, 7, y.ctypes.data, 7, 0.0,
-                   z.ctypes.data, 3)
+    gemms[z.dtype](
+        _ROW_MAJOR, _NO_TRANS, _TRANS, 5, 3, 7, 1.0, x.ctypes.data, 7, y.ctypes.data, 7, 0.0, z.ctypes.data, 3
+    )
     if not np.allclose(z, x @ y, rtol=1e-12, atol=1e-12):
         raise OSError("MKL's product disagreed with NumPy's")
     buf = ctypes.create_string_buffer(256)
@@ -200,8 +212,15 @@ def matmul(x, y, out=None):
 def _gemm_call(x, y, out):
     """``(gemm, result array, gemm's arguments)`` for a product MKL takes, else None."""
     gemms = _gemms if _gemms is not None else _load()
-    gemm = (gemms and x.__class__ is np.ndarray and y.__class__ is np.ndarray and x.ndim == 2 and y.ndim == 2
-            and x.dtype == y.dtype and gemms.get(x.dtype))
+    gemm = (
+        gemms
+        and x.__class__ is np.ndarray
+        and y.__class__ is np.ndarray
+        and x.ndim == 2
+        and y.ndim == 2
+        and x.dtype == y.dtype
+        and gemms.get(x.dtype)
+    )
     if not gemm:
         return None
     (m, k), (k2, n) = x.shape, y.shape
@@ -210,16 +229,32 @@ def _gemm_call(x, y, out):
     a, b = _operand(x), _operand(y)
     if out is None:
         c = np.empty((m, n), x.dtype)
-    elif (out.__class__ is np.ndarray and out.dtype == x.dtype and out.shape == (m, n) and out.flags.writeable
-          and out.strides[1] == out.itemsize and out.strides[0] >= n * out.itemsize
-          and out.strides[0] % out.itemsize == 0 and not np.may_share_memory(out, x)
-          and not np.may_share_memory(out, y)):
+    elif (
+        out.__class__ is np.ndarray
+        and out.dtype == x.dtype
+        and out.shape == (m, n)
+        and out.flags.writeable
+        and out.strides[1] == out.itemsize
+        and out.strides[0] >= n * out.itemsize
+        and out.strides[0] % out.itemsize == 0
+        and not np.may_share_memory(out, x)
+        and not np.may_share_memory(out, y)
+    ):
         c = out
     else:
         return None
     ldc = c.strides[0] // c.itemsize
-    if (a is None or b is None or max(a[1], b[1], ldc) > _INT_MAX
-            or not x.flags.aligned or not y.flags.aligned or not c.flags.aligned):
+    if (
+        a is None
+        or b is None
+        or max(a[1], b[1], ldc) > _INT_MAX
+        or not x.flags.aligned
+        or not y.flags.aligned
+        or not c.flags.aligned
+    ):
         return None
-    return gemm, c, (_ROW_MAJOR, a[0], b[0], m, n, k, 1.0, x.ctypes.data, a[1], y.ctypes.data, b[1], 0.0,
-                     c.ctypes.data, ldc)
+    return (
+        gemm,
+        c,
+        (_ROW_MAJOR, a[0], b[0], m, n, k, 1.0, x.ctypes.data, a[1], y.ctypes.data, b[1], 0.0, c.ctypes.data, ldc),
+    )

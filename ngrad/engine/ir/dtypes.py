@@ -3,10 +3,23 @@
 Contract: ``DType`` objects are singletons compared by identity; ``promote`` and
 ``result_type`` reproduce ``torch.result_type`` for bool, int32, int64, float32, float64.
 """
+
 import numpy as np
 
-__all__ = ["DType", "bool_", "int32", "int64", "float32", "float64", "promote", "result_type",
-           "from_numpy_dtype", "from_short", "get_default_dtype", "set_default_dtype"]
+__all__ = [
+    "DType",
+    "bool_",
+    "int32",
+    "int64",
+    "float32",
+    "float64",
+    "promote",
+    "result_type",
+    "from_numpy_dtype",
+    "from_short",
+    "get_default_dtype",
+    "set_default_dtype",
+]
 
 
 class DType:
@@ -51,8 +64,10 @@ def from_numpy_dtype(np_dtype):
     """The ngrad dtype of a NumPy dtype, or ``TypeError`` naming the supported ones."""
     d = _BY_NP.get(np.dtype(np_dtype))
     if d is None:
-        raise TypeError(f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype).name}. The only "
-                        "supported types are: float64, float32, int64, int32, and bool.")
+        raise TypeError(
+            f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype).name}. The only "
+            "supported types are: float64, float32, int64, int32, and bool."
+        )
     return d
 
 

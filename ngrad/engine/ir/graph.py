@@ -11,6 +11,7 @@ computed from one that does is followed by a ``detach`` instruction: cotangents 
 ``replay(tape, inputs)`` is the inverse direction: it records a tape as new nodes (this is how
 ``create_graph=True`` turns a joint tape into a differentiable graph).
 """
+
 import numpy as np
 
 from .dtypes import from_short
@@ -25,8 +26,18 @@ class Node:
     ``differentiable``: its gradient flows on into ``srcs`` (False for leaves and constants)."""
 
     # name/freed/owner are rarely set: class-level defaults keep recording cheap
-    __slots__ = ("op", "srcs", "params", "shape", "dtype", "value", "requires_grad", "differentiable",
-                 "__dict__", "__weakref__")
+    __slots__ = (
+        "op",
+        "srcs",
+        "params",
+        "shape",
+        "dtype",
+        "value",
+        "requires_grad",
+        "differentiable",
+        "__dict__",
+        "__weakref__",
+    )
     name = None
     device = "cpu"  # "cuda" on the GPU; None for values usable on any device (see _place)
     freed = False
@@ -72,8 +83,14 @@ CUDA_SEEN = [False]
 def _free(n):
     """Whether ``n`` can join a graph on any device: literals, runtime scalars, index arrays made
     by the facade (``device`` None) and, as in PyTorch, realized 0-d CPU tensors (copied over)."""
-    return n.device is None or n.op == "const" or (n.op == "input" and (
-        (n.params is not None and n.params.get("scalar")) or (not n.shape and n.device == "cpu")))
+    return (
+        n.device is None
+        or n.op == "const"
+        or (
+            n.op == "input"
+            and ((n.params is not None and n.params.get("scalar")) or (not n.shape and n.device == "cpu"))
+        )
+    )
 
 
 def _place(node, srcs):
@@ -86,8 +103,9 @@ def _place(node, srcs):
             found = s.device
         elif s.device != found:
             a, b = ("cuda:0", "cpu") if found == "cuda" else ("cpu", "cuda:0")
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                               f"devices, {a} and {b}!")
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!"
+            )
     if found is None:
         node.device = None  # computed from literals and scalars only: it goes where it is used
     elif found == "cuda":
@@ -218,7 +236,11 @@ def replay(tape, inputs, grad_enabled, known=None):
             continue
         srcs = tuple(env[a] for a in ins.args)
         dtype = tape.dtypes[ins.out]
-        rg = (grad_enabled and PRIMS[ins.prim].vjp is not None and dtype in ("f32", "f64")
-              and any(s.requires_grad for s in srcs))
+        rg = (
+            grad_enabled
+            and PRIMS[ins.prim].vjp is not None
+            and dtype in ("f32", "f64")
+            and any(s.requires_grad for s in srcs)
+        )
         env[ins.out] = Node(ins.prim, srcs, dict(ins.params) or None, tape.shapes[ins.out], from_short(dtype), rg)
     return [env[s] for s in tape.outputs]

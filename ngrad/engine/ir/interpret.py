@@ -7,6 +7,7 @@ is tested against, so it favours plain, obviously-correct NumPy over speed. Floa
 exceptions follow IEEE (inf/nan results, no warnings). Slots are dropped after their last use,
 so long tapes run in memory proportional to their live values.
 """
+
 import math
 
 import numpy as np
@@ -42,8 +43,11 @@ def matmul_into(x, y, out=None):
     x, y = _blas_ready(x), _blas_ready(y)
     if out is None:
         return blas.matmul(x, y)
-    if out.ndim >= 2 and out.dtype.kind in "fc" and (out.strides[-1] != out.itemsize or
-                                                     out.strides[-2] < out.shape[-1] * out.itemsize):
+    if (
+        out.ndim >= 2
+        and out.dtype.kind in "fc"
+        and (out.strides[-1] != out.itemsize or out.strides[-2] < out.shape[-1] * out.itemsize)
+    ):
         out[...] = blas.matmul(x, y)
         return out
     return blas.matmul(x, y, out)
@@ -53,8 +57,7 @@ def _lapack(fn, name, *args):
     try:
         return fn(*args)
     except np.linalg.LinAlgError:
-        raise RuntimeError(f"{name}: The input matrix is singular, so the computation could not be completed") \
-            from None
+        raise RuntimeError(f"{name}: The input matrix is singular, so the computation could not be completed") from None
 
 
 def _index_error(e):
@@ -231,8 +234,10 @@ def dead_after(reads, keep):
 
 def bind(tape, values):
     """The environment of a run: input slot -> value (runtime scalars as 0-d arrays)."""
-    return {s: np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
-            for s, k, v in zip(tape.inputs, tape.kinds, values)}
+    return {
+        s: np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
+        for s, k, v in zip(tape.inputs, tape.kinds, values)
+    }
 
 
 def evaluate(tape, ins, env):

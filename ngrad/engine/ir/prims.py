@@ -7,11 +7,13 @@ table (through ``Var`` objects of a tape builder), so a derivative is again a ta
 printed, run, fused or differentiated again. Elementwise rows state their partial derivatives
 once (``per_arg``): an elementwise Jacobian is diagonal, so the same rules give the VJP
 (applied to a cotangent) and the JVP (applied to tangents, summed). Linear rows (movement,
-indexing, ``sum``, ``cumsum``) are their own JVP (``LINEAR``). Dtypes inside tapes are short names: 'b8', 'i32', 'i64', 'f32', 'f64'.
+indexing, ``sum``, ``cumsum``) are their own JVP (``LINEAR``). Dtypes inside tapes are short
+names: 'b8', 'i32', 'i64', 'f32', 'f64'.
 
 Broadcasting is not handled by any row: elementwise rows require equal shapes and dtypes,
 and the single ``expand`` row broadcasts (its VJP sums back).
 """
+
 import math
 import operator
 
@@ -23,6 +25,7 @@ class TapeError(ValueError):
 
 
 # --- shape and dtype rules, one per kind ----------------------------------------------------
+
 
 def _fail(msg):
     raise TapeError(msg)
@@ -141,10 +144,9 @@ def _cat(shapes, dtypes, axis):
     first = shapes[0]
     _axes_ok((axis,), len(first))
     for s, d in zip(shapes, dtypes):
-        if d != dtypes[0] or len(s) != len(first) or any(
-                a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis):
+        if d != dtypes[0] or len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis):
             _fail(f"cat operands must agree except on axis {axis}, got {shapes}")
-    return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:], dtypes[0]
+    return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :], dtypes[0]
 
 
 def _index_shape(x, idx_shapes, idx_dtypes, axis):
@@ -153,7 +155,7 @@ def _index_shape(x, idx_shapes, idx_dtypes, axis):
         _fail(f"index with {k} index tensors at axis {axis} does not fit {x}")
     if any(d != "i64" for d in idx_dtypes) or any(s != idx_shapes[0] for s in idx_shapes):
         _fail(f"index tensors must be i64 of one shape, got {list(zip(idx_shapes, idx_dtypes))}")
-    return x[:axis] + idx_shapes[0] + x[axis + k:]
+    return x[:axis] + idx_shapes[0] + x[axis + k :]
 
 
 def _index(shapes, dtypes, axis):
@@ -213,6 +215,7 @@ def _const(shapes, dtypes, value, dtype):
 
 # --- helpers the VJP rules share ---------------------------------------------------------------
 
+
 def keepdim_shape(shape, axes):
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
@@ -269,8 +272,9 @@ def _prod_jvp(ts, out, args, params):
 
 def _matmul_jvp(ts, out, args, params):
     (tx, ty), (x, y) = ts, args
-    terms = [t for t in (tx.matmul(y) if tx is not None else None, x.matmul(ty) if ty is not None else None)
-             if t is not None]
+    terms = [
+        t for t in (tx.matmul(y) if tx is not None else None, x.matmul(ty) if ty is not None else None) if t is not None
+    ]
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
@@ -321,9 +325,13 @@ def _cat_vjp(need, g, out, args, axis):
     for a, n in zip(args, need):
         stop = start + a.shape[axis]
         if n:
-            res.append(g.slice(starts=tuple(start if i == axis else 0 for i in range(len(g.shape))),
-                               stops=tuple(stop if i == axis else s for i, s in enumerate(g.shape)),
-                               steps=(1,) * len(g.shape)))
+            res.append(
+                g.slice(
+                    starts=tuple(start if i == axis else 0 for i in range(len(g.shape))),
+                    stops=tuple(stop if i == axis else s for i, s in enumerate(g.shape)),
+                    steps=(1,) * len(g.shape),
+                )
+            )
         else:
             res.append(None)
         start = stop
@@ -347,6 +355,7 @@ _SQRT_PI_2 = 2.0 / math.sqrt(math.pi)
 
 # --- the table -----------------------------------------------------------------------------------
 
+
 class Prim:
     """One primitive: ``fwd(m, *args, **params)``, ``vjp(need, g, out, args, params)`` (the
     cotangent of each argument, None where not needed) and ``jvp(tangents, out, args, params)``
@@ -364,8 +373,10 @@ class Prim:
 
 def per_arg(*rules):
     """Build a VJP from one rule per argument (None: not differentiable in that argument)."""
+
     def vjp(need, g, out, args, params):
         return [r(g, out, *args, **params) if n and r is not None else None for r, n in zip(rules, need)]
+
     vjp.rules = rules
     return vjp
 
@@ -373,6 +384,7 @@ def per_arg(*rules):
 def _diagonal(rules):
     """The JVP of an elementwise primitive from its per-argument partials (diagonal Jacobians:
     the VJP rule applied to a tangent is that argument's JVP term)."""
+
     def jvp(ts, out, args, params):
         total = None
         for r, t in zip(rules, ts):
@@ -380,15 +392,18 @@ def _diagonal(rules):
                 term = r(t, out, *args, **params)
                 total = term if total is None else total + term
         return total
+
     return jvp
 
 
 def _linear(name):
     """The JVP of a primitive that is linear in its floating arguments: itself, on the tangents
     (zeros for a floating argument without one; index arguments stay as they are)."""
+
     def jvp(ts, out, args, params):
         operands = [t if t is not None else (zeros_like(a) if a.dtype[0] == "f" else a) for a, t in zip(args, ts)]
         return out.bld.emit(name, operands, params)
+
     return jvp
 
 
@@ -432,86 +447,213 @@ P("ceil", "unary", _unary, lambda m, x: m.ceil(x), per_arg(lambda g, out, x: zer
 P("round", "unary", _unary, lambda m, x: m.round(x), per_arg(lambda g, out, x: zeros_like(g)))
 P("isnan", "compare", lambda s, d: (s[0], "b8"), lambda m, x: m.isnan(x))
 P("logical_not", "logical", _logical, lambda m, x: m.logical_not(x))
-P("cast", "cast", _cast, lambda m, x, dtype: m.cast(x, dtype),
-  per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
-  lambda ts, out, args, params: ts[0].cast(dtype=out.dtype) if out.dtype[0] == "f" else None)
+P(
+    "cast",
+    "cast",
+    _cast,
+    lambda m, x, dtype: m.cast(x, dtype),
+    per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
+    lambda ts, out, args, params: ts[0].cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
+)
 P("detach", "unary", _unary, lambda m, x: x)
 
 # elementwise binary: equal shapes and dtypes
 P("add", "binary", _ew, lambda m, x, y: x + y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: g))
 P("sub", "binary", _ew, lambda m, x, y: x - y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g))
 P("mul", "binary", _ew, lambda m, x, y: x * y, per_arg(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x))
-P("div", "binary", _ew, lambda m, x, y: x / y,
-  per_arg(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * x / (y * y)))
+P(
+    "div",
+    "binary",
+    _ew,
+    lambda m, x, y: x / y,
+    per_arg(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * x / (y * y)),
+)
 P("pow", "binary", _ew, lambda m, x, y: m.pow(x, y), per_arg(_pow_base, _pow_exponent))
-P("maximum", "binary", _ew, lambda m, x, y: m.maximum(x, y),
-  per_arg(lambda g, out, x, y: g * _tie_weight(x, y), lambda g, out, x, y: g * _tie_weight(y, x)))
-P("minimum", "binary", _ew, lambda m, x, y: m.minimum(x, y),
-  per_arg(lambda g, out, x, y: g * _tie_weight(y, x), lambda g, out, x, y: g * _tie_weight(x, y)))
-P("atan2", "binary", _ew, lambda m, x, y: m.atan2(x, y),
-  per_arg(lambda g, out, x, y: g * y / (x * x + y * y), lambda g, out, x, y: -g * x / (x * x + y * y)))
+P(
+    "maximum",
+    "binary",
+    _ew,
+    lambda m, x, y: m.maximum(x, y),
+    per_arg(lambda g, out, x, y: g * _tie_weight(x, y), lambda g, out, x, y: g * _tie_weight(y, x)),
+)
+P(
+    "minimum",
+    "binary",
+    _ew,
+    lambda m, x, y: m.minimum(x, y),
+    per_arg(lambda g, out, x, y: g * _tie_weight(y, x), lambda g, out, x, y: g * _tie_weight(x, y)),
+)
+P(
+    "atan2",
+    "binary",
+    _ew,
+    lambda m, x, y: m.atan2(x, y),
+    per_arg(lambda g, out, x, y: g * y / (x * x + y * y), lambda g, out, x, y: -g * x / (x * x + y * y)),
+)
 # x - y * floor(x / y) (the sign of y) and x - y * trunc(x / y) (the sign of x), computed exactly
-P("remainder", "binary", _ew, lambda m, x, y: m.remainder(x, y),
-  per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * (x / y).floor()))
-P("fmod", "binary", _ew, lambda m, x, y: m.fmod(x, y),
-  per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * _trunc(x / y)))
+P(
+    "remainder",
+    "binary",
+    _ew,
+    lambda m, x, y: m.remainder(x, y),
+    per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * (x / y).floor()),
+)
+P(
+    "fmod",
+    "binary",
+    _ew,
+    lambda m, x, y: m.fmod(x, y),
+    per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * _trunc(x / y)),
+)
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    P(_name, "compare", _compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))
+    P(_name, "compare", _compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))  # noqa: B008
 P("logical_and", "logical", _logical, lambda m, x, y: m.logical_and(x, y))
 P("logical_or", "logical", _logical, lambda m, x, y: m.logical_or(x, y))
-P("where", "where", _where, lambda m, c, x, y: m.where(c, x, y),
-  per_arg(None, lambda g, out, c, x, y: c.where(g, zeros_like(g)), lambda g, out, c, x, y: c.where(zeros_like(g), g)))
+P(
+    "where",
+    "where",
+    _where,
+    lambda m, c, x, y: m.where(c, x, y),
+    per_arg(None, lambda g, out, c, x, y: c.where(g, zeros_like(g)), lambda g, out, c, x, y: c.where(zeros_like(g), g)),
+)
 
 # reductions and scans
-P("sum", "reduce", _reduce, lambda m, x, axes, keepdim: m.sum(x, axes, keepdim),
-  per_arg(lambda g, out, x, axes, keepdim: unreduce(g, x.shape, axes, keepdim)), LINEAR)
+P(
+    "sum",
+    "reduce",
+    _reduce,
+    lambda m, x, axes, keepdim: m.sum(x, axes, keepdim),
+    per_arg(lambda g, out, x, axes, keepdim: unreduce(g, x.shape, axes, keepdim)),
+    LINEAR,
+)
 P("prod", "reduce", _reduce, lambda m, x, axes, keepdim: m.prod(x, axes, keepdim), per_arg(_prod_vjp), _prod_jvp)
-P("amax", "reduce", _reduce, lambda m, x, axes, keepdim: m.amax(x, axes, keepdim), per_arg(_extreme_vjp),
-  _extreme_jvp)
-P("amin", "reduce", _reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim), per_arg(_extreme_vjp),
-  _extreme_jvp)
+P("amax", "reduce", _reduce, lambda m, x, axes, keepdim: m.amax(x, axes, keepdim), per_arg(_extreme_vjp), _extreme_jvp)
+P("amin", "reduce", _reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim), per_arg(_extreme_vjp), _extreme_jvp)
 P("argmax", "reduce", _arg, lambda m, x, axis, keepdim: m.argmax(x, axis, keepdim))
 P("argmin", "reduce", _arg, lambda m, x, axis, keepdim: m.argmin(x, axis, keepdim))
 P("argsort", "sort", _argsort, lambda m, x, axis, descending: m.argsort(x, axis, descending))
-P("cumsum", "scan", _scan, lambda m, x, axis: m.cumsum(x, axis),
-  per_arg(lambda g, out, x, axis: g.flip(axes=(axis,)).cumsum(axis=axis).flip(axes=(axis,))), LINEAR)
+P(
+    "cumsum",
+    "scan",
+    _scan,
+    lambda m, x, axis: m.cumsum(x, axis),
+    per_arg(lambda g, out, x, axis: g.flip(axes=(axis,)).cumsum(axis=axis).flip(axes=(axis,))),
+    LINEAR,
+)
 
 # movement
-P("reshape", "movement", _reshape, lambda m, x, shape: m.reshape(x, shape),
-  per_arg(lambda g, out, x, shape: g.reshape(shape=x.shape)), LINEAR)
-P("permute", "movement", _permute, lambda m, x, perm: m.permute(x, perm),
-  per_arg(lambda g, out, x, perm: g.permute(perm=_inverse(perm))), LINEAR)
-P("expand", "movement", _expand, lambda m, x, shape: m.expand(x, shape),
-  per_arg(lambda g, out, x, shape: sum_to(g, x.shape)), LINEAR)
-P("slice", "movement", _slice, lambda m, x, starts, stops, steps: m.slice(x, starts, stops, steps),
-  per_arg(lambda g, out, x, starts, stops, steps: g.unslice(shape=x.shape, starts=starts, stops=stops, steps=steps)),
-  LINEAR)
-P("unslice", "movement", _unslice,
-  lambda m, x, shape, starts, stops, steps: m.unslice(x, shape, starts, stops, steps),
-  per_arg(lambda g, out, x, shape, starts, stops, steps: g.slice(starts=starts, stops=stops, steps=steps)), LINEAR)
-P("flip", "movement", _flip, lambda m, x, axes: m.flip(x, axes),
-  per_arg(lambda g, out, x, axes: g.flip(axes=axes)), LINEAR)
-P("cat", "movement", _cat, lambda m, *xs, axis: m.cat(xs, axis),
-  lambda need, g, out, args, params: _cat_vjp(need, g, out, args, **params), LINEAR)
+P(
+    "reshape",
+    "movement",
+    _reshape,
+    lambda m, x, shape: m.reshape(x, shape),
+    per_arg(lambda g, out, x, shape: g.reshape(shape=x.shape)),
+    LINEAR,
+)
+P(
+    "permute",
+    "movement",
+    _permute,
+    lambda m, x, perm: m.permute(x, perm),
+    per_arg(lambda g, out, x, perm: g.permute(perm=_inverse(perm))),
+    LINEAR,
+)
+P(
+    "expand",
+    "movement",
+    _expand,
+    lambda m, x, shape: m.expand(x, shape),
+    per_arg(lambda g, out, x, shape: sum_to(g, x.shape)),
+    LINEAR,
+)
+P(
+    "slice",
+    "movement",
+    _slice,
+    lambda m, x, starts, stops, steps: m.slice(x, starts, stops, steps),
+    per_arg(lambda g, out, x, starts, stops, steps: g.unslice(shape=x.shape, starts=starts, stops=stops, steps=steps)),
+    LINEAR,
+)
+P(
+    "unslice",
+    "movement",
+    _unslice,
+    lambda m, x, shape, starts, stops, steps: m.unslice(x, shape, starts, stops, steps),
+    per_arg(lambda g, out, x, shape, starts, stops, steps: g.slice(starts=starts, stops=stops, steps=steps)),
+    LINEAR,
+)
+P(
+    "flip",
+    "movement",
+    _flip,
+    lambda m, x, axes: m.flip(x, axes),
+    per_arg(lambda g, out, x, axes: g.flip(axes=axes)),
+    LINEAR,
+)
+P(
+    "cat",
+    "movement",
+    _cat,
+    lambda m, *xs, axis: m.cat(xs, axis),
+    lambda need, g, out, args, params: _cat_vjp(need, g, out, args, **params),
+    LINEAR,
+)
 
 # indexing: integer index tensors are never differentiated
-P("index", "index", _index, lambda m, x, *idx, axis: m.index(x, idx, axis),
-  lambda need, g, out, args, params: [g.unindex(*args[1:], shape=args[0].shape, axis=params["axis"])
-                                      if need[0] else None] + [None] * (len(args) - 1), LINEAR)
-P("unindex", "index", _unindex, lambda m, x, *idx, shape, axis: m.unindex(x, idx, shape, axis),
-  lambda need, g, out, args, params: [g.index(*args[1:], axis=params["axis"]) if need[0] else None]
-  + [None] * (len(args) - 1), LINEAR)
-P("gather", "index", _gather, lambda m, x, idx, axis: m.gather(x, idx, axis),
-  per_arg(lambda g, out, x, idx, axis: g.scatter_add(idx, axis=axis, shape=x.shape), None), LINEAR)
-P("scatter_add", "index", _scatter_add, lambda m, x, idx, axis, shape: m.scatter_add(x, idx, axis, shape),
-  per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None), LINEAR)
+P(
+    "index",
+    "index",
+    _index,
+    lambda m, x, *idx, axis: m.index(x, idx, axis),
+    lambda need, g, out, args, params: (
+        [g.unindex(*args[1:], shape=args[0].shape, axis=params["axis"]) if need[0] else None] + [None] * (len(args) - 1)
+    ),
+    LINEAR,
+)
+P(
+    "unindex",
+    "index",
+    _unindex,
+    lambda m, x, *idx, shape, axis: m.unindex(x, idx, shape, axis),
+    lambda need, g, out, args, params: (
+        [g.index(*args[1:], axis=params["axis"]) if need[0] else None] + [None] * (len(args) - 1)
+    ),
+    LINEAR,
+)
+P(
+    "gather",
+    "index",
+    _gather,
+    lambda m, x, idx, axis: m.gather(x, idx, axis),
+    per_arg(lambda g, out, x, idx, axis: g.scatter_add(idx, axis=axis, shape=x.shape), None),
+    LINEAR,
+)
+P(
+    "scatter_add",
+    "index",
+    _scatter_add,
+    lambda m, x, idx, axis, shape: m.scatter_add(x, idx, axis, shape),
+    per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None),
+    LINEAR,
+)
 
 # linear algebra (inv, solve, det: stacks of matrices, LAPACK through NumPy, run as glue) and sources
-P("inv", "linalg", _square, lambda m, a: m.inv(a),
-  per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
-  lambda ts, out, args, params: -out.matmul(ts[0]).matmul(out))
+P(
+    "inv",
+    "linalg",
+    _square,
+    lambda m, a: m.inv(a),
+    per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
+    lambda ts, out, args, params: -out.matmul(ts[0]).matmul(out),
+)
 P("solve", "linalg", _solve, lambda m, a, b: m.solve(a, b), _solve_vjp, _solve_jvp)
 P("det", "linalg", _det, lambda m, a: m.det(a), per_arg(_det_vjp), _det_jvp)
-P("matmul", "matmul", _matmul, lambda m, x, y: m.matmul(x, y),
-  per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)), _matmul_jvp)
+P(
+    "matmul",
+    "matmul",
+    _matmul,
+    lambda m, x, y: m.matmul(x, y),
+    per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)),
+    _matmul_jvp,
+)
 P("const", "const", _const, lambda m, value, dtype: m.const(value, dtype))

@@ -8,6 +8,7 @@ renumbered in definition order, params sorted), which ``parse`` reads back exact
 structural hash used by caches is taken from it. ``Builder`` appends instructions with shape
 inference and hands out ``Var`` handles that the VJP rules of the primitive table compute with.
 """
+
 import ast
 import re
 
@@ -61,8 +62,9 @@ class Tape:
             return self._key[1]
         parts = [tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))]
         for ins in self.instrs:
-            parts.append((ins.out, ins.prim, tuple(ins.args), params_key(ins.params),
-                          self.shapes[ins.out], self.dtypes[ins.out]))
+            parts.append(
+                (ins.out, ins.prim, tuple(ins.args), params_key(ins.params), self.shapes[ins.out], self.dtypes[ins.out])
+            )
         parts.append(tuple(self.outputs))
         self._key = (at, tuple(parts))
         return self._key[1]
@@ -85,11 +87,14 @@ class Tape:
                     raise TapeError(f"%{ins.out} = {ins.prim} reads %{a} before it is defined")
             if ins.out in defined:
                 raise TapeError(f"slot %{ins.out} written twice")
-            shape, dtype = prim.infer([self.shapes[a] for a in ins.args],
-                                      [self.dtypes[a] for a in ins.args], **ins.params)
+            shape, dtype = prim.infer(
+                [self.shapes[a] for a in ins.args], [self.dtypes[a] for a in ins.args], **ins.params
+            )
             if shape != self.shapes[ins.out] or dtype != self.dtypes[ins.out]:
-                raise TapeError(f"%{ins.out} = {ins.prim} is recorded as {self.dtypes[ins.out]}"
-                                f"{list(self.shapes[ins.out])} but its rule gives {dtype}{list(shape)}")
+                raise TapeError(
+                    f"%{ins.out} = {ins.prim} is recorded as {self.dtypes[ins.out]}"
+                    f"{list(self.shapes[ins.out])} but its rule gives {dtype}{list(shape)}"
+                )
             defined.add(ins.out)
         for s in self.outputs:
             if s not in defined:
@@ -124,7 +129,7 @@ def params_key(params):
     if not params:
         return ()
     key = []
-    for k, v in (sorted(params.items()) if len(params) > 1 else params.items()):
+    for k, v in sorted(params.items()) if len(params) > 1 else params.items():
         if type(v) is tuple:
             for e in v:
                 if type(e) is not int:
@@ -200,6 +205,7 @@ def _params(text):
 
 # --- building tapes --------------------------------------------------------------------------------
 
+
 class Var:
     """A slot of a tape under construction; arithmetic on it appends instructions.
 
@@ -239,6 +245,7 @@ class Var:
 def _method(name):
     def method(self, *args, **params):
         return self.bld.emit(name, (self,) + tuple(self._lift(a) for a in args), params)
+
     method.__name__ = name
     return method
 

@@ -20,6 +20,7 @@ arrays, which run as bytecode (``bytecode``; see ``BYTECODE_MIN_INSTRS``) under 
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
 """
+
 import concurrent.futures
 import math
 import os
@@ -29,11 +30,12 @@ import time
 
 import numpy as np
 
-from ..config import debug_level, jit_mode, jit_threshold as _threshold
 from ..backend.codegen import Expr, SourceMath, identity
 from ..backend.fuse import SMALL_LOOP
-from ..ir.interpret import bind, compute, dead_after, evaluate, interpret, matmul_into, np_dtype, unslice_into
 from ..backend.vmath import FUNCTIONS
+from ..config import debug_level, jit_mode
+from ..config import jit_threshold as _threshold
+from ..ir.interpret import bind, compute, dead_after, evaluate, interpret, matmul_into, np_dtype, unslice_into
 
 __all__ = ["run", "prepare", "inline", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
 
@@ -56,12 +58,15 @@ def _check_one(tape, i, v, device=False):
         return
     if not isinstance(v, np.ndarray):
         from ..targets.compile import is_device_array
+
         if not (device and is_device_array(v)):
-            raise TypeError(f"input {i} of the tape must be {'a device array' if device else 'an ndarray'}, "
-                            f"got {type(v).__name__}")
+            raise TypeError(
+                f"input {i} of the tape must be {'a device array' if device else 'an ndarray'}, got {type(v).__name__}"
+            )
     if v.shape != tape.shapes[s] or v.dtype != np_dtype(tape.dtypes[s]):
-        raise ValueError(f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, "
-                         f"got {v.dtype}{list(v.shape)}")
+        raise ValueError(
+            f"input {i} of the tape must be {tape.dtypes[s]}{list(tape.shapes[s])}, got {v.dtype}{list(v.shape)}"
+        )
 
 
 class _Layout:
@@ -73,13 +78,16 @@ class _Layout:
     def __init__(self, plan, tape, dead, split):
         from ..backend.codegen import program
         from ..backend.fuse import Kernel
+
         steps = plan.steps
         self.segments, self.sources, self.chunked = [], [], []
         segments = _segments(steps)
         readers = _readers(segments, steps, tape)
         for n, seg in enumerate(segments):
             kerns = [steps[k] for k in seg if isinstance(steps[k], Kernel)]
-            outside = {s for k in seg if isinstance(steps[k], Kernel) for s in steps[k].stores if readers.get(s, {n}) != {n}}
+            outside = {
+                s for k in seg if isinstance(steps[k], Kernel) for s in steps[k].stores if readers.get(s, {n}) != {n}
+            }
             src = program(kerns, tape, _made_in(seg, steps), outside) if kerns else None
             big = split and any(_big(kn) for kn in kerns)
             if big and not _row_local(seg, steps, src, tape):
@@ -122,13 +130,14 @@ def _donors(gone, part, env, made):
 # operands fail LLVM's runtime overlap check and the loop runs unvectorised (measured 2.5x
 # slower with sin and cos in it). A loop of plain arithmetic is memory-bound: in place it moves
 # through memory once instead of twice (logsumexp's gradient scaling: 0.83 against 1.37 ms).
-VECTOR_MATH = frozenset(name[len("_v"):] for name in FUNCTIONS)
+VECTOR_MATH = frozenset(name[len("_v") :] for name in FUNCTIONS)
 
 
 def _readers(segments, steps, tape):
     """slot -> the segments whose loops read it; None stands for a reader that is not a loop
     (glue, or the caller: an output)."""
     from ..backend.fuse import Glue, reads_of
+
     readers = {s: {None} for s in tape.outputs}
     for n, seg in enumerate(segments):
         for k in seg:
@@ -140,6 +149,7 @@ def _readers(segments, steps, tape):
 def _made_in(seg, steps):
     """The slots a segment's own steps make."""
     from ..backend.fuse import Glue
+
     made = set()
     for k in seg:
         st = steps[k]
@@ -156,6 +166,7 @@ def _row_local(seg, steps, src, tape):
     extent, and a loop reads values made earlier in the segment only by rows (a reduction over
     axis 0 is complete only after the chunks are combined, so nothing in the segment may read it)."""
     from ..backend.fuse import Glue
+
     kerns = [steps[k] for k in seg if not isinstance(steps[k], Glue)]
     if not kerns or any(len(kn.shape) == 0 for kn in kerns):
         return False
@@ -197,11 +208,25 @@ class _Compiled:
     get functions of their own instead (the ``threaded`` layout, compiled the first time threads
     are on), so that threads can run each in chunks of rows."""
 
-    __slots__ = ("plan", "serial", "threaded", "seen", "cached", "pending", "rent", "pool", "lent", "consts",
-                 "drive", "in_place", "into")
+    __slots__ = (
+        "plan",
+        "serial",
+        "threaded",
+        "seen",
+        "cached",
+        "pending",
+        "rent",
+        "pool",
+        "lent",
+        "consts",
+        "drive",
+        "in_place",
+        "into",
+    )
 
     def __init__(self, tape):
         from ..backend.fuse import Glue, Kernel, fuse
+
         self.plan = fuse(tape)
         # a float matmul writes into a buffer the plan allocates (``into``: matmul slot -> the
         # buffer's shape, and the permutation that views it as the product, or None): a big one
@@ -212,8 +237,11 @@ class _Compiled:
         # contiguously, where copying the permuted view on every read cost 2 ms per
         # (1000, 25, 10) array (GradBench's gmm).
         made_by = {st.instr.out: st.instr for st in self.plan.steps if isinstance(st, Glue)}
-        self.into = {ins.out: (tape.shapes[ins.out], None) for ins in made_by.values()
-                     if ins.prim == "matmul" and tape.dtypes[ins.out][0] == "f"}
+        self.into = {
+            ins.out: (tape.shapes[ins.out], None)
+            for ins in made_by.values()
+            if ins.prim == "matmul" and tape.dtypes[ins.out][0] == "f"
+        }
         for st in self.plan.steps:
             src = made_by.get(st.instr.args[0]) if isinstance(st, Glue) and st.instr.prim == "permute" else None
             if src is not None and src.out in self.into and self.into[src.out][1] is None:
@@ -228,13 +256,17 @@ class _Compiled:
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         self.lent = {}  # (shape, dtype) -> results handed out, taken back once unreferenced
         # steps that may write into a dying input's buffer (see VECTOR_MATH)
-        self.in_place = frozenset(j for j, st in enumerate(self.plan.steps) if isinstance(st, Kernel)
-                                  and not any(ins.prim in VECTOR_MATH for ins in st.body))
+        self.in_place = frozenset(
+            j
+            for j, st in enumerate(self.plan.steps)
+            if isinstance(st, Kernel) and not any(ins.prim in VECTOR_MATH for ins in st.body)
+        )
         # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
         self.consts, known = {}, set()
         for step in self.plan.steps:
-            if not isinstance(step, Kernel) and (step.instr.prim == "const" or (step.instr.args and all(
-                    a in known for a in step.instr.args))):
+            if not isinstance(step, Kernel) and (
+                step.instr.prim == "const" or (step.instr.args and all(a in known for a in step.instr.args))
+            ):
                 known.add(step.instr.out)
                 self.consts[step.instr.out] = None
 
@@ -273,11 +305,13 @@ class _Compiled:
     def missing(self):
         """How many of the layout's functions are not in the disk cache."""
         from ..targets.compile import on_disk
+
         return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
 
     def compile(self, lay=None):
         """Compile (or load) the functions of ``lay``, by default the current thread count's."""
         from ..targets.compile import kernel
+
         lay = lay or self.layout()
         if lay.kernels is None:
             lay.kernels = [None if s is None else kernel(s.text) for s in lay.sources]
@@ -295,6 +329,7 @@ def _segments(steps):
     """Step indices grouped into segments: maximal runs of kernels with the reshapes between
     them (views, so they can be taken before the loops fill their buffers), and single steps."""
     from ..backend.fuse import Glue, Kernel
+
     segs, run = [], []
 
     def close():
@@ -392,25 +427,30 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
         # a part's arguments: sizes, arrays, scalars, stores, accumulators, flag (codegen.Part)
         rank = len(part.dims)
         na, ns, no, nc = len(part.arrays), len(part.scalars), len(part.stores), len(part.reductions)
-        arrays = args[at + rank:at + rank + na]
-        scalars = args[at + rank + na:at + rank + na + ns]
-        stores = args[at + rank + na + ns:at + rank + na + ns + no]
-        accs = args[at + rank + na + ns + no:at + rank + na + ns + no + nc]
+        arrays = args[at + rank : at + rank + na]
+        scalars = args[at + rank + na : at + rank + na + ns]
+        stores = args[at + rank + na + ns : at + rank + na + ns + no]
+        accs = args[at + rank + na + ns + no : at + rank + na + ns + no + nc]
         at += rank + na + ns + no + nc + (1 if part.guard else 0) + (part.bounds is not None)
         privates = []
         for ins, fresh, c in zip(part.reductions, part.fresh, accs):
             if 0 in ins.params["axes"]:
-                mine = [_accumulator(ins, tape, step.shape, fresh, lambda shape, dt: np.empty(shape, dt))
-                        for _ in calls]
+                mine = [
+                    _accumulator(ins, tape, step.shape, fresh, lambda shape, dt: np.empty(shape, dt)) for _ in calls
+                ]
                 mine = [m.reshape(_kept(m.shape, ins)) for m in mine]
                 combine.append((c, ins.prim, mine))
                 privates.append(mine)
             else:
                 privates.append([c[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
         for j, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-            calls[j] += [*[hi - lo if d == 0 else step.shape[d] for d in part.dims],
-                         *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
-                         *scalars, *[o[lo:hi] for o in stores], *[p[j] for p in privates]]
+            calls[j] += [
+                *[hi - lo if d == 0 else step.shape[d] for d in part.dims],
+                *[a[lo:hi] if r else a for a, r in zip(arrays, part.rows)],
+                *scalars,
+                *[o[lo:hi] for o in stores],
+                *[p[j] for p in privates],
+            ]
             if part.guard:
                 flags.append(np.zeros(1, np.bool_))
                 calls[j].append(flags[-1])
@@ -435,6 +475,7 @@ def _run_chunked(fn, kernels, src, args, threads, tape):
 
 def _dead_after_steps(tape, plan):
     from ..backend.fuse import reads_of
+
     return dead_after([reads_of(step) for step in plan.steps], set(tape.outputs))
 
 
@@ -508,6 +549,7 @@ def _taker(comp, made):
             arr = np.empty(shape, dt)
         made.append(arr)
         return arr
+
     return take
 
 
@@ -531,6 +573,7 @@ def _recycle(comp, made, results):
 
 def _execute(comp, tape, values):
     from ..backend.fuse import Glue
+
     debug = debug_level()
     env = bind(tape, values)
     threads = _threads
@@ -544,8 +587,13 @@ def _execute(comp, tape, values):
             value = comp.consts.get(ins.out)
             if value is None and ins.prim == "unslice":  # the gradient of a slice, into a pooled buffer
                 p = ins.params
-                value = unslice_into(take(tape.shapes[ins.out], np_dtype(tape.dtypes[ins.out])), env[ins.args[0]],
-                                     p["starts"], p["stops"], p["steps"])
+                value = unslice_into(
+                    take(tape.shapes[ins.out], np_dtype(tape.dtypes[ins.out])),
+                    env[ins.args[0]],
+                    p["starts"],
+                    p["stops"],
+                    p["steps"],
+                )
             elif value is None and ins.out in comp.into:  # see _Compiled.into
                 shape, inverse = comp.into[ins.out]
                 value = take(shape, np_dtype(tape.dtypes[ins.out]))
@@ -576,7 +624,9 @@ def _execute(comp, tape, values):
                     if not arr.flags.c_contiguous:
                         arr = np.ascontiguousarray(arr)
                     args.append(arr.reshape(_squeezed(arr.shape, pattern)))
-                args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
+                args += [
+                    env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)
+                ]
                 donate = len(seg) == 1 and part.stores and j in comp.in_place
                 donors = _donors(gone, part, env, made) if donate else []
                 for s in part.stores:
@@ -599,8 +649,9 @@ def _execute(comp, tape, values):
                     args.append(part.bounds)
             t = time.perf_counter()
             if chunked:
-                bad = _run_chunked(fn, [steps[j] for j in seg if not isinstance(steps[j], Glue)], src, args,
-                                   threads, tape)
+                bad = _run_chunked(
+                    fn, [steps[j] for j in seg if not isinstance(steps[j], Glue)], src, args, threads, tape
+                )
             else:
                 fn(*args)
                 bad = any(f[0] for f in flags)
@@ -611,8 +662,10 @@ def _execute(comp, tape, values):
             if debug >= 3:
                 shapes = ", ".join(str(steps[j].shape) for j in seg if not isinstance(steps[j], Glue))
                 how = f" in {threads} chunks" if chunked else ""
-                print(f"ngrad: kernel {fn.key} over {shapes}{how}: {(time.perf_counter() - t) * 1e3:.3f} ms",
-                      file=sys.stderr)
+                print(
+                    f"ngrad: kernel {fn.key} over {shapes}{how}: {(time.perf_counter() - t) * 1e3:.3f} ms",
+                    file=sys.stderr,
+                )
         for s in gone:
             env.pop(s, None)
     results = [env[s].copy() if s in comp.consts else env[s] for s in tape.outputs]
@@ -669,10 +722,12 @@ def _small_steps(tape):
 class _Machine:
     """A tape run as bytecode: its encoding and the compiled loop once it is due (tiered like a
     ``_Compiled`` plan of one function; ``cached``: the loop is on disk)."""
+
     __slots__ = ("code", "fn", "seen", "rent", "cached", "pending")
 
     def __init__(self, code):
         from ..targets.compile import on_disk
+
         _share_loop(code)
         self.code, self.fn, self.seen, self.rent, self.pending = code, None, 0, 0.0, 0
         self.cached = on_disk(code.source)
@@ -686,6 +741,7 @@ class _Machine:
 
     def compile(self):
         from ..targets.compile import kernel
+
         if self.fn is None:
             self.fn = kernel(self.code.source)
 
@@ -703,16 +759,21 @@ _LOOPS_KEPT = 32
 def _read_loops():
     """The op sets stored in the cache, or {} when there are none or the file fails its checks."""
     import marshal
+
     from ..backend.bytecode import loops_name
     from ..store import read_plan
+
     name = loops_name()
     data = name and read_plan(name)
     if not data:
         return {}
     try:
         stored = marshal.loads(data)
-        return {dt: [tuple(ops) for ops in sets if type(ops) is tuple and all(type(op) is str for op in ops)]
-                for dt, sets in stored.items() if dt in ("f32", "f64") and type(sets) is list}
+        return {
+            dt: [tuple(ops) for ops in sets if type(ops) is tuple and all(type(op) is str for op in ops)]
+            for dt, sets in stored.items()
+            if dt in ("f32", "f64") and type(sets) is list
+        }
     except (TypeError, ValueError, EOFError, AttributeError):
         return {}
 
@@ -721,9 +782,11 @@ def _share_loop(code):
     """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
     before (in this process, or on disk and still there), and remember the one it runs on."""
     import marshal
+
     from ..backend.bytecode import loop_ops, loops_name, source
     from ..store import write_plan
     from ..targets.compile import loaded, on_disk
+
     dt = code.arena()
     if not _loops:
         _loops.update(_read_loops())
@@ -733,10 +796,10 @@ def _share_loop(code):
     if ops != code.ops:
         code.use(ops)
     if known[:1] != [ops]:
-        known[:] = [ops] + [k for k in known if k != ops][:_LOOPS_KEPT - 1]
+        known[:] = [ops] + [k for k in known if k != ops][: _LOOPS_KEPT - 1]
         merged = _read_loops()
         for d, sets in _loops.items():
-            merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][:_LOOPS_KEPT - len(sets)]
+            merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][: _LOOPS_KEPT - len(sets)]
         name = loops_name()
         if name:
             write_plan(name, marshal.dumps(merged))
@@ -751,6 +814,7 @@ def _machine(tape, big_steps=False):
         return None
     from ..backend.bytecode import Bytecode, encode, plan_name
     from ..store import read_plan, write_plan
+
     name = plan_name(tape)
     data = name and read_plan(name)
     if data:
@@ -769,6 +833,7 @@ def _machine(tape, big_steps=False):
 
 class _Cold:
     """A long tape not planned yet: how often it ran and how long the interpreter took."""
+
     __slots__ = ("seen", "rent")
 
     def __init__(self):
@@ -827,14 +892,23 @@ def _compiled_for(tape, mode, now=False):
         if not now:  # prepare runs nothing: its call is counted when it runs
             comp.seen += 1
         eager = PREPARE_FUNCTIONS if now else EAGER_FUNCTIONS
-        if mode == "auto" and not comp.cached and ((comp.seen < _threshold() and not now) or (
-                comp.pending > eager and comp.rent < COMPILE_S * comp.pending)):
+        if (
+            mode == "auto"
+            and not comp.cached
+            and (
+                (comp.seen < _threshold() and not now)
+                or (comp.pending > eager and comp.rent < COMPILE_S * comp.pending)
+            )
+        ):
             return comp
         t = time.perf_counter()
         comp.compile()
         if debug_level() >= 3:
-            print(f"ngrad: prepared {len([k for k in comp.kernels if k])} kernels in "
-                  f"{(time.perf_counter() - t) * 1e3:.1f} ms", file=sys.stderr)
+            print(
+                f"ngrad: prepared {len([k for k in comp.kernels if k])} kernels in "
+                f"{(time.perf_counter() - t) * 1e3:.1f} ms",
+                file=sys.stderr,
+            )
     return comp
 
 
@@ -843,6 +917,7 @@ def run(tape, values, target="cpu"):
     ``target="cuda"`` runs it on the GPU (``engine/cuda.py``): device arrays in and out."""
     if target == "cuda":
         from .cuda import run as run_cuda
+
         return run_cuda(tape, values)
     _check(tape, values)
     if debug_level() >= 1:
@@ -909,8 +984,11 @@ def prepare(tape, target="cpu"):
 def _checked(tape, machine):
     """``machine.run`` behind the input checks of ``run`` (on tensors: a runtime scalar that is
     not a number fails when the arena takes it)."""
-    tensors = [(i, tape.shapes[s], np_dtype(tape.dtypes[s]))
-               for i, (s, k) in enumerate(zip(tape.inputs, tape.kinds)) if k != "scalar"]
+    tensors = [
+        (i, tape.shapes[s], np_dtype(tape.dtypes[s]))
+        for i, (s, k) in enumerate(zip(tape.inputs, tape.kinds))
+        if k != "scalar"
+    ]
     count = len(tape.inputs)
 
     def call(values):
@@ -921,6 +999,7 @@ def _checked(tape, machine):
             if v.__class__ is not np.ndarray or v.shape != shape or v.dtype != dt:
                 _check_one(tape, i, v)
         return machine.run(values)
+
     return call
 
 
@@ -940,8 +1019,9 @@ def _driver(comp, tape):
     # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
     # of its range (``_execute`` falls back to the interpreter), and with threads on
     g = {"execute": lambda values: _executed(comp, tape, values)}
-    lines, outs = _driver_code(comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g,
-                               "return execute(values)")
+    lines, outs = _driver_code(
+        comp, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)"
+    )
     text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
         print(f"ngrad: generated driver\n{text}", file=sys.stderr)
@@ -969,13 +1049,24 @@ def _driver_code(comp, tape, inputs, g, fallback):
     """Lines and output expressions of a driver (see ``_driver`` and ``inline``)."""
     from ..backend.fuse import Glue
     from ..ir.prims import PRIMS
+
     steps = comp.plan.steps
     lay = comp.serial
     comp.compile(lay)
-    g.update({"ndarray": np.ndarray, "empty": np.empty, "zeros": np.zeros, "asarray": np.asarray,
-              "contiguous": np.ascontiguousarray, "errstate": np.errstate, "bool_": np.bool_,
-              "taker": lambda made: _taker(comp, made), "recycle": lambda made, res: _recycle(comp, made, res),
-              "matmul_into": matmul_into})
+    g.update(
+        {
+            "ndarray": np.ndarray,
+            "empty": np.empty,
+            "zeros": np.zeros,
+            "asarray": np.asarray,
+            "contiguous": np.ascontiguousarray,
+            "errstate": np.errstate,
+            "bool_": np.bool_,
+            "taker": lambda made: _taker(comp, made),
+            "recycle": lambda made, res: _recycle(comp, made, res),
+            "matmul_into": matmul_into,
+        }
+    )
     lines = []
     # slot -> variable; variables holding fresh arrays; slot -> the variable owning its memory;
     # slots that may not be C-contiguous; variables holding a runtime scalar as a NumPy scalar
@@ -1004,8 +1095,10 @@ def _driver_code(comp, tape, inputs, g, fallback):
             scalar.add(v)
         else:
             lines.append(f"{v} = {inputs[i]}  # in %{s}")
-            lines.append(f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
-                         f"{v}.dtype is not {dtype_name(s)} or not {v}.flags.c_contiguous:")
+            lines.append(
+                f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
+                f"{v}.dtype is not {dtype_name(s)} or not {v}.flags.c_contiguous:"
+            )
             lines.append(f"    {v} = fix({i}, {v})")
     g["fix"] = lambda i, v: _fix_input(tape, i, v)
     if comp.threaded is not comp.serial:  # loops big enough for threads: once threads are on,
@@ -1064,8 +1157,12 @@ def _driver_code(comp, tape, inputs, g, fallback):
             root[out] = v
             fresh.add(v)
             return f"{v}[{_index_text(ins.params)}] = {args[0]}"
-        elif ins.prim in _SCALAR_OPS and math.prod(tape.shapes[out]) == 1 and tape.dtypes[a0] in ("f32", "f64") \
-                and all(tape.dtypes[a] == tape.dtypes[a0] for a in ins.args):
+        elif (
+            ins.prim in _SCALAR_OPS
+            and math.prod(tape.shapes[out]) == 1
+            and tape.dtypes[a0] in ("f32", "f64")
+            and all(tape.dtypes[a] == tape.dtypes[a0] for a in ins.args)
+        ):
             # one-element arithmetic (bias corrections, a logsumexp's max): Python's operators
             # on NumPy values take 0.1 µs where the interpreter's dispatch takes 2
             text = PRIMS[ins.prim].fwd(SourceMath, *[Expr(var[a], tape.dtypes[a]) for a in ins.args], **ins.params)
@@ -1102,8 +1199,11 @@ def _driver_code(comp, tape, inputs, g, fallback):
         sharing = {}
         for s in live:
             sharing[root[s]] = sharing.get(root[s], 0) + 1
-        return [a for (a, _), whole in zip(part.arrays, part.whole) if whole and a in gone and root[a] in allocated
-                and var[a] == root[a] and sharing[root[a]] == 1]
+        return [
+            a
+            for (a, _), whole in zip(part.arrays, part.whole)
+            if whole and a in gone and root[a] in allocated and var[a] == root[a] and sharing[root[a]] == 1
+        ]
 
     quiet = False  # some NumPy glue computes: no floating-point warnings (one errstate per call)
     for n_seg, (seg, src, fn, gone) in enumerate(zip(lay.segments, lay.sources, lay.kernels, lay.dead)):
@@ -1111,8 +1211,11 @@ def _driver_code(comp, tape, inputs, g, fallback):
         if src is None:
             ins = steps[seg[0]].instr
             line = glue_line(ins)
-            quiet = quiet or (not line.startswith("#") and ins.out not in consts and
-                              PRIMS[ins.prim].kind not in ("movement", "index", "cast"))
+            quiet = quiet or (
+                not line.startswith("#")
+                and ins.out not in consts
+                and PRIMS[ins.prim].kind not in ("movement", "index", "cast")
+            )
             lines.append(line)
             live.add(ins.out)
             live -= gone
@@ -1137,7 +1240,9 @@ def _driver_code(comp, tape, inputs, g, fallback):
                     args.append(f"{v}.reshape(-1)" if late else f"{v}.reshape(-1)[0]")
             spare = donors(j, part, gone) if len(seg) == 1 else []
             for st in part.stores:
-                d = next((a for a in spare if tape.dtypes[a] == tape.dtypes[st] and tape.shapes[a] == tuple(sizes)), None)
+                d = next(
+                    (a for a in spare if tape.dtypes[a] == tape.dtypes[st] and tape.shapes[a] == tuple(sizes)), None
+                )
                 if d is None:
                     o = f"o{st}"
                     lines.append(f"{o} = {alloc(sizes, st)}  # store %{st}")
@@ -1208,6 +1313,7 @@ def _implicit_expands(steps, tape):
     at the end of a logsumexp's gradient."""
     from ..backend.fuse import Glue, reads_of
     from ..ir.prims import PRIMS
+
     readers = {}
     for step in steps:
         for a in reads_of(step):
@@ -1241,12 +1347,15 @@ def _warming(kernel, g, name):
     is ready, the driver calls the machine code for these argument types (``compile.direct``):
     a driver's arguments are inputs it checked (class, shape, dtype, layout), arrays it made and
     literals, so their types are the same on every call."""
+
     def call(*args):
         r = kernel(*args)
         if kernel.ready:
             from ..targets.compile import direct
+
             g[name] = direct(kernel, args)
         return r
+
     return call
 
 

@@ -17,6 +17,7 @@ input handed over on the host (the seed of ``backward()``) is a by-value kernel 
 copy to the device; the program is keyed by which inputs are such numbers. Launches after a
 kernel's first go straight to the driver (``compile._Launcher``).
 """
+
 import math
 import sys
 import time
@@ -32,15 +33,53 @@ __all__ = ["run"]
 _programs = {}
 COLD_MAX = 1 << 16  # input elements up to which a cold tape runs on the host interpreter
 # glue that CuPy runs with NumPy's functions (through __array_function__ and __array_ufunc__)
-_CUPY_GLUE = frozenset(["permute", "expand", "slice", "flip", "cat", "gather", "cumsum", "argmax", "argmin", "index",
-                        "matmul", "neg", "add", "sub", "mul", "div", "maximum", "minimum", "where", "cast",
-                        "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "abs",
-                        "exp", "log", "sqrt", "sum", "prod", "amax", "amin"])
+_CUPY_GLUE = frozenset(
+    [
+        "permute",
+        "expand",
+        "slice",
+        "flip",
+        "cat",
+        "gather",
+        "cumsum",
+        "argmax",
+        "argmin",
+        "index",
+        "matmul",
+        "neg",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "maximum",
+        "minimum",
+        "where",
+        "cast",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "eq",
+        "ne",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+    ]
+)
 
 
 def _device(v, dtype=None):
     """``v`` as a C-contiguous device array (host values are copied over)."""
     from ..targets.compile import is_device_array, to_device
+
     if is_device_array(v):
         if v.is_c_contiguous():
             return v
@@ -51,6 +90,7 @@ def _device(v, dtype=None):
 
 def _host(v):
     from ..targets.compile import is_device_array
+
     return v.copy_to_host() if is_device_array(v) else v
 
 
@@ -62,10 +102,15 @@ class _Program:
 
     def __init__(self, tape, host=()):
         from ..backend.fuse import Glue, Kernel, fuse
+
         self.plan = fuse(tape, "cuda")
         self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"} | set(host)
         for step in self.plan.steps:
-            if isinstance(step, Glue) and step.instr.prim in ("reshape", "detach") and step.instr.args[0] in self.numbers:
+            if (
+                isinstance(step, Glue)
+                and step.instr.prim in ("reshape", "detach")
+                and step.instr.args[0] in self.numbers
+            ):
                 self.numbers.add(step.instr.out)
         late = frozenset(range(len(tape.shapes))) - self.numbers
         self.sources = [cuda_source(st, tape, late) if isinstance(st, Kernel) else None for st in self.plan.steps]
@@ -76,6 +121,7 @@ class _Program:
 
     def compile(self):
         from ..targets.compile import kernel
+
         if self.kernels is None:
             self.kernels = [None if s is None else kernel(s.text, "cuda") for s in self.sources]
 
@@ -83,8 +129,11 @@ class _Program:
 def _host_numbers(tape, values):
     """The one-element tensor inputs handed over as host arrays (a backward seed, a constant
     made on the host): kernels take them by value, which spares a copy to the device."""
-    return tuple(s for s, k, v in zip(tape.inputs, tape.kinds, values)
-                 if k == "tensor" and v.__class__ is np.ndarray and v.size == 1)
+    return tuple(
+        s
+        for s, k, v in zip(tape.inputs, tape.kinds, values)
+        if k == "tensor" and v.__class__ is np.ndarray and v.size == 1
+    )
 
 
 def _program_for(tape, mode, host):
@@ -102,7 +151,11 @@ def _program_for(tape, mode, host):
         prog.seen += 1
         # a cold tape interprets on the host only while it is small: a copy each way plus NumPy
         # costs seconds on 10^8 elements, a CUDA compile about half a second
-        if mode == "auto" and prog.seen < _threshold() and sum(math.prod(tape.shapes[s]) for s in tape.inputs) < COLD_MAX:
+        if (
+            mode == "auto"
+            and prog.seen < _threshold()
+            and sum(math.prod(tape.shapes[s]) for s in tape.inputs) < COLD_MAX
+        ):
             return None
         prog.compile()
     return prog
@@ -111,6 +164,7 @@ def _program_for(tape, mode, host):
 def run(tape, values):
     """Execute ``tape`` on the GPU (see the module docstring); return fresh device arrays."""
     from ..targets.compile import device_copy, is_device_array
+
     _check(tape, values, device=True)
     if debug_level() >= 1:
         print(f"ngrad: running tape on cuda ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
@@ -149,6 +203,7 @@ def _pointer(a):
 
 def _execute(prog, tape, values):
     from ..targets.compile import device_empty
+
     debug = debug_level()
     env = dict(zip(tape.inputs, values))
     for s, k in zip(tape.inputs, tape.kinds):
@@ -181,9 +236,12 @@ def _execute(prog, tape, values):
             kern.launch(n, args)
             if debug >= 3:
                 from ..targets.compile import synchronize
+
                 synchronize()
-                print(f"ngrad: CUDA kernel {kern.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
-                      file=sys.stderr)
+                print(
+                    f"ngrad: CUDA kernel {kern.key} over {step.shape}: {(time.perf_counter() - t) * 1e3:.3f} ms",
+                    file=sys.stderr,
+                )
         for s in gone:
             env.pop(s, None)
     return [env[s] for s in tape.outputs]
@@ -206,6 +264,7 @@ def _filled(shape, dtype, value):
     """A fresh device array of ``shape`` holding ``value`` (a reduction's identity): one CuPy
     call when CuPy is installed, else the fill kernel."""
     from ..targets.compile import cupy_module, device_empty, from_cupy, kernel
+
     dt = np_dtype(dtype)
     cp = cupy_module()
     if cp is not None:
@@ -221,6 +280,7 @@ def _filled(shape, dtype, value):
 def _glue(prog, tape, ins, env):
     """One glue step on the device (see the module docstring)."""
     from ..targets.compile import cupy_module, from_cupy
+
     out, prim = ins.out, ins.prim
     if prim == "const":
         v = prog.consts.get(out)
@@ -235,10 +295,13 @@ def _glue(prog, tape, ins, env):
     dt = np_dtype(tape.dtypes[out])
     cp = cupy_module()
     if cp is not None and prim in _CUPY_GLUE:
-        from ..ir.prims import PRIMS
         from ..ir.interpret import NUMPY
-        xs = [cp.asarray(a) if a.__class__ is not np.ndarray and not np.isscalar(a) else cp.asarray(np.asarray(a))
-              for a in args]
+        from ..ir.prims import PRIMS
+
+        xs = [
+            cp.asarray(a) if a.__class__ is not np.ndarray and not np.isscalar(a) else cp.asarray(np.asarray(a))
+            for a in args
+        ]
         r = PRIMS[prim].fwd(NUMPY, *xs, **ins.params)
         return from_cupy(cp.ascontiguousarray(cp.asarray(r, dtype=dt)))
     if prim == "matmul":
@@ -251,6 +314,7 @@ def _glue(prog, tape, ins, env):
 def _matmul(tape, ins, args):
     """Batched matmul through the tiled kernel (``codegen.cuda_matmul_source``)."""
     from ..targets.compile import device_empty, kernel
+
     a, b = args
     shape = tape.shapes[ins.out]
     (m, k), n = tape.shapes[ins.args[0]][-2:], tape.shapes[ins.args[1]][-1]
@@ -275,11 +339,15 @@ def signature(kernel, part, tape):
     shape = kernel.shape or (1,)
     types = ["int64"] * (1 + len(part.dims))
     types += [_array_type(tape.dtypes[a], len(_squeezed(tape.shapes[a], p))) for a, p in part.arrays]
-    types += [_array_type(tape.dtypes[s], 1) if late else _NUMBA_TYPE[tape.dtypes[s]]
-              for s, late in zip(part.scalars, part.late)]
+    types += [
+        _array_type(tape.dtypes[s], 1) if late else _NUMBA_TYPE[tape.dtypes[s]]
+        for s, late in zip(part.scalars, part.late)
+    ]
     types += [_array_type(tape.dtypes[s], len(shape)) for s in part.stores]
-    types += [_array_type(tape.dtypes[ins.out], max(1, len(kernel.shape) - len(ins.params["axes"])))
-              for ins in part.reductions]
+    types += [
+        _array_type(tape.dtypes[ins.out], max(1, len(kernel.shape) - len(ins.params["axes"])))
+        for ins in part.reductions
+    ]
     return f"void({', '.join(types)})"
 
 
@@ -287,6 +355,7 @@ def ptx(tape):
     """Type-check every CUDA kernel of ``tape``'s plan by compiling it to PTX (no GPU needed,
     only the CUDA toolkit's NVVM); returns ``(source text, PTX)`` per kernel."""
     from ..targets.compile import cuda_ptx
+
     prog = _Program(tape)
     out = []
     for step, src in zip(prog.plan.steps, prog.sources):

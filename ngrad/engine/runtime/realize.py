@@ -5,6 +5,7 @@ that already hold values), runs it as one program and stores each requested node
 A realized node that passes no gradient on (a constant or a leaf) forgets its sources, so long chains of no-grad
 computations (an ODE integrated step by step) never keep their history alive.
 """
+
 from ..ir.graph import lower, target_of
 from . import run
 

@@ -16,14 +16,12 @@ flags, cached on disk the same way), ``cuda_status()`` says whether CUDA can be 
 not, and the ``device_*`` functions are the few device-memory operations the CUDA runtime needs
 (``numba.cuda`` is imported on first use, so a CPU-only process never loads it).
 """
-import functools
+
 import glob
 import hashlib
 import importlib.util
-import marshal
 import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -34,9 +32,9 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..backend import vmath
-from ..config import cuda_simulated
 from ..backend.codegen import CUDA_BLOCK
-from ..store import cache_dir, cache_root, read_plan, write_plan, write_atomically
+from ..config import cuda_simulated
+from ..store import cache_dir, cache_root, read_plan, write_atomically, write_plan
 
 __all__ = ["kernel", "cuda_status", "cache_dir", "cache_info", "cache_clear", "stats", "read_plan", "write_plan"]
 
@@ -69,24 +67,60 @@ class _IR:
             return _IR(self.b, cmp(op, self.v, self._coerce(other)))
         return _IR(self.b, self.b.icmp_signed(op, self.v, self._coerce(other)))
 
-    def __add__(self, o): return self._op("fadd", "add", o)
-    def __radd__(self, o): return self._op("fadd", "add", o, True)
-    def __sub__(self, o): return self._op("fsub", "sub", o)
-    def __rsub__(self, o): return self._op("fsub", "sub", o, True)
-    def __mul__(self, o): return self._op("fmul", "mul", o)
-    def __rmul__(self, o): return self._op("fmul", "mul", o, True)
-    def __truediv__(self, o): return self._op("fdiv", None, o)
-    def __rtruediv__(self, o): return self._op("fdiv", None, o, True)
-    def __and__(self, o): return self._op(None, "and_", o)
-    def __or__(self, o): return self._op(None, "or_", o)
-    def __lshift__(self, o): return self._op(None, "shl", o)
-    def __neg__(self): return _IR(self.b, self.b.fneg(self.v))
-    def __lt__(self, o): return self._cmp("<", o)
-    def __le__(self, o): return self._cmp("<=", o)
-    def __gt__(self, o): return self._cmp(">", o)
-    def __ge__(self, o): return self._cmp(">=", o)
-    def __eq__(self, o): return self._cmp("==", o)
-    def __ne__(self, o): return self._cmp("!=", o)
+    def __add__(self, o):
+        return self._op("fadd", "add", o)
+
+    def __radd__(self, o):
+        return self._op("fadd", "add", o, True)
+
+    def __sub__(self, o):
+        return self._op("fsub", "sub", o)
+
+    def __rsub__(self, o):
+        return self._op("fsub", "sub", o, True)
+
+    def __mul__(self, o):
+        return self._op("fmul", "mul", o)
+
+    def __rmul__(self, o):
+        return self._op("fmul", "mul", o, True)
+
+    def __truediv__(self, o):
+        return self._op("fdiv", None, o)
+
+    def __rtruediv__(self, o):
+        return self._op("fdiv", None, o, True)
+
+    def __and__(self, o):
+        return self._op(None, "and_", o)
+
+    def __or__(self, o):
+        return self._op(None, "or_", o)
+
+    def __lshift__(self, o):
+        return self._op(None, "shl", o)
+
+    def __neg__(self):
+        return _IR(self.b, self.b.fneg(self.v))
+
+    def __lt__(self, o):
+        return self._cmp("<", o)
+
+    def __le__(self, o):
+        return self._cmp("<=", o)
+
+    def __gt__(self, o):
+        return self._cmp(">", o)
+
+    def __ge__(self, o):
+        return self._cmp(">=", o)
+
+    def __eq__(self, o):
+        return self._cmp("==", o)
+
+    def __ne__(self, o):
+        return self._cmp("!=", o)
+
     __hash__ = None
 
 
@@ -105,14 +139,29 @@ class _IRMath:
         f = lambda v: v if isinstance(v, _IR) else _IR(self.b, ir.Constant(_F64, float(v)))
         return _IR(self.b, self.b.select(c.v, f(x).v, f(y).v))
 
-    def rint(self, x): return self._llvm("llvm.rint", x)
-    def abs(self, x): return self._llvm("llvm.fabs", x)
-    def copysign(self, x, y): return self._llvm("llvm.copysign", x, y)
-    def minimum(self, x, c): return self.select(x < c, x, c)
-    def maximum(self, x, c): return self.select(x > c, x, c)
-    def bits(self, x): return _IR(self.b, self.b.bitcast(x.v, _I64))
-    def float(self, i): return _IR(self.b, self.b.bitcast(i.v, _F64))
-    def lshr(self, i, n): return _IR(self.b, self.b.lshr(i.v, ir.Constant(_I64, n)))
+    def rint(self, x):
+        return self._llvm("llvm.rint", x)
+
+    def abs(self, x):
+        return self._llvm("llvm.fabs", x)
+
+    def copysign(self, x, y):
+        return self._llvm("llvm.copysign", x, y)
+
+    def minimum(self, x, c):
+        return self.select(x < c, x, c)
+
+    def maximum(self, x, c):
+        return self.select(x > c, x, c)
+
+    def bits(self, x):
+        return _IR(self.b, self.b.bitcast(x.v, _I64))
+
+    def float(self, i):
+        return _IR(self.b, self.b.bitcast(i.v, _F64))
+
+    def lshr(self, i, n):
+        return _IR(self.b, self.b.lshr(i.v, ir.Constant(_I64, n)))
 
 
 _F64, _I64 = ir.DoubleType(), ir.IntType(64)
@@ -120,6 +169,7 @@ _F64, _I64 = ir.DoubleType(), ir.IntType(64)
 
 def _helper(fn):
     """A Numba intrinsic computing ``fn`` (a vmath function) on a float64, emitted inline."""
+
     @intrinsic
     def helper(typingctx, x):
         if not isinstance(x, (types.Float, types.Integer, types.Boolean)):
@@ -128,7 +178,9 @@ def _helper(fn):
         def codegen(context, builder, signature, args):
             v = context.cast(builder, args[0], signature.args[0], types.float64)
             return fn(_IRMath(builder), _IR(builder, v)).v
+
         return types.float64(x), codegen
+
     return helper
 
 
@@ -136,6 +188,7 @@ def _extreme(name):
     """A Numba intrinsic for LLVM's ``maxnum``/``minnum`` on two floats of one type, flagged
     ``nnan nsz`` so that a loop reducing with it vectorises. Kernels use it only beside a NaN
     count that replaces the result when any argument was NaN (where the flags leave it undefined)."""
+
     @intrinsic
     def helper(typingctx, a, b):
         if not isinstance(a, types.Float) or a != b:
@@ -145,7 +198,9 @@ def _extreme(name):
             ty = context.get_value_type(signature.return_type)
             fn = builder.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty, ty]))
             return builder.call(fn, args, fastmath=("nnan", "nsz"))
+
         return a(a, b), codegen
+
     return helper
 
 
@@ -159,9 +214,11 @@ def _wide_vectors(typingctx):
     the throughput of vmath's polynomials: at 512 bits exp ran 1.2-1.4x, sin 1.5x, sigmoid 1.3x
     and erf 1.4-1.7x faster on these machines. llvmlite's FunctionAttributes accepts only LLVM's
     keyword attributes, so this string attribute goes into the set directly."""
+
     def codegen(context, builder, signature, args):
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')
         return context.get_dummy_value()
+
     return types.none(), codegen
 
 
@@ -328,6 +385,7 @@ def cache_info():
 def cache_clear():
     """Delete every cached kernel of every version; returns the number of files removed."""
     import shutil
+
     root = cache_root()
     n = sum(len(names) for _, _, names in os.walk(root))
     shutil.rmtree(root, ignore_errors=True)
@@ -343,6 +401,7 @@ _cuda_module = []
 def _cuda():
     if not _cuda_module:
         from numba import cuda
+
         _cuda_module.append(cuda)
     return _cuda_module[0]
 
@@ -370,6 +429,7 @@ def cuda_status():
 
 class _SIM_LIBDEVICE:
     """What generated CUDA text calls from libdevice, for Numba's simulator (same results)."""
+
     floor = floorf = staticmethod(np.floor)
     ceil = ceilf = staticmethod(np.ceil)
     rint = rintf = staticmethod(np.rint)
@@ -421,6 +481,7 @@ def from_cupy(arr):
     the producer's stream on every call (right for arrays from users): about 20 us, against 2."""
     from numba.cuda.cudadrv import driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
     if not _context:
         _context.append(_cuda().current_context())
     data = driver.MemoryPointer(_context[0], driver.binding.CUdeviceptr(arr.data.ptr), size=arr.nbytes, owner=arr)
@@ -513,10 +574,12 @@ class _Launcher:
 
     def __init__(self, overload):
         import ctypes
+
         from cuda.core import LaunchConfig, launch
         from numba.cuda.cudadrv import driver
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
         from numba.np.numpy_support import as_dtype
+
         self.kernel = overload._codelibrary.get_cufunc().kernel
         self.stream = driver._to_core_stream(0)
         self.launch, self.config_type, self.configs = launch, LaunchConfig, {}

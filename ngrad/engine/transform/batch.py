@@ -7,6 +7,7 @@ broadcast), everything else is left as it was. ``out_batched[i]`` says whether o
 gained the leading axis. This is how ``is_grads_batched`` and vectorized Jacobians run many
 reverse passes as one.
 """
+
 from ..ir.prims import PRIMS
 from ..ir.tape import Builder
 
@@ -32,8 +33,9 @@ def _batched_index(x, idx, axis, size, scatter_shape=None):
     bidx = (ones.cumsum(axis=0) - 1).reshape(shape=(size,) + (1,) * (len(ibatch) - 1)).expand(shape=ibatch)
     if scatter_shape is None:
         rank = len(x.shape)
-        perm = (0,) + tuple(range(axis + 1, axis + 1 + k)) + tuple(range(1, axis + 1)) + tuple(
-            range(axis + 1 + k, rank))
+        perm = (
+            (0,) + tuple(range(axis + 1, axis + 1 + k)) + tuple(range(1, axis + 1)) + tuple(range(axis + 1 + k, rank))
+        )
         r = x.permute(perm=perm).index(bidx, *idx, axis=0)
         # r: ibatch + x.shape[1:axis+1] + rest -> move the leading-dims group back in front of ibatch
         nb, lead = len(ibatch), axis
@@ -45,8 +47,9 @@ def _batched_index(x, idx, axis, size, scatter_shape=None):
     permuted = tuple(full[p] for p in perm)
     nb, lead = len(ibatch), axis
     # bring x (ibatch-first layout with leading dims after the batch axis) into index layout
-    to_index = (0,) + tuple(range(1 + lead, nb + lead)) + tuple(range(1, 1 + lead)) + tuple(
-        range(nb + lead, len(x.shape)))
+    to_index = (
+        (0,) + tuple(range(1 + lead, nb + lead)) + tuple(range(1, 1 + lead)) + tuple(range(nb + lead, len(x.shape)))
+    )
     g = x.permute(perm=to_index).unindex(bidx, *idx, shape=permuted, axis=0)
     inv = [0] * rank
     for i, p in enumerate(perm):
@@ -74,7 +77,10 @@ def batch(tape, batched, size):
         kind, name = PRIMS[ins.prim].kind, ins.prim
         lifted = [a if f else _lift(a, size) for a, f in zip(args, flags)]
         if kind in ("unary", "binary", "compare", "logical", "where", "cast", "matmul", "linalg") or name in (
-                "gather", "scatter_add", "cat"):
+            "gather",
+            "scatter_add",
+            "cat",
+        ):
             if "axis" in p:
                 p["axis"] += 1
             if "shape" in p:
@@ -91,8 +97,9 @@ def batch(tape, batched, size):
         elif name == "flip":
             r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
         elif name in ("slice", "unslice"):
-            q = dict(p, starts=(0,) + tuple(p["starts"]), stops=(size,) + tuple(p["stops"]),
-                     steps=(1,) + tuple(p["steps"]))
+            q = dict(
+                p, starts=(0,) + tuple(p["starts"]), stops=(size,) + tuple(p["stops"]), steps=(1,) + tuple(p["steps"])
+            )
             if name == "unslice":
                 q["shape"] = (size,) + tuple(p["shape"])
             r = b.emit(name, args, q)
@@ -103,8 +110,7 @@ def batch(tape, batched, size):
                     q["shape"] = (size,) + tuple(p["shape"])
                 r = b.emit(name, args, q)
             else:
-                r = _batched_index(lifted[0], lifted[1:], p["axis"], size,
-                                   p["shape"] if name == "unindex" else None)
+                r = _batched_index(lifted[0], lifted[1:], p["axis"], size, p["shape"] if name == "unindex" else None)
         else:
             raise ValueError(f"batch: no batching rule for primitive {name!r}")
         env[ins.out] = r

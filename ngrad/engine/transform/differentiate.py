@@ -22,6 +22,7 @@ the output cotangents to the gradients.
 tangent per ``wrt`` input slot and returns the original outputs followed by the tangent of each
 output that depends on them (``Tangent.tangents`` gives each output's position, or None).
 """
+
 import marshal
 import sys
 
@@ -55,17 +56,32 @@ class Joint:
         """The bytes of this joint of ``tape``: what ``vjp`` added to it (``loads`` takes ``tape``
         back). ValueError when a parameter is something ``marshal`` does not take."""
         t, n, m = self.tape, len(tape.shapes), len(tape.instrs)
-        return marshal.dumps((_FORMAT, n, m, t.shapes[n:], t.dtypes[n:],
-                              [(i.out, i.prim, i.args, i.params) for i in t.instrs[m:]], t.outputs, self.seeds,
-                              self.grads, self.ran, self.reads_saved, self.saved, self.contributions))
+        return marshal.dumps(
+            (
+                _FORMAT,
+                n,
+                m,
+                t.shapes[n:],
+                t.dtypes[n:],
+                [(i.out, i.prim, i.args, i.params) for i in t.instrs[m:]],
+                t.outputs,
+                self.seeds,
+                self.grads,
+                self.ran,
+                self.reads_saved,
+                self.saved,
+                self.contributions,
+            )
+        )
 
     @staticmethod
     def loads(tape, data):
         """The joint of ``tape`` that ``dumps`` wrote to ``data``; ValueError unless it is one: a
         well-formed tape continuing ``tape`` (every slot defined once, before it is read)."""
         try:
-            (fmt, n, m, shapes, dtypes, instrs, outputs, seeds, grads, ran, reads_saved, saved,
-             contributions) = marshal.loads(data)
+            (fmt, n, m, shapes, dtypes, instrs, outputs, seeds, grads, ran, reads_saved, saved, contributions) = (
+                marshal.loads(data)
+            )
         except (EOFError, ValueError, TypeError) as e:
             raise ValueError(f"not a stored joint: {e}") from None
         if fmt != _FORMAT or n != len(tape.shapes) or m != len(tape.instrs):
@@ -74,8 +90,7 @@ class Joint:
             made = _continuation(n, shapes, dtypes, instrs, outputs, seeds, grads, len(tape.outputs))
         except (TypeError, ValueError) as e:  # a field of another type than dumps writes
             raise ValueError(f"the stored joint is malformed: {e}") from None
-        if not (type(ran) is list and type(reads_saved) is set and type(saved) is dict
-                and type(contributions) is list):
+        if not (type(ran) is list and type(reads_saved) is set and type(saved) is dict and type(contributions) is list):
             raise ValueError("the stored joint is malformed: its bookkeeping has the wrong types")
         t = Tape()
         t.shapes, t.dtypes = tape.shapes + shapes, tape.dtypes + dtypes
@@ -97,13 +112,21 @@ def _continuation(n, shapes, dtypes, instrs, outputs, seeds, grads, n_outputs):
         raise ValueError("the seeds are not its first new slots")
     defined, made = n + len(seeds), []
     for out, prim, args, params in instrs:
-        if out != defined or prim not in PRIMS or type(params) is not dict or type(args) is not tuple or any(
-                type(a) is not int or not 0 <= a < out for a in args):
+        if (
+            out != defined
+            or prim not in PRIMS
+            or type(params) is not dict
+            or type(args) is not tuple
+            or any(type(a) is not int or not 0 <= a < out for a in args)
+        ):
             raise ValueError(f"instruction %{out} = {prim} is malformed")
         made.append(Instr(out, prim, args, params))
         defined += 1
-    if defined != n + len(shapes) or any(type(s) is not int or not 0 <= s < defined for s in outputs) or any(
-            g is not None and (type(g) is not int or not 0 <= g < len(outputs)) for g in grads):
+    if (
+        defined != n + len(shapes)
+        or any(type(s) is not int or not 0 <= s < defined for s in outputs)
+        or any(g is not None and (type(g) is not int or not 0 <= g < len(outputs)) for g in grads)
+    ):
         raise ValueError("its slots are out of range")
     return made
 
@@ -134,8 +157,7 @@ def vjp(tape, wrt):
     for ins in tape.instrs:
         if ins.out in active:
             continue
-        if (PRIMS[ins.prim].vjp is not None and tape.dtypes[ins.out] in floating
-                and any(a in active for a in ins.args)):
+        if PRIMS[ins.prim].vjp is not None and tape.dtypes[ins.out] in floating and any(a in active for a in ins.args):
             active.add(ins.out)
         if ins.prim == "const" or (ins.prim in ("reshape", "expand", "cast") and ins.args[0] in literal):
             literal.add(ins.out)
@@ -213,10 +235,12 @@ def joint(tape, wrt, keep=False):
         name = j = None
         if len(tape.instrs) >= STORE_MIN_INSTRS:
             from ..runtime import jit_mode
+
             if jit_mode() != "never":  # which touches no cache (nor imports Numba)
                 name = _joint_name(key)
         if name:
             from ..store import read_plan
+
             data = read_plan(name)
             if data:
                 try:
@@ -232,6 +256,7 @@ def joint(tape, wrt, keep=False):
     if entry[1] is not None:
         name, entry[1] = entry[1], None
         from ..store import write_plan
+
         try:
             write_plan(name, entry[0].dumps(tape))
         except ValueError:
@@ -244,6 +269,7 @@ def _joint_name(key):
     that makes joints; None when it cannot be stored."""
     from ..ir import prims, tape
     from ..store import plan_name
+
     return plan_name("j", (sys.modules[__name__], prims, tape), key)
 
 
