@@ -234,7 +234,7 @@ def joint(tape, wrt, keep=False):
     if entry is None:
         name = j = None
         if len(tape.instrs) >= STORE_MIN_INSTRS:
-            from ..runtime import jit_mode
+            from ..config import jit_mode
 
             if jit_mode() != "never":  # which touches no cache (nor imports Numba)
                 name = _joint_name(key)
