@@ -21,6 +21,7 @@ from ..ir.dtypes import from_short
 from ..ir.prims import PRIMS
 from ..ir.tape import format_instr
 from ..store import CODEGEN_VERSION  # bump it there whenever this module's output changes meaning
+from .fuse import ReadKind
 
 __all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
 
@@ -299,9 +300,9 @@ def _window_index(r, slot, idx, shape, bounds, p):
         return bounds.setdefault((slot, axis, end), (f"{p}w{len(bounds)}", value))[0]
 
     ix, inside = [], []
-    for d, (i, (a, b, c), n) in enumerate(zip(idx, r[2], shape)):
+    for d, (i, (a, b, c), n) in enumerate(zip(idx, r.window, shape)):
         start = bound(d, 0, a) if a else None
-        if r[0] == "window":
+        if r.kind == ReadKind.WINDOW:
             at = i if c == 1 else f"{i} * {c}"
             ix.append(_unsigned(f"{start} + {at}") if a else at)
             continue
@@ -340,14 +341,14 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
     for slot in sorted(kernel.reads):
         r = kernel.reads[slot]
         dtype = tape.dtypes[slot]
-        if r[0] == "literal":
-            names[slot] = Expr(_typed(r[1], dtype), dtype)
-        elif r[0] == "scalar":
-            if r[1] not in scalars:
-                scalars.append(r[1])
-            names[slot] = Expr(f"{p}s{scalars.index(r[1])}", dtype)
-        elif r[0] in ("window", "pad"):
-            src, pattern = r[1], tuple(False for _ in tape.shapes[r[1]]) or (False,)
+        if r.kind == ReadKind.LITERAL:
+            names[slot] = Expr(_typed(r.value, dtype), dtype)
+        elif r.kind == ReadKind.SCALAR:
+            if r.src not in scalars:
+                scalars.append(r.src)
+            names[slot] = Expr(f"{p}s{scalars.index(r.src)}", dtype)
+        elif r.kind in (ReadKind.WINDOW, ReadKind.PAD):
+            src, pattern = r.src, tuple(False for _ in tape.shapes[r.src]) or (False,)
             if (src, pattern) not in arrays:
                 arrays.append((src, pattern))
             ix, inside = _window_index(r, slot, idx, kernel.shape, bounds, p)
@@ -355,11 +356,11 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             load = f"{p}a{arrays.index((src, pattern))}[{', '.join(ix) or '0'}]"
             if inside:
                 load += f" if {' and '.join(inside)} else {_typed(0, dtype)}"
-            what = "slice" if r[0] == "window" else "unslice, zero outside"
+            what = "slice" if r.kind == ReadKind.WINDOW else "unslice, zero outside"
             emit(f"{v} = {load}  # read %{src} as %{slot} = {what}", v, [depth_of.get(i, -1) for i in idx])
             names[slot] = Expr(v, dtype)
         else:
-            src, pattern = r[1], tuple(r[2]) or (False,)
+            src, pattern = r.src, tuple(r.pattern) or (False,)
             if (src, pattern) not in arrays:
                 arrays.append((src, pattern))
             # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
@@ -403,8 +404,9 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             names[ins.out] = Expr(v, tape.dtypes[ins.out])
             continue
         text = None
-        if ins.prim == "pow" and kernel.reads.get(ins.args[1], ("",))[0] == "literal":
-            text = _pow_literal(args[0], kernel.reads[ins.args[1]][1])
+        exponent = kernel.reads.get(ins.args[1]) if ins.prim == "pow" else None
+        if exponent is not None and exponent.kind == ReadKind.LITERAL:
+            text = _pow_literal(args[0], exponent.value)
         if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
             text = args[0].text
         if text is None:
@@ -539,10 +541,12 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
     for d in range(loop_dims - 1, -1, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
+    windowed = {r.src for r in kernel.reads.values() if r.kind in (ReadKind.WINDOW, ReadKind.PAD)}
     shifted = {
-        r[1] for r in kernel.reads.values() if r[0] in ("window", "pad") and r[2] and tuple(r[2][0]) != (0, shape[0], 1)
+        r.src
+        for r in kernel.reads.values()
+        if r.kind in (ReadKind.WINDOW, ReadKind.PAD) and r.window and tuple(r.window[0]) != (0, shape[0], 1)
     }
-    windowed = {r[1] for r in kernel.reads.values() if r[0] in ("window", "pad")}
     passed = [(a, pattern) for a, pattern in arrays if a not in bound]
     padded = {k: a in shifted for k, (a, pattern) in enumerate(passed) if a in windowed and not any(pattern)}
     part = Part(
@@ -583,8 +587,10 @@ def program(kernels, tape, late=frozenset(), outside=None):
         denied = set(outside)
         for kern in kernels:
             for r in kern.reads.values():  # a local array is read at the loop's index or through a window
-                if r[0] == "scalar" or (r[0] == "array" and (any(r[2]) or tape.shapes[r[1]] != kern.shape)):
-                    denied.add(r[1])
+                if r.kind == ReadKind.SCALAR or (
+                    r.kind == ReadKind.ARRAY and (any(r.pattern) or tape.shapes[r.src] != kern.shape)
+                ):
+                    denied.add(r.src)
             for st in kern.stores:
                 if (
                     st in scratch

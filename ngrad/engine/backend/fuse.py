@@ -15,11 +15,13 @@ rematerialized rather than stored and reloaded when that is cheaper: broadcast r
 from their source, and short chains of cheap arithmetic (``CHEAP``) are recomputed.
 """
 
+import enum
 import math
+import typing
 
 from ..ir.prims import PRIMS
 
-__all__ = ["fuse", "reads_of", "Plan", "Kernel", "Glue"]
+__all__ = ["fuse", "reads_of", "Plan", "Kernel", "Glue", "Read", "ReadKind"]
 
 FUSED = ("unary", "binary", "compare", "logical", "where", "cast")
 EPILOGUES = ("sum", "prod", "amax", "amin")
@@ -57,6 +59,30 @@ CUDA_ATOMIC = ("f32", "f64", "i32", "i64")  # dtypes CUDA's atomic add, max and 
 SMALL_LOOP = 1 << 15  # elements; the runtime's threshold for running a loop on threads
 
 
+class ReadKind(str, enum.Enum):
+    """How a kernel reads a slot it does not compute (see ``Read``)."""
+
+    ARRAY = "array"  # an array of the slot ``src``, at the loop's index with broadcast axes fixed at 0
+    SCALAR = "scalar"  # a one-element value ``src`` (a runtime scalar or a one-element array)
+    LITERAL = "literal"  # a constant ``value`` inlined into the kernel's text
+    WINDOW = "window"  # the array ``src`` through a slice's ``window``: no view is built per call
+    PAD = "pad"  # the array ``src`` placed in a zero array at ``window`` (an unslice), read where it is used
+
+
+class Read(typing.NamedTuple):
+    """One kernel read: ``kind`` first (so ``read[0]`` is the kind), then its payload.
+
+    ``src``: the slot read (None for a literal); ``pattern``: for an array, per axis of the
+    kernel's shape whether the source is broadcast there; ``window``: for a window or pad, the
+    slice's (start, stop, step) per axis; ``value``: a literal's value."""
+
+    kind: ReadKind
+    src: int | None = None
+    pattern: tuple = ()
+    window: tuple = ()
+    value: object = None
+
+
 class Glue:
     """One instruction run by the NumPy interpreter's implementation."""
 
@@ -67,9 +93,12 @@ class Glue:
 
 
 class Kernel:
-    """A fused loop. ``reads``: slot -> ("array", src, pattern) | ("scalar", src) | ("literal", value);
+    """A fused loop. ``reads``: slot -> ``Read``, one of five kinds (``ReadKind``): an array at the
+    loop's index with a broadcast pattern, a one-element scalar, an inlined literal, an array
+    through a slice's window, or an unslice's source padded with zeros outside its window;
     ``body``: elementwise instructions in order; ``reductions``: epilogue instructions;
-    ``stores``: slots written to full-size output arrays (filled in by ``fuse``)."""
+    ``stores``: slots written to full-size output arrays (filled in by ``fuse``); ``defined``:
+    the slots readable inside the loop (read or computed)."""
 
     __slots__ = ("shape", "reads", "body", "reductions", "stores", "defined")
 
@@ -159,7 +188,7 @@ def fuse(tape, target="cpu"):
             return False
         if d[0] == "read":
             r = d[1]
-            if r[0] == "literal" or available(r[1], pos):
+            if r.kind == ReadKind.LITERAL or available(r.src, pos):
                 kern.reads[slot] = r
                 kern.defined.add(slot)
                 return True
@@ -183,17 +212,17 @@ def fuse(tape, target="cpu"):
         if slot in kern.defined:
             return
         if slot in literal:
-            kern.reads[slot] = ("literal", literal[slot])
+            kern.reads[slot] = Read(ReadKind.LITERAL, value=literal[slot])
         elif slot in windows:
             kern.reads[slot] = windows[slot]
         elif where[slot][0] == pos or not remat(kern, pos, slot, budget or [REMAT_BUDGET]):
-            kern.reads[slot] = ("array", slot, tuple(False for _ in kern.shape))
+            kern.reads[slot] = Read(ReadKind.ARRAY, slot, pattern=tuple(False for _ in kern.shape))
         kern.defined.add(slot)
 
     def as_read(ins, r):
         """``ins`` computed by the way a kernel of its shape reads its operand (a broadcast, an
         unslice), in the latest such kernel: it costs no step of its own."""
-        pos, kern = kernel_for(tape.shapes[ins.out], [r[1]])
+        pos, kern = kernel_for(tape.shapes[ins.out], [r.src])
         kern.reads[ins.out] = r
         kern.defined.add(ins.out)
         defs[ins.out] = ("read", r)
@@ -231,18 +260,19 @@ def fuse(tape, target="cpu"):
         elif ins.prim == "expand" and ins.args[0] not in literal:
             src = ins.args[0]
             if _ones(tape.shapes[src]):
-                as_read(ins, ("scalar", src))
+                as_read(ins, Read(ReadKind.SCALAR, src))
             else:
-                as_read(ins, ("array", src, tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape))))
+                pattern = tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape))
+                as_read(ins, Read(ReadKind.ARRAY, src, pattern=pattern))
         elif ins.prim == "slice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
             # a view for glue; a kernel reads the source at the window's indices instead (no
             # view built per call, and every slice of one array is one kernel argument)
-            windows[ins.out] = ("window", ins.args[0], _window(ins.params))
+            windows[ins.out] = Read(ReadKind.WINDOW, ins.args[0], window=_window(ins.params))
             glue(ins)
         elif ins.prim == "unslice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
             # the gradient of a slice is read where it is used (zero outside its window) instead
             # of being built as a zeroed array: a fan-out of slices sums in one loop
-            as_read(ins, ("pad", ins.args[0], _window(ins.params)))
+            as_read(ins, Read(ReadKind.PAD, ins.args[0], window=_window(ins.params)))
         elif prim.kind in FUSED:
             pos, kern = kernel_for(shape, ins.args)
             for a in ins.args:
@@ -280,13 +310,13 @@ def fuse(tape, target="cpu"):
             and len(step.body) <= 1
             and not step.reductions
             and math.prod(step.shape) < SMALL_LOOP
-            and not any(r[0] == "pad" for r in step.reads.values())
+            and not any(r.kind == ReadKind.PAD for r in step.reads.values())
         ):
             # its reads as NumPy steps (a slice's own view step is already there)
             flat += [
                 Glue(instr_of[slot])
                 for slot, r in sorted(step.reads.items())
-                if r[0] not in ("literal", "window") and r[1] != slot
+                if r.kind not in (ReadKind.LITERAL, ReadKind.WINDOW) and r.src != slot
             ]
             flat += [Glue(ins) for ins in step.body]
         else:
@@ -326,7 +356,7 @@ def reads_of(step):
     and scalars)."""
     if isinstance(step, Glue):
         return set(step.instr.args)
-    r = {src[1] for src in step.reads.values() if src[0] != "literal"}
+    r = {read.src for read in step.reads.values() if read.kind != ReadKind.LITERAL}
     r.update(a for ins in step.body for a in ins.args if a not in step.defined)
     return r
 
@@ -354,4 +384,6 @@ def _sink(steps):
 
 def _defined_order(kern):
     """Slots a kernel defines, in a deterministic order: reads (by slot), then body results."""
-    return sorted(s for s, r in kern.reads.items() if r[0] != "literal" and r[1] != s) + [i.out for i in kern.body]
+    return sorted(s for s, r in kern.reads.items() if r.kind != ReadKind.LITERAL and r.src != s) + [
+        i.out for i in kern.body
+    ]
