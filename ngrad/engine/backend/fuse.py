@@ -15,13 +15,15 @@ rematerialized rather than stored and reloaded when that is cheaper: broadcast r
 from their source, and short chains of cheap arithmetic (``CHEAP``) are recomputed.
 """
 
+import dataclasses
 import enum
 import math
 import typing
 
 from ..ir.prims import PRIMS
+from .passes import Pass, run_passes
 
-__all__ = ["fuse", "reads_of", "Plan", "Kernel", "Glue", "Read", "ReadKind"]
+__all__ = ["fuse", "reads_of", "Plan", "Kernel", "Glue", "Read", "ReadKind", "FuseState", "PASSES"]
 
 FUSED = ("unary", "binary", "compare", "logical", "where", "cast")
 EPILOGUES = ("sum", "prod", "amax", "amin")
@@ -124,188 +126,231 @@ def _ones(shape):
     return all(d == 1 for d in shape)
 
 
-def fuse(tape, target="cpu"):
-    """Partition ``tape`` into kernels and glue steps; see the module docstring.
+@dataclasses.dataclass
+class FuseState:
+    """What the fusion passes share. Every step has a position; sorting by position gives the
+    execution order. Loop kernel n is (n,); a glue step or a one-element kernel runs right after
+    the latest of its operands, (that position) + (sequence,), so a view of an input runs before
+    every kernel instead of splitting one."""
 
-    For ``target="cuda"`` every loop stays a kernel (glue there is a device round trip, not a
-    microsecond of NumPy), and only reductions the GPU can combine with atomics (``sum``,
-    ``amax``, ``amin`` of numbers) are epilogues; ``prod`` and boolean reductions are glue."""
-    # Every step has a position; sorting by position gives the execution order. Loop kernel n is
-    # (n,); a glue step or a one-element kernel runs right after the latest of its operands,
-    # (that position) + (sequence,), so a view of an input runs before every kernel instead of
-    # splitting one.
-    steps = []  # (position, step)
-    where = {s: ((-1,), False) for s in tape.inputs}  # slot -> (position of its step, by an epilogue)
-    literal = {}
-    windows = {}  # slot of a slice -> the kernel read of its source through the slice's window
-    latest = {}  # shape -> (position, kernel)
-    loops = [0]  # loop kernels made so far
-    defs = {}  # slot -> how a kernel computed it: ("read", read) or ("instr", instr)
-    home = {}  # slot -> the kernel that computes it first (others may recompute it, never store it)
-    seq = [0]
+    tape: object
+    cpu: bool
+    placed: list = dataclasses.field(default_factory=list)  # (position, step)
+    where: dict = dataclasses.field(default_factory=dict)  # slot -> (position of its step, by an epilogue)
+    literal: dict = dataclasses.field(default_factory=dict)  # slot -> the constant it holds
+    windows: dict = dataclasses.field(default_factory=dict)  # slot of a slice -> the kernel read of its source
+    latest: dict = dataclasses.field(default_factory=dict)  # shape -> (position, kernel)
+    defs: dict = dataclasses.field(default_factory=dict)  # slot -> how a kernel computed it: Read or instr
+    home: dict = dataclasses.field(default_factory=dict)  # slot -> the kernel that computes it first
+    loops: int = 0  # loop kernels made so far
+    seq: int = 0  # glue and one-element steps placed so far
+    scalar_glue: bool = False  # one-element arithmetic runs as NumPy glue (see ``place_instrs``)
+    steps: list = dataclasses.field(default_factory=list)  # in execution order, once ordered
 
-    def available(slot, pos):
-        p, epi = where[slot]
-        return p < pos or (p == pos and not epi)
+    @classmethod
+    def of(cls, tape, target="cpu"):
+        """The state before any pass: only the tape's inputs are placed."""
+        return cls(tape, target == "cpu", where={s: ((-1,), False) for s in tape.inputs})
 
-    def last(deps, literals=False):
-        """The position of the latest step among those computing ``deps`` (kernels inline
-        literals, so theirs count only for glue, which reads them as arrays)."""
-        return max([where[d][0] for d in deps if literals or d not in literal] + [(-1,)])
 
-    def after(deps, literals=False):
-        """A new position right after the latest of ``deps``: a step runs as early as it can."""
-        seq[0] += 1
-        return last(deps, literals) + (seq[0],)
+def _available(state, slot, pos):
+    """Whether ``slot`` is computed before the step at ``pos``, or by it but not by an epilogue."""
+    p, epi = state.where[slot]
+    return p < pos or (p == pos and not epi)
 
-    def kernel_for(shape, deps):
-        hit = latest.get(shape)
-        if hit is not None and all(d in literal or available(d, hit[0]) for d in deps):
-            if not (_ones(shape) and hit[0] > last(deps)):  # else a new one-element kernel runs earlier
-                return hit
-        # Loop kernel n runs at (n,), after every view of the inputs. A kernel of one element
-        # runs right after its operands instead: computed from inputs (the seed times a
-        # constant), it runs before the big loops, so they can all use it and fuse together.
-        if _ones(shape):
-            pos = after(deps)
-        else:
-            pos = (loops[0],)
-            loops[0] += 1
-        kern = Kernel(shape)
-        steps.append((pos, kern))
-        latest[shape] = (pos, kern)
-        return pos, kern
 
-    def glue(ins):
-        pos = after(ins.args, literals=True)
-        steps.append((pos, Glue(ins)))
-        where[ins.out] = (pos, False)
+def _last(state, deps, literals=False):
+    """The position of the latest step among those computing ``deps`` (kernels inline
+    literals, so theirs count only for glue, which reads them as arrays)."""
+    return max([state.where[d][0] for d in deps if literals or d not in state.literal] + [(-1,)])
 
-    def remat(kern, pos, slot, budget):
-        """Define ``slot`` inside the kernel at ``pos`` by recomputing it; False if not worth it."""
-        d = defs.get(slot)
-        if d is None or budget[0] <= 0:
-            return False
-        if d[0] == "read":
-            r = d[1]
-            if r.kind == ReadKind.LITERAL or available(r.src, pos):
-                kern.reads[slot] = r
-                kern.defined.add(slot)
-                return True
-            return False
-        ins = d[1]
-        if ins.prim not in CHEAP:
-            return False
-        budget[0] -= 1
-        for a in ins.args:
-            if a not in kern.defined and a not in literal and not available(a, pos) and not remat(kern, pos, a, budget):
-                return False
-        for a in ins.args:
-            read(kern, pos, a, budget)
-        kern.body.append(ins)
-        kern.defined.add(slot)
-        return True
 
-    def read(kern, pos, slot, budget=None):
-        """Make ``slot`` (of the kernel's shape) readable inside the kernel at ``pos``. Recomputing
-        shares one budget per read from the tape, which also bounds the recursion's depth."""
-        if slot in kern.defined:
-            return
-        if slot in literal:
-            kern.reads[slot] = Read(ReadKind.LITERAL, value=literal[slot])
-        elif slot in windows:
-            kern.reads[slot] = windows[slot]
-        elif where[slot][0] == pos or not remat(kern, pos, slot, budget or [REMAT_BUDGET]):
-            kern.reads[slot] = Read(ReadKind.ARRAY, slot, pattern=tuple(False for _ in kern.shape))
-        kern.defined.add(slot)
+def _after(state, deps, literals=False):
+    """A new position right after the latest of ``deps``: a step runs as early as it can."""
+    state.seq += 1
+    return _last(state, deps, literals) + (state.seq,)
 
-    def as_read(ins, r):
-        """``ins`` computed by the way a kernel of its shape reads its operand (a broadcast, an
-        unslice), in the latest such kernel: it costs no step of its own."""
-        pos, kern = kernel_for(tape.shapes[ins.out], [r.src])
-        kern.reads[ins.out] = r
-        kern.defined.add(ins.out)
-        defs[ins.out] = ("read", r)
-        home[ins.out] = kern
-        where[ins.out] = (pos, False)
 
-    # Next to real loops, one-element arithmetic (a seed times a constant, the max of a logsumexp
-    # checked for inf) runs as NumPy glue: microseconds per call, against a fifth of a second to
-    # compile a kernel for it. A tape of scalars only still compiles to one kernel.
-    cpu = target == "cpu"
-    scalar_glue = cpu and any(PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs)
-    for ins in tape.instrs:
-        prim = PRIMS[ins.prim]
-        shape = tape.shapes[ins.out]
-        if ins.prim == "const":
-            literal[ins.out] = ins.params["value"]
-        elif ins.prim in ("reshape", "expand") and ins.args[0] in literal:
-            literal[ins.out] = literal[ins.args[0]]
+def _kernel_for(state, shape, deps):
+    """The kernel (and its position) that computes a value of ``shape`` from ``deps``: the latest
+    of that shape when all of ``deps`` are available there, else a new one."""
+    hit = state.latest.get(shape)
+    if hit is not None and all(d in state.literal or _available(state, d, hit[0]) for d in deps):
+        if not (_ones(shape) and hit[0] > _last(state, deps)):  # else a new one-element kernel runs earlier
+            return hit
+    # Loop kernel n runs at (n,), after every view of the inputs. A kernel of one element
+    # runs right after its operands instead: computed from inputs (the seed times a
+    # constant), it runs before the big loops, so they can all use it and fuse together.
+    if _ones(shape):
+        pos = _after(state, deps)
+    else:
+        pos = (state.loops,)
+        state.loops += 1
+    kern = Kernel(shape)
+    state.placed.append((pos, kern))
+    state.latest[shape] = (pos, kern)
+    return pos, kern
+
+
+def _glue(state, ins):
+    pos = _after(state, ins.args, literals=True)
+    state.placed.append((pos, Glue(ins)))
+    state.where[ins.out] = (pos, False)
+
+
+def _remat(state, kern, pos, slot, budget):
+    """Define ``slot`` inside the kernel at ``pos`` by recomputing it; False if not worth it."""
+    d = state.defs.get(slot)
+    if d is None or budget[0] <= 0:
+        return False
+    if isinstance(d, Read):
+        if d.kind == ReadKind.LITERAL or _available(state, d.src, pos):
+            kern.reads[slot] = d
+            kern.defined.add(slot)
+            return True
+        return False
+    if d.prim not in CHEAP:
+        return False
+    budget[0] -= 1
+    for a in d.args:
         if (
-            scalar_glue
-            and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape)
-            and (prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand"))
+            a not in kern.defined
+            and a not in state.literal
+            and not _available(state, a, pos)
+            and not _remat(state, kern, pos, a, budget)
         ):
-            glue(ins)
-            continue
-        noop = ins.prim in ("reshape", "expand") and tape.shapes[ins.args[0]] == shape
-        if noop and ins.args[0] not in literal:  # an identity: computed in the loop like elementwise
-            pos, kern = kernel_for(shape, ins.args)
-            read(kern, pos, ins.args[0])
-            kern.body.append(ins)
-            kern.defined.add(ins.out)
-            defs[ins.out] = ("instr", ins)
-            home[ins.out] = kern
-            where[ins.out] = (pos, False)
-        elif ins.prim == "expand" and ins.args[0] not in literal:
-            src = ins.args[0]
-            if _ones(tape.shapes[src]):
-                as_read(ins, Read(ReadKind.SCALAR, src))
-            else:
-                pattern = tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape))
-                as_read(ins, Read(ReadKind.ARRAY, src, pattern=pattern))
-        elif ins.prim == "slice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
-            # a view for glue; a kernel reads the source at the window's indices instead (no
-            # view built per call, and every slice of one array is one kernel argument)
-            windows[ins.out] = Read(ReadKind.WINDOW, ins.args[0], window=_window(ins.params))
-            glue(ins)
-        elif ins.prim == "unslice" and cpu and ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape:
-            # the gradient of a slice is read where it is used (zero outside its window) instead
-            # of being built as a zeroed array: a fan-out of slices sums in one loop
-            as_read(ins, Read(ReadKind.PAD, ins.args[0], window=_window(ins.params)))
-        elif prim.kind in FUSED:
-            pos, kern = kernel_for(shape, ins.args)
-            for a in ins.args:
-                read(kern, pos, a)
-            kern.body.append(ins)
-            kern.defined.add(ins.out)
-            defs[ins.out] = ("instr", ins)
-            home[ins.out] = kern
-            where[ins.out] = (pos, False)
-        elif ins.prim in EPILOGUES and (cpu or (ins.prim != "prod" and tape.dtypes[ins.out] in CUDA_ATOMIC)):
-            src = ins.args[0]
-            spos, epi = where[src]
-            hit = latest.get(tape.shapes[src])
-            if hit is not None and hit[0] == spos and src in hit[1].defined and not epi:
-                pos, kern = hit
-            else:
-                pos, kern = kernel_for(tape.shapes[src], [src])
-                read(kern, pos, src)
-            kern.reductions.append(ins)
-            where[ins.out] = (pos, True)
-        else:
-            glue(ins)
+            return False
+    for a in d.args:
+        _read(state, kern, pos, a, budget)
+    kern.body.append(d)
+    kern.defined.add(slot)
+    return True
 
-    steps = [st for _, st in sorted(steps, key=lambda ps: ps[0])]
-    # A small loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is
-    # compiled. A big one stays a kernel: it can run on threads and write into a reused buffer;
-    # so does one reading a slice's gradient, which NumPy would first build as a zeroed array
-    # (the gradient of x[:-1] plus that of x[1:]: five NumPy calls against one loop).
-    instr_of = {ins.out: ins for ins in tape.instrs}
+
+def _read(state, kern, pos, slot, budget=None):
+    """Make ``slot`` (of the kernel's shape) readable inside the kernel at ``pos``. Recomputing
+    shares one budget per read from the tape, which also bounds the recursion's depth."""
+    if slot in kern.defined:
+        return
+    if slot in state.literal:
+        kern.reads[slot] = Read(ReadKind.LITERAL, value=state.literal[slot])
+    elif slot in state.windows:
+        kern.reads[slot] = state.windows[slot]
+    elif state.where[slot][0] == pos or not _remat(state, kern, pos, slot, budget or [REMAT_BUDGET]):
+        kern.reads[slot] = Read(ReadKind.ARRAY, slot, pattern=tuple(False for _ in kern.shape))
+    kern.defined.add(slot)
+
+
+def _compute(state, ins):
+    """``ins`` evaluated per element in the latest kernel of its shape that can run it."""
+    pos, kern = _kernel_for(state, state.tape.shapes[ins.out], ins.args)
+    for a in ins.args:
+        _read(state, kern, pos, a)
+    kern.body.append(ins)
+    kern.defined.add(ins.out)
+    state.defs[ins.out] = ins
+    state.home[ins.out] = kern
+    state.where[ins.out] = (pos, False)
+
+
+def _as_read(state, ins, r):
+    """``ins`` computed by the way a kernel of its shape reads its operand (a broadcast, an
+    unslice), in the latest such kernel: it costs no step of its own."""
+    pos, kern = _kernel_for(state, state.tape.shapes[ins.out], [r.src])
+    kern.reads[ins.out] = r
+    kern.defined.add(ins.out)
+    state.defs[ins.out] = r
+    state.home[ins.out] = kern
+    state.where[ins.out] = (pos, False)
+
+
+def _epilogue(state, ins):
+    """The reduction ``ins`` accumulated by the kernel that computes its operand (or a new one)."""
+    src = ins.args[0]
+    spos, epi = state.where[src]
+    hit = state.latest.get(state.tape.shapes[src])
+    if hit is not None and hit[0] == spos and src in hit[1].defined and not epi:
+        pos, kern = hit
+    else:
+        pos, kern = _kernel_for(state, state.tape.shapes[src], [src])
+        _read(state, kern, pos, src)
+    kern.reductions.append(ins)
+    state.where[ins.out] = (pos, True)
+
+
+def _place(state, ins):
+    """Place one instruction: in a kernel (computed, read, or accumulated) or as a glue step."""
+    tape, literal = state.tape, state.literal
+    prim = PRIMS[ins.prim]
+    shape = tape.shapes[ins.out]
+    if ins.prim == "const":
+        literal[ins.out] = ins.params["value"]
+    elif ins.prim in ("reshape", "expand") and ins.args[0] in literal:
+        literal[ins.out] = literal[ins.args[0]]
+    if (
+        state.scalar_glue
+        and _ones(tape.shapes[ins.args[0]] if ins.prim in EPILOGUES else shape)
+        and (prim.kind in FUSED or ins.prim in EPILOGUES or ins.prim in ("reshape", "expand"))
+    ):
+        _glue(state, ins)
+        return
+    moved = ins.args[0] not in literal and tape.shapes[ins.args[0]] != shape if ins.args else False
+    noop = ins.prim in ("reshape", "expand") and tape.shapes[ins.args[0]] == shape
+    if noop and ins.args[0] not in literal:  # an identity: computed in the loop like elementwise
+        _compute(state, ins)
+    elif ins.prim == "expand" and ins.args[0] not in literal:
+        src = ins.args[0]
+        if _ones(tape.shapes[src]):
+            _as_read(state, ins, Read(ReadKind.SCALAR, src))
+        else:
+            pattern = tuple(a == 1 and b != 1 for a, b in zip(tape.shapes[src], shape))
+            _as_read(state, ins, Read(ReadKind.ARRAY, src, pattern=pattern))
+    elif ins.prim == "slice" and state.cpu and moved:
+        # a view for glue; a kernel reads the source at the window's indices instead (no
+        # view built per call, and every slice of one array is one kernel argument)
+        state.windows[ins.out] = Read(ReadKind.WINDOW, ins.args[0], window=_window(ins.params))
+        _glue(state, ins)
+    elif ins.prim == "unslice" and state.cpu and moved:
+        # the gradient of a slice is read where it is used (zero outside its window) instead
+        # of being built as a zeroed array: a fan-out of slices sums in one loop
+        _as_read(state, ins, Read(ReadKind.PAD, ins.args[0], window=_window(ins.params)))
+    elif prim.kind in FUSED:
+        _compute(state, ins)
+    elif ins.prim in EPILOGUES and (state.cpu or (ins.prim != "prod" and tape.dtypes[ins.out] in CUDA_ATOMIC)):
+        _epilogue(state, ins)
+    else:
+        _glue(state, ins)
+
+
+def place_instrs(state):
+    """Place every instruction in order (see ``_place``), recomputing cheap values a kernel reads
+    rather than reloading them. Next to real loops, one-element arithmetic (a seed times a
+    constant, the max of a logsumexp checked for inf) runs as NumPy glue on the CPU:
+    microseconds per call, against a fifth of a second to compile a kernel for it. A tape of
+    scalars only still compiles to one kernel."""
+    tape = state.tape
+    state.scalar_glue = state.cpu and any(
+        PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs
+    )
+    for ins in tape.instrs:
+        _place(state, ins)
+
+
+def order_steps(state):
+    """The placed steps in execution order (by position)."""
+    state.steps = [st for _, st in sorted(state.placed, key=lambda ps: ps[0])]
+
+
+def flatten_small_loops(state):
+    """A small loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is
+    compiled. A big one stays a kernel: it can run on threads and write into a reused buffer;
+    so does one reading a slice's gradient, which NumPy would first build as a zeroed array
+    (the gradient of x[:-1] plus that of x[1:]: five NumPy calls against one loop)."""
+    instr_of = {ins.out: ins for ins in state.tape.instrs}
     flat = []
-    for step in steps:
+    for step in state.steps:
         if (
-            cpu
+            state.cpu
             and isinstance(step, Kernel)
             and len(step.body) <= 1
             and not step.reductions
@@ -321,16 +366,50 @@ def fuse(tape, target="cpu"):
             flat += [Glue(ins) for ins in step.body]
         else:
             flat.append(step)
-    steps = _live(_sink(flat), tape)
-    # a value is stored by the kernel that computes it first when anything outside that kernel
-    # reads it; a later kernel recomputing it (rather than reloading it) does not store it again
-    needed = set(tape.outputs)
-    for step in steps:
+    state.steps = flat
+
+
+def sink_glue(state):
+    """Glue after a kernel moves down to the first step that reads it (see ``_sink``)."""
+    state.steps = _sink(state.steps)
+
+
+def drop_dead_glue(state):
+    """Glue whose value nothing reads is dropped (see ``_live``)."""
+    state.steps = _live(state.steps, state.tape)
+
+
+def choose_stores(state):
+    """A value is stored by the kernel that computes it first when anything outside that kernel
+    reads it; a later kernel recomputing it (rather than reloading it) does not store it again."""
+    needed = set(state.tape.outputs)
+    for step in state.steps:
         needed |= reads_of(step)
-    for step in steps:
+    for step in state.steps:
         if isinstance(step, Kernel):
-            step.stores = [s for s in _defined_order(step) if s in needed and s not in literal and home.get(s) is step]
-    return Plan(tape, steps)
+            step.stores = [
+                s for s in _defined_order(step) if s in needed and s not in state.literal and state.home.get(s) is step
+            ]
+
+
+PASSES = [
+    Pass("place_instrs", "put each instruction in a kernel (computed, read, accumulated) or a glue step", place_instrs),
+    Pass("order_steps", "sort the placed steps by position into execution order", order_steps),
+    Pass("flatten_small_loops", "small one-operation loops become NumPy glue (CPU)", flatten_small_loops),
+    Pass("sink_glue", "glue after a kernel moves down to its first reader", sink_glue),
+    Pass("drop_dead_glue", "glue whose value nothing reads is dropped", drop_dead_glue),
+    Pass("choose_stores", "each kernel stores what is read outside it and first computed by it", choose_stores),
+]
+
+
+def fuse(tape, target="cpu"):
+    """Partition ``tape`` into kernels and glue steps by running ``PASSES``; see the module docstring.
+
+    For ``target="cuda"`` every loop stays a kernel (glue there is a device round trip, not a
+    microsecond of NumPy), and only reductions the GPU can combine with atomics (``sum``,
+    ``amax``, ``amin`` of numbers) are epilogues; ``prod`` and boolean reductions are glue."""
+    state = run_passes("fuse", PASSES, FuseState.of(tape, target))
+    return Plan(tape, state.steps)
 
 
 def _window(params):

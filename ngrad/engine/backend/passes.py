@@ -1,0 +1,36 @@
+"""Pass lists: each long backend transformation (fusion, bytecode encoding, loop rendering) is a
+sequence of named, described passes over one small state object.
+
+Contract: ``run_passes(what, passes, state)`` calls each ``Pass`` of ``passes`` on ``state`` in
+order and returns ``state``. A pass reads and writes only that state, so each can be run and
+tested on its own (tests/test_passes.py). With ``NGRAD_DEBUG`` at 3 or more every pass prints its
+name and time to stderr.
+"""
+
+import sys
+import time
+import typing
+
+from ..config import debug_level
+
+__all__ = ["Pass", "run_passes"]
+
+
+class Pass(typing.NamedTuple):
+    """One step of a pass list: its ``name``, what it decides (``description``) and the function
+    that runs it on the state."""
+
+    name: str
+    description: str
+    run: typing.Callable
+
+
+def run_passes(what, passes, state):
+    """Run ``passes`` on ``state`` in order (``what`` names the list in debug output); return ``state``."""
+    timed = debug_level() >= 3
+    for p in passes:
+        t = time.perf_counter() if timed else 0.0
+        p.run(state)
+        if timed:
+            print(f"ngrad: {what} pass {p.name}: {(time.perf_counter() - t) * 1e3:.3f} ms", file=sys.stderr)
+    return state
