@@ -77,7 +77,8 @@ class Expr:
     __hash__ = None
 
 
-def _typed(value, dtype):
+def typed(value, dtype):
+    """The source text of the literal ``value`` in ``dtype`` (``np.float32(0.5)``, ``True``)."""
     if dtype == "b8":
         return "True" if value else "False"
     if dtype[0] == "i":
@@ -103,7 +104,7 @@ def _v(name):
 def _to_sign_of(r, s, y, step):
     """``r``, a remainder of a division by ``y`` (text evaluated as often as needed), moved by
     ``step * y`` to the sign of ``s`` where it is non-zero and of the other sign."""
-    zero = _typed(0, s.dtype)
+    zero = typed(0, s.dtype)
     flip = f"({r} != {zero} and (({r} < {zero}) != ({s.text} < {zero})))"
     return Expr(f"({r} {'+' if step > 0 else '-'} ({y.text} if {flip} else {zero}))", s.dtype)
 
@@ -258,7 +259,7 @@ def _pow_literal(x, value):
     if value == 0.5:
         return f"math.sqrt({t})"
     if value == -1:
-        return f"({_typed(1, x.dtype)} / {t})"
+        return f"({typed(1, x.dtype)} / {t})"
     return None
 
 
@@ -342,7 +343,7 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
         r = kernel.reads[slot]
         dtype = tape.dtypes[slot]
         if r.kind == ReadKind.LITERAL:
-            names[slot] = Expr(_typed(r.value, dtype), dtype)
+            names[slot] = Expr(typed(r.value, dtype), dtype)
         elif r.kind == ReadKind.SCALAR:
             if r.src not in scalars:
                 scalars.append(r.src)
@@ -355,7 +356,7 @@ def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", boun
             v = f"{p}r{slot}{tag}"
             load = f"{p}a{arrays.index((src, pattern))}[{', '.join(ix) or '0'}]"
             if inside:
-                load += f" if {' and '.join(inside)} else {_typed(0, dtype)}"
+                load += f" if {' and '.join(inside)} else {typed(0, dtype)}"
             what = "slice" if r.kind == ReadKind.WINDOW else "unslice, zero outside"
             emit(f"{v} = {load}  # read %{src} as %{slot} = {what}", v, [depth_of.get(i, -1) for i in idx])
             names[slot] = Expr(v, dtype)
@@ -470,7 +471,7 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
                 fresh[k] = fresh[k] and whole
                 if copy == 0 or not across:
                     start = (
-                        _typed(identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out])
+                        typed(identity(ins.prim, tape.dtypes[ins.out]), tape.dtypes[ins.out])
                         if whole
                         else f"{p}c{k}[{ix}]"
                     )
@@ -644,17 +645,17 @@ class CudaMath(SourceMath):
 
     @staticmethod
     def sigmoid(x):
-        one = _typed(1, x.dtype)
+        one = typed(1, x.dtype)
         return Expr(f"({one} / ({one} + math.exp(-{x.text})))", x.dtype)
 
     @staticmethod
     def softplus(x):  # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
-        zero = _typed(0, x.dtype)
+        zero = typed(0, x.dtype)
         return Expr(f"(({x.text} if {x.text} > {zero} else {zero}) + math.log1p(math.exp(-abs({x.text}))))", x.dtype)
 
     @staticmethod
     def sign(x):
-        one, zero = _typed(1, x.dtype), _typed(0, x.dtype)
+        one, zero = typed(1, x.dtype), typed(0, x.dtype)
         return Expr(f"({one} if {x.text} > {zero} else (-{one} if {x.text} < {zero} else {x.text}))", x.dtype)
 
     # NumPy's ufuncs do not exist on the device: libdevice's fmod (exact), and Python's integer %
@@ -716,7 +717,7 @@ def cuda_source(kernel, tape, late=frozenset()):
             lines = _cuda_atomic(ins.prim, f"c{k}", ix, x)
             body += [lines[0] + comment] + lines[1:]
             continue
-        acc, sh, start = f"acc{k}", f"sh{k}", _typed(identity(ins.prim, dt), dt)
+        acc, sh, start = f"acc{k}", f"sh{k}", typed(identity(ins.prim, dt), dt)
         head.append(f"{acc} = {start}")
         lines = _cuda_combine(ins.prim, acc, x)
         body += [lines[0] + comment] + lines[1:]
@@ -790,7 +791,7 @@ def cuda_matmul_source(dtype):
     """A tiled batched matmul ``c[z] = a[z] @ b[z]`` for ``dtype``: each block computes one
     TILE x TILE tile of ``c``, staging tiles of ``a`` and ``b`` through shared memory (used when
     CuPy's cuBLAS is not installed)."""
-    t, zero = _NP_TYPE[dtype], _typed(0, dtype)
+    t, zero = _NP_TYPE[dtype], typed(0, dtype)
     return f"""import numpy as np
 from numba import cuda
 
