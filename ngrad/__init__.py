@@ -101,9 +101,9 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def result_type(tensor1, tensor2):
-    from .tensor import _operands
+    from .tensor.record import operands
 
-    return _operands(tensor1 if isinstance(tensor1, Tensor) else tensor(tensor1), tensor2)[2]
+    return operands(tensor1 if isinstance(tensor1, Tensor) else tensor(tensor1), tensor2)[2]
 
 
 def softplus(input, beta=1.0, threshold=20.0):

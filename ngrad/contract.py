@@ -18,7 +18,7 @@ an index repeated within one operand (``'ii->i'``) takes that operand's diagonal
 import math
 import string
 
-from .tensor import _as_tensor, _dim
+from .tensor.record import normalize_dim, to_tensor
 
 __all__ = ["einsum", "tensordot", "inner"]
 
@@ -168,7 +168,7 @@ def einsum(equation, *operands):
     """
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    operands = [_as_tensor(op) for op in operands]
+    operands = [to_tensor(op) for op in operands]
     subs, out = _parse(equation, operands)
     xs = [_distinct(x, s, k) for k, (x, s) in enumerate(zip(operands, subs))]
     _sizes([(s, x) for x, s in xs])  # every operand fits before any work
@@ -197,7 +197,7 @@ def tensordot(a, b, dims=2):
 
     ```
     """
-    a, b = _as_tensor(a), _as_tensor(b)
+    a, b = to_tensor(a), to_tensor(b)
     if isinstance(dims, int):
         if dims < 0:
             raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
@@ -206,7 +206,7 @@ def tensordot(a, b, dims=2):
         da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
         if len(da) != len(db):
             raise RuntimeError("both dimension lists should have same length")
-        da, db = [_dim(d, a.ndim) for d in da], [_dim(d, b.ndim) for d in db]
+        da, db = [normalize_dim(d, a.ndim) for d in da], [normalize_dim(d, b.ndim) for d in db]
     for i, j in zip(da, db):
         if a.shape[i] != b.shape[j]:
             raise RuntimeError(
@@ -224,7 +224,7 @@ def tensordot(a, b, dims=2):
 
 def inner(input, other):
     """Sum of products over the last dimension of both (a product when one is 0-d)."""
-    input, other = _as_tensor(input), _as_tensor(other)
+    input, other = to_tensor(input), to_tensor(other)
     if input.ndim == 0 or other.ndim == 0:
         return input * other
     return tensordot(input, other, ([-1], [-1]))

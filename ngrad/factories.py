@@ -7,7 +7,8 @@ import numpy as np
 
 from .engine.ir import dtypes as D
 from .engine.ir.graph import source
-from .tensor import Tensor, _device_name, _host, _shape_arg, _value, _value_on, _wrap
+from .tensor.core import Tensor
+from .tensor.record import device_name, host_value, shape_arg, value_of, value_on, wrap
 from .tracing import _check_random
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
 
 def _leaf(value, dtype, requires_grad, device=None):
     """A leaf holding ``value`` (a host array), on ``device`` (an engine name, None for the CPU)."""
-    t = _wrap(source(_value_on(value, device), dtype))
+    t = wrap(source(value_on(value, device), dtype))
     if requires_grad:
         t.requires_grad_()
     return t
@@ -100,9 +101,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
 
     ```
     """
-    dev = _device_name(device)
+    dev = device_name(device)
     if isinstance(data, Tensor):
-        value = np.array(_host(data))
+        value = np.array(host_value(data))
         d = dtype or data.dtype
         if dev is None:
             dev = data._node.device
@@ -136,14 +137,14 @@ def _on_gpu(data):
 def _from_cuda(data, dtype, dev, requires_grad, copy):
     """A tensor on the GPU from an object exposing ``__cuda_array_interface__`` (a CuPy array, a
     PyTorch CUDA tensor, a Numba device array): shared memory unless ``copy``."""
-    from .engine.targets.compile import as_device, device_copy, is_device_array
+    from .engine.targets.cuda import as_device, device_copy, is_device_array
 
-    _device_name("cuda")
+    device_name("cuda")
     arr = data if is_device_array(data) else as_device(data)
     d = D.from_numpy_dtype(np.dtype(arr.dtype))
     if not arr.is_c_contiguous() or copy:
-        arr = device_copy(arr) if arr.is_c_contiguous() else _value_on(np.ascontiguousarray(arr.copy_to_host()), "cuda")
-    t = _wrap(source(arr, d))
+        arr = device_copy(arr) if arr.is_c_contiguous() else value_on(np.ascontiguousarray(arr.copy_to_host()), "cuda")
+    t = wrap(source(arr, d))
     if dtype is not None and dtype is not d:
         t = t.to(dtype)
     if dev == "cpu":
@@ -168,7 +169,7 @@ def _flat(data):
 def _to_plain(data):
     if isinstance(data, (list, tuple)):
         return [_to_plain(x) for x in data]
-    return _value(data).item() if isinstance(data, Tensor) else data
+    return value_of(data).item() if isinstance(data, Tensor) else data
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -182,14 +183,14 @@ def as_tensor(data, dtype=None, device=None):
     ):
         return data
     if _on_gpu(data):
-        return _from_cuda(data, dtype, _device_name(device), False, copy=False)
+        return _from_cuda(data, dtype, device_name(device), False, copy=False)
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device)
     if (
         isinstance(data, np.ndarray)
         and (dtype is None or dtype.np == data.dtype)
         and data.flags.c_contiguous
-        and _device_name(device) != "cuda"
+        and device_name(device) != "cuda"
     ):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
@@ -209,12 +210,12 @@ def from_numpy(ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
     d = D.from_numpy_dtype(ndarray.dtype)
     a = ndarray if ndarray.flags.c_contiguous and ndarray.dtype.isnative else np.ascontiguousarray(ndarray)
-    return _wrap(source(a, d))
+    return wrap(source(a, d))
 
 
 def _filled(size, value, dtype, requires_grad, device):
-    device = _device_name(device)
-    shape = _shape_arg(size)
+    device = device_name(device)
+    shape = shape_arg(size)
     if any(s < 0 for s in shape):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
     dtype = dtype or D.get_default_dtype()
@@ -278,7 +279,7 @@ def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     """The identity matrix (``n`` x ``m``)."""
-    device = _device_name(device)
+    device = device_name(device)
     dtype = dtype or D.get_default_dtype()
     return _leaf(np.eye(n, n if m is None else m, dtype=dtype.np), dtype, requires_grad, device)
 
@@ -293,7 +294,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 
     ```
     """
-    device = _device_name(device)
+    device = device_name(device)
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -313,7 +314,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
-    device = _device_name(device)
+    device = device_name(device)
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     dtype = dtype or D.get_default_dtype()
@@ -362,16 +363,16 @@ def _draw():
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform samples from [0, 1)."""
-    device = _device_name(device)
+    device = device_name(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(_draw().random(_shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
+    return _leaf(_draw().random(shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     """Standard normal samples."""
-    device = _device_name(device)
+    device = device_name(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(_draw().standard_normal(_shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
+    return _leaf(_draw().standard_normal(shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
 
 
 def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_grad=False):
@@ -379,7 +380,7 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
     if high is None:
         low, high = 0, low
     dtype = dtype or D.int64
-    device = _device_name(device)
+    device = device_name(device)
     return _leaf(_draw().integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad, device)
 
 
@@ -403,7 +404,7 @@ def randn_like(input, *, dtype=None, device=None, requires_grad=False):
 
 def randperm(n, *, dtype=None, device=None):
     dtype = dtype or D.int64
-    return _leaf(_draw().permutation(n).astype(dtype.np), dtype, False, _device_name(device))
+    return _leaf(_draw().permutation(n).astype(dtype.np), dtype, False, device_name(device))
 
 
 def is_tensor(obj):

@@ -6,6 +6,7 @@ import os
 import threading
 import traceback
 
+from .autograd.meta import own_meta
 from .engine.ir import graph as _graph
 
 __all__ = [
@@ -24,7 +25,7 @@ class _State(threading.local):
     trace = None  # the ngrad.compile trace recording on this thread, if any
 
 
-class _Anomaly:
+class Anomaly:
     enabled = False  # global, as in PyTorch
     check_nan = True
 
@@ -34,14 +35,14 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 def _annotate(node):
     if state.inference:
-        node.is_inference = True
-    if _Anomaly.enabled:
-        node.trace = [f for f in traceback.extract_stack()[:-2] if not f.filename.startswith(_PACKAGE)]
+        own_meta(node).is_inference = True
+    if Anomaly.enabled:
+        own_meta(node).trace = [f for f in traceback.extract_stack()[:-2] if not f.filename.startswith(_PACKAGE)]
 
 
-def _sync():
+def sync_recording():
     """Annotate new nodes only while a mode needs it (recording stays cheap otherwise)."""
-    _graph.ON_RECORD[0] = _annotate if (state.inference or _Anomaly.enabled) else None
+    _graph.ON_RECORD[0] = _annotate if (state.inference or Anomaly.enabled) else None
 
 
 state = _State()
@@ -208,11 +209,11 @@ class inference_mode:
         self._prev.append((state.enabled, state.inference))
         if self._mode:
             state.enabled, state.inference = False, True
-            _sync()
+            sync_recording()
 
     def __exit__(self, *exc):
         state.enabled, state.inference = self._prev.pop()
-        _sync()
+        sync_recording()
         return False
 
     def __call__(self, func):

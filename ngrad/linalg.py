@@ -18,13 +18,13 @@ True
 ```
 """
 
-from .tensor import _TORCH_NAME, _as_tensor, _broadcast, _named, _new
+from .tensor.record import TORCH_NAME, broadcast_shapes, named, record_op, to_tensor
 
 __all__ = ["inv", "solve", "det", "vector_norm", "norm", "cross"]
 
 
 def _square(A, name):
-    A = _as_tensor(A)
+    A = to_tensor(A)
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
     if A.shape[-1] != A.shape[-2]:
@@ -33,7 +33,7 @@ def _square(A, name):
         )
     if not A.dtype.is_floating_point:
         raise RuntimeError(
-            f"{name}: Expected a floating point or complex tensor as input. Got {_TORCH_NAME[A.dtype.short]}"
+            f"{name}: Expected a floating point or complex tensor as input. Got {TORCH_NAME[A.dtype.short]}"
         )
     return A
 
@@ -43,20 +43,20 @@ def inv(A):
     RuntimeError when the value is computed."""
     A = _square(A, "linalg.inv")
     n = A._node
-    return _new("inv", (n,), None, n.shape, n.dtype, "LinalgInvExBackward0")
+    return record_op("inv", (n,), None, n.shape, n.dtype, "LinalgInvExBackward0")
 
 
 def solve(A, B, *, left=True):
     """``X`` with ``A @ X = B`` (``X @ A = B`` for ``left=False``). ``B`` is a stack of matrices
     (..., n, k), or of vectors (..., n) when it has one dimension fewer than ``A`` and their
     shapes agree that way (PyTorch's rule); batch dimensions broadcast."""
-    A, B = _square(A, "linalg.solve"), _as_tensor(B)
+    A, B = _square(A, "linalg.solve"), to_tensor(B)
     if not left:
         return solve(A.mT, B.mT).mT
     if B.dtype is not A.dtype:
         raise RuntimeError(
             f"linalg.solve: Expected A and B to have the same dtype, but found A of type "
-            f"{_TORCH_NAME[A.dtype.short]} and B of type {_TORCH_NAME[B.dtype.short]} instead"
+            f"{TORCH_NAME[A.dtype.short]} and B of type {TORCH_NAME[B.dtype.short]} instead"
         )
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
     Bm = B.unsqueeze(-1) if vector else B
@@ -65,12 +65,12 @@ def solve(A, B, *, left=True):
             f"linalg.solve: Incompatible shapes of A and B for the equation AX = B "
             f"({A.shape[-2]}x{A.shape[-1]} and {'x'.join(map(str, Bm.shape[-2:]))})"
         )
-    batch = _broadcast(tuple(A.shape[:-2]), tuple(Bm.shape[:-2]))
+    batch = broadcast_shapes(tuple(A.shape[:-2]), tuple(Bm.shape[:-2]))
     A = A.expand(*batch, *A.shape[-2:]) if tuple(A.shape[:-2]) != batch else A
     Bm = Bm.expand(*batch, *Bm.shape[-2:]) if tuple(Bm.shape[:-2]) != batch else Bm
     a, b = A._node, Bm._node
-    X = _new("solve", (a, b), None, b.shape, b.dtype, "LinalgSolveExBackward0")
-    return _named(X.squeeze(-1), "LinalgSolveExBackward0") if vector else X
+    X = record_op("solve", (a, b), None, b.shape, b.dtype, "LinalgSolveExBackward0")
+    return named(X.squeeze(-1), "LinalgSolveExBackward0") if vector else X
 
 
 def det(A):
@@ -78,19 +78,18 @@ def det(A):
     ``A`` invertible (PyTorch's also covers singular matrices)."""
     A = _square(A, "linalg.det")
     n = A._node
-    return _new("det", (n,), None, n.shape[:-2], n.dtype, "LinalgDetBackward0")
+    return record_op("det", (n,), None, n.shape[:-2], n.dtype, "LinalgDetBackward0")
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """``sum(|x|**ord) ** (1/ord)`` over ``dim`` (all elements by default); ``ord`` may be
     ``inf``, ``-inf`` or 0 (the count of non-zeros). The gradient at 0 is 0."""
-    x = _as_tensor(x)
+    x = to_tensor(x)
     if dtype is not None:
         x = x.to(dtype)
     elif not x.dtype.is_floating_point:
         raise RuntimeError(
-            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
-            f"{_TORCH_NAME[x.dtype.short]}"
+            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {TORCH_NAME[x.dtype.short]}"
         )
     return x.norm(ord, dim=dim, keepdim=keepdim)  # Tensor.norm takes inf, -inf and 0 too
 
@@ -98,7 +97,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
     """The 2-norm of the flattened tensor (``ord=None``), a vector norm over one ``dim``, or the
     Frobenius norm (``ord='fro'``) over two."""
-    A = _as_tensor(A)
+    A = to_tensor(A)
     if ord in (None, "fro") and (dim is None or isinstance(dim, int) or len(dim) <= 2):
         if ord == "fro" and (dim is None and A.ndim != 2 or isinstance(dim, int)):
             raise RuntimeError("linalg.norm: the Frobenius norm needs a matrix (two dimensions)")
@@ -115,4 +114,4 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
 
 def cross(input, other, *, dim=-1):
     """The cross product of 3-vectors along ``dim`` (the last by default)."""
-    return _as_tensor(input).cross(other, dim=dim)
+    return to_tensor(input).cross(other, dim=dim)

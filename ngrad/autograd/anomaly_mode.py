@@ -7,35 +7,36 @@ import functools
 import traceback
 import warnings
 
-from ..grad_mode import _Anomaly, _sync
+from ..grad_mode import Anomaly, sync_recording
+from .meta import NO_META
 
 __all__ = ["detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled", "is_anomaly_check_nan_enabled"]
 
 
 def is_anomaly_enabled():
     """Whether anomaly detection is on."""
-    return _Anomaly.enabled
+    return Anomaly.enabled
 
 
 def is_anomaly_check_nan_enabled():
     """Whether anomaly detection checks gradients for NaN."""
-    return _Anomaly.check_nan
+    return Anomaly.check_nan
 
 
 class set_detect_anomaly:
     """Turn anomaly detection on or off: at once as a call, restored on exit as a context manager."""
 
     def __init__(self, mode, check_nan=True):
-        self._prev = (_Anomaly.enabled, _Anomaly.check_nan)
-        _Anomaly.enabled, _Anomaly.check_nan = bool(mode), bool(check_nan)
-        _sync()
+        self._prev = (Anomaly.enabled, Anomaly.check_nan)
+        Anomaly.enabled, Anomaly.check_nan = bool(mode), bool(check_nan)
+        sync_recording()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        _Anomaly.enabled, _Anomaly.check_nan = self._prev
-        _sync()
+        Anomaly.enabled, Anomaly.check_nan = self._prev
+        sync_recording()
         return False
 
 
@@ -67,13 +68,13 @@ class detect_anomaly:
         )
 
     def __enter__(self):
-        self._prev.append((_Anomaly.enabled, _Anomaly.check_nan))
-        _Anomaly.enabled, _Anomaly.check_nan = True, self.check_nan
-        _sync()
+        self._prev.append((Anomaly.enabled, Anomaly.check_nan))
+        Anomaly.enabled, Anomaly.check_nan = True, self.check_nan
+        sync_recording()
 
     def __exit__(self, *exc):
-        _Anomaly.enabled, _Anomaly.check_nan = self._prev.pop()
-        _sync()
+        Anomaly.enabled, Anomaly.check_nan = self._prev.pop()
+        sync_recording()
         return False
 
     def __call__(self, func):
@@ -101,8 +102,9 @@ def check_nan(low, joint, values):
         v = env.get(slot)
         if v is not None and v.dtype.kind == "f" and np.isnan(v).any():
             node = low.node_of_instr.get(i)
-            name = (node.name or node.op.capitalize() + "Backward0") if node is not None else tape.instrs[i].prim
-            where = "".join(traceback.format_list(node.trace)) if node is not None and node.trace else ""
+            meta = (node.meta if node is not None else None) or NO_META
+            name = (meta.name or node.op.capitalize() + "Backward0") if node is not None else tape.instrs[i].prim
+            where = "".join(traceback.format_list(meta.trace)) if meta.trace else ""
             if where:
                 warnings.warn(
                     f"Error detected in {name}. Traceback of forward call that caused the error:\n{where}",

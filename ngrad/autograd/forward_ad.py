@@ -14,7 +14,9 @@ from .. import grad_mode
 from ..engine.ir.graph import Node, lower, post_order, replay
 from ..engine.runtime.realize import realize
 from ..engine.transform.differentiate import jvp
-from ..tensor import Tensor, _wrap
+from ..tensor.core import Tensor
+from ..tensor.record import wrap
+from .meta import NO_META, name_node, own_meta
 
 __all__ = ["dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor", "enter_dual_level", "exit_dual_level"]
 
@@ -109,10 +111,10 @@ def make_dual(tensor, tangent, *, level=None):
     n = tensor._node
     dual = Node("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, n.requires_grad and grad_mode.is_grad_enabled())
     if dual.requires_grad:
-        dual.name = "ViewBackward0"
-    dual.tangent = (lvl, tangent.to(tensor.dtype)._node)
+        name_node(dual, "ViewBackward0")
+    own_meta(dual).tangent = (lvl, tangent.to(tensor.dtype)._node)
     _Levels.duals.add(dual)
-    return _wrap(dual)
+    return wrap(dual)
 
 
 def unpack_dual(tensor, *, level=None):
@@ -130,8 +132,8 @@ def unpack_dual(tensor, *, level=None):
     primal = Node(
         "reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, n.requires_grad and grad_mode.is_grad_enabled()
     )
-    primal.tangent = (lvl, None)  # a view without the tangent
-    return UnpackedDualTensor(_wrap(primal), _wrap(t))
+    own_meta(primal).tangent = (lvl, None)  # a view without the tangent
+    return UnpackedDualTensor(wrap(primal), wrap(t))
 
 
 def _dependents(roots, sources):
@@ -146,9 +148,10 @@ def _dependents(roots, sources):
 def _tangent_parents(n):
     """Where a tangent comes from: nothing for a dual tensor, a custom Function's inputs, else
     the sources."""
-    if n.tangent is not None:
+    m = n.meta or NO_META
+    if m.tangent is not None:
         return ()
-    return n.srcs if n.ctx is None else [s for s in n.ctx._input_nodes if s is not None]
+    return n.srcs if m.ctx is None else [s for s in m.ctx._input_nodes if s is not None]
 
 
 def _tangents(roots, lvl, memo):
@@ -156,10 +159,11 @@ def _tangents(roots, lvl, memo):
     custom Function outputs already computed through their ``jvp``."""
     depends, order = set(), []
     for n in post_order(roots, _tangent_parents):  # which nodes lie on a path from a dual tensor
-        if n.tangent is not None:
-            if n.tangent[0] == lvl and n.tangent[1] is not None:
+        m = n.meta or NO_META
+        if m.tangent is not None:
+            if m.tangent[0] == lvl and m.tangent[1] is not None:
                 depends.add(n)
-        elif n.ctx is not None:
+        elif m.ctx is not None:
             if any(s in depends for s in _tangent_parents(n)):
                 depends.add(n)
                 order.append(n)
@@ -169,13 +173,14 @@ def _tangents(roots, lvl, memo):
         return [None] * len(roots)
     for c in order:  # custom Functions: their own jvp, innermost first
         if c not in memo:
-            _custom_jvp(c.ctx, lvl, memo)
-    sources = [n for n in depends if n.tangent is not None or n.ctx is not None]
+            _custom_jvp(c.meta.ctx, lvl, memo)
+    sources = [n for n in depends if (n.meta or NO_META).tangent is not None or (n.meta or NO_META).ctx is not None]
     realize([s for s in sources if s.value is None])
     low = lower(roots, cuts=set(sources), recompute=depends)
     tangent_of = {}
     for s in sources:
-        t = s.tangent[1] if s.tangent is not None else memo.get(s)
+        tangent = (s.meta or NO_META).tangent
+        t = tangent[1] if tangent is not None else memo.get(s)
         if t is not None and s in low.slot_of:  # a dual below a custom Function is not lowered
             tangent_of[low.slot_of[s]] = t
     wrt = [s for s in low.tape.inputs if s in tangent_of]
@@ -198,7 +203,7 @@ def _custom_jvp(ctx, lvl, memo):
             continue
         t = next(it)
         tangents.append(
-            _wrap(t) if t is not None else (zeros(n.shape, dtype=n.dtype) if ctx.materialize_grads else None)
+            wrap(t) if t is not None else (zeros(n.shape, dtype=n.dtype) if ctx.materialize_grads else None)
         )
     with grad_mode.no_grad():
         out = type(ctx)._cls.jvp(ctx, *tangents)

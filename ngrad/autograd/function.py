@@ -12,8 +12,10 @@ import functools
 
 from .. import grad_mode
 from ..engine.ir.graph import Node
-from ..tensor import Tensor, _segment_nodes, _wrap
-from .reverse import _FREED
+from ..tensor.core import Tensor
+from ..tensor.record import wrap
+from .meta import NO_META, SEGMENT_NODES, own_meta
+from .reverse import FREED
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -51,7 +53,7 @@ class FunctionCtx:
         """The tensors given to ``save_for_backward``; an error if one of them was updated in
         place since, or if a backward pass without ``retain_graph`` has freed them."""
         if self._freed:
-            raise RuntimeError(_FREED)
+            raise RuntimeError(FREED)
         if self._saved is None:
             return tuple(self.to_save)
         for t, node, version in self._saved:
@@ -76,7 +78,7 @@ class FunctionCtx:
 
     # the reverse engine's side ---------------------------------------------------------------
     def _cut_nodes(self):
-        return [spec[0] for spec in self._outputs if spec is not None and spec[0].ctx is self]
+        return [spec[0] for spec in self._outputs if spec is not None and (spec[0].meta or NO_META).ctx is self]
 
     def _backward(self, acc, create_graph, batch=None):
         """Call ``backward`` with the accumulated output gradients; return the input nodes and
@@ -88,14 +90,14 @@ class FunctionCtx:
                 grads.append(None)
                 continue
             node, shape, dtype = spec
-            g = acc.get(node) if node.ctx is self else None
+            g = acc.get(node) if (node.meta or NO_META).ctx is self else None
             if g is not None:
                 reached = True
-                grads.append(_wrap(g))
+                grads.append(wrap(g))
             elif self.materialize_grads:
                 from ..factories import zeros
 
-                grads.append(zeros(((batch,) if batch else ()) + shape, dtype=dtype, device=_wrap(node).device))
+                grads.append(zeros(((batch,) if batch else ()) + shape, dtype=dtype, device=wrap(node).device))
             else:
                 grads.append(None)
         if not reached:
@@ -248,10 +250,11 @@ class Function:
             differentiable = id(o) not in ctx._non_differentiable and raw.dtype.is_floating_point
             node = Node("detach", (raw,), None, raw.shape, raw.dtype, differentiable)
             if differentiable:
-                node.ctx, node.name = ctx, type(ctx).__name__
-                _segment_nodes.add(node)
+                meta = own_meta(node)
+                meta.ctx, meta.name = ctx, type(ctx).__name__
+                SEGMENT_NODES.add(node)
             if id(o) in inputs or id(o) in seen:
-                o = _wrap(node)  # an input returned as it is keeps its own node; the output is new
+                o = wrap(node)  # an input returned as it is keeps its own node; the output is new
             else:
                 o._node = node
             seen.add(id(o))

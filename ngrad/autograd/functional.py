@@ -13,7 +13,8 @@ from ..engine.ir.graph import lower, replay
 from ..engine.runtime.realize import realize
 from ..engine.transform.batch import batch
 from ..engine.transform.differentiate import jvp as _jvp_tape
-from ..tensor import Tensor, _wrap
+from ..tensor.core import Tensor
+from ..tensor.record import wrap
 from . import forward_ad
 from .reverse import grad as _grad
 
@@ -339,7 +340,7 @@ def _jacobian_forward(outputs, inputs):
             if t is None:
                 row.append(zeros(shape, dtype=o.dtype))
             else:
-                block = _wrap(t)[start : start + n]  # (n, *out)
+                block = wrap(t)[start : start + n]  # (n, *out)
                 k = len(x.shape)
                 perm = tuple(range(k, k + o.ndim)) + tuple(range(k))
                 row.append(block.reshape(tuple(x.shape) + tuple(o.shape)).permute(perm))

@@ -23,18 +23,24 @@ from ..engine.runtime import run
 from ..engine.runtime.realize import realize
 from ..engine.transform import differentiate
 from ..engine.transform.batch import batch
-from ..grad_mode import _Anomaly
-from ..tensor import _TORCH_NAME, Tensor, _host, _replace, _segment_nodes, _value, _value_on, _wrap
+from ..grad_mode import Anomaly
+from ..tensor.core import Tensor
+from ..tensor.inplace import replace_node
+from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
+from .meta import NO_META, SEGMENT_NODES, own_meta
 
 __all__ = ["backward", "grad"]
 
-_FREED = (
+FREED = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they "
     "have already been freed). Saved intermediate values of the graph are freed when you call "
     ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
     "graph a second time or if you need to access saved tensors after calling backward."
 )
+
+# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
+_FREED = FREED
 
 
 def _as_tuple(x, what):
@@ -59,7 +65,7 @@ def _seeds(outputs, grad_outputs, is_grads_batched):
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out.dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out.dtype}")
-            seeds.append(_wrap(source(np.ones(out.shape, out.dtype.np), out.dtype, device=None)))
+            seeds.append(wrap(source(np.ones(out.shape, out.dtype.np), out.dtype, device=None)))
             continue
         if not isinstance(g, Tensor):
             raise TypeError(f"gradients can be either Tensors or None, but got {type(g).__name__}")
@@ -121,16 +127,17 @@ def _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph, batched)
 
 def _host_value(n):
     v = n.value
-    return v if v.__class__ is np.ndarray or (n.params and n.params.get("scalar")) else _host(_wrap(n))
+    return v if v.__class__ is np.ndarray or (n.params and n.params.get("scalar")) else host_value(wrap(n))
 
 
 def _stale(n):
     """PyTorch's error for a saved value that an in-place operation has changed since."""
-    vc, version, _ = n.stale
-    which = f", which is output 0 of {n.name or n.op.capitalize() + 'Backward0'}," if n.differentiable else ""
+    m = n.meta or NO_META
+    vc, version, _ = m.stale
+    which = f", which is output 0 of {m.name or n.op.capitalize() + 'Backward0'}," if n.differentiable else ""
     return RuntimeError(
         f"one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: [torch.{_TORCH_NAME[n.dtype.short]}Tensor [{', '.join(map(str, n.shape))}]]"
+        f"operation: [torch.{TORCH_NAME[n.dtype.short]}Tensor [{', '.join(map(str, n.shape))}]]"
         f"{which} is at version {vc.value}; expected version {version} instead. Hint: enable "
         f"anomaly detection to find the operation that failed to compute its gradient, with "
         f"ngrad.autograd.set_detect_anomaly(True)."
@@ -141,20 +148,21 @@ def _check_saved(low, joint):
     """The reverse pass may read only values that are still what they were when recorded."""
     saved = joint.saved
     for n, s in low.slot_of.items():
-        if (n.stale is not None or n.is_inference) and s in saved:
-            if n.is_inference:
+        m = n.meta or NO_META
+        if (m.stale is not None or m.is_inference) and s in saved:
+            if m.is_inference:
                 raise RuntimeError(
                     "Inference tensors cannot be saved for backward. To work around you can make "
                     "a clone to get a normal tensor and use it in autograd."
                 )
             # the in-place operation's own result read the old value legitimately
-            allowed = n.stale[2]
+            allowed = m.stale[2]
             if any(id(low.node_of_instr.get(i)) not in allowed for i in saved[s]):
                 raise _stale(n)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
-        if n is not None and n.freed and n.saves:
-            raise RuntimeError(_FREED)
+        if n is not None and (n.meta or NO_META).freed and (n.meta or NO_META).saves:
+            raise RuntimeError(FREED)
 
 
 def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cuts=(), ran=None):
@@ -167,7 +175,7 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     present = [w for w in wrt if w is not None]
     joint = differentiate.joint(low.tape, present, keep=grad_mode.state.trace is not None)
     _check_saved(low, joint)
-    if _Anomaly.enabled and _Anomaly.check_nan and not batched:
+    if Anomaly.enabled and Anomaly.check_nan and not batched:
         realize(list(seed_nodes))
         check_nan(low, joint, [_host_value(n) for n in low.sources] + [_host_value(n) for n in seed_nodes])
 
@@ -193,7 +201,7 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
                 r.value = v
         # a gradient lives where its tensor does (a 0-d CPU tensor can take part in a GPU graph)
         result = [
-            None if w is None or pos[w] is None else source(_value_on(values[pos[w]], n.device), n.dtype)
+            None if w is None or pos[w] is None else source(value_on(values[pos[w]], n.device), n.dtype)
             for w, n in zip(wrt, targets)
         ]
     if not retain_graph:
@@ -201,7 +209,7 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
             n = low.node_of_instr.get(i)
             if n is not None:
                 if ran is None:
-                    n.freed = True
+                    own_meta(n).freed = True
                 else:
                     ran.append(n)
     return result
@@ -211,8 +219,9 @@ def _parents(v):
     """Where the gradient of graph vertex ``v`` flows: a node's sources (or the context of the
     custom Function that made it); a context's tensor inputs."""
     if isinstance(v, Node):
-        if v.ctx is not None:
-            return (v.ctx,)
+        ctx = (v.meta or NO_META).ctx
+        if ctx is not None:
+            return (ctx,)
         return [s for s in v.srcs if s.requires_grad] if v.differentiable else ()
     return [n for n in v._input_nodes if n is not None and n.requires_grad]
 
@@ -221,7 +230,7 @@ def _units(roots):
     """The cut points below ``roots`` (non-leaf nodes with hooks, custom Function contexts),
     each before every unit its gradient flows into (reverse post-order, iterative)."""
     post = post_order([r for r in roots if r.requires_grad], _parents)
-    return [v for v in reversed(post) if not isinstance(v, Node) or (v.hooks and v.differentiable)]
+    return [v for v in reversed(post) if not isinstance(v, Node) or ((v.meta or NO_META).hooks and v.differentiable)]
 
 
 def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
@@ -231,13 +240,13 @@ def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
 
 
 def _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched):
-    units = _units(roots) if _segment_nodes else None
+    units = _units(roots) if SEGMENT_NODES else None
     if units:
         result = _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched)
     else:
         result = _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched)
     for i, (n, g) in enumerate(zip(targets, result)):
-        if g is not None and n.hooks and not n.differentiable:
+        if g is not None and (n.meta or NO_META).hooks and not n.differentiable:
             result[i] = _run_hooks(n, g)
     return result
 
@@ -256,7 +265,7 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
         for r, g in zip(rs, seeds):
             if (r in cuts and r is not done) or (not r.differentiable and r in wanted):
                 # a cut's gradient waits for its unit; a leaf's is the seed itself (no program)
-                acc[r] = g if r not in acc else (_wrap(acc[r]) + _wrap(g))._node
+                acc[r] = g if r not in acc else (wrap(acc[r]) + wrap(g))._node
             elif not r.differentiable:
                 continue  # a leaf nobody asked for
             else:
@@ -267,7 +276,7 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             res = _reverse(lowered, lowered_seeds, want, retain_graph, create_graph, batched, cuts - {done}, ran)
             for n, g in zip(want, res):
                 if g is not None:
-                    acc[n] = g if n not in acc else (_wrap(acc[n]) + _wrap(g))._node
+                    acc[n] = g if n not in acc else (wrap(acc[n]) + wrap(g))._node
 
     segment(roots, seed_nodes)
     for u in units:
@@ -275,7 +284,7 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             g = acc.get(u)
             if g is not None:
                 final[u] = g = _run_hooks(u, g)
-                if u.ctx is not None:  # an output of a custom Function: its backward reads this
+                if (u.meta or NO_META).ctx is not None:  # an output of a custom Function: its backward reads this
                     acc[u] = g
                 else:
                     segment([u], [g], u)
@@ -284,14 +293,14 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             if not retain_graph:
                 u._freed = True
     for n in ran:
-        n.freed = True
+        own_meta(n).freed = True
     return [final.get(t, acc.get(t)) for t in targets]
 
 
 def _run_hooks(n, g):
     """Run the tensor hooks of node ``n`` on gradient node ``g``; a hook may replace it."""
-    t = _wrap(g)
-    for hook in list(n.hooks.values()):
+    t = wrap(g)
+    for hook in list(n.meta.hooks.values()):
         r = hook(t)
         if r is None:
             continue
@@ -314,20 +323,20 @@ def _accumulate(t, g, create_graph):
     if trace is not None:
         trace.note_grad(t)
     if t._grad is None:
-        t._grad = _wrap(g)
+        t._grad = wrap(g)
     elif create_graph:
         with grad_mode.enable_grad():
-            t._grad = t._grad + _wrap(g)
+            t._grad = t._grad + wrap(g)
     elif trace is not None:
-        _replace(t._grad, (t._grad + _wrap(g))._node)
+        replace_node(t._grad, (t._grad + wrap(g))._node)
     else:
         old = t._grad
         if old._node.device == "cuda":  # device arrays have no arithmetic: add on the device
             with grad_mode.no_grad():
-                total = realize([(old.detach() + _wrap(g))._node])[0]
+                total = realize([(old.detach() + wrap(g))._node])[0]
         else:
-            total = _value(old) + realize([g])[0]
-        _replace(old, source(total, old.dtype))
+            total = value_of(old) + realize([g])[0]
+        replace_node(old, source(total, old.dtype))
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
@@ -352,7 +361,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     outputs, seeds, owners, retain_graph = _prepare(tensors, grad_tensors, inputs, retain_graph, create_graph, False)
     if owners is None:
         low_nodes = _leaves_and_retained(outputs)
-        owners = [n.owner() for n in low_nodes]
+        owners = [n.meta.owner() for n in low_nodes]
         pairs = [(t, n) for t, n in zip(owners, low_nodes) if t is not None]
     else:
         pairs = [(t, t._node) for t in owners]
@@ -368,8 +377,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         for (t, n), g in zip(pairs, result):
             if g is not None:
                 _accumulate(t, g, create_graph)
-                if n.post_hooks:
-                    for hook in list(n.post_hooks.values()):
+                post_hooks = (n.meta or NO_META).post_hooks
+                if post_hooks:
+                    for hook in list(post_hooks.values()):
                         hook(t)
 
 
@@ -382,8 +392,9 @@ def _leaves_and_retained(outputs):
         if id(n) in seen or not n.requires_grad:
             continue
         seen.add(id(n))
-        if n.owner is not None and n.owner() is not None:
-            t = n.owner()
+        owner = (n.meta or NO_META).owner
+        if owner is not None and owner() is not None:
+            t = owner()
             if not n.differentiable or t._retains_grad:
                 found.append(n)
         for p in _parents(n):
@@ -457,11 +468,11 @@ def grad(
                 )
             if materialize_grads:
                 shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + tuple(t.shape)
-                res.append(_wrap(source(_value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype)))
+                res.append(wrap(source(value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype)))
             else:
                 res.append(None)
         else:
-            res.append(_wrap(g))
+            res.append(wrap(g))
     if keys is not None:
         return dict(zip(keys, res))
     return tuple(res)

@@ -13,7 +13,8 @@ import numpy as np
 from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
-from ..tensor import _inplace, _wrap
+from ..tensor.inplace import inplace_update
+from ..tensor.record import wrap
 from .optimizer import Optimizer
 
 __all__ = ["LBFGS"]
@@ -163,7 +164,7 @@ class LBFGS(Optimizer):
             for p in self._params:
                 n = p.numel()
                 value = flat[k : k + n].reshape(p.shape).astype(p.dtype.np, order="C")  # keeps 0-d 0-d
-                _inplace(p, _wrap(source(value, D.from_numpy_dtype(value.dtype))))
+                inplace_update(p, wrap(source(value, D.from_numpy_dtype(value.dtype))))
                 k += n
 
     def step(self, closure):

@@ -16,7 +16,8 @@ import copy
 from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.runtime.realize import realize
-from ..tensor import Tensor, _inplace
+from ..tensor.core import Tensor
+from ..tensor.inplace import inplace_update
 from ..tracing import runtime_scalar, static_value
 
 __all__ = ["Optimizer", "required"]
@@ -209,4 +210,4 @@ def _commit(pairs):
     if _gm.trace is None:
         realize([new._node for _, new in pairs])
     for t, new in pairs:
-        _inplace(t, new)
+        inplace_update(t, new)

@@ -12,20 +12,23 @@ computed from one that does is followed by a ``detach`` instruction: cotangents 
 ``create_graph=True`` turns a joint tape into a differentiable graph).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .dtypes import from_short
 from .prims import ELEMENTWISE, PRIMS
-from .tape import Builder
+from .tape import Builder, Tape
 
 __all__ = ["Node", "lower", "Lowered", "post_order", "replay", "source", "target_of"]
 
 
 class Node:
     """One recorded operation or value source. ``requires_grad``: gradients flow into it;
-    ``differentiable``: its gradient flows on into ``srcs`` (False for leaves and constants)."""
+    ``differentiable``: its gradient flows on into ``srcs`` (False for leaves and constants).
+    ``device``: ``"cpu"``, ``"cuda"``, or None for values usable on any device (see ``_place``).
+    ``meta``: None, or the facade's annotations of the node (the engine never reads them)."""
 
-    # name/freed/owner are rarely set: class-level defaults keep recording cheap
     __slots__ = (
         "op",
         "srcs",
@@ -35,25 +38,10 @@ class Node:
         "value",
         "requires_grad",
         "differentiable",
-        "__dict__",
+        "device",
+        "meta",
         "__weakref__",
     )
-    name = None
-    device = "cpu"  # "cuda" on the GPU; None for values usable on any device (see _place)
-    freed = False
-    owner = None
-    saves = True  # False for composites whose PyTorch counterpart saves no tensor (mean)
-    replaced = False  # a tensor held this node and was updated in place
-    # annotations of the facade's autograd, never read by the engine: tensor hooks, the
-    # post-accumulate hooks of a leaf, the custom Function context that produced this node,
-    # and (version counter, version) when an in-place op made this value stale
-    hooks = None
-    post_hooks = None
-    ctx = None
-    tangent = None  # (level, tangent node) of a dual tensor made by forward_ad.make_dual
-    stale = None
-    is_inference = False  # made under inference_mode (see ON_RECORD)
-    trace = None  # where it was recorded, under anomaly detection (see ON_RECORD)
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op
@@ -63,6 +51,8 @@ class Node:
         self.dtype = dtype
         self.value = value
         self.requires_grad = self.differentiable = requires_grad
+        self.device = "cpu"
+        self.meta = None
         if CUDA_SEEN[0] and srcs:
             _place(self, srcs)
         if ON_RECORD[0] is not None:
@@ -153,11 +143,14 @@ def target_of(nodes):
     return "cpu"
 
 
-class Lowered:
-    """``tape``; ``sources``: nodes feeding its inputs, in order; ``slot_of``: node -> slot;
-    ``node_of_instr``: instruction index -> the node it computes."""
+class Lowered(NamedTuple):
+    """A lowered graph: ``tape``; ``sources``: nodes feeding its inputs, in order; ``slot_of``:
+    node -> slot; ``node_of_instr``: instruction index -> the node it computes."""
 
-    __slots__ = ("tape", "sources", "slot_of", "node_of_instr")
+    tape: Tape
+    sources: list
+    slot_of: dict
+    node_of_instr: dict
 
 
 def lower(roots, grad=False, cuts=(), recompute=(), literal=None):
@@ -217,10 +210,7 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None):
         if grad and not n.differentiable and n.op != "detach" and any(s.requires_grad for s in n.srcs):
             v = b.var(v).detach().slot
         slot_of[n] = v
-    low = Lowered()
-    low.tape = b.finish([b.var(slot_of[r]) for r in roots])
-    low.sources, low.slot_of, low.node_of_instr = sources, slot_of, node_of_instr
-    return low
+    return Lowered(b.finish([b.var(slot_of[r]) for r in roots]), sources, slot_of, node_of_instr)
 
 
 def replay(tape, inputs, grad_enabled, known=None):

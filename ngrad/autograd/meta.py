@@ -1,0 +1,123 @@
+"""Autograd's annotations of graph nodes: what the facade knows about a node that the engine does not.
+
+Contract: the engine's ``Node`` has one slot for the facade, ``meta``: None (the common case: a
+node with no annotation) or a ``NodeMeta``. Read an annotation with ``(node.meta or NO_META).x``;
+write one through ``own_meta(node)``, which gives the node its own, writable ``NodeMeta``.
+Recording names grad_fns with ``name_node``: nodes that carry nothing but a grad_fn name share
+one read-only ``NodeMeta`` per name (``shared``), so naming costs no allocation per node.
+``SEGMENT_NODES`` holds the nodes backward must cut its graph at (see ``ngrad.autograd.reverse``).
+"""
+
+import weakref
+
+__all__ = ["NO_META", "SEGMENT_NODES", "NodeMeta", "inherit_leaf", "name_node", "own_meta"]
+
+
+class NodeMeta:
+    """The facade's annotations of one node.
+
+    ``name``: PyTorch's grad_fn name (None: derived from the prim); ``hooks``/``post_hooks``:
+    tensor hooks and the post-accumulate hooks of a leaf (id -> callable); ``ctx``: the custom
+    Function context that produced the node; ``tangent``: (level, tangent node) of a dual tensor
+    made by ``forward_ad.make_dual``; ``stale``: (version counter, version, reader ids) once an
+    in-place op made the value stale; ``is_inference``: made under ``inference_mode``; ``trace``:
+    where it was recorded, under anomaly detection; ``owner``: weakref of the tensor whose
+    ``.grad`` receives its gradient; ``saves``: False for composites whose PyTorch counterpart
+    saves no tensor (``mean``); ``replaced``: a tensor held the node and was updated in place;
+    ``freed``: a backward without ``retain_graph`` consumed it; ``shared``: read-only, shared
+    between nodes (see ``own_meta``).
+    """
+
+    __slots__ = (
+        "name",
+        "hooks",
+        "post_hooks",
+        "ctx",
+        "tangent",
+        "stale",
+        "is_inference",
+        "trace",
+        "owner",
+        "saves",
+        "replaced",
+        "freed",
+        "shared",
+    )
+
+    def __init__(self, name=None, shared=False):
+        self.name = name
+        self.hooks = self.post_hooks = self.ctx = self.tangent = self.stale = self.trace = self.owner = None
+        self.is_inference = self.replaced = self.freed = False
+        self.saves = True
+        self.shared = shared
+
+    def copy(self):
+        """A writable copy of these annotations."""
+        out = NodeMeta()
+        for field in NodeMeta.__slots__:
+            setattr(out, field, getattr(self, field))
+        out.shared = False
+        return out
+
+
+# the annotations of a node that has none; never written
+NO_META = NodeMeta(shared=True)
+
+# one shared NodeMeta per grad_fn name
+_NAMED = {}
+
+SEGMENT_NODES = weakref.WeakSet()
+"""Non-leaf nodes with tensor hooks and outputs of custom Functions: while one lives, backward
+checks whether its graph needs to run in segments."""
+
+
+def own_meta(node):
+    """The writable annotations of ``node`` (made, or copied from shared ones, on first write)."""
+    m = node.meta
+    if m is None:
+        m = node.meta = NodeMeta()
+    elif m.shared:
+        m = node.meta = m.copy()
+    return m
+
+
+def name_node(node, name):
+    """Give ``node`` PyTorch's grad_fn ``name`` (recording calls this for every node that
+    requires grad, so a node with no other annotation shares its ``NodeMeta``)."""
+    m = node.meta
+    if m is None or m.shared:  # every shared NodeMeta but NO_META (never set on a node) is a name
+        shared = _NAMED.get(name)
+        if shared is None:
+            shared = _NAMED[name] = NodeMeta(name, shared=True)
+        node.meta = shared
+    else:
+        m.name = name
+
+
+def inherit_leaf(node, old):
+    """Give ``node``, the new node of a leaf tensor, the owner and hooks of its old node ``old``."""
+    m = old.meta
+    if m is not None and (m.owner is not None or m.hooks is not None or m.post_hooks is not None):
+        own = own_meta(node)
+        own.owner, own.hooks, own.post_hooks = m.owner, m.hooks, m.post_hooks
+
+
+# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
+# (ngrad/tracing.py reads and writes these annotations as attributes of Node: owner, replaced,
+# stale, freed, ctx, name. They are served from ``Node.meta`` here so the engine's Node does
+# not define them.)
+def _old_attribute(field):
+    return property(
+        lambda node: getattr(node.meta or NO_META, field),
+        lambda node, value: setattr(own_meta(node), field, value),
+    )
+
+
+def _install_old_attributes():
+    from ..engine.ir.graph import Node
+
+    for field in ("owner", "replaced", "stale", "freed", "ctx", "name"):
+        setattr(Node, field, _old_attribute(field))
+
+
+_install_old_attributes()

@@ -1,0 +1,293 @@
+import math
+
+import numpy as np
+
+from .. import grad_mode as _grad_mode
+from ..engine.ir import dtypes as D
+from ..engine.ir.graph import source
+from .functions import where
+from .inplace import inplace_update
+from .record import (
+    TensorBase,
+    const_node,
+    host_value,
+    index_array,
+    index_source,
+    named,
+    normalize_dim,
+    record_op,
+    reshape_node,
+    to_tensor,
+    wrap,
+)
+
+_gm = _grad_mode.state
+
+
+def _basic_getitem(n, key):
+    """Ints and slices only (the common case): one slice node and at most one reshape, or None."""
+    shape = n.shape
+    if len(key) > len(shape):
+        return None
+    starts, stops, steps, sl_shape, new_shape = [], [], [], [], []
+    for k, size in zip(key, shape):
+        tk = type(k)
+        if tk is int:
+            i = k + size if k < 0 else k
+            if not 0 <= i < size:
+                return None
+            starts.append(i)
+            stops.append(i + 1)
+            steps.append(1)
+            sl_shape.append(1)
+        elif tk is slice:
+            a, b, c = k.indices(size)
+            if c <= 0:
+                return None
+            if b < a:
+                b = a
+            m = len(range(a, b, c))
+            starts.append(a)
+            stops.append(b)
+            steps.append(c)
+            sl_shape.append(m)
+            new_shape.append(m)
+        else:
+            return None
+    rest = shape[len(key) :]
+    if rest:
+        starts.extend([0] * len(rest))
+        stops.extend(rest)
+        steps.extend([1] * len(rest))
+        sl_shape.extend(rest)
+        new_shape.extend(rest)
+    sl_shape, new_shape = tuple(sl_shape), tuple(new_shape)
+    name = "SelectBackward0" if len(new_shape) < len(shape) else "SliceBackward0"
+    if sl_shape == shape:
+        out = record_op("reshape", (n,), {"shape": shape}, shape, n.dtype, "AliasBackward0")
+    else:
+        out = record_op(
+            "slice",
+            (n,),
+            {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
+            sl_shape,
+            n.dtype,
+            name,
+        )
+    return out if new_shape == sl_shape else wrap(reshape_node(out._node, new_shape, name))
+
+
+def _getitem(t, key):
+    if not isinstance(key, tuple):
+        key = (key,)
+    fast = _basic_getitem(t._node, key)
+    if fast is not None:
+        return fast
+    items = []
+    for k in key:
+        if isinstance(k, TensorBase):
+            if k.dtype is D.bool_:
+                items.append(("mask", host_value(k)))
+            elif k.dtype.category == 1:
+                # under ngrad.compile an index tensor on the CPU stays a tensor: its values may
+                # come from the arguments, and NumPy checks them when the program runs
+                lazy = _gm.trace is not None and k._node.device == "cpu" and t._node.device == "cpu"
+                items.append(("adv", k if lazy else host_value(k)))
+            else:
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        elif isinstance(k, (list, np.ndarray)):
+            a = np.asarray(k)
+            if a.dtype == np.bool_:
+                items.append(("mask", a))
+            elif a.dtype.kind in "iu" or a.size == 0:
+                items.append(("adv", a.astype(np.int64)))
+            else:
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        elif k is None or k is Ellipsis or isinstance(k, slice):
+            items.append((k,))
+        elif isinstance(k, (bool, np.bool_)):
+            items.append(("mask", np.asarray(k)))
+        elif isinstance(k, (int, np.integer)):
+            items.append(("int", int(k)))
+        else:
+            raise IndexError(
+                f"only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
+                f"are valid indices (got {type(k).__name__})"
+            )
+    shape = t._node.shape
+    used = sum(
+        1 if it[0] in ("int", "adv") or isinstance(it[0], slice) else (it[1].ndim if it[0] == "mask" else 0)
+        for it in items
+    )
+    if used > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    ell = [i for i, it in enumerate(items) if it[0] is Ellipsis]
+    if len(ell) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    fill = [(slice(None),)] * (len(shape) - used)
+    items = items[: ell[0]] + fill + items[ell[0] + 1 :] if ell else items + fill
+
+    starts, stops, steps = [], [], []
+    new_shape, adv_pos, adv_arrays = [], [], []
+    dim = 0
+    name = "SliceBackward0"
+    for it in items:
+        kind = it[0]
+        if kind is None:
+            new_shape.append(1)
+            continue
+        if kind == "mask":
+            m = it[1]
+            if m.ndim == 0:
+                new_shape.append(1)
+                if not m:
+                    adv_pos.append(len(new_shape) - 1)
+                    adv_arrays.append(np.zeros(0, np.int64))
+                continue
+            if m.shape != shape[dim : dim + m.ndim]:
+                for j, (a, b) in enumerate(zip(m.shape, shape[dim:])):
+                    if a != b:
+                        raise IndexError(
+                            f"The shape of the mask {list(m.shape)} at index {j} does not match the "
+                            f"shape of the indexed tensor {list(shape)} at index {dim + j}"
+                        )
+            for j, arr in enumerate(np.nonzero(m)):
+                starts.append(0), stops.append(shape[dim]), steps.append(1)
+                adv_pos.append(len(new_shape))
+                adv_arrays.append(arr)
+                new_shape.append(shape[dim])
+                dim += 1
+            continue
+        n = shape[dim]
+        if kind == "int":
+            i = it[1] + n if it[1] < 0 else it[1]
+            if not 0 <= i < n:
+                raise IndexError(f"index {it[1]} is out of bounds for dimension {dim} with size {n}")
+            starts.append(i), stops.append(i + 1), steps.append(1)
+            name = "SelectBackward0"
+        elif kind == "adv":
+            starts.append(0), stops.append(n), steps.append(1)
+            adv_pos.append(len(new_shape))
+            adv_arrays.append(it[1])
+            new_shape.append(n)
+        else:
+            a, b, c = kind.indices(n)
+            if c <= 0:
+                raise ValueError("step must be greater than zero")
+            starts.append(a), stops.append(max(a, b)), steps.append(c)
+            new_shape.append(len(range(a, b, c)))
+        dim += 1
+    out = t
+    n = t._node
+    if any(a != 0 or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):
+        sl_shape = tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
+        out = record_op(
+            "slice",
+            (n,),
+            {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
+            sl_shape,
+            n.dtype,
+            name,
+        )
+    if tuple(new_shape) != out._node.shape:
+        out = named(out.reshape(tuple(new_shape)), name)
+    elif out is t:
+        out = named(t.reshape(t.shape), "AliasBackward0")
+    if adv_arrays:
+        if adv_pos == list(range(adv_pos[0], adv_pos[0] + len(adv_pos))):
+            out = out._advanced(adv_pos[0], adv_arrays)
+        else:
+            rest = [i for i in range(len(new_shape)) if i not in adv_pos]
+            out = out.permute(adv_pos + rest)._advanced(0, adv_arrays)
+        out = named(out, "IndexBackward0")
+    return out
+
+
+class IndexingOps:
+    """Indexing (``t[key]``, ``t[key] = v``, ``index_select``), a mixin of ``Tensor``."""
+
+    __slots__ = ()
+
+    def index_select(self, dim, index):
+        idx = to_tensor(index)
+        if idx.ndim > 1:
+            raise IndexError("index_select(): Index is supposed to be a vector")
+        if idx.dtype.category != 1:
+            raise RuntimeError("index_select(): Expected dtype int32/int64 for index")
+        d = normalize_dim(dim, max(self.ndim, 1))
+        out = self._advanced(d, [host_value(idx).reshape(-1)])
+        return named(out, "IndexSelectBackward0")
+
+    def _advanced(self, axis, arrays):
+        """Integer-array indexing of consecutive axes starting at ``axis`` (arrays broadcast).
+        NumPy arrays are checked and made non-negative here; integer tensors (see ``_getitem``)
+        are checked by the ``index`` primitive when it runs, negative entries counting from the
+        end as NumPy counts them."""
+        n = self._node
+        if any(isinstance(a, TensorBase) for a in arrays):
+            shape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
+            nodes = []
+            for k, a in enumerate(arrays):
+                if not isinstance(a, TensorBase):
+                    a = wrap(index_array(np.asarray(a), n.shape[axis + k], axis + k))
+                a = a.to(D.int64)
+                nodes.append((a if tuple(a.shape) == shape else a.expand(shape))._node)
+            shape = n.shape[:axis] + shape + n.shape[axis + len(arrays) :]
+            return record_op("index", (n, *nodes), {"axis": axis}, shape, n.dtype, "IndexBackward0")
+        arrays = np.broadcast_arrays(*[np.asarray(a) for a in arrays])
+        fixed = [index_array(a, n.shape[axis + k], axis + k) for k, a in enumerate(arrays)]
+        shape = n.shape[:axis] + arrays[0].shape + n.shape[axis + len(arrays) :]
+        return record_op("index", (n, *fixed), {"axis": axis}, shape, n.dtype, "IndexBackward0")
+
+    def __getitem__(self, key):
+        return _getitem(self, key)
+
+    def __setitem__(self, key, value):
+        """In-place assignment to the elements ``key`` selects (PyTorch's indexing rules;
+        with repeated indices the last assignment wins). Gradients flow to ``value`` and to
+        the elements of this tensor that were kept.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.zeros(2, 3)
+        >>> x[0, 1:] = ngrad.tensor([5.0, 6.0])
+        >>> x[:, 0] = 1
+        >>> x
+        tensor([[1., 5., 6.],
+                [1., 0., 0.]])
+
+        ```
+        """
+
+        def host(k):
+            if isinstance(k, TensorBase):
+                return host_value(k)
+            if isinstance(k, tuple):
+                return tuple(host(e) for e in k)
+            return k
+
+        shape = self._node.shape
+        n = math.prod(shape)
+        try:
+            picked = np.arange(n, dtype=np.int64).reshape(shape)[host(key)]
+        except IndexError as e:
+            raise IndexError(str(e)) from None
+        sel = np.shape(picked)
+        pos = np.asarray(picked, dtype=np.int64).reshape(-1)
+        last = len(pos) - 1 - np.unique(pos[::-1], return_index=True)[1]  # the last write wins
+        keep = np.ones(n, dtype=bool)
+        keep[pos] = False
+        src = to_tensor(value).to(self.dtype)
+        if src.shape != sel:
+            src = src.expand(sel)
+        vals = src.reshape(-1)
+        if len(last) != len(pos):
+            vals = vals[wrap(index_source(last))]
+            pos = pos[last]
+        where_ = wrap(index_source(pos))
+        d = self.dtype
+        placed = record_op(
+            "unindex", (vals._node, where_._node), {"shape": (n,), "axis": 0}, (n,), d, "IndexPutBackward0"
+        )
+        kept = where(wrap(source(keep, D.bool_, device=None)), self.reshape(-1), wrap(const_node(0, d)))
+        inplace_update(self, (kept + placed).reshape(shape))

@@ -1,0 +1,261 @@
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from .. import grad_mode as _grad_mode
+from ..autograd.meta import own_meta
+from ..engine.ir import dtypes as D
+from ..engine.ir.graph import Node, source
+from .functions import where
+from .record import (
+    TensorBase,
+    cast_node,
+    float_node,
+    named,
+    normalize_dim,
+    normalize_dims,
+    record_op,
+    reshape_node,
+    value_on,
+    wrap,
+)
+
+_gm = _grad_mode.state
+
+_MAX = namedtuple("max", ["values", "indices"])
+
+
+_MIN = namedtuple("min", ["values", "indices"])
+
+
+_SORT = namedtuple("sort", ["values", "indices"])
+
+
+_TOPK = namedtuple("topk", ["values", "indices"])
+
+
+_ALL_AXES = [tuple(range(i)) for i in range(65)]
+
+
+def reduction(op, t, dim, keepdim, name, node=None):
+    n = node or t._node
+    axes = normalize_dims(dim, len(n.shape))
+    shape = tuple((1 if i in axes else s) for i, s in enumerate(n.shape) if keepdim or i not in axes)
+    return record_op(op, (n,), {"axes": axes, "keepdim": bool(keepdim)}, shape, n.dtype, name)
+
+
+def zeros_like_node(x, axes):
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    return wrap(source(value_on(np.zeros(shape, x.dtype.np), x._node.device), x.dtype))
+
+
+class ReduceOps:
+    """Reductions, sorting and normalizations along dimensions, a mixin of ``Tensor``."""
+
+    __slots__ = ()
+
+    # reductions -----------------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim=False, *, dtype=None):
+        n = self._node
+        if dtype is not None:
+            n = cast_node(n, dtype)
+        elif n.dtype.category < 2:
+            n = cast_node(n, D.int64)
+        if dim is None and not keepdim:  # the full sum of a loss: the hot path
+            return record_op(
+                "sum", (n,), {"axes": _ALL_AXES[len(n.shape)], "keepdim": False}, (), n.dtype, "SumBackward0"
+            )
+        return reduction("sum", self, dim, keepdim, "SumBackward0" if dim is None else "SumBackward1", n)
+
+    def mean(self, dim=None, keepdim=False, *, dtype=None):
+        n = self._node if dtype is None else cast_node(self._node, dtype)
+        if not n.dtype.is_floating_point:
+            raise RuntimeError(
+                "mean(): could not infer output dtype. Input dtype must be either a floating "
+                f"point or complex dtype. Got: {n.dtype.name.capitalize()}"
+            )
+        axes = normalize_dims(dim, len(n.shape))
+        count = math.prod(n.shape[a] for a in axes)
+        s = reduction("sum", self, dim, keepdim, "SumBackward1", n)
+        out = named(s / count if count else s * float("nan"), "MeanBackward0" if dim is None else "MeanBackward1")
+        own_meta(out._node).saves = False  # PyTorch's MeanBackward saves no tensor: a second backward works
+        return out
+
+    def prod(self, dim=None, keepdim=False, *, dtype=None):
+        n = self._node
+        if dtype is not None:
+            n = cast_node(n, dtype)
+        elif n.dtype.category < 2:
+            n = cast_node(n, D.int64)
+        return reduction("prod", self, dim, keepdim, "ProdBackward0" if dim is None else "ProdBackward1", n)
+
+    def _extreme(self, op, dim, keepdim, name):
+        n = self._node
+        axes = normalize_dims(dim, len(n.shape))
+        if any(n.shape[a] == 0 for a in axes) or (not axes and 0 in n.shape):
+            raise RuntimeError(
+                f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument."
+            )
+        return reduction(op, self, dim, keepdim, name)
+
+    def amax(self, dim=(), keepdim=False):
+        return self._extreme("amax", dim, keepdim, "AmaxBackward0")
+
+    def amin(self, dim=(), keepdim=False):
+        return self._extreme("amin", dim, keepdim, "AminBackward0")
+
+    def _arg_extreme(self, op, dim, keepdim):
+        n = self._node
+        if dim is None:
+            n = reshape_node(n, (math.prod(n.shape),))
+            axis, keepdim = 0, False
+        else:
+            axis = normalize_dim(dim, len(n.shape))
+        if not n.shape:
+            n = reshape_node(n, (1,))
+            axis = 0
+        if n.shape[axis] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {axis} to have non-zero size.")
+        shape = tuple((1 if i == axis else s) for i, s in enumerate(n.shape) if keepdim or i != axis)
+        if dim is not None and not self._node.shape:
+            shape = ()
+        return wrap(Node(op, (n,), {"axis": axis, "keepdim": bool(keepdim)}, shape, D.int64))
+
+    def argmax(self, dim=None, keepdim=False):
+        return self._arg_extreme("argmax", dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return self._arg_extreme("argmin", dim, keepdim)
+
+    def _max_min(self, op, dim, keepdim, other, name, tup):
+        if isinstance(dim, TensorBase) and other is None:
+            dim, other = None, dim
+        if other is not None:
+            return self.maximum(other) if op == "amax" else self.minimum(other)
+        if dim is None:
+            return self._extreme(op, None, False, name + "1")
+        idx = self._arg_extreme("argmax" if op == "amax" else "argmin", dim, True)
+        axis = normalize_dim(dim, max(self.ndim, 1))
+        vals = self.gather(axis, idx) if self.ndim else self
+        if not keepdim and self.ndim:
+            vals, idx = vals.squeeze(axis), idx.squeeze(axis)
+        return tup(named(vals, name + "0"), idx)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        """The indices that sort along ``dim``. The sort is stable (equal values keep their order,
+        for either direction) and NaN sorts as the largest value, as in PyTorch."""
+        n = self._node
+        if not n.shape:
+            return wrap(source(value_on(np.zeros((), np.int64), n.device), D.int64))
+        axis = normalize_dim(dim, len(n.shape))
+        return wrap(Node("argsort", (n,), {"axis": axis, "descending": bool(descending)}, n.shape, D.int64))
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        """``(values, indices)`` sorted along ``dim``; the gradient of the values goes back to the
+        entries they came from.
+
+        ```python
+        >>> import ngrad
+        >>> ngrad.tensor([3.0, 1.0, 2.0]).sort(descending=True)
+        sort(values=tensor([3., 2., 1.]), indices=tensor([0, 2, 1]))
+
+        ```
+        """
+        idx = self.argsort(dim, descending)
+        if not self.ndim:
+            return _SORT(self.clone(), idx)
+        return _SORT(named(self.gather(normalize_dim(dim, self.ndim), idx), "SortBackward0"), idx)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """The ``k`` largest (or smallest) entries along ``dim`` and their indices, in order."""
+        d = normalize_dim(dim, max(self.ndim, 1))
+        size = self.shape[d] if self.ndim else 1
+        if not 0 <= k <= size:
+            raise RuntimeError("selected index k out of range")
+        values, indices = self.sort(dim, descending=largest)
+        if not self.ndim:
+            return _TOPK(values, indices)
+        return _TOPK(named(values.narrow(d, 0, k), "TopkBackward0"), indices.narrow(d, 0, k))
+
+    def max(self, dim=None, keepdim=False, other=None):
+        """Full reduction (ties share the gradient evenly), or ``(values, indices)`` along ``dim``."""
+        return self._max_min("amax", dim, keepdim, other, "MaxBackward", _MAX)
+
+    def min(self, dim=None, keepdim=False, other=None):
+        return self._max_min("amin", dim, keepdim, other, "MinBackward", _MIN)
+
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return named(self._var(dim, unbiased, keepdim, correction), "VarBackward0")
+
+    def _var(self, dim, unbiased, keepdim, correction):
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        if correction is None:
+            correction = 1 if unbiased is None or unbiased else 0
+        x = wrap(float_node(self._node))
+        axes = normalize_dims(dim, x.ndim)
+        n = math.prod(x._node.shape[a] for a in axes)
+        centered = x - x.mean(axes, keepdim=True)
+        return (centered * centered).sum(axes, keepdim=keepdim) / max(0, n - correction)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return named(self._var(dim, unbiased, keepdim, correction).sqrt(), "StdBackward0")
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        """Vector p-norm over ``dim`` (all elements by default); the gradient at 0 is 0."""
+        x = wrap(float_node(self._node))
+        if p == "fro" or p is None:
+            p = 2
+        if isinstance(p, str):
+            raise RuntimeError(f"norm: unsupported p={p!r}")
+        p = float(p)
+        axes = normalize_dims(dim, x.ndim)
+        if p == math.inf:
+            out = x.abs().amax(axes, keepdim)
+        elif p == -math.inf:
+            out = x.abs().amin(axes, keepdim)
+        elif p == 0:
+            out = (x != 0).to(x.dtype).sum(axes, keepdim)
+        elif p == 1:
+            out = x.abs().sum(axes, keepdim)
+        else:
+            s = (x * x).sum(axes, keepdim) if p == 2 else (x.abs() ** p).sum(axes, keepdim)
+            # the double-where keeps the derivative at s == 0 finite (PyTorch gives 0 there)
+            zero = s == 0
+            safe = where(zero, 1.0, s)
+            out = where(zero, 0.0, safe.sqrt() if p == 2 else safe ** (1.0 / p))
+        return named(out, "LinalgVectorNormBackward0")
+
+    def logsumexp(self, dim, keepdim=False):
+        x = wrap(float_node(self._node))
+        axes = normalize_dims(dim, x.ndim)
+        m = x.detach().amax(axes, keepdim=True) if x.numel() else zeros_like_node(x, axes)
+        m = where(m.abs() == math.inf, 0.0, m)
+        out = (x - m).exp().sum(axes, keepdim=True).log() + m
+        if not keepdim:
+            out = out.squeeze(axes)
+        return named(out, "LogsumexpBackward0")
+
+    def softmax(self, dim):
+        x = wrap(float_node(self._node))
+        axis = normalize_dim(dim, x.ndim)
+        e = (x - x.detach().amax(axis, keepdim=True)).exp()
+        return named(e / e.sum(axis, keepdim=True), "SoftmaxBackward0")
+
+    def log_softmax(self, dim):
+        x = wrap(float_node(self._node))
+        return named(x - x.logsumexp(dim, keepdim=True), "LogSoftmaxBackward0")
+
+    def cumsum(self, dim, *, dtype=None):
+        n = self._node
+        if dtype is not None:
+            n = cast_node(n, dtype)
+        elif n.dtype.category < 2:
+            n = cast_node(n, D.int64)
+        if not n.shape:
+            return wrap(n) if n is not self._node else self.clone()
+        return record_op(
+            "cumsum", (n,), {"axis": normalize_dim(dim, len(n.shape))}, n.shape, n.dtype, "CumsumBackward0"
+        )
