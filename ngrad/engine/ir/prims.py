@@ -14,10 +14,31 @@ Broadcasting is not handled by any row: elementwise rows require equal shapes an
 and the single ``expand`` row broadcasts (its VJP sums back).
 """
 
+from __future__ import annotations
+
 import math
 import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-__all__ = ["Prim", "PRIMS", "TapeError", "ELEMENTWISE"]
+if TYPE_CHECKING:  # the builder's handles that rules compute with (tape imports this table)
+    from .tape import Var
+
+__all__ = ["Prim", "PRIMS", "TapeError", "ELEMENTWISE", "Shape", "Params"]
+
+Shape = tuple[int, ...]
+Params = dict[str, Any]  # an instruction's literal parameters, by name
+Cotangents = list["Var | None"]  # of each argument of a primitive, None where not needed
+Tangents = Sequence["Var | None"]  # of each argument, None for an argument without one
+Shapes = Sequence[Shape]
+Dtypes = Sequence[str]
+Ints = Sequence[int]
+Typed = tuple[Shape, str]  # a result's shape and dtype
+Infer = Callable[..., Typed]  # (shapes, dtypes, **params) -> the result's shape and dtype
+Vjp = Callable[[Sequence[bool], "Var", "Var", Sequence["Var"], Params], Cotangents]
+Jvp = Callable[[Tangents, "Var", Sequence["Var"], Params], "Var | None"]
+Rule = Callable[..., "Var | None"]  # (g, out, *args, **params): one argument's partial, applied to g
 
 
 class TapeError(ValueError):
@@ -27,32 +48,32 @@ class TapeError(ValueError):
 # --- shape and dtype rules, one per kind ----------------------------------------------------
 
 
-def _fail(msg):
+def _fail(msg: str) -> NoReturn:
     raise TapeError(msg)
 
 
-def _ew(shapes, dtypes):
+def _ew(shapes: Shapes, dtypes: Dtypes) -> Typed:
     for s, d in zip(shapes[1:], dtypes[1:]):
         if s != shapes[0] or d != dtypes[0]:
             _fail(f"elementwise operands must match exactly, got {shapes[0]}:{dtypes[0]} and {s}:{d}")
     return shapes[0], dtypes[0]
 
 
-def _unary(shapes, dtypes):
+def _unary(shapes: Shapes, dtypes: Dtypes) -> Typed:
     return shapes[0], dtypes[0]
 
 
-def _compare(shapes, dtypes):
+def _compare(shapes: Shapes, dtypes: Dtypes) -> Typed:
     return _ew(shapes, dtypes)[0], "b8"
 
 
-def _logical(shapes, dtypes):
+def _logical(shapes: Shapes, dtypes: Dtypes) -> Typed:
     if any(d != "b8" for d in dtypes):
         _fail(f"logical operands must be b8, got {dtypes}")
     return _ew(shapes, dtypes)
 
 
-def _where(shapes, dtypes):
+def _where(shapes: Shapes, dtypes: Dtypes) -> Typed:
     if dtypes[0] != "b8":
         _fail(f"where condition must be b8, got {dtypes[0]}")
     if not shapes[0] == shapes[1] == shapes[2] or dtypes[1] != dtypes[2]:
@@ -60,16 +81,16 @@ def _where(shapes, dtypes):
     return shapes[1], dtypes[1]
 
 
-def _cast(shapes, dtypes, dtype):
+def _cast(shapes: Shapes, dtypes: Dtypes, dtype: str) -> Typed:
     return shapes[0], dtype
 
 
-def _axes_ok(axes, rank):
+def _axes_ok(axes: Ints, rank: int) -> None:
     if list(axes) != sorted(set(axes)) or any(not 0 <= a < rank for a in axes):
         _fail(f"axes {axes} must be sorted, unique and within rank {rank}")
 
 
-def _reduce(shapes, dtypes, axes, keepdim):
+def _reduce(shapes: Shapes, dtypes: Dtypes, axes: Ints, keepdim: bool) -> Typed:
     s = shapes[0]
     _axes_ok(axes, len(s))
     if keepdim:
@@ -77,7 +98,7 @@ def _reduce(shapes, dtypes, axes, keepdim):
     return tuple(n for i, n in enumerate(s) if i not in axes), dtypes[0]
 
 
-def _arg(shapes, dtypes, axis, keepdim):
+def _arg(shapes: Shapes, dtypes: Dtypes, axis: int, keepdim: bool) -> Typed:
     s = shapes[0]
     _axes_ok((axis,), len(s))
     if s[axis] == 0:
@@ -85,36 +106,36 @@ def _arg(shapes, dtypes, axis, keepdim):
     return _reduce(shapes, dtypes, (axis,), keepdim)[0], "i64"
 
 
-def _argsort(shapes, dtypes, axis, descending):
+def _argsort(shapes: Shapes, dtypes: Dtypes, axis: int, descending: bool) -> Typed:
     _axes_ok((axis,), len(shapes[0]))
     return shapes[0], "i64"
 
 
-def _scan(shapes, dtypes, axis):
+def _scan(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
     _axes_ok((axis,), len(shapes[0]))
     return shapes[0], dtypes[0]
 
 
-def _reshape(shapes, dtypes, shape):
+def _reshape(shapes: Shapes, dtypes: Dtypes, shape: Ints) -> Typed:
     if math.prod(shape) != math.prod(shapes[0]):
         _fail(f"cannot reshape {shapes[0]} to {shape}")
     return tuple(shape), dtypes[0]
 
 
-def _permute(shapes, dtypes, perm):
+def _permute(shapes: Shapes, dtypes: Dtypes, perm: Ints) -> Typed:
     if sorted(perm) != list(range(len(shapes[0]))):
         _fail(f"{perm} is not a permutation of the axes of {shapes[0]}")
     return tuple(shapes[0][p] for p in perm), dtypes[0]
 
 
-def _expand(shapes, dtypes, shape):
+def _expand(shapes: Shapes, dtypes: Dtypes, shape: Ints) -> Typed:
     s = shapes[0]
     if len(s) != len(shape) or any(a != b and a != 1 for a, b in zip(s, shape)):
         _fail(f"cannot expand {s} to {shape} (equal ranks, size-1 axes only)")
     return tuple(shape), dtypes[0]
 
 
-def _slice_shape(shape, starts, stops, steps):
+def _slice_shape(shape: Shape, starts: Ints, stops: Ints, steps: Ints) -> Shape:
     if not len(shape) == len(starts) == len(stops) == len(steps):
         _fail(f"slice bounds must have one entry per axis of {shape}")
     out = []
@@ -125,22 +146,22 @@ def _slice_shape(shape, starts, stops, steps):
     return tuple(out)
 
 
-def _slice(shapes, dtypes, starts, stops, steps):
+def _slice(shapes: Shapes, dtypes: Dtypes, starts: Ints, stops: Ints, steps: Ints) -> Typed:
     return _slice_shape(shapes[0], starts, stops, steps), dtypes[0]
 
 
-def _unslice(shapes, dtypes, shape, starts, stops, steps):
+def _unslice(shapes: Shapes, dtypes: Dtypes, shape: Ints, starts: Ints, stops: Ints, steps: Ints) -> Typed:
     if _slice_shape(tuple(shape), starts, stops, steps) != shapes[0]:
         _fail(f"unslice source {shapes[0]} does not fit the slice of {shape}")
     return tuple(shape), dtypes[0]
 
 
-def _flip(shapes, dtypes, axes):
+def _flip(shapes: Shapes, dtypes: Dtypes, axes: Ints) -> Typed:
     _axes_ok(axes, len(shapes[0]))
     return shapes[0], dtypes[0]
 
 
-def _cat(shapes, dtypes, axis):
+def _cat(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
     first = shapes[0]
     _axes_ok((axis,), len(first))
     for s, d in zip(shapes, dtypes):
@@ -149,7 +170,7 @@ def _cat(shapes, dtypes, axis):
     return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :], dtypes[0]
 
 
-def _index_shape(x, idx_shapes, idx_dtypes, axis):
+def _index_shape(x: Shape, idx_shapes: Sequence[Shape], idx_dtypes: Sequence[str], axis: int) -> Shape:
     k = len(idx_shapes)
     if k == 0 or axis + k > len(x):
         _fail(f"index with {k} index tensors at axis {axis} does not fit {x}")
@@ -158,17 +179,17 @@ def _index_shape(x, idx_shapes, idx_dtypes, axis):
     return x[:axis] + idx_shapes[0] + x[axis + k :]
 
 
-def _index(shapes, dtypes, axis):
+def _index(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
     return _index_shape(shapes[0], shapes[1:], dtypes[1:], axis), dtypes[0]
 
 
-def _unindex(shapes, dtypes, shape, axis):
+def _unindex(shapes: Shapes, dtypes: Dtypes, shape: Ints, axis: int) -> Typed:
     if _index_shape(tuple(shape), shapes[1:], dtypes[1:], axis) != shapes[0]:
         _fail(f"unindex source {shapes[0]} does not fit {shape} indexed at axis {axis}")
     return tuple(shape), dtypes[0]
 
 
-def _gather(shapes, dtypes, axis):
+def _gather(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
     x, i = shapes
     _axes_ok((axis,), len(x))
     if dtypes[1] != "i64" or len(i) != len(x) or any(a != b for d, (a, b) in enumerate(zip(x, i)) if d != axis):
@@ -176,28 +197,28 @@ def _gather(shapes, dtypes, axis):
     return i, dtypes[0]
 
 
-def _scatter_add(shapes, dtypes, axis, shape):
+def _scatter_add(shapes: Shapes, dtypes: Dtypes, axis: int, shape: Ints) -> Typed:
     _gather([tuple(shape), shapes[1]], [dtypes[0], dtypes[1]], axis)
     if shapes[0] != shapes[1]:
         _fail(f"scatter_add source {shapes[0]} must match its index {shapes[1]}")
     return tuple(shape), dtypes[0]
 
 
-def _matmul(shapes, dtypes):
+def _matmul(shapes: Shapes, dtypes: Dtypes) -> Typed:
     a, b = shapes
     if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2] or dtypes[0] != dtypes[1]:
         _fail(f"matmul operands {a}:{dtypes[0]} and {b}:{dtypes[1]} do not fit")
     return a[:-1] + (b[-1],), dtypes[0]
 
 
-def _square(shapes, dtypes):
+def _square(shapes: Shapes, dtypes: Dtypes) -> Typed:
     a = shapes[0]
     if len(a) < 2 or a[-1] != a[-2] or dtypes[0][0] != "f":
         _fail(f"{a}:{dtypes[0]} is not a stack of square float matrices")
     return a, dtypes[0]
 
 
-def _solve(shapes, dtypes):
+def _solve(shapes: Shapes, dtypes: Dtypes) -> Typed:
     a, b = shapes
     _square(shapes[:1], dtypes)
     if len(b) != len(a) or b[:-2] != a[:-2] or b[-2] != a[-1] or dtypes[1] != dtypes[0]:
@@ -205,39 +226,44 @@ def _solve(shapes, dtypes):
     return b, dtypes[0]
 
 
-def _det(shapes, dtypes):
+def _det(shapes: Shapes, dtypes: Dtypes) -> Typed:
     return _square(shapes, dtypes)[0][:-2], dtypes[0]
 
 
-def _const(shapes, dtypes, value, dtype):
+def _const(shapes: Shapes, dtypes: Dtypes, value: float, dtype: str) -> Typed:
     return (), dtype
 
 
 # --- helpers the VJP rules share ---------------------------------------------------------------
 
 
-def keepdim_shape(shape, axes):
+def keepdim_shape(shape: Shape, axes: Ints) -> Shape:
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def unreduce(g, shape, axes, keepdim):
+def unreduce(g: Var, shape: Shape, axes: Ints, keepdim: bool) -> Var:
     """Broadcast a reduction's cotangent back over the reduced axes."""
     if not keepdim:
         g = g.reshape(shape=keepdim_shape(shape, axes))
     return g.expand(shape=tuple(shape))
 
 
-def sum_to(g, shape):
+def sum_to(g: Var, shape: Shape) -> Var:
     """The VJP of ``expand``: sum the broadcast axes back to ``shape``."""
     axes = tuple(i for i, (a, b) in enumerate(zip(shape, g.shape)) if a == 1 and b != 1)
     return g.sum(axes=axes, keepdim=True) if axes else g
 
 
-def zeros_like(v):
+def zeros_like(v: Var) -> Var:
     return v.bld.full(0, v.shape, v.dtype)
 
 
-def _extreme_vjp(g, out, x, axes, keepdim):
+def _sole(ts: Tangents) -> Var:
+    """The tangent of a one-argument primitive's argument: a JVP runs once a tangent reaches it."""
+    return cast("Var", ts[0])
+
+
+def _extreme_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
     # PyTorch spreads the cotangent evenly over ties of a full max/min/amax/amin.
     mask = x.eq(unreduce(out, x.shape, axes, keepdim)).cast(dtype=x.dtype)
     count = mask.sum(axes=axes, keepdim=True)
@@ -245,14 +271,14 @@ def _extreme_vjp(g, out, x, axes, keepdim):
     return mask * (gk / count).expand(shape=x.shape)
 
 
-def _extreme_jvp(ts, out, args, params):
+def _extreme_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
     # the tangent averaged over ties, as the VJP spreads the cotangent over them
-    (t,), (x,), axes, keepdim = ts, args, params["axes"], params["keepdim"]
+    t, (x,), axes, keepdim = _sole(ts), args, params["axes"], params["keepdim"]
     mask = x.eq(unreduce(out, x.shape, axes, keepdim)).cast(dtype=x.dtype)
     return (t * mask).sum(axes=axes, keepdim=keepdim) / mask.sum(axes=axes, keepdim=keepdim)
 
 
-def _prod_others(x, axes):
+def _prod_others(x: Var, axes: Ints) -> Var:
     # Exact with zeros: with no zero, out/x; with exactly one zero, the product of the others
     # at that zero; otherwise 0. No division by zero is ever evaluated on a path that is kept.
     is0 = x.eq(0)
@@ -262,15 +288,15 @@ def _prod_others(x, axes):
     return zeros.eq(0).where(nonzero_prod / safe, (zeros.eq(1).logical_and(is0)).where(nonzero_prod, zeros_like(x)))
 
 
-def _prod_vjp(g, out, x, axes, keepdim):
+def _prod_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
     return unreduce(g, x.shape, axes, keepdim) * _prod_others(x, axes)
 
 
-def _prod_jvp(ts, out, args, params):
-    return (ts[0] * _prod_others(args[0], params["axes"])).sum(**params)
+def _prod_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
+    return (_sole(ts) * _prod_others(args[0], params["axes"])).sum(**params)
 
 
-def _matmul_jvp(ts, out, args, params):
+def _matmul_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
     (tx, ty), (x, y) = ts, args
     terms = [
         t for t in (tx.matmul(y) if tx is not None else None, x.matmul(ty) if ty is not None else None) if t is not None
@@ -278,50 +304,51 @@ def _matmul_jvp(ts, out, args, params):
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
-def _solve_vjp(need, g, out, args, params):
+def _solve_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], params: Params) -> Cotangents:
     a = args[0]
     gb = _matmul_t(a).solve(g)  # one solve with A^T serves both cotangents
     return [-gb.matmul(_matmul_t(out)) if need[0] else None, gb if need[1] else None]
 
 
-def _solve_jvp(ts, out, args, params):
+def _solve_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
     (ta, tb), a = ts, args[0]
     terms = [t for t in (tb, -ta.matmul(out) if ta is not None else None) if t is not None]
     return a.solve(terms[0] if len(terms) == 1 else terms[0] + terms[1])
 
 
-def _det_vjp(g, out, a):
+def _det_vjp(g: Var, out: Var, a: Var) -> Var:
     return (g * out).reshape(shape=out.shape + (1, 1)).expand(shape=a.shape) * _matmul_t(a.inv())
 
 
-def _det_jvp(ts, out, args, params):
-    (t,), (a,) = ts, args  # det(A) trace(A^-1 T)
+def _det_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
+    t, (a,) = _sole(ts), args  # det(A) trace(A^-1 T)
     r = len(a.shape)
     return out * (_matmul_t(a.inv()) * t).sum(axes=(r - 2, r - 1), keepdim=False)
 
 
-def _pow_base(g, out, x, y):
+def _pow_base(g: Var, out: Var, x: Var, y: Var) -> Var:
     c = x.bld.literal(y)
     if c is not None and c != 0:  # x ** c with a literal c: no mask needed, and c == 1, 2 need no pow
         return g * c if c == 1 else (g * (x * c) if c == 2 else g * c * x.pow(c - 1))
     return y.eq(0).where(zeros_like(x), g * y * x.pow(y - 1))
 
 
-def _pow_exponent(g, out, x, y):
+def _pow_exponent(g: Var, out: Var, x: Var, y: Var) -> Var:
     return x.eq(0).logical_and(y.ge(0)).where(zeros_like(y), g * out * x.log())
 
 
-def _trunc(q):
+def _trunc(q: Var) -> Var:
     return q.sign() * q.abs().floor()
 
 
-def _tie_weight(x, y):
+def _tie_weight(x: Var, y: Var) -> Var:
     d = x.dtype
     return x.gt(y).cast(dtype=d) + x.eq(y).cast(dtype=d) * 0.5
 
 
-def _cat_vjp(need, g, out, args, axis):
-    res, start = [], 0
+def _cat_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], axis: int) -> Cotangents:
+    res: Cotangents = []
+    start = 0
     for a, n in zip(args, need):
         stop = start + a.shape[axis]
         if n:
@@ -338,12 +365,12 @@ def _cat_vjp(need, g, out, args, axis):
     return res
 
 
-def _matmul_t(v):
+def _matmul_t(v: Var) -> Var:
     r = len(v.shape)
     return v.permute(perm=tuple(range(r - 2)) + (r - 1, r - 2))
 
 
-def _inverse(perm):
+def _inverse(perm: Ints) -> tuple[int, ...]:
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
@@ -356,51 +383,60 @@ _SQRT_PI_2 = 2.0 / math.sqrt(math.pi)
 # --- the table -----------------------------------------------------------------------------------
 
 
+@dataclass(slots=True, eq=False)
 class Prim:
     """One primitive: ``fwd(m, *args, **params)``, ``vjp(need, g, out, args, params)`` (the
     cotangent of each argument, None where not needed) and ``jvp(tangents, out, args, params)``
     (the tangent of the result from the arguments' tangents, None for an argument without one;
     the rule returns None when no tangent reaches the result)."""
 
-    __slots__ = ("name", "kind", "fwd", "vjp", "jvp", "infer")
+    name: str
+    kind: str
+    infer: Infer
+    fwd: Callable[..., Any]  # (m, *args, **params), ``m`` the math namespace
+    vjp: Vjp | None  # None: not differentiable
+    jvp: Jvp | None
 
-    def __init__(self, name, kind, infer, fwd, vjp, jvp):
-        self.name, self.kind, self.infer, self.fwd, self.vjp, self.jvp = name, kind, infer, fwd, vjp, jvp
-
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Prim({self.name})"
 
 
-def per_arg(*rules):
+@dataclass(slots=True, eq=False, repr=False)
+class PerArg:
+    """A VJP of one rule per argument (``per_arg``); the rules also give elementwise JVPs."""
+
+    rules: tuple[Rule | None, ...]
+
+    def __call__(self, need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], params: Params) -> Cotangents:
+        return [r(g, out, *args, **params) if n and r is not None else None for r, n in zip(self.rules, need)]
+
+
+def per_arg(*rules: Rule | None) -> PerArg:
     """Build a VJP from one rule per argument (None: not differentiable in that argument)."""
-
-    def vjp(need, g, out, args, params):
-        return [r(g, out, *args, **params) if n and r is not None else None for r, n in zip(rules, need)]
-
-    vjp.rules = rules
-    return vjp
+    return PerArg(rules)
 
 
-def _diagonal(rules):
+def _diagonal(rules: Sequence[Rule | None]) -> Jvp:
     """The JVP of an elementwise primitive from its per-argument partials (diagonal Jacobians:
     the VJP rule applied to a tangent is that argument's JVP term)."""
 
-    def jvp(ts, out, args, params):
+    def jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var | None:
         total = None
         for r, t in zip(rules, ts):
             if r is not None and t is not None:
                 term = r(t, out, *args, **params)
-                total = term if total is None else total + term
+                if term is not None:  # a partial that is None contributes nothing
+                    total = term if total is None else total + term
         return total
 
     return jvp
 
 
-def _linear(name):
+def _linear(name: str) -> Jvp:
     """The JVP of a primitive that is linear in its floating arguments: itself, on the tangents
     (zeros for a floating argument without one; index arguments stay as they are)."""
 
-    def jvp(ts, out, args, params):
+    def jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
         operands = [t if t is not None else (zeros_like(a) if a.dtype[0] == "f" else a) for a, t in zip(args, ts)]
         return out.bld.emit(name, operands, params)
 
@@ -409,15 +445,20 @@ def _linear(name):
 
 NO_VJP = None
 LINEAR = "linear"
-PRIMS = {}
+PRIMS: dict[str, Prim] = {}
 ELEMENTWISE = ("unary", "binary", "compare", "logical", "where", "cast")
 
 
-def P(name, kind, infer, fwd, vjp=NO_VJP, jvp=None):
+def P(
+    name: str, kind: str, infer: Infer, fwd: Callable[..., Any], vjp: Vjp | None = NO_VJP, jvp: Jvp | str | None = None
+) -> None:
+    """Add a row to ``PRIMS`` (``jvp``: a rule, ``LINEAR``, or None: from a ``per_arg`` VJP)."""
     if jvp is None and kind in ELEMENTWISE and vjp is not None:
+        assert isinstance(vjp, PerArg), f"{name}: an elementwise VJP is written per argument"
         jvp = _diagonal(vjp.rules)
     elif jvp == LINEAR:
         jvp = _linear(name)
+    assert not isinstance(jvp, str)
     PRIMS[name] = Prim(name, kind, infer, fwd, vjp, jvp)
 
 
@@ -453,7 +494,7 @@ P(
     _cast,
     lambda m, x, dtype: m.cast(x, dtype),
     per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
-    lambda ts, out, args, params: ts[0].cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
+    lambda ts, out, args, params: _sole(ts).cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
 )
 P("detach", "unary", _unary, lambda m, x: x)
 
@@ -644,7 +685,7 @@ P(
     _square,
     lambda m, a: m.inv(a),
     per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
-    lambda ts, out, args, params: -out.matmul(ts[0]).matmul(out),
+    lambda ts, out, args, params: -out.matmul(_sole(ts)).matmul(out),
 )
 P("solve", "linalg", _solve, lambda m, a, b: m.solve(a, b), _solve_vjp, _solve_jvp)
 P("det", "linalg", _det, lambda m, a: m.det(a), per_arg(_det_vjp), _det_jvp)

@@ -9,28 +9,45 @@ structural hash used by caches is taken from it. ``Builder`` appends instruction
 inference and hands out ``Var`` handles that the VJP rules of the primitive table compute with.
 """
 
+from __future__ import annotations
+
 import ast
 import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
-from .prims import PRIMS, TapeError
+from .prims import PRIMS, Params, Shape, TapeError
 
-__all__ = ["Tape", "Instr", "Builder", "Var", "parse", "TapeError"]
+__all__ = ["Tape", "Instr", "Builder", "Var", "Key", "parse", "TapeError"]
 
 
+@dataclass(slots=True, eq=False, init=False)
 class Instr:
-    """``out = prim(*args; **params)`` on slot numbers."""
+    """``out = prim(*args; **params)`` on slot numbers. Compared by identity, as instructions
+    are distinct definitions of distinct slots."""
 
-    __slots__ = ("out", "prim", "args", "params")
+    out: int
+    prim: str
+    args: tuple[int, ...]
+    params: Params
 
-    def __init__(self, out, prim, args, params):
+    # written out rather than generated: ``args`` arrives as any sequence of slots (this is the
+    # hot path of recording, and a ``__post_init__`` would add a call per instruction)
+    def __init__(self, out: int, prim: str, args: Iterable[int], params: Params) -> None:
         self.out, self.prim, self.args, self.params = out, prim, tuple(args), params
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Instr(%{self.out} = {self.prim}{tuple(self.args)} {self.params})"
 
 
+Key = tuple[Any, ...]  # a hashable structural key (``Tape.key``, ``params_key``)
+
+
+@dataclass(slots=True, eq=False, repr=False)
 class Tape:
-    """A flat SSA program; see the module docstring.
+    """A flat SSA program; see the module docstring. ``Tape()`` is empty; its lists are filled
+    in place (by ``Builder``, ``parse``, differentiation), never shared between tapes.
 
     >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
@@ -43,24 +60,27 @@ class Tape:
     out %2
     """
 
-    __slots__ = ("shapes", "dtypes", "inputs", "kinds", "instrs", "outputs", "_key")
+    shapes: list[Shape] = field(default_factory=list)  # per slot
+    dtypes: list[str] = field(default_factory=list)  # per slot, short names
+    inputs: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # per input: "tensor" or "scalar"
+    instrs: list[Instr] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    # (sizes it was computed at, key): a memoized joint tape is keyed per run
+    _key: tuple[tuple[int, int, int], Key] | None = field(default=None, init=False)
 
-    def __init__(self):
-        self.shapes, self.dtypes = [], []
-        self.inputs, self.kinds = [], []
-        self.instrs, self.outputs = [], []
-        self._key = None  # (sizes it was computed at, key): a memoized joint tape is keyed per run
-
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.instrs)
 
-    def key(self):
+    def key(self) -> Key:
         """A hashable structural key, cheaper than ``format()``. Raw slot numbers are part of it,
         so tapes with equal keys are identical (memoized results keyed by it can refer to slots)."""
         at = (len(self.instrs), len(self.inputs), len(self.outputs))
         if self._key is not None and self._key[0] == at:
             return self._key[1]
-        parts = [tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))]
+        parts: list[tuple[Any, ...]] = [
+            tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))
+        ]
         for ins in self.instrs:
             parts.append(
                 (ins.out, ins.prim, tuple(ins.args), params_key(ins.params), self.shapes[ins.out], self.dtypes[ins.out])
@@ -69,9 +89,9 @@ class Tape:
         self._key = (at, tuple(parts))
         return self._key[1]
 
-    def verify(self):
+    def verify(self) -> Tape:
         """Check SSA form and every instruction against its primitive's rule; return self."""
-        defined = set()
+        defined: set[int] = set()
         for s, k in zip(self.inputs, self.kinds):
             if s in defined:
                 raise TapeError(f"input slot %{s} defined twice")
@@ -101,12 +121,12 @@ class Tape:
                 raise TapeError(f"output %{s} is never defined")
         return self
 
-    def format(self):
+    def format(self) -> str:
         """The canonical printed form (also the input of ``parse``)."""
-        num = {}
+        num: dict[int, int] = {}
         lines = []
 
-        def ty(s):
+        def ty(s: int) -> str:
             return f"{self.dtypes[s]}[{','.join(map(str, self.shapes[s]))}]"
 
         for s, k in zip(self.inputs, self.kinds):
@@ -118,17 +138,17 @@ class Tape:
         lines.append("out " + " ".join(f"%{num[s]}" for s in self.outputs))
         return "\n".join(lines)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.format()
 
 
-def params_key(params):
+def params_key(params: Params) -> Key:
     """A hashable form of params in which equal keys mean identical literals: values compare by
     ``repr``, so -0.0 is not 0.0 and 1 is not 1.0 or True (``==`` would merge them). Tuples of
     ints (shapes, axes) are safe as they are and skip the ``repr`` (a tuple never equals a str)."""
     if not params:
         return ()
-    key = []
+    key: list[tuple[str, Any]] = []
     for k, v in sorted(params.items()) if len(params) > 1 else params.items():
         if type(v) is tuple:
             for e in v:
@@ -141,11 +161,13 @@ def params_key(params):
     return tuple(key)
 
 
-def format_params(params):
+def format_params(params: Params) -> str:
+    """``k=v, ...`` in name order, values by ``repr`` (the printed form of an instruction's params)."""
     return ", ".join(f"{k}={params[k]!r}" for k in sorted(params))
 
 
-def format_instr(ins, num=None):
+def format_instr(ins: Instr, num: dict[int, int] | None = None) -> str:
+    """``prim(%a, %b; k=v)``, slots renumbered through ``num`` when given."""
     args = ", ".join(f"%{num[a] if num else a}" for a in ins.args)
     if ins.params:
         args = f"{args}; {format_params(ins.params)}" if args else format_params(ins.params)
@@ -156,15 +178,15 @@ _LINE = re.compile(r"^%(\d+) = (\w+)\((.*)\) : (\w+)\[([\d,]*)\]$")
 _INPUT = re.compile(r"^in %(\d+) : (\w+)\[([\d,]*)\]( scalar)?$")
 
 
-def _shape(text):
+def _shape(text: str) -> Shape:
     return tuple(int(t) for t in text.split(",")) if text else ()
 
 
-def parse(text):
+def parse(text: str) -> Tape:
     """Read a tape from its canonical printed form; ``parse(t.format()).format() == t.format()``."""
     tape = Tape()
 
-    def define(n, shape, dtype):
+    def define(n: int, shape: Shape, dtype: str) -> None:
         if n != len(tape.shapes):
             raise TapeError(f"slots must be numbered in order, got %{n}")
         tape.shapes.append(shape)
@@ -195,12 +217,12 @@ def parse(text):
     return tape
 
 
-def _params(text):
+def _params(text: str) -> Params:
     text = text.strip()
     if not text:
         return {}
-    call = ast.parse(f"f({text})", mode="eval").body
-    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    call = cast(ast.Call, ast.parse(f"f({text})", mode="eval").body)
+    return cast(Params, {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
 
 
 # --- building tapes --------------------------------------------------------------------------------
@@ -210,40 +232,69 @@ class Var:
     """A slot of a tape under construction; arithmetic on it appends instructions.
 
     Python numbers combined with a ``Var`` become ``const`` instructions (literals that are
-    part of the program), broadcast to the ``Var``'s shape and dtype.
+    part of the program), broadcast to the ``Var``'s shape and dtype. Every primitive but
+    ``const`` is also a method: ``x.sum(axes=(0,), keepdim=False)`` emits ``sum``.
     """
 
     __slots__ = ("bld", "slot", "shape", "dtype")
 
-    def __init__(self, bld, slot, shape, dtype):
+    bld: Builder
+    slot: int
+    shape: Shape
+    dtype: str
+
+    def __init__(self, bld: Builder, slot: int, shape: Shape, dtype: str) -> None:
         self.bld, self.slot, self.shape, self.dtype = bld, slot, shape, dtype
 
-    def _lift(self, v):
+    if TYPE_CHECKING:  # the primitive methods are set below, one per row of the table
+
+        def __getattr__(self, name: str) -> Callable[..., Var]: ...
+
+    def _lift(self, v: Var | float) -> Var:
         return v if isinstance(v, Var) else self.bld.full(v, self.shape, self.dtype)
 
-    def _bin(self, name, other):
+    def _bin(self, name: str, other: Var | float) -> Var:
         return self.bld.emit(name, (self, self._lift(other)))
 
-    def _rbin(self, name, other):
+    def _rbin(self, name: str, other: Var | float) -> Var:
         return self.bld.emit(name, (self._lift(other), self))
 
-    __add__ = lambda s, o: s._bin("add", o)
-    __radd__ = lambda s, o: s._rbin("add", o)
-    __sub__ = lambda s, o: s._bin("sub", o)
-    __rsub__ = lambda s, o: s._rbin("sub", o)
-    __mul__ = lambda s, o: s._bin("mul", o)
-    __rmul__ = lambda s, o: s._rbin("mul", o)
-    __truediv__ = lambda s, o: s._bin("div", o)
-    __rtruediv__ = lambda s, o: s._rbin("div", o)
-    __neg__ = lambda s: s.bld.emit("neg", (s,))
-    __matmul__ = lambda s, o: s.bld.emit("matmul", (s, o))
+    def __add__(self, o: Var | float) -> Var:
+        return self._bin("add", o)
 
-    def __repr__(self):
+    def __radd__(self, o: Var | float) -> Var:
+        return self._rbin("add", o)
+
+    def __sub__(self, o: Var | float) -> Var:
+        return self._bin("sub", o)
+
+    def __rsub__(self, o: Var | float) -> Var:
+        return self._rbin("sub", o)
+
+    def __mul__(self, o: Var | float) -> Var:
+        return self._bin("mul", o)
+
+    def __rmul__(self, o: Var | float) -> Var:
+        return self._rbin("mul", o)
+
+    def __truediv__(self, o: Var | float) -> Var:
+        return self._bin("div", o)
+
+    def __rtruediv__(self, o: Var | float) -> Var:
+        return self._rbin("div", o)
+
+    def __neg__(self) -> Var:
+        return self.bld.emit("neg", (self,))
+
+    def __matmul__(self, o: Var) -> Var:
+        return self.bld.emit("matmul", (self, o))
+
+    def __repr__(self) -> str:
         return f"Var(%{self.slot}: {self.dtype}{list(self.shape)})"
 
 
-def _method(name):
-    def method(self, *args, **params):
+def _method(name: str) -> Callable[..., Var]:
+    def method(self: Var, *args: Var | float, **params: Any) -> Var:
         return self.bld.emit(name, (self,) + tuple(self._lift(a) for a in args), params)
 
     method.__name__ = name
@@ -255,7 +306,7 @@ for _name in PRIMS:
         setattr(Var, _name, _method(_name))
 
 
-def _instr_key(prim, args, params):
+def _instr_key(prim: str, args: Iterable[int], params: Params) -> Key:
     return prim, tuple(args), params_key(params)
 
 
@@ -266,10 +317,10 @@ class Builder:
     ``Builder(tape)`` continues an existing tape (the forward part of a joint tape).
     """
 
-    def __init__(self, tape=None):
+    def __init__(self, tape: Tape | None = None) -> None:
         self.tape = Tape()
-        self._literals = {}
-        self._seen = {}  # (prim, args, params) -> slot: every primitive is pure, so equal means same
+        self._literals: dict[int, Any] = {}
+        self._seen: dict[Key, int] = {}  # (prim, args, params) -> slot: every primitive is pure, so equal means same
         if tape is not None:
             t = self.tape
             t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
@@ -279,32 +330,34 @@ class Builder:
                 self._note_literal(ins)
                 self._seen.setdefault(_instr_key(ins.prim, ins.args, ins.params), ins.out)
 
-    def _note_literal(self, ins):
+    def _note_literal(self, ins: Instr) -> None:
         if ins.prim == "const":
             self._literals[ins.out] = ins.params["value"]
         elif ins.prim in ("reshape", "expand") and ins.args[0] in self._literals:
             self._literals[ins.out] = self._literals[ins.args[0]]
 
-    def literal(self, v):
+    def literal(self, v: Var) -> Any:
         """The Python value of ``v`` if it is a literal broadcast to its shape, else None."""
         return self._literals.get(v.slot)
 
-    def _new(self, shape, dtype):
+    def _new(self, shape: Shape, dtype: str) -> int:
         t = self.tape
         t.shapes.append(shape)
         t.dtypes.append(dtype)
         return len(t.shapes) - 1
 
-    def var(self, slot):
+    def var(self, slot: int) -> Var:
+        """The handle of an existing ``slot``."""
         return Var(self, slot, self.tape.shapes[slot], self.tape.dtypes[slot])
 
-    def input(self, shape, dtype, kind="tensor"):
+    def input(self, shape: Iterable[int], dtype: str, kind: str = "tensor") -> Var:
+        """A new input slot (``kind`` "tensor", or "scalar" for a runtime Python number)."""
         s = self._new(tuple(shape), dtype)
         self.tape.inputs.append(s)
         self.tape.kinds.append(kind)
         return self.var(s)
 
-    def emit_known(self, prim, slots, params, shape, dtype):
+    def emit_known(self, prim: str, slots: Iterable[int], params: Params, shape: Shape, dtype: str) -> int:
         """Append an instruction on operand ``slots`` whose result type is already known, and
         return its slot (lowering trusts the graph, whose nodes inferred it when recorded;
         ``Tape.verify`` re-derives it). No shape inference, no common-subexpression lookup."""
@@ -315,7 +368,8 @@ class Builder:
         t.instrs.append(Instr(s, prim, slots, params))
         return s
 
-    def emit(self, prim, args, params=None):
+    def emit(self, prim: str, args: Sequence[Var], params: Params | None = None) -> Var:
+        """Append ``prim`` on ``args`` with its inferred result type (or find it already there)."""
         params = params or {}
         if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
             return args[0]  # a no-op movement is never written down
@@ -332,7 +386,7 @@ class Builder:
         self._seen[key] = s
         return Var(self, s, shape, dtype)
 
-    def full(self, value, shape, dtype):
+    def full(self, value: float, shape: Shape, dtype: str) -> Var:
         """``value`` broadcast to ``shape``: a const (one per literal and dtype, by ``emit``'s
         common-subexpression elimination), then expand."""
         value = {"b8": bool, "i32": int, "i64": int}.get(dtype, float)(value)
@@ -341,6 +395,7 @@ class Builder:
             return c
         return c.reshape(shape=(1,) * len(shape)).expand(shape=tuple(shape))
 
-    def finish(self, outputs):
+    def finish(self, outputs: Iterable[Var]) -> Tape:
+        """The tape, with ``outputs`` as its outputs."""
         self.tape.outputs = [o.slot for o in outputs]
         return self.tape

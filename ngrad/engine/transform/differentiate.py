@@ -23,11 +23,16 @@ tangent per ``wrt`` input slot and returns the original outputs followed by the 
 output that depends on them (``Tangent.tangents`` gives each output's position, or None).
 """
 
+from __future__ import annotations
+
 import marshal
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
-from ..ir.prims import PRIMS
-from ..ir.tape import Builder, Instr, Tape
+from ..ir.prims import PRIMS, Params, Shape, Vjp
+from ..ir.tape import Builder, Instr, Key, Tape, Var
 
 __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
 
@@ -36,8 +41,10 @@ __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
 _RECOMPUTED = frozenset(["unary", "binary", "compare", "logical", "where", "cast", "movement", "const"])
 STORE_MIN_INSTRS = 256  # shorter tapes differentiate faster than a stored joint is read (~50 µs)
 _FORMAT = 1  # of ``Joint.dumps``
+T = TypeVar("T")
 
 
+@dataclass(slots=True, eq=False)
 class Joint:
     """The result of ``vjp``: the joint tape and what its extra inputs and outputs mean.
 
@@ -50,9 +57,15 @@ class Joint:
     position, cotangent slot) for every cotangent a VJP rule produced, in the order they run.
     """
 
-    __slots__ = ("tape", "seeds", "grads", "ran", "reads_saved", "saved", "contributions")
+    tape: Tape
+    seeds: list[int]
+    grads: list[int | None]
+    ran: list[int]
+    reads_saved: set[int]
+    saved: dict[int, list[int]]
+    contributions: list[tuple[int, int, int]]
 
-    def dumps(self, tape):
+    def dumps(self, tape: Tape) -> bytes:
         """The bytes of this joint of ``tape``: what ``vjp`` added to it (``loads`` takes ``tape``
         back). ValueError when a parameter is something ``marshal`` does not take."""
         t, n, m = self.tape, len(tape.shapes), len(tape.instrs)
@@ -75,7 +88,7 @@ class Joint:
         )
 
     @staticmethod
-    def loads(tape, data):
+    def loads(tape: Tape, data: bytes) -> Joint:
         """The joint of ``tape`` that ``dumps`` wrote to ``data``; ValueError unless it is one: a
         well-formed tape continuing ``tape`` (every slot defined once, before it is read)."""
         try:
@@ -96,13 +109,19 @@ class Joint:
         t.shapes, t.dtypes = tape.shapes + shapes, tape.dtypes + dtypes
         t.inputs, t.kinds = tape.inputs + seeds, tape.kinds + ["tensor"] * len(seeds)
         t.instrs, t.outputs = tape.instrs + made, outputs
-        j = Joint()
-        j.tape, j.seeds, j.grads, j.ran, j.reads_saved = t, seeds, grads, ran, reads_saved
-        j.saved, j.contributions = saved, contributions
-        return j
+        return Joint(t, seeds, grads, ran, reads_saved, saved, contributions)
 
 
-def _continuation(n, shapes, dtypes, instrs, outputs, seeds, grads, n_outputs):
+def _continuation(
+    n: int,
+    shapes: list[Shape],
+    dtypes: list[str],
+    instrs: list[tuple[int, str, tuple[int, ...], Params]],
+    outputs: list[int],
+    seeds: list[int],
+    grads: list[int | None],
+    n_outputs: int,
+) -> list[Instr]:
     """The instructions of a stored joint that continues a tape of ``n`` slots and ``n_outputs``
     outputs, checked: seeds are its first new slots, every instruction defines the next slot from
     earlier ones, outputs and gradient positions are in range (ValueError or TypeError if not)."""
@@ -131,15 +150,15 @@ def _continuation(n, shapes, dtypes, instrs, outputs, seeds, grads, n_outputs):
     return made
 
 
-def _accumulate(ct, slot, c):
+def _accumulate(ct: dict[int, Var], slot: int, c: Var) -> None:
     prev = ct.get(slot)
     ct[slot] = c if prev is None else prev + c
 
 
-def _appended(outputs, extra):
+def _appended(outputs: list[T], extra: Sequence[T | None]) -> list[int | None]:
     """Append the values of ``extra`` that are not None to ``outputs``; return where each went
     (its index in ``outputs``, or None)."""
-    at = []
+    at: list[int | None] = []
     for v in extra:
         at.append(None if v is None else len(outputs))
         if v is not None:
@@ -147,7 +166,7 @@ def _appended(outputs, extra):
     return at
 
 
-def vjp(tape, wrt):
+def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     """Append the reverse pass of ``tape`` with respect to the slots ``wrt``; see module doc."""
     floating = ("f32", "f64")
     active = {s for s in wrt if tape.dtypes[s] in floating}
@@ -164,7 +183,7 @@ def vjp(tape, wrt):
 
     n_forward = len(tape.shapes)
     b = Builder(tape)
-    ct = {}
+    ct: dict[int, Var] = {}
     seeds = []
     for s in tape.outputs:
         seed = b.input(tape.shapes[s], tape.dtypes[s])
@@ -172,7 +191,10 @@ def vjp(tape, wrt):
         if s in active:
             _accumulate(ct, s, seed)
 
-    ran, reads_saved, saved, contributions = [], set(), {}, []
+    ran: list[int] = []
+    reads_saved: set[int] = set()
+    saved: dict[int, list[int]] = {}
+    contributions: list[tuple[int, int, int]] = []
     for i in range(len(tape.instrs) - 1, -1, -1):
         ins = tape.instrs[i]
         g = ct.get(ins.out)
@@ -182,7 +204,9 @@ def vjp(tape, wrt):
         if not any(need):
             continue
         first = len(b.tape.instrs)
-        cts = PRIMS[ins.prim].vjp(need, g, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
+        # a cotangent reaches only active slots, whose primitives have VJPs (``wrt`` aside)
+        rule = cast(Vjp, PRIMS[ins.prim].vjp)
+        cts = rule(need, g, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
         ran.append(i)
         # any forward value the rule reads is a "saved tensor" (with common-subexpression
         # elimination the rule's cos(x) may be the forward pass's own cos(x))
@@ -199,16 +223,15 @@ def vjp(tape, wrt):
 
     outputs = [b.var(s) for s in tape.outputs]
     grads = _appended(outputs, [ct.get(w) for w in wrt])
-    j = Joint()
-    j.tape, j.seeds, j.grads, j.ran, j.reads_saved = b.finish(outputs), seeds, grads, ran, reads_saved
-    j.saved, j.contributions = saved, contributions
-    return j
+    return Joint(b.finish(outputs), seeds, grads, ran, reads_saved, saved, contributions)
 
 
-_JOINTS = {}  # structural key -> [joint, the name to store it under once it is seen again, or None]
+_JOINTS: dict[
+    tuple[Key, tuple[int, ...]], list[Any]
+] = {}  # structural key -> [joint, the name to store it under once it is seen again, or None]
 
 
-def joint(tape, wrt, keep=False):
+def joint(tape: Tape, wrt: Sequence[int], keep: bool = False) -> Joint:
     """``vjp(tape, wrt)``, memoized by ``tape``'s structure: an optimizer loop differentiates the
     same tape on every step, and slot numbers of equal-keyed tapes are equal. The result is
     shared: callers do not change it.
@@ -264,7 +287,7 @@ def joint(tape, wrt, keep=False):
     return entry[0]
 
 
-def _joint_name(key):
+def _joint_name(key: tuple[Key, tuple[int, ...]]) -> str | None:
     """The name a joint is stored under (see ``store.plan_name``): from ``key`` and the code
     that makes joints; None when it cannot be stored."""
     from ..ir import prims, tape
@@ -273,6 +296,7 @@ def _joint_name(key):
     return plan_name("j", (sys.modules[__name__], prims, tape), key)
 
 
+@dataclass(slots=True, eq=False)
 class Split:
     """The result of ``split``. ``forward``: the tape with outputs appended (its inputs and
     instructions are the tape's). ``backward``: a tape whose inputs are the saved values, then
@@ -282,10 +306,14 @@ class Split:
     ``grads``: for each ``wrt`` entry, the index into ``backward.outputs`` of its gradient, or
     None when no output depends on it."""
 
-    __slots__ = ("forward", "backward", "saved", "seeds", "grads")
+    forward: Tape
+    backward: Tape
+    saved: list[tuple[str, int]]
+    seeds: list[int]
+    grads: list[int | None]
 
 
-def split(tape, wrt):
+def split(tape: Tape, wrt: Sequence[int]) -> Split:
     """The joint of ``tape`` (``joint(tape, wrt)``) as two tapes; see ``Split``.
 
     The backward tape reads the seeds and the forward values the reverse instructions need. As
@@ -318,7 +346,8 @@ def split(tape, wrt):
     outs = [j.tape.outputs[g] if g is not None else None for g in j.grads]
     made_by = {ins.out: ins for ins in tape.instrs}
     stack = [a for ins in reverse for a in ins.args if a < n] + [g for g in outs if g is not None and g < n]
-    need, copied = set(), set()  # saved forward slots; forward slots the backward recomputes
+    need: set[int] = set()
+    copied: set[int] = set()  # saved forward slots; forward slots the backward recomputes
     while stack:
         s = stack.pop()
         if s in need or s in copied:
@@ -335,9 +364,10 @@ def split(tape, wrt):
     forward.inputs, forward.kinds, forward.instrs = list(tape.inputs), list(tape.kinds), list(tape.instrs)
     forward.outputs = list(tape.outputs)
     at = {s: i for i, s in reversed(list(enumerate(tape.outputs)))}
-    back, remap, saved = Tape(), {}, []
+    back, remap = Tape(), {}
+    saved: list[tuple[str, int]] = []
 
-    def define(s):
+    def define(s: int) -> int:
         remap[s] = len(back.shapes)
         back.shapes.append(j.tape.shapes[s])
         back.dtypes.append(j.tape.dtypes[s])
@@ -365,24 +395,25 @@ def split(tape, wrt):
     for ins in reverse:
         back.instrs.append(Instr(define(ins.out), ins.prim, [remap[a] for a in ins.args], ins.params))
     back.outputs = [remap[g] for g in outs if g is not None]
-    r = Split()
-    r.forward, r.backward, r.saved, r.seeds = forward, back, saved, seeds
-    r.grads = _appended([], outs)
-    return r
+    return Split(forward, back, saved, seeds, _appended([], outs))
 
 
+@dataclass(slots=True, eq=False)
 class Tangent:
     """The result of ``jvp``: ``tape``; ``inputs``: the tangent input slot of each ``wrt``
     entry; ``tangents``: for each original output, the index into ``tape.outputs`` of its
     tangent, or None when no tangent reaches it."""
 
-    __slots__ = ("tape", "inputs", "tangents")
+    tape: Tape
+    inputs: list[int]
+    tangents: list[int | None]
 
 
-def jvp(tape, wrt):
+def jvp(tape: Tape, wrt: Sequence[int]) -> Tangent:
     """Append the tangent pass of ``tape`` for tangents of the input slots ``wrt``; see module doc."""
     b = Builder(tape)
-    tan, inputs = {}, []
+    tan: dict[int, Var] = {}
+    inputs = []
     for s in wrt:
         t = b.input(tape.shapes[s], tape.dtypes[s])
         inputs.append(t.slot)
@@ -395,11 +426,9 @@ def jvp(tape, wrt):
         ts = [tan.get(a) for a in ins.args]
         if all(t is None for t in ts):
             continue
-        t = rule(ts, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
-        if t is not None:
-            tan[ins.out] = t
+        tangent = rule(ts, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
+        if tangent is not None:
+            tan[ins.out] = tangent
     outputs = [b.var(s) for s in tape.outputs]
     positions = _appended(outputs, [tan.get(s) for s in tape.outputs])
-    r = Tangent()
-    r.tape, r.inputs, r.tangents = b.finish(outputs), inputs, positions
-    return r
+    return Tangent(b.finish(outputs), inputs, positions)
