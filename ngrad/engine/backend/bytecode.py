@@ -26,6 +26,7 @@ Element-wise rows render the primitive table's forward expressions (``codegen.So
 they share one definition with the interpreter and the fused kernels.
 """
 
+import dataclasses
 import functools
 import marshal
 import math
@@ -37,19 +38,32 @@ from ..ir.dtypes import from_numpy_dtype
 from ..ir.interpret import np_dtype
 from ..ir.prims import ELEMENTWISE, PRIMS
 from ..ir.tape import params_key
-from .bytecode_loop import LoopMath, source
-from .codegen import Expr, identity
+from .bytecode_loop import source
+from .bytecode_rows import (
+    FLAT,
+    MOVES,
+    NO_ARGS,
+    RANK,
+    REDUCE,
+    chain_key,
+    chain_op,
+    dense,
+    element_op,
+    instr_rows,
+    leaves,
+    pad,
+    strides,
+    tree_of,
+    window_start,
+)
+from .passes import Pass, run_passes
 
 __all__ = ["encode", "Bytecode", "RANK", "plan_name", "loop_ops", "loops_name", "source", "LOOP_MAX_OPS"]
 
-RANK = 4  # movements and reductions run as 4-deep loops: slots of higher rank do not fit
 _FORMAT = 1  # of ``Bytecode.dumps``
 ALIGN = 8  # elements: 64 bytes of float64, a cache line (vector loads that straddle two cost more)
 OP, WIDTH = 0, 18  # a row's operation field, and its width (see the module docstring)
 LOOP_MAX_OPS = 48  # Numba compiles a loop in about 0.1 s an operation, more for many (30: 3 s)
-
-_MOVES = ("reshape", "detach", "permute", "expand", "slice", "unslice", "flip", "cat")
-_REDUCE = ("sum", "prod", "amax", "amin")
 
 
 class Bytecode:
@@ -136,45 +150,10 @@ class Bytecode:
         return bc
 
 
-_FLAT = [1] * RANK + [0] * (2 * RANK)  # the shape and strides fields of a row that has none
-_NO_ARGS = [[0, 0, 0], [0, 0], [0], []]  # the operand fields a row with k operands leaves empty
 _ELEMENTWISE = frozenset(name for name, prim in PRIMS.items() if prim.kind in ELEMENTWISE)
-_RANKED = frozenset(_MOVES + _REDUCE + ("cumsum",))  # primitives whose rows walk shapes (rank <= RANK)
-_REDUCE_SET = frozenset(_REDUCE)
+_RANKED = frozenset(MOVES + REDUCE + ("cumsum",))  # primitives whose rows walk shapes (rank <= RANK)
+_REDUCE_SET = frozenset(REDUCE)
 _TAKEN = _ELEMENTWISE | _RANKED | {"const", "matmul"}
-
-
-def _dense(shape, strides):
-    """Whether walking ``shape`` with ``strides`` visits one contiguous run in order (axes of
-    extent 1 take no step)."""
-    live = [d for d, m in enumerate(shape) if m != 1]
-    return [strides[d] for d in live] == _strides([shape[d] for d in live])
-
-
-def _window(small, big, params):
-    """Where the window ``starts``/``steps`` of ``params`` of an array of shape ``big`` starts,
-    when its ``small`` elements are one contiguous run of it; else None (slice and unslice)."""
-    return _window_at(small, big, tuple(params["starts"]), tuple(params["steps"]))
-
-
-@functools.lru_cache(maxsize=4096)  # an unrolled recurrence takes the same few windows thousands of times
-def _window_at(small, big, starts, steps):
-    st = _strides(big)
-    if not _dense(small, [k * m for k, m in zip(st, steps)]):
-        return None
-    return sum(a * k for a, k in zip(starts, st))
-
-
-def _strides(shape):
-    s, acc = [], 1
-    for n in reversed(shape):
-        s.append(acc)
-        acc *= n
-    return s[::-1]
-
-
-def _pad(values, fill):
-    return [fill] * (RANK - len(values)) + list(values)
 
 
 def _fits(tape):
@@ -192,7 +171,7 @@ def _fits(tape):
         for ins in tape.instrs:
             if ins.prim in _RANKED and any(len(shapes[s]) > RANK for s in (ins.out, *ins.args)):
                 return None
-    if prims & _REDUCE_SET and any(ins.prim in _REDUCE and tape.dtypes[ins.out] == "b8" for ins in tape.instrs):
+    if prims & _REDUCE_SET and any(ins.prim in REDUCE and tape.dtypes[ins.out] == "b8" for ins in tape.instrs):
         return None
     return floats.pop() if floats else "f64"  # booleans only: any arena holds 0 and 1
 
@@ -215,27 +194,71 @@ def encode(tape, pairs=True):
     dt = _fits(tape)
     if dt is None:
         return None
-    size, dtypes = [math.prod(s) for s in tape.shapes], tape.dtypes
-    # Windows are shared where values are: ``home`` maps a slot to (the slot whose window holds
-    # it, the offset in that window). An instruction equal to an earlier one (the same slice of
-    # an input in every step of a recurrence) reuses its window, a reshape is its argument's
-    # window read with another shape, and a contiguous slice is a part of its argument's window.
-    home, seen, instrs, shapes = {}, {}, [], tape.shapes
-    where = home.get
-    for ins in tape.instrs:
+    return run_passes("encode", PASSES, EncodeState.of(tape, dt, pairs)).bc
+
+
+@dataclasses.dataclass
+class EncodeState:
+    """What the encoding passes share. Instruction lists are indexed alike: ``instrs[j]`` reads
+    ``reads[j]``, a list of (window slot, offset, read as one element)."""
+
+    tape: object
+    dt: str  # the arena's dtype
+    pairs: bool
+    size: list  # slot -> elements
+    home: dict = dataclasses.field(default_factory=dict)  # slot -> (slot whose window holds it, offset)
+    instrs: list = dataclasses.field(default_factory=list)  # the instructions that make rows
+    keep: set = dataclasses.field(default_factory=set)  # windows holding outputs
+    spread: dict = dataclasses.field(default_factory=dict)  # broadcast of one element -> that element
+    reads: list = dataclasses.field(default_factory=list)
+    uses: dict = dataclasses.field(default_factory=dict)  # window -> reads of it
+    folded: dict = dataclasses.field(default_factory=dict)  # sum index -> (window start, length)
+    into: dict = dataclasses.field(default_factory=dict)  # slot -> (result it is made in, offset)
+    tree: dict = dataclasses.field(default_factory=dict)  # index -> (instr, operands or None)
+    inlined: set = dataclasses.field(default_factory=set)
+    chains: set = dataclasses.field(default_factory=set)
+    added: dict = dataclasses.field(default_factory=dict)  # fold's sum index -> inlined instr index
+    last: dict = dataclasses.field(default_factory=dict)  # window -> the last row reading it
+    free: dict = dataclasses.field(default_factory=dict)  # elements -> free window offsets
+    top: int = 0  # arena elements allocated
+    at: dict = dataclasses.field(default_factory=dict)  # slot -> arena offset
+    bc: object = None
+    scalar_off: list = dataclasses.field(default_factory=list)
+    ops: dict = dataclasses.field(default_factory=dict)  # operation name -> number, in order of first use
+    rows: list = dataclasses.field(default_factory=list)
+    vals: list = dataclasses.field(default_factory=list)
+    named: dict = dataclasses.field(default_factory=dict)  # element-wise key -> operation name
+    chained: dict = dataclasses.field(default_factory=dict)  # chain_key -> the operation of a chain row
+
+    @classmethod
+    def of(cls, tape, dt, pairs=True):
+        """The state before any pass."""
+        return cls(tape, dt, pairs, [math.prod(s) for s in tape.shapes])
+
+    def where(self, slot):
+        """The window holding ``slot`` and its offset there."""
+        return self.home.get(slot, (slot, 0))
+
+
+def share_windows(st):
+    """Windows are shared where values are: an instruction equal to an earlier one (the same slice
+    of an input in every step of a recurrence) reuses its window, a reshape is its argument's
+    window read with another shape, and a contiguous slice is a part of its argument's window."""
+    home, seen, shapes, where = st.home, {}, st.tape.shapes, st.where
+    for ins in st.tape.instrs:
         prim, a = ins.prim, ins.args
         if prim == "reshape" or prim == "detach":
-            home[ins.out] = where(a[0], (a[0], 0))
+            home[ins.out] = where(a[0])
             continue
-        if prim == "slice" and (start := _window(shapes[ins.out], shapes[a[0]], ins.params)) is not None:
-            w, d = where(a[0], (a[0], 0))
+        if prim == "slice" and (start := window_start(shapes[ins.out], shapes[a[0]], ins.params)) is not None:
+            w, d = where(a[0])
             home[ins.out] = (w, d + start)
             continue
         # a window, read as a shape; params of everything but a literal are ints and tuples of
         # ints: equal means identical
         key = (
             prim,
-            tuple([(*where(x, (x, 0)), shapes[x]) for x in a]),
+            tuple([(*where(x), shapes[x]) for x in a]),
             params_key(ins.params) if prim == "const" else tuple(ins.params.items()),
         )
         twin = seen.get(key)
@@ -243,47 +266,52 @@ def encode(tape, pairs=True):
             home[ins.out] = (twin, 0)
         else:
             seen[key] = ins.out
-            instrs.append(ins)
-    # a broadcast of one element (a time step times a vector) is read by element-wise rows as
-    # that element, and is only materialised when something else reads it
-    keep = {where(s, (s, 0))[0] for s in tape.outputs}
-    spread = {}
-    for ins in instrs:
+            st.instrs.append(ins)
+
+
+def read_operands(st):
+    """Each instruction's reads. A broadcast of one element (a time step times a vector) is read
+    by element-wise rows as that element, and is only materialised when something else reads it."""
+    where, size = st.where, st.size
+    st.keep = {where(s)[0] for s in st.tape.outputs}
+    for ins in st.instrs:
         if ins.prim == "expand" and size[ins.args[0]] == 1:
-            r, d = where(ins.args[0], (ins.args[0], 0))
-            spread[ins.out] = spread.get(r, (r, d))
-    reads, needed = [], set(keep)  # per instruction: (window, offset, read as one element)
-    note = needed.add
-    for ins in instrs:
+            r, d = where(ins.args[0])
+            st.spread[ins.out] = st.spread.get(r, (r, d))
+    reads, needed = [], set(st.keep)
+    for ins in st.instrs:
         ew = ins.prim in _ELEMENTWISE
         r = []
         for a in ins.args:
-            w, d = where(a, (a, 0))
-            if ew and w in spread:
-                w, d = spread[w]
+            w, d = where(a)
+            if ew and w in st.spread:
+                w, d = st.spread[w]
                 r.append((w, d, True))
             else:
                 r.append((w, d, False))
-            note(w)
+            needed.add(w)
         reads.append(r)
-    kept = [j for j, ins in enumerate(instrs) if ins.out not in spread or ins.out in needed]
-    instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
-    # the gradient of a contiguous slice that one sum reads (a fan-out being accumulated) is
-    # added into that sum's copy of its other operand: ``folded`` maps the sum's index to (the
-    # operand it replaced, where the window starts)
-    uses = {}
+    kept = [j for j, ins in enumerate(st.instrs) if ins.out not in st.spread or ins.out in needed]
+    st.instrs, st.reads = [st.instrs[j] for j in kept], [reads[j] for j in kept]
+
+
+def fold_slice_gradients(st):
+    """The gradient of a contiguous slice that one sum reads (a fan-out being accumulated) is
+    added into that sum's copy of its other operand: ``folded`` maps the sum's index to (the
+    operand it replaced, where the window starts)."""
+    tape, reads, uses = st.tape, st.reads, st.uses
     for r in reads:
         for w, _, _ in r:
             uses[w] = uses.get(w, 0) + 1
     windows = {}
-    for j, ins in enumerate(instrs):
-        if ins.prim == "unslice" and ins.out not in keep and uses.get(ins.out) == 1:
-            start = _window(tape.shapes[ins.args[0]], tape.shapes[ins.out], ins.params)
+    for j, ins in enumerate(st.instrs):
+        if ins.prim == "unslice" and ins.out not in st.keep and uses.get(ins.out) == 1:
+            start = window_start(tape.shapes[ins.args[0]], tape.shapes[ins.out], ins.params)
             if start is not None:
-                windows[ins.out] = (reads[j][0], (start, size[ins.args[0]]))
+                windows[ins.out] = (reads[j][0], (start, st.size[ins.args[0]]))
     folded, gone = {}, set()
-    for j, ins in enumerate(instrs):
-        if ins.prim == "add" and dtypes[ins.out][0] == "f":
+    for j, ins in enumerate(st.instrs):
+        if ins.prim == "add" and tape.dtypes[ins.out][0] == "f":
             for k, (w, _, single) in enumerate(reads[j]):
                 if w in windows and not single and not reads[j][1 - k][2]:
                     reads[j] = [reads[j][1 - k], windows[w][0]]
@@ -291,226 +319,277 @@ def encode(tape, pairs=True):
                     gone.add(w)
                     break
     if gone:
-        kept = [j for j, ins in enumerate(instrs) if ins.out not in gone]
+        kept = [j for j, ins in enumerate(st.instrs) if ins.out not in gone]
         position = {j: k for k, j in enumerate(kept)}
         folded = {position[j]: v for j, v in folded.items()}
-        instrs, reads = [instrs[j] for j in kept], [reads[j] for j in kept]
-    # a piece of a concatenation along its leading axes, or the operand of an unslice that is
-    # one contiguous window of its result, that an element-wise row makes and nothing else reads
-    # is made in its place in the result: ``into`` maps it to (result, offset)
-    into = {}
-    made = {ins.out for ins in instrs if ins.prim in _ELEMENTWISE}
-    for ins in instrs:
+        st.instrs, st.reads = [st.instrs[j] for j in kept], [reads[j] for j in kept]
+    st.folded = folded
+
+
+def make_in_place(st):
+    """A piece of a concatenation along its leading axes, or the operand of an unslice that is one
+    contiguous window of its result, that an element-wise row makes and nothing else reads is
+    made in its place in the result: ``into`` maps it to (result, offset)."""
+    tape, uses, into = st.tape, st.uses, st.into
+    made = {ins.out for ins in st.instrs if ins.prim in _ELEMENTWISE}
+    for ins in st.instrs:
         axis = ins.params.get("axis")
         if ins.prim == "cat" and math.prod(tape.shapes[ins.out][:axis]) == 1:
-            at, step = 0, _strides(tape.shapes[ins.out])[axis]
+            at, step = 0, strides(tape.shapes[ins.out])[axis]
             for a in ins.args:
-                if a in made and a not in home and uses[a] == 1 and a not in keep:
+                if a in made and a not in st.home and uses[a] == 1 and a not in st.keep:
                     into[a] = (ins.out, at * step)
                 at += tape.shapes[a][axis]
         elif (
             ins.prim == "unslice"
             and (a := ins.args[0]) in made
-            and a not in home
+            and a not in st.home
             and uses[a] == 1
-            and a not in keep
-            and (start := _window(tape.shapes[a], tape.shapes[ins.out], ins.params)) is not None
+            and a not in st.keep
+            and (start := window_start(tape.shapes[a], tape.shapes[ins.out], ins.params)) is not None
         ):
             into[a] = (ins.out, start)
-    # An element-wise instruction whose operand is made by another element-wise instruction,
-    # read there and nowhere else, runs with it as one row (``y + h * k``: one pass over the
-    # window instead of two, and no window for ``h * k``). ``tree[j]`` is instruction j's
-    # expression: (instr, operands), an operand being ("leaf", read) or an inlined instruction's
-    # tree. Trees are two deep at most, so the operations a loop needs depend on the patterns of
-    # the tape, not on its length (longer chains would end wherever a recurrence ends), and read
-    # at most three windows (a row's operand fields). An inlined instruction makes no row; its
-    # operands are read where it is used, so they stay alive until then.
-    #
-    # A fold's sum that can add in place (its first operand dies there: see the allocation
-    # below) takes the element-wise instruction making the slice's gradient the same way:
-    # ``dx[1:] += g[1:] * u[:-1]`` is one pass. ``added`` maps the sum's index to the inlined
-    # instruction's.
-    tree, inlined, chains, added = {}, set(), set(), {}
-    made_at = {ins.out: j for j, ins in enumerate(instrs)}
-    # the last instruction reading each window, before any inlining (which moves reads later, up to
-    # the reader)
+
+
+def _add_into_fold(st, j, ins, made_at, final):
+    """A fold's sum that can add in place (its first operand dies there: see ``emit_rows``) takes
+    the element-wise instruction making the slice's gradient: ``dx[1:] += g[1:] * u[:-1]`` is one
+    pass. ``added`` maps the sum's index to the inlined instruction's."""
+    reads, size = st.reads, st.size
+    (x, dx, _), (w, d, single) = reads[j]
+    k = made_at.get(w)
+    if (
+        k in st.tree
+        and k not in st.chains
+        and not single
+        and not d
+        and st.uses.get(w) == 1
+        and w not in st.keep
+        and w not in st.into
+        and size[w] == st.folded[j][1]
+        and ins.out not in st.into
+        and not dx
+        and final[x] == j
+        and x not in st.keep
+        and x not in st.into
+        and size[x] == size[ins.out]
+        and all(leaf[0] != x for leaf in reads[k])
+    ):
+        st.added[j] = k
+        st.inlined.add(k)
+        st.tree[k] = tree_of(st.tree, reads, k)
+        reads[j] = [reads[j][0], *leaves(st.tree[k][1])]
+
+
+def _inline_operands(st, j, ins, made_at):
+    """Instruction j's tree, with the element-wise instructions that make its operands (read there
+    and nowhere else) inlined, up to three windows read."""
+    reads, size = st.reads, st.size
+    kids, n = None, size[ins.out]
+    for p, (w, d, single) in enumerate(reads[j]):
+        k = made_at.get(w)
+        if (
+            k is None
+            or k not in st.tree
+            or k in st.chains
+            or single
+            or d
+            or st.uses[w] != 1
+            or w in st.keep
+            or w in st.into
+            or size[w] != n
+        ):
+            continue
+        trial = (kids or [("leaf", e) for e in reads[j]])[:]
+        trial[p] = tree_of(st.tree, reads, k)
+        if len(leaves(trial)) <= 3:
+            kids = trial
+            st.inlined.add(k)
+    st.tree[j] = (ins, kids)  # None: its operands are its reads (see tree_of)
+    if kids is not None:
+        st.chains.add(j)
+        reads[j] = leaves(kids)
+
+
+def inline_chains(st):
+    """An element-wise instruction whose operand is made by another element-wise instruction,
+    read there and nowhere else, runs with it as one row (``y + h * k``: one pass over the window
+    instead of two, and no window for ``h * k``). ``tree[j]`` is instruction j's expression:
+    (instr, operands), an operand being ("leaf", read) or an inlined instruction's tree. Trees
+    are two deep at most, so the operations a loop needs depend on the patterns of the tape, not
+    on its length (longer chains would end wherever a recurrence ends), and read at most three
+    windows (a row's operand fields). An inlined instruction makes no row; its operands are read
+    where it is used, so they stay alive until then."""
+    made_at = {ins.out: j for j, ins in enumerate(st.instrs)}
+    # the last instruction reading each window, before any inlining (which moves reads later, up
+    # to the reader)
     final = {}
-    for j, r in enumerate(reads):
+    for j, r in enumerate(st.reads):
         for w, _, _ in r:
             final[w] = j
-    for j, ins in enumerate(instrs):
-        if pairs and j in folded:
-            (x, dx, _), (w, d, single) = reads[j]
-            k = made_at.get(w)
-            if (
-                k in tree
-                and k not in chains
-                and not single
-                and not d
-                and uses.get(w) == 1
-                and w not in keep
-                and w not in into
-                and size[w] == folded[j][1]
-                and ins.out not in into
-                and not dx
-                and final[x] == j
-                and x not in keep
-                and x not in into
-                and size[x] == size[ins.out]
-                and all(leaf[0] != x for leaf in reads[k])
-            ):
-                added[j] = k
-                inlined.add(k)
-                tree[k] = _tree(tree, reads, k)
-                reads[j] = [reads[j][0], *_leaves(tree[k][1])]
-        if not pairs or ins.prim not in _ELEMENTWISE or j in folded:
+    for j, ins in enumerate(st.instrs):
+        if st.pairs and j in st.folded:
+            _add_into_fold(st, j, ins, made_at, final)
+        if not st.pairs or ins.prim not in _ELEMENTWISE or j in st.folded:
             continue
-        kids, n = None, size[ins.out]
-        for p, (w, d, single) in enumerate(reads[j]):
-            k = made_at.get(w)
-            if (
-                k is None
-                or k not in tree
-                or k in chains
-                or single
-                or d
-                or uses[w] != 1
-                or w in keep
-                or w in into
-                or size[w] != n
-            ):
-                continue
-            trial = (kids or [("leaf", e) for e in reads[j]])[:]
-            trial[p] = _tree(tree, reads, k)
-            if len(_leaves(trial)) <= 3:
-                kids = trial
-                inlined.add(k)
-        tree[j] = (ins, kids)  # None: its operands are its reads (see _tree)
-        if kids is not None:
-            chains.add(j)
-            reads[j] = _leaves(kids)
-    for k in inlined:
-        reads[k] = []
-    last = {}  # (``uses`` still holds: a fold or a chain moves reads, it does not add any)
-    for j, r in enumerate(reads):
+        _inline_operands(st, j, ins, made_at)
+    for k in st.inlined:
+        st.reads[k] = []
+
+
+def _alloc(st, slot):
+    """A window for ``slot``: a free one of its size, else a new one at the arena's top."""
+    n = st.size[slot]
+    spare = st.free.get(n)
+    if spare:
+        st.at[slot] = spare.pop()
+    else:
+        if n >= 8 * ALIGN:
+            st.top = -(-st.top // ALIGN) * ALIGN
+        st.at[slot] = st.top
+        st.top += n
+
+
+def _row(st, op, n, out, a=0, b=0, c=0, shape=(), src=(), dst=(), val=0.0):
+    """Append one row (a movement over dense windows becomes a flat copy or spread)."""
+    if op == "move" and dense(shape, dst):  # as flat loops: a contiguous window, one value spread
+        if dense(shape, src):
+            op = "copy"
+        elif not any(k for k, m in zip(src, shape) if m != 1):
+            op = "spread"
+    r = [st.ops.setdefault(op, len(st.ops)), n, out, a, b, c]
+    st.rows.append(r + (pad(shape, 1) + pad(src, 0) + pad(dst, 0) if shape else FLAT))
+    st.vals.append(val)
+
+
+def place_inputs(st):
+    """The inputs' windows come first; scalars are copied in one by one, tensors as windows."""
+    for j, r in enumerate(st.reads):  # (``uses`` still holds: a fold or a chain moves reads, adds none)
         for w, _, _ in r:
-            last[w] = j
-    free, top, at = {}, [0], {}
-
-    def alloc(slot):
-        n = size[slot]
-        spare = free.get(n)
-        if spare:
-            at[slot] = spare.pop()
-        else:
-            if n >= 8 * ALIGN:
-                top[0] = -(-top[0] // ALIGN) * ALIGN
-            at[slot] = top[0]
-            top[0] += n
-
-    bc = Bytecode()
-    bc.tensors, bc.scalar_at, scalar_off = [], [], []
-    for i, (s, k) in enumerate(zip(tape.inputs, tape.kinds)):
-        alloc(s)
+            st.last[w] = j
+    st.bc = bc = Bytecode()
+    bc.tensors, bc.scalar_at = [], []
+    for i, (s, k) in enumerate(zip(st.tape.inputs, st.tape.kinds)):
+        _alloc(st, s)
         if k == "scalar":
             bc.scalar_at.append(i)
-            scalar_off.append(at[s])
+            st.scalar_off.append(st.at[s])
         else:
-            bc.tensors.append((i, at[s], size[s]))
-    ops, rows, vals = {}, [], []
+            bc.tensors.append((i, st.at[s], st.size[s]))
 
-    def row(op, n, out, a=0, b=0, c=0, shape=(), src=(), dst=(), val=0.0):
-        if op == "move" and _dense(shape, dst):  # as flat loops: a contiguous window, one value spread
-            if _dense(shape, src):
-                op = "copy"
-            elif not any(k for k, m in zip(src, shape) if m != 1):
-                op = "spread"
-        r = [ops.setdefault(op, len(ops)), n, out, a, b, c]
-        rows.append(r + (_pad(shape, 1) + _pad(src, 0) + _pad(dst, 0) if shape else _FLAT))
-        vals.append(val)
 
-    named = {}  # (prim, params, operand dtypes, result dtype) -> element-wise operation name
-    chained = {}  # _chain_key -> the operation of a chain row
-    code_of = ops.setdefault
-    for j, ins in enumerate(instrs):
-        if j in inlined:
-            continue
-        r, out = reads[j], ins.out
-        # allocated before the arguments are freed: no row reads and writes one window (LLVM's
-        # overlap check would send the loop down its scalar path), except a fold's sum, which
-        # adds into its first operand's window when that operand dies there (no copy at all)
-        in_place = False
-        if out in into:
-            result, offset = into[out]
-            if result not in at:
-                alloc(result)
-            at[out] = at[result] + offset
-        elif (
-            j in folded
-            and not r[0][1]
-            and last[w := r[0][0]] == j
-            and w not in keep
-            and w not in into
-            and size[w] == size[out]
-            and all(e[0] != w for e in r[1:])
-        ):
-            at[out], in_place = at[w], True
-        elif out not in at:
-            alloc(out)
-        o, args = at[out], [at[w] + d for w, d, _ in r]
-        if j in added:  # the window plus an element-wise expression (see ``added``)
-            if not in_place:  # its operand outlived the fold after all (another read moved after it)
-                row("copy", size[out], o, args[0])
-            start, length = folded[j]
-            key = ("+=", _chain_key(tape, tree[added[j]], r[1:]))
-            op = chained.get(key)
-            if op is None:
-                op = chained[key] = "+" + _chain_op(tape, tree[added[j]], r[1:])
-            rows.append([code_of(op, len(ops)), length, o + start, *args[1:], *_NO_ARGS[len(args) - 1], *_FLAT])
-            vals.append(0.0)
-        elif j in folded:  # the sum of a value and a slice's gradient (see ``folded``)
-            start, length = folded[j]
-            rows.append([code_of("accumulate", len(ops)), size[out], o, *args, length, start, *_FLAT[1:]])
-            vals.append(0.0)
-        elif j in chains:
-            key = _chain_key(tape, tree[j], r)
-            op = chained.get(key)
-            if op is None:
-                op = chained[key] = _chain_op(tape, tree[j], r)
-            rows.append([code_of(op, len(ops)), size[out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
-            vals.append(0.0)
-        elif ins.prim in _ELEMENTWISE:  # most rows: inline
-            key = (
-                ins.prim,
-                *ins.params.items(),
-                dtypes[out],
-                *[(dtypes[a], single) for a, (_, _, single) in zip(ins.args, r)],
-            )
-            op = named.get(key)
-            if op is None:
-                op = named[key] = _element_op(tape, ins, tuple(single for _, _, single in r))
-            rows.append([code_of(op, len(ops)), size[out], o, *args, *_NO_ARGS[len(args)], *_FLAT])
-            vals.append(0.0)
-        else:
-            _rows(tape, ins, o, args, size, row, into)
-        for w, _, _ in r:
-            if last[w] == j and w not in keep and w not in into and at[w] != at[out]:
-                free.setdefault(size[w], []).append(at[w])
-                last[w] = -1  # read twice by this row: freed once
+def _result_window(st, j, r, out):
+    """Allocate instruction j's result before its arguments are freed: no row reads and writes
+    one window (LLVM's overlap check would send the loop down its scalar path), except a fold's
+    sum, which adds into its first operand's window when that operand dies there (no copy at
+    all). True when the result took that operand's window."""
+    size, at = st.size, st.at
+    if out in st.into:
+        result, offset = st.into[out]
+        if result not in at:
+            _alloc(st, result)
+        at[out] = at[result] + offset
+    elif (
+        j in st.folded
+        and not r[0][1]
+        and st.last[w := r[0][0]] == j
+        and w not in st.keep
+        and w not in st.into
+        and size[w] == size[out]
+        and all(e[0] != w for e in r[1:])
+    ):
+        at[out] = at[w]
+        return True
+    elif out not in at:
+        _alloc(st, out)
+    return False
+
+
+def _chain(st, key, node, leaves, prefix=""):
+    """The operation of a chain row of ``node`` (named once per key)."""
+    op = st.chained.get(key)
+    if op is None:
+        op = st.chained[key] = prefix + chain_op(st.tape, node, leaves)
+    return op
+
+
+def _emit(st, j, ins):
+    """The rows of instruction j, then its operands' windows freed where this is their last read."""
+    tape, dtypes, code_of = st.tape, st.tape.dtypes, st.ops.setdefault
+    r, out = st.reads[j], ins.out
+    in_place = _result_window(st, j, r, out)
+    o, args = st.at[out], [st.at[w] + d for w, d, _ in r]
+    if j in st.added:  # the window plus an element-wise expression (see ``_add_into_fold``)
+        if not in_place:  # its operand outlived the fold after all (another read moved after it)
+            _row(st, "copy", st.size[out], o, args[0])
+        start, length = st.folded[j]
+        node = st.tree[st.added[j]]
+        op = _chain(st, ("+=", chain_key(tape, node, r[1:])), node, r[1:], "+")
+        st.rows.append([code_of(op, len(st.ops)), length, o + start, *args[1:], *NO_ARGS[len(args) - 1], *FLAT])
+        st.vals.append(0.0)
+    elif j in st.folded:  # the sum of a value and a slice's gradient (see ``fold_slice_gradients``)
+        start, length = st.folded[j]
+        st.rows.append([code_of("accumulate", len(st.ops)), st.size[out], o, *args, length, start, *FLAT[1:]])
+        st.vals.append(0.0)
+    elif j in st.chains:
+        op = _chain(st, chain_key(tape, st.tree[j], r), st.tree[j], r)
+        st.rows.append([code_of(op, len(st.ops)), st.size[out], o, *args, *NO_ARGS[len(args)], *FLAT])
+        st.vals.append(0.0)
+    elif ins.prim in _ELEMENTWISE:  # most rows: inline
+        key = (
+            ins.prim,
+            *ins.params.items(),
+            dtypes[out],
+            *[(dtypes[a], single) for a, (_, _, single) in zip(ins.args, r)],
+        )
+        op = st.named.get(key)
+        if op is None:
+            op = st.named[key] = element_op(tape, ins, tuple(single for _, _, single in r))
+        st.rows.append([code_of(op, len(st.ops)), st.size[out], o, *args, *NO_ARGS[len(args)], *FLAT])
+        st.vals.append(0.0)
+    else:
+        instr_rows(tape, ins, o, args, st.size, functools.partial(_row, st), st.into)
+    for w, _, _ in r:
+        if st.last[w] == j and w not in st.keep and w not in st.into and st.at[w] != st.at[out]:
+            st.free.setdefault(st.size[w], []).append(st.at[w])
+            st.last[w] = -1  # read twice by this row: freed once
+
+
+def emit_rows(st):
+    """Every instruction that is not inlined into another becomes its rows, in order."""
+    for j, ins in enumerate(st.instrs):
+        if j not in st.inlined:
+            _emit(st, j, ins)
+
+
+def finish(st):
+    """Where outputs come from, the arena's size, and the rows with their operations renumbered:
+    the rows name operations by their place in the sorted set, so equal sets share one loop."""
+    bc, tape = st.bc, st.tape
     bc.outputs = []
     for s in tape.outputs:
-        w, d = home.get(s, (s, 0))
-        bc.outputs.append((at[w] + d, size[s], tape.shapes[s], tape.dtypes[s] == "b8"))
-    bc.scalar_off = np.array(scalar_off, np.intp)
-    bc.size, bc.dtype = max(top[0], 1), np_dtype(dt)
-    # the rows name operations by their place in the sorted set, so equal sets share one loop
-    names = sorted(ops)
-    renumber = np.array([names.index(name) for name in ops] or [0], np.int32)
-    code = np.array(rows, np.int32).reshape(len(rows), WIDTH)  # offsets < 2**31: a slot has <= 4,096 elements
+        w, d = st.where(s)
+        bc.outputs.append((st.at[w] + d, st.size[s], tape.shapes[s], tape.dtypes[s] == "b8"))
+    bc.scalar_off = np.array(st.scalar_off, np.intp)
+    bc.size, bc.dtype = max(st.top, 1), np_dtype(st.dt)
+    names = sorted(st.ops)
+    renumber = np.array([names.index(name) for name in st.ops] or [0], np.int32)
+    code = np.array(st.rows, np.int32).reshape(len(st.rows), WIDTH)  # offsets < 2**31: a slot has <= 4,096 elements
     code[:, OP] = renumber[code[:, OP]]
-    bc.code, bc.vals, bc.ops = code, np.array(vals, np.float64), tuple(names)
-    bc.source = source(bc.ops, dt)
-    return bc
+    bc.code, bc.vals, bc.ops = code, np.array(st.vals, np.float64), tuple(names)
+    bc.source = source(bc.ops, st.dt)
+
+
+PASSES = [
+    Pass("share_windows", "equal instructions, reshapes and contiguous slices share a window", share_windows),
+    Pass("read_operands", "each instruction's reads; one-element broadcasts read as that element", read_operands),
+    Pass("fold_slice_gradients", "a slice's gradient is added into the sum that reads it", fold_slice_gradients),
+    Pass("make_in_place", "pieces of a concatenation or unslice are made in their result", make_in_place),
+    Pass("inline_chains", "element-wise operands read once run in their reader's row", inline_chains),
+    Pass("place_inputs", "inputs get the first windows of the arena", place_inputs),
+    Pass("emit_rows", "each instruction's rows, reusing the windows of dead slots", emit_rows),
+    Pass("finish", "outputs, arena size, and operations numbered in sorted order", finish),
+]
 
 
 def loop_ops(ops, known):
@@ -537,20 +616,13 @@ def loop_ops(ops, known):
     return tuple(ops)
 
 
-def _tree(tree, reads, k):
-    """Instruction k's tree with its operands spelled out (``tree[k]`` leaves them out, None, when
-    they are all reads: they are ``reads[k]`` then, until k is inlined somewhere)."""
-    ins, kids = tree[k]
-    return (ins, kids if kids is not None else [("leaf", e) for e in reads[k]])
-
-
 def _encoder():
     """The code an encoding depends on: this module (the encoder), the loop's source, the primitive table and
     codegen (the expressions inside chain operations' names), and the tape format."""
     from ..ir import prims, tape
-    from . import bytecode_loop, codegen
+    from . import bytecode_loop, bytecode_rows, codegen
 
-    return sys.modules[__name__], bytecode_loop, codegen, prims, tape
+    return sys.modules[__name__], bytecode_loop, bytecode_rows, codegen, prims, tape
 
 
 def plan_name(tape):
@@ -569,128 +641,3 @@ def loops_name():
     from ..store import plan_name as named
 
     return named("loops-", _encoder(), "loops")
-
-
-def _leaves(kids):
-    """The distinct reads under the operands ``kids`` of a tree, in order of appearance."""
-    out, stack = [], list(reversed(kids))
-    while stack:
-        node = stack.pop()
-        if node[0] == "leaf":
-            if node[1] not in out:
-                out.append(node[1])
-        else:
-            stack.extend(reversed(node[1]))
-    return out
-
-
-def _chain_key(tape, node, leaves):
-    """What ``_chain_op`` renders of a tree, as a key: its instructions' primitives, parameters
-    and dtypes, and which leaf each operand is."""
-    if node[0] == "leaf":
-        w, _, single = node[1]
-        return leaves.index(node[1]), single, tape.dtypes[w]
-    ins, kids = node
-    return (ins.prim, tuple(ins.params.items()), tape.dtypes[ins.out]) + tuple(
-        _chain_key(tape, k, leaves) for k in kids
-    )
-
-
-def _chain_op(tape, node, leaves):
-    """The operation of a chain row: "=" and its operands' dtypes (marked as in ``_element_op``),
-    then the expression of one element (operands x, y, z in the order of ``leaves``)."""
-
-    def render(node):  # two deep at most
-        if node[0] == "leaf":
-            i = leaves.index(node[1])
-            w, _, single = node[1]
-            ref = "xyz"[i] if single else f"{'xyz'[i]}[i]"
-            return Expr(f"({ref} != 0)" if tape.dtypes[w] == "b8" else ref, tape.dtypes[w])
-        ins, kids = node
-        return PRIMS[ins.prim].fwd(LoopMath, *[render(k) for k in kids], **ins.params)
-
-    e = render(node)
-    text = f"(1 if {e.text} else 0)" if tape.dtypes[node[0].out] == "b8" else e.text
-    return "=" + ",".join(tape.dtypes[w] + "*" * single for w, _, single in leaves) + " " + text
-
-
-def _element_op(tape, ins, one):
-    """The operation's name: "prim[params](dtypes)", a dtype marked "*" where that operand is read
-    as one element, and "->b8" for a boolean result."""
-    name = ins.prim + ("[" + ",".join(f"{k}={v!r}" for k, v in sorted(ins.params.items())) + "]" if ins.params else "")
-    return f"{name}({','.join(tape.dtypes[a] + '*' * s for a, s in zip(ins.args, one))})" + (
-        "->b8" if tape.dtypes[ins.out] == "b8" else ""
-    )
-
-
-def _rows(tape, ins, o, args, size, row, into):
-    """Append the rows of one instruction (``o``, ``args``: arena offsets; ``into``: pieces of a
-    concatenation already in place)."""
-    p, shape, n = ins.params, tape.shapes[ins.out], size[ins.out]
-    if ins.prim == "const":
-        row("const", 1, o, val=float(p["value"]))
-    elif ins.prim in ("expand", "permute", "slice", "flip"):
-        src_shape = tape.shapes[ins.args[0]]
-        st, base = _strides(src_shape), args[0]
-        if ins.prim == "expand":
-            src = [s if m == k else 0 for s, m, k in zip(st, src_shape, shape)]
-        elif ins.prim == "permute":
-            src = [st[d] for d in p["perm"]]
-        elif ins.prim == "slice":
-            src = [s * k for s, k in zip(st, p["steps"])]
-            base += sum(a * s for a, s in zip(p["starts"], st))
-        else:
-            src = [-s if d in p["axes"] else s for d, s in enumerate(st)]
-            base += sum((m - 1) * s for d, (m, s) in enumerate(zip(src_shape, st)) if d in p["axes"] and m)
-        row("move", n, o, base, shape=shape, src=src, dst=_strides(shape))
-    elif ins.prim == "unslice":
-        src_shape, st = tape.shapes[ins.args[0]], _strides(shape)
-        start = _window(src_shape, shape, p)
-        if ins.args[0] in into:  # made in its place: zeros around it
-            row("pad", n, o, 0, start, size[ins.args[0]])
-        elif start is not None:
-            row("place", n, o, args[0], start, size[ins.args[0]])  # one window: zeros around a copy
-        else:
-            row("fill", n, o, val=0.0)
-            row(
-                "move",
-                size[ins.args[0]],
-                o + sum(a * k for a, k in zip(p["starts"], st)),
-                args[0],
-                shape=src_shape,
-                src=_strides(src_shape),
-                dst=[k * m for k, m in zip(st, p["steps"])],
-            )
-    elif ins.prim == "cat":
-        axis, st, at = p["axis"], _strides(shape), 0
-        flat = math.prod(shape[:axis]) == 1  # each piece is one contiguous window of the result
-        for a, slot in zip(args, ins.args):
-            piece = tape.shapes[slot]
-            if slot not in into:  # a piece made in place needs no row
-                if flat:
-                    row("copy", size[slot], o + at * st[axis], a)
-                else:
-                    row("move", size[slot], o + at * st[axis], a, shape=piece, src=_strides(piece), dst=st)
-            at += piece[axis]
-    elif ins.prim in _REDUCE:
-        src_shape = tape.shapes[ins.args[0]]
-        kept = _strides([1 if d in p["axes"] else m for d, m in enumerate(src_shape)])
-        dst = [0 if d in p["axes"] else s for d, s in enumerate(kept)]
-        row(
-            ins.prim,
-            n,
-            o,
-            args[0],
-            shape=src_shape,
-            src=_strides(src_shape),
-            dst=dst,
-            val=float(identity(ins.prim, tape.dtypes[ins.out])),
-        )
-    elif ins.prim == "matmul":
-        x, y = (tape.shapes[a] for a in ins.args)
-        row("matmul", n, o, *args, shape=(math.prod(x[:-2]), x[-2], x[-1], y[-1]))
-    elif ins.prim == "cumsum":
-        ax = p["axis"]
-        row("cumsum", n, o, args[0], shape=(math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])))
-    else:  # _fits admits nothing else
-        raise AssertionError(ins.prim)
