@@ -13,46 +13,48 @@ module; it imports nothing of the engine.
 'auto'
 """
 
+from __future__ import annotations
+
 import os
 
 __all__ = ["debug_level", "jit_mode", "jit_threshold", "blas_mode", "cache_root", "cuda_simulated"]
 
 
-def _choice(name, default, allowed):
+def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip().lower() or default
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
     return value
 
 
-def _int(name, default):
+def _int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, str(default)) or default)
     except ValueError:
         return default
 
 
-def debug_level():
+def debug_level() -> int:
     """``NGRAD_DEBUG``: 0 quiet, 1 print tapes, 2 also generated source, 3 also timings."""
     return _int("NGRAD_DEBUG", 0)
 
 
-def jit_mode():
+def jit_mode() -> str:
     """``NGRAD_JIT``: ``auto`` (tiered), ``always`` (compile at once) or ``never`` (interpret)."""
     return _choice("NGRAD_JIT", "auto", ("auto", "always", "never"))
 
 
-def jit_threshold():
+def jit_threshold() -> int:
     """``NGRAD_JIT_THRESHOLD``: the call of a tape structure that compiles it under ``auto``."""
     return max(1, _int("NGRAD_JIT_THRESHOLD", 2))
 
 
-def blas_mode():
+def blas_mode() -> str:
     """``NGRAD_BLAS``: which library runs big matrix products: ``auto``, ``mkl`` or ``numpy``."""
     return _choice("NGRAD_BLAS", "auto", ("auto", "mkl", "numpy"))
 
 
-def cache_root():
+def cache_root() -> str:
     """``NGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/ngrad``, else ``~/.cache/ngrad``."""
     base = os.environ.get("NGRAD_CACHE_DIR")
     if not base:
@@ -61,6 +63,6 @@ def cache_root():
     return base
 
 
-def cuda_simulated():
+def cuda_simulated() -> bool:
     """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM``, read by Numba at import)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")

@@ -7,9 +7,11 @@ the checksum holds (a damaged or half-written plan reads as missing, so it is ma
 ``plan_name`` names a plan after its key and the source of the code that made it. The store
 imports nothing of the pipeline, so every stage may keep what it makes here (differentiation its
 joint tapes, the back end its bytecode, the targets their generated modules) and none of them
-imports a later stage to do so. It never imports Numba: Numba's version comes from its
+imports a later stage to do so. It never imports Numba, nor the facade: their versions come from
 package metadata.
 """
+
+from __future__ import annotations
 
 import functools
 import hashlib
@@ -17,8 +19,10 @@ import importlib.metadata
 import marshal
 import os
 import tempfile
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, cast
 
-from .._version import __version__ as _ngrad_version
 from .config import cache_root
 
 __all__ = ["CODEGEN_VERSION", "cache_root", "cache_dir", "write_atomically", "read_plan", "write_plan", "plan_name"]
@@ -30,19 +34,21 @@ CODEGEN_VERSION = 24
 
 
 @functools.cache
-def _numba_version():
+def _version(package: str) -> str:
+    """An installed package's version from its metadata (the engine imports neither the facade,
+    where ngrad's ``__version__`` lives, nor Numba); "none" when it is not installed."""
     try:
-        return importlib.metadata.version("numba")
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return "none"
 
 
-def cache_dir():
+def cache_dir() -> str:
     """The versioned folder of this ngrad, Numba and codegen version (created on demand)."""
-    return os.path.join(cache_root(), f"ngrad{_ngrad_version}-numba{_numba_version()}-codegen{CODEGEN_VERSION}")
+    return os.path.join(cache_root(), f"ngrad{_version('ngrad')}-numba{_version('numba')}-codegen{CODEGEN_VERSION}")
 
 
-def write_atomically(path, data):
+def write_atomically(path: str, data: str | bytes) -> None:
     """Write ``data`` (text, or bytes) to ``path`` through a temporary file renamed into place:
     a reader sees the old file, the new one, or none."""
     folder = os.path.dirname(path)
@@ -58,7 +64,7 @@ def write_atomically(path, data):
         raise
 
 
-def read_plan(name):
+def read_plan(name: str) -> bytes | None:
     """The bytes stored under ``name`` by ``write_plan`` in this version's cache; None when there
     are none or they fail their checksum (damaged, cut short, written by something else)."""
     try:
@@ -71,20 +77,21 @@ def read_plan(name):
 
 
 @functools.cache
-def _source_digest(modules):
+def _source_digest(modules: tuple[ModuleType, ...]) -> bytes:
     h = hashlib.sha256()
     for module in modules:
-        with open(module.__file__, "rb") as f:
+        with open(cast(str, module.__file__), "rb") as f:  # ngrad's own modules, read from files
             h.update(f.read())
     return h.digest()
 
 
-def plan_name(kind, modules, key):
+def plan_name(kind: str, modules: Iterable[ModuleType], key: Any) -> str | None:
     """The name a plan of ``kind`` (a prefix) made from ``key`` by the code of ``modules`` is
     stored under: a hash of both, so a plan is read back only by code that makes the same (and
     ``read_plan``'s checksum holds). None when ``key`` holds a value ``marshal`` does not take or
     the sources cannot be read: such a plan is not stored.
 
+    >>> import sys
     >>> plan_name("x", (sys.modules[__name__],), ("a", 1))[:1], len(plan_name("x", (), 0))
     ('x', 33)
     """
@@ -96,7 +103,7 @@ def plan_name(kind, modules, key):
     return kind + hashlib.sha256(digest + body).hexdigest()[:32]
 
 
-def write_plan(name, data):
+def write_plan(name: str, data: bytes) -> None:
     """Store the bytes ``data`` under ``name``: atomically, after a SHA-256 of them that
     ``read_plan`` checks. A cache that cannot be written is no error: the plan is made again
     next time."""

@@ -24,8 +24,6 @@ threads would hang in libgomp on its first threaded product, so a child runs MKL
 error instead of a fallback.
 
 >>> import numpy as np
-
-from ..config import blas_mode
 >>> x, y = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
 >>> matmul(x, y)
 array([[ 3.,  3.],
@@ -34,11 +32,14 @@ array([[ 3.,  3.],
 True
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import importlib.metadata
 import os
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -58,19 +59,19 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1  # MKL's LP64 interface takes 32-bit dimensions
 
 _lock = threading.Lock()
-_gemms = None  # {dtype: cblas gemm} once MKL is loaded; {} when it cannot be
-_lib = None
-_threads = None  # set_num_threads' count; None: MKL's default
-_default_threads = None
+_gemms: dict[np.dtype, Any] | None = None  # {dtype: cblas gemm} once MKL is loaded; {} when it cannot be
+_lib: Any = None  # MKL's ctypes library once loaded
+_threads: int | None = None  # set_num_threads' count; None: MKL's default
+_default_threads: int | None = None
 _version = ""
 _reason = "not loaded yet"
 
 
-def _mode():
+def _mode() -> str:
     return blas_mode()
 
 
-def _library_path():
+def _library_path() -> str | None:
     try:
         files = importlib.metadata.files("mkl") or ()
     except importlib.metadata.PackageNotFoundError:
@@ -81,7 +82,7 @@ def _library_path():
     return ctypes.util.find_library("mkl_rt")
 
 
-def _open():
+def _open() -> tuple[Any, dict[np.dtype, Any], str]:
     """MKL's library with its gemms set up and checked, or an OSError saying why not."""
     path = _library_path()
     if path is None:
@@ -124,7 +125,7 @@ def _open():
     return lib, gemms, buf.value.decode(errors="replace").strip()
 
 
-def _load():
+def _load() -> dict[np.dtype, Any]:
     global _gemms, _lib, _version, _reason, _default_threads
     with _lock:
         if _gemms is not None:
@@ -148,11 +149,11 @@ def _load():
         return _gemms
 
 
-def _one_thread_in_child():
+def _one_thread_in_child() -> None:
     _lib.MKL_Set_Num_Threads(1)
 
 
-def backend():
+def backend() -> str:
     """``"mkl"`` when large products run on MKL (loading it if needed), else ``"numpy"``.
 
     >>> backend() in ("mkl", "numpy")
@@ -161,12 +162,12 @@ def backend():
     return "mkl" if (_gemms if _gemms is not None else _load()) else "numpy"
 
 
-def describe():
+def describe() -> str:
     """What runs the large products, in words: MKL's version, or why NumPy runs them."""
     return f"MKL ({_version})" if backend() == "mkl" else f"NumPy's BLAS ({_reason})"
 
 
-def set_num_threads(n):
+def set_num_threads(n: int | None) -> int | None:
     """Run MKL's products on ``n`` threads, or on MKL's default (one per core) for None.
     Returns the previous setting.
 
@@ -180,7 +181,7 @@ def set_num_threads(n):
     return before
 
 
-def _operand(a):
+def _operand(a: np.ndarray) -> tuple[int, int] | None:
     """``(transpose flag, leading dimension)`` of a matrix whose rows or columns are contiguous
     at a stride gemm takes, else None."""
     (rows, cols), (rs, cs), size = a.shape, a.strides, a.itemsize
@@ -191,7 +192,7 @@ def _operand(a):
     return None
 
 
-def matmul(x, y, out=None):
+def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)``, on MKL where the module docstring says.
 
     >>> import numpy as np
@@ -209,7 +210,7 @@ def matmul(x, y, out=None):
     return c
 
 
-def _gemm_call(x, y, out):
+def _gemm_call(x: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> tuple[Any, np.ndarray, tuple[Any, ...]] | None:
     """``(gemm, result array, gemm's arguments)`` for a product MKL takes, else None."""
     gemms = _gemms if _gemms is not None else _load()
     gemm = (

@@ -4,7 +4,13 @@ Contract: ``DType`` objects are singletons compared by identity; ``promote`` and
 ``result_type`` reproduce ``torch.result_type`` for bool, int32, int64, float32, float64.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "DType",
@@ -27,7 +33,7 @@ class DType:
 
     __slots__ = ("name", "np", "short", "category", "itemsize", "is_floating_point", "is_signed")
 
-    def __init__(self, name, np_dtype, short, category):
+    def __init__(self, name: str, np_dtype: DTypeLike, short: str, category: int) -> None:
         self.name = name
         self.np = np.dtype(np_dtype)
         self.short = short
@@ -37,10 +43,10 @@ class DType:
         self.is_floating_point = category == 2
         self.is_signed = category != 0
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ngrad.{self.name}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
         return (from_short, (self.short,))
 
 
@@ -56,11 +62,12 @@ _BY_NP = {d.np: d for d in _ALL}
 _RANK = {d: i for i, d in enumerate(_ALL)}
 
 
-def from_short(short):
+def from_short(short: str) -> DType:
+    """The dtype of a short name (``"f32"``, ...)."""
     return _BY_SHORT[short]
 
 
-def from_numpy_dtype(np_dtype):
+def from_numpy_dtype(np_dtype: DTypeLike) -> DType:
     """The ngrad dtype of a NumPy dtype, or ``TypeError`` naming the supported ones."""
     d = _BY_NP.get(np.dtype(np_dtype))
     if d is None:
@@ -74,7 +81,7 @@ def from_numpy_dtype(np_dtype):
 _default = [float32]
 
 
-def get_default_dtype():
+def get_default_dtype() -> DType:
     """The floating dtype of Python floats and factories (``ngrad.float32`` unless changed).
 
     >>> import ngrad
@@ -84,14 +91,14 @@ def get_default_dtype():
     return _default[0]
 
 
-def set_default_dtype(d):
+def set_default_dtype(d: DType) -> None:
     """Set the default floating dtype (``ngrad.float32`` or ``ngrad.float64``)."""
     if d not in (float32, float64):
         raise TypeError(f"only floating-point types are supported as the default type, got {d}")
     _default[0] = d
 
 
-def promote(a, b):
+def promote(a: DType, b: DType) -> DType:
     """The smallest dtype that holds both, PyTorch style (``promote(int64, float32) is float32``)."""
     if a is b:
         return a
@@ -100,7 +107,7 @@ def promote(a, b):
     return a if _RANK[a] > _RANK[b] else b
 
 
-def result_type(dims, zero_dims=(), scalars=()):
+def result_type(dims: Iterable[DType], zero_dims: Iterable[DType] = (), scalars: Iterable[DType] = ()) -> DType | None:
     """PyTorch's three-tier promotion: dimensioned tensors, zero-dim tensors, Python scalars.
 
     A lower tier only matters when it brings a higher category; a Python float then

@@ -8,23 +8,28 @@ exceptions follow IEEE (inf/nan results, no warnings). Slots are dropped after t
 so long tapes run in memory proportional to their live values.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import blas
 from .prims import PRIMS
+from .tape import Instr, Tape
 
 __all__ = ["interpret", "NUMPY"]
 
 _NP = {"b8": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
 
 
-def np_dtype(short):
+def np_dtype(short: str) -> np.dtype:
     return np.dtype(_NP[short])
 
 
-def _blas_ready(x):
+def _blas_ready(x: np.ndarray) -> np.ndarray:
     """``x`` if BLAS can read each of its matrices where they lie (rows or columns contiguous),
     else a C-contiguous copy: NumPy's matmul otherwise runs its plain loop, 2x slower at gmm's
     (25, 10, 10) matrices than the copy plus BLAS. Other arrays (CuPy's, on the CUDA target's
@@ -37,7 +42,7 @@ def _blas_ready(x):
     return np.ascontiguousarray(x)
 
 
-def matmul_into(x, y, out=None):
+def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` with every operand in a layout BLAS takes (see ``_blas_ready``;
     an ``out`` whose matrices are not row-major gets the product copied in), through ``blas``."""
     x, y = _blas_ready(x), _blas_ready(y)
@@ -53,14 +58,14 @@ def matmul_into(x, y, out=None):
     return blas.matmul(x, y, out)
 
 
-def _lapack(fn, name, *args):
+def _lapack(fn: Callable[..., np.ndarray], name: str, *args: np.ndarray) -> np.ndarray:
     try:
         return fn(*args)
     except np.linalg.LinAlgError:
         raise RuntimeError(f"{name}: The input matrix is singular, so the computation could not be completed") from None
 
 
-def _index_error(e):
+def _index_error(e: IndexError) -> IndexError:
     """NumPy's IndexError for indices a compiled program computed or was given, in PyTorch's words."""
     return IndexError(str(e).replace(" axis ", " dimension "))
 
@@ -78,57 +83,57 @@ class NumpyMath:
     matmul = staticmethod(matmul_into)
 
     @staticmethod
-    def sigmoid(x):
+    def sigmoid(x: np.ndarray) -> np.ndarray:
         return 1 / (1 + np.exp(-x))
 
     @staticmethod
-    def inv(a):
+    def inv(a: np.ndarray) -> np.ndarray:
         return _lapack(np.linalg.inv, "linalg.inv", a)
 
     @staticmethod
-    def solve(a, b):
+    def solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return _lapack(np.linalg.solve, "linalg.solve", a, b)
 
     det = np.linalg.det
 
     @staticmethod
-    def softplus(x):
+    def softplus(x: np.ndarray) -> np.ndarray:
         return np.logaddexp(0, x)
 
     @staticmethod
-    def erf(x):
+    def erf(x: np.ndarray) -> np.ndarray:
         return np.vectorize(math.erf, otypes=[x.dtype])(x)
 
     @staticmethod
-    def cast(x, dtype):
+    def cast(x: np.ndarray, dtype: str) -> np.ndarray:
         return x.astype(np_dtype(dtype))
 
     @staticmethod
-    def sum(x, axes, keepdim):
+    def sum(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
         return np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
 
     @staticmethod
-    def prod(x, axes, keepdim):
+    def prod(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
         return np.prod(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
 
     @staticmethod
-    def amax(x, axes, keepdim):
+    def amax(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
         return np.amax(x, axis=axes, keepdims=keepdim) if axes else x
 
     @staticmethod
-    def amin(x, axes, keepdim):
+    def amin(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
         return np.amin(x, axis=axes, keepdims=keepdim) if axes else x
 
     @staticmethod
-    def argmax(x, axis, keepdim):
+    def argmax(x: np.ndarray, axis: int, keepdim: bool) -> np.ndarray:
         return np.argmax(x, axis=axis, keepdims=keepdim).astype(np.int64)
 
     @staticmethod
-    def argmin(x, axis, keepdim):
+    def argmin(x: np.ndarray, axis: int, keepdim: bool) -> np.ndarray:
         return np.argmin(x, axis=axis, keepdims=keepdim).astype(np.int64)
 
     @staticmethod
-    def argsort(x, axis, descending):
+    def argsort(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
         """A stable sort's indices; NaN sorts as the largest value. Descending: the ascending
         sort of the reversed axis, reversed, so that equal values still keep their order."""
         if not descending:
@@ -137,59 +142,62 @@ class NumpyMath:
         return (x.shape[axis] - 1 - np.flip(r, axis)).astype(np.int64)
 
     @staticmethod
-    def cumsum(x, axis):
+    def cumsum(x: np.ndarray, axis: int) -> np.ndarray:
         return np.cumsum(x, axis=axis, dtype=x.dtype)
 
     @staticmethod
-    def reshape(x, shape):
+    def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
         return np.reshape(x, shape)
 
     @staticmethod
-    def permute(x, perm):
+    def permute(x: np.ndarray, perm: Sequence[int]) -> np.ndarray:
         return np.transpose(x, perm)
 
     @staticmethod
-    def expand(x, shape):
+    def expand(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
         return np.broadcast_to(x, shape)
 
     @staticmethod
-    def slice(x, starts, stops, steps):
+    def slice(x: np.ndarray, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> np.ndarray:
         return x[tuple(map(slice, starts, stops, steps))]
 
     @staticmethod
-    def unslice(x, shape, starts, stops, steps):
+    def unslice(
+        x: np.ndarray, shape: Sequence[int], starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]
+    ) -> np.ndarray:
         return unslice_into(np.empty(shape, x.dtype), x, starts, stops, steps)
 
     @staticmethod
-    def flip(x, axes):
+    def flip(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return np.flip(x, axes)
 
     @staticmethod
-    def cat(xs, axis):
+    def cat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
         return np.concatenate(xs, axis=axis)
 
     @staticmethod
-    def index(x, idx, axis):
+    def index(x: np.ndarray, idx: Sequence[np.ndarray], axis: int) -> np.ndarray:
         try:
             return x[(slice(None),) * axis + tuple(idx)]
         except IndexError as e:
             raise _index_error(e) from None
 
     @staticmethod
-    def unindex(x, idx, shape, axis):
+    def unindex(x: np.ndarray, idx: Sequence[np.ndarray], shape: Sequence[int], axis: int) -> np.ndarray:
         out = np.zeros(shape, x.dtype)
-        np.add.at(out, (slice(None),) * axis + tuple(idx), x)
+        # numpy's stubs take only integer arrays here, though a tuple of slices and arrays indexes as usual
+        np.add.at(out, (slice(None),) * axis + tuple(idx), x)  # type: ignore[arg-type]
         return out
 
     @staticmethod
-    def gather(x, idx, axis):
+    def gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
         try:
             return np.take_along_axis(x, idx, axis=axis)
         except IndexError as e:
             raise _index_error(e) from None
 
     @staticmethod
-    def scatter_add(x, idx, axis, shape):
+    def scatter_add(x: np.ndarray, idx: np.ndarray, axis: int, shape: Sequence[int]) -> np.ndarray:
         out = np.zeros(shape, x.dtype)
         grid = list(np.ogrid[tuple(slice(n) for n in idx.shape)])
         grid[axis] = idx
@@ -197,14 +205,16 @@ class NumpyMath:
         return out
 
     @staticmethod
-    def const(value, dtype):
+    def const(value: float, dtype: str) -> np.ndarray:
         return np.asarray(value, dtype=np_dtype(dtype))
 
 
 NUMPY = NumpyMath  # the class itself: plain attribute access never binds self
 
 
-def unslice_into(out, x, starts, stops, steps):
+def unslice_into(
+    out: np.ndarray, x: np.ndarray, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]
+) -> np.ndarray:
     """``out`` (any contents) set to ``x`` inside the window and zero around it (the runtime
     passes a pooled buffer: a fresh one costs a page fault per 4 KiB)."""
     if any(st != 1 for st in steps):
@@ -218,21 +228,21 @@ def unslice_into(out, x, starts, stops, steps):
     return out
 
 
-def dead_after(reads, keep):
+def dead_after(reads: Sequence[Iterable[int]], keep: Container[int]) -> list[list[int]]:
     """For steps that read the given slots, the slots that can be dropped after each step
     (read for the last time there and not in ``keep``)."""
-    last = {}
+    last: dict[int, int] = {}
     for i, slots in enumerate(reads):
         for a in slots:
             last[a] = i
-    dead = [[] for _ in reads]
+    dead: list[list[int]] = [[] for _ in reads]
     for s, i in last.items():
         if s not in keep:
             dead[i].append(s)
     return dead
 
 
-def bind(tape, values):
+def bind(tape: Tape, values: Iterable[Any]) -> dict[int, np.ndarray]:
     """The environment of a run: input slot -> value (runtime scalars as 0-d arrays)."""
     return {
         s: np.asarray(v, dtype=np_dtype(tape.dtypes[s])) if k == "scalar" else v
@@ -240,12 +250,12 @@ def bind(tape, values):
     }
 
 
-def evaluate(tape, ins, env):
+def evaluate(tape: Tape, ins: Instr, env: Mapping[int, np.ndarray]) -> np.ndarray:
     """One instruction with NumPy, as an array of exactly its slot's dtype (callers set errstate)."""
     return compute(tape, ins, [env[a] for a in ins.args])
 
 
-def compute(tape, ins, args):
+def compute(tape: Tape, ins: Instr, args: Sequence[np.ndarray]) -> np.ndarray:
     """``evaluate`` on operand arrays given in order (no environment)."""
     r = PRIMS[ins.prim].fwd(NUMPY, *args, **ins.params)
     if type(r) is not np.ndarray or r.dtype != _NP[tape.dtypes[ins.out]]:
@@ -253,7 +263,7 @@ def compute(tape, ins, args):
     return r
 
 
-def interpret(tape, values):
+def interpret(tape: Tape, values: Sequence[Any]) -> list[np.ndarray]:
     """Run ``tape`` on ``values`` (one per input slot) with NumPy; return the output arrays."""
     env = bind(tape, values)
     dead = dead_after([ins.args for ins in tape.instrs], set(tape.outputs))

@@ -8,21 +8,25 @@ gained the leading axis. This is how ``is_grads_batched`` and vectorized Jacobia
 reverse passes as one.
 """
 
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
 from ..ir.prims import PRIMS
-from ..ir.tape import Builder
+from ..ir.tape import Builder, Tape, Var
 
 __all__ = ["batch"]
 
 
-def _shift(axes):
+def _shift(axes: Sequence[int]) -> tuple[int, ...]:
     return tuple(a + 1 for a in axes)
 
 
-def _lift(v, size):
+def _lift(v: Var, size: int) -> Var:
     return v.reshape(shape=(1,) + v.shape).expand(shape=(size,) + v.shape)
 
 
-def _batched_index(x, idx, axis, size, scatter_shape=None):
+def _batched_index(x: Var, idx: Sequence[Var], axis: int, size: int, scatter_shape: Sequence[int] | None = None) -> Var:
     """``index``/``unindex`` where the index tensors carry the batch axis too.
 
     The batch axis becomes one more index tensor (0..size-1), placed in front of the indexed
@@ -57,10 +61,11 @@ def _batched_index(x, idx, axis, size, scatter_shape=None):
     return g.permute(perm=tuple(inv))
 
 
-def batch(tape, batched, size):
+def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[bool]]:
     """Rewrite ``tape`` so the inputs in ``batched`` carry a leading axis of ``size``."""
     b = Builder()
-    env, isb = {}, {}
+    env: dict[int, Var] = {}
+    isb: dict[int, bool] = {}
     for s, k in zip(tape.inputs, tape.kinds):
         yes = s in batched
         shape = ((size,) if yes else ()) + tape.shapes[s]

@@ -21,6 +21,10 @@ the output cotangents to the gradients.
 ``jvp(tape, wrt)`` is forward mode: a ``Tangent`` tape that takes the original inputs plus one
 tangent per ``wrt`` input slot and returns the original outputs followed by the tangent of each
 output that depends on them (``Tangent.tangents`` gives each output's position, or None).
+
+Imports: only ``engine.ir`` (the tape and the primitive table), ``engine.config`` (``NGRAD_JIT``)
+and ``engine.store`` (stored joints); never a later stage (fusion, codegen, targets, runtime), so
+differentiating neither fuses, compiles nor imports Numba.
 """
 
 from __future__ import annotations
