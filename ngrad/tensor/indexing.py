@@ -78,11 +78,20 @@ def _basic_getitem(n, key):
 
 
 def _getitem(t, key):
+    """``t[key]`` with PyTorch's indexing rules: a slice (or select) of basic items, reshaped
+    for ``None`` and dropped dims, then integer-array indexing of the advanced items."""
     if not isinstance(key, tuple):
         key = (key,)
     fast = _basic_getitem(t._node, key)
     if fast is not None:
         return fast
+    items = _index_items(t, key)
+    return _apply_plan(t, _plan(_spread(items, t._node.shape), t._node.shape))
+
+
+def _index_items(t, key):
+    """Each element of ``key`` as a tagged item: ``("mask", bools)``, ``("adv", ints)``,
+    ``("int", i)``, or ``(k,)`` for None, Ellipsis and slices."""
     items = []
     for k in key:
         if isinstance(k, TensorBase):
@@ -114,7 +123,11 @@ def _getitem(t, key):
                 f"only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
                 f"are valid indices (got {type(k).__name__})"
             )
-    shape = t._node.shape
+    return items
+
+
+def _spread(items, shape):
+    """``items`` with the ellipsis (or the end) replaced by full slices of the dims not indexed."""
     used = sum(
         1 if it[0] in ("int", "adv") or isinstance(it[0], slice) else (it[1].ndim if it[0] == "mask" else 0)
         for it in items
@@ -125,8 +138,12 @@ def _getitem(t, key):
     if len(ell) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     fill = [(slice(None),)] * (len(shape) - used)
-    items = items[: ell[0]] + fill + items[ell[0] + 1 :] if ell else items + fill
+    return items[: ell[0]] + fill + items[ell[0] + 1 :] if ell else items + fill
 
+
+def _plan(items, shape):
+    """The slice bounds (``starts``/``stops``/``steps``), the shape after basic indexing, where
+    the advanced index arrays go and the grad_fn name, for items covering every dim of ``shape``."""
     starts, stops, steps = [], [], []
     new_shape, adv_pos, adv_arrays = [], [], []
     dim = 0
@@ -151,7 +168,7 @@ def _getitem(t, key):
                             f"The shape of the mask {list(m.shape)} at index {j} does not match the "
                             f"shape of the indexed tensor {list(shape)} at index {dim + j}"
                         )
-            for j, arr in enumerate(np.nonzero(m)):
+            for arr in np.nonzero(m):
                 starts.append(0), stops.append(shape[dim]), steps.append(1)
                 adv_pos.append(len(new_shape))
                 adv_arrays.append(arr)
@@ -177,6 +194,13 @@ def _getitem(t, key):
             starts.append(a), stops.append(max(a, b)), steps.append(c)
             new_shape.append(len(range(a, b, c)))
         dim += 1
+    return starts, stops, steps, new_shape, adv_pos, adv_arrays, name
+
+
+def _apply_plan(t, plan):
+    """Record the indexing ``_plan`` computed: a slice, a reshape, then the advanced indexing."""
+    starts, stops, steps, new_shape, adv_pos, adv_arrays, name = plan
+    shape = t._node.shape
     out = t
     n = t._node
     if any(a != 0 or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):

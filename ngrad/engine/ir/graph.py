@@ -29,6 +29,8 @@ class Node:
     ``device``: ``"cpu"``, ``"cuda"``, or None for values usable on any device (see ``_place``).
     ``meta``: None, or the facade's annotations of the node (the engine never reads them)."""
 
+    # device and meta are rarely set: class-level defaults keep recording cheap (and a node built
+    # field by field, as ngrad.compile's replay builds its outputs, has them too)
     __slots__ = (
         "op",
         "srcs",
@@ -38,10 +40,11 @@ class Node:
         "value",
         "requires_grad",
         "differentiable",
-        "device",
-        "meta",
+        "__dict__",
         "__weakref__",
     )
+    device = "cpu"
+    meta = None
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
         self.op = op
@@ -51,8 +54,6 @@ class Node:
         self.dtype = dtype
         self.value = value
         self.requires_grad = self.differentiable = requires_grad
-        self.device = "cpu"
-        self.meta = None
         if CUDA_SEEN[0] and srcs:
             _place(self, srcs)
         if ON_RECORD[0] is not None:
