@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.backend.codegen import cuda_fill_source, cuda_matmul_source, cuda_source
+from ngrad.engine.backend.cuda_source import cuda_fill_source, cuda_matmul_source, cuda_source
 from ngrad.engine.backend.fuse import Kernel, fuse
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.runtime import cuda as engine_cuda

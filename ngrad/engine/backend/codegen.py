@@ -8,8 +8,9 @@ evaluated against ``SourceMath`` (which builds expression text instead of number
 interpreter and the compiled code share one definition. Every generated line carries the
 tape instruction it came from as a comment. Sizes are arguments and never appear in the text,
 so one kernel serves every batch size; literals are typed to the dtype they are used with
-(float32 code stays float32). CPU text imports ``math`` and ``numpy`` only; CUDA text
-(``cuda_source``) also ``numba.cuda``, which it runs on. This module itself never imports Numba.
+(float32 code stays float32). CPU text imports ``math`` and ``numpy`` only; the CUDA text
+(``cuda_source.py``) renders the same element with ``render_element``. This module itself never
+imports Numba.
 """
 
 import math
@@ -23,11 +24,24 @@ from ..ir.tape import format_instr
 from ..store import CODEGEN_VERSION  # bump it there whenever this module's output changes meaning
 from .fuse import ReadKind
 
-__all__ = ["render", "program", "cuda_source", "identity", "Source", "Part", "CODEGEN_VERSION", "CUDA_BLOCK"]
+__all__ = [
+    "render",
+    "program",
+    "render_element",
+    "identity",
+    "typed",
+    "to_sign_of",
+    "Expr",
+    "SourceMath",
+    "Source",
+    "Part",
+    "NP_TYPE",
+    "CODEGEN_VERSION",
+]
 
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
-_NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
+NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
 
 
 class Expr:
@@ -82,10 +96,10 @@ def typed(value, dtype):
     if dtype == "b8":
         return "True" if value else "False"
     if dtype[0] == "i":
-        return f"{_NP_TYPE[dtype]}({int(value)})"
+        return f"{NP_TYPE[dtype]}({int(value)})"
     v = float(value)
     text = repr(v) if math.isfinite(v) else ("np.nan" if v != v else "np.inf" if v > 0 else "-np.inf")
-    return f"{_NP_TYPE[dtype]}({text})"
+    return f"{NP_TYPE[dtype]}({text})"
 
 
 def _f(name):
@@ -101,7 +115,7 @@ def _v(name):
     return staticmethod(f)
 
 
-def _to_sign_of(r, s, y, step):
+def to_sign_of(r, s, y, step):
     """``r``, a remainder of a division by ``y`` (text evaluated as often as needed), moved by
     ``step * y`` to the sign of ``s`` where it is non-zero and of the other sign."""
     zero = typed(0, s.dtype)
@@ -162,7 +176,7 @@ class SourceMath:
     def fmod(x, y):  # the sign of x; Numba's integer np.fmod takes y's sign, so integers fix it
         if x.dtype[0] == "f":
             return Expr(f"np.fmod({x.text}, {y.text})", x.dtype)
-        return _to_sign_of(f"({x.text} % {y.text})", x, y, -1)
+        return to_sign_of(f"({x.text} % {y.text})", x, y, -1)
 
     @staticmethod
     def logical_not(x):
@@ -180,7 +194,7 @@ class SourceMath:
     def cast(x, dtype):
         if dtype == "b8":
             return Expr(f"({x.text} != 0)", dtype)
-        return Expr(f"{_NP_TYPE[dtype]}({x.text})", dtype)
+        return Expr(f"{NP_TYPE[dtype]}({x.text})", dtype)
 
 
 # Primitives whose vectorised version is accurate only for |x| <= TRIG_LIMIT: the kernel counts
@@ -315,7 +329,7 @@ def _window_index(r, slot, idx, shape, bounds, p):
     return ix, inside
 
 
-def _element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None, outer=None):
+def render_element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None, outer=None):
     """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
     (reads, its instructions against the math namespace ``math_``, stores); return the expression
     of every slot it defines. ``arrays`` and ``scalars`` collect the kernel's parameters;
@@ -446,7 +460,7 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
     for copy in range(max(unroll, 1)):
         idx = [f"{p}i{d}" for d in range(loop_dims)] + ([str(copy)] if unroll else [])
         tag = f"_{copy}" if unroll else ""
-        names = _element(
+        names = render_element(
             kernel, tape, idx, SourceMath, arrays, scalars, body, p, tag, bounds, [pre[d] for d in range(loop_dims)]
         )
         for ins in kernel.body:
@@ -512,7 +526,7 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None):
     )
     extents = "".join(f"{p}n{d}, " if d in dims else f"{shape[d]}, " for d in range(rank))
     out = [
-        f"{p}o{k} = np.empty(({extents}), {_NP_TYPE[tape.dtypes[st]]})  # scratch %{st}"
+        f"{p}o{k} = np.empty(({extents}), {NP_TYPE[tape.dtypes[st]]})  # scratch %{st}"
         for k, st in enumerate(kernel.stores)
         if st in scratch
     ]
@@ -619,203 +633,3 @@ def program(kernels, tape, late=frozenset(), outside=None):
     out = [f"def kernel({', '.join(params)}):"] + body
     text = "import math\n\nimport numpy as np\n\n\n" + "\n".join(out) + "\n"
     return Source(text, parts)
-
-
-# --- the CUDA target ---------------------------------------------------------------------------
-
-
-def _c(name):
-    return staticmethod(lambda x: Expr(f"math.{name}({x.text})", x.dtype))
-
-
-def _libdevice(name):
-    # libdevice names its float32 functions with an f suffix (floorf); NumPy scalar functions
-    # (np.floor) do not exist on the device
-    return staticmethod(lambda x: Expr(f"libdevice.{name}{'f' if x.dtype == 'f32' else ''}({x.text})", x.dtype))
-
-
-class CudaMath(SourceMath):
-    """``SourceMath`` for ``cuda.jit``: libdevice's accurate functions (through ``math``) instead
-    of the CPU's vectorisable ones, which exist to make LLVM vectorise loops a GPU does not have."""
-
-    exp, expm1, log, log1p, tanh = _c("exp"), _c("expm1"), _c("log"), _c("log1p"), _c("tanh")
-    sin, cos, erf = _c("sin"), _c("cos"), _c("erf")
-    floor, ceil, round = _libdevice("floor"), _libdevice("ceil"), _libdevice("rint")
-    sincos = _libdevice("sincos")  # a pair (sin, cos)
-
-    @staticmethod
-    def sigmoid(x):
-        one = typed(1, x.dtype)
-        return Expr(f"({one} / ({one} + math.exp(-{x.text})))", x.dtype)
-
-    @staticmethod
-    def softplus(x):  # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
-        zero = typed(0, x.dtype)
-        return Expr(f"(({x.text} if {x.text} > {zero} else {zero}) + math.log1p(math.exp(-abs({x.text}))))", x.dtype)
-
-    @staticmethod
-    def sign(x):
-        one, zero = typed(1, x.dtype), typed(0, x.dtype)
-        return Expr(f"({one} if {x.text} > {zero} else (-{one} if {x.text} < {zero} else {x.text}))", x.dtype)
-
-    # NumPy's ufuncs do not exist on the device: libdevice's fmod (exact), and Python's integer %
-    @staticmethod
-    def remainder(x, y):
-        if x.dtype[0] == "f":
-            return _to_sign_of(f"math.fmod({x.text}, {y.text})", y, y, 1)
-        return Expr(f"({x.text} % {y.text})", x.dtype)
-
-    @staticmethod
-    def fmod(x, y):
-        if x.dtype[0] == "f":
-            return Expr(f"math.fmod({x.text}, {y.text})", x.dtype)
-        return _to_sign_of(f"({x.text} % {y.text})", x, y, -1)
-
-
-# Threads per block: the block-level reduction trees are sized for this many (the runtime may
-# launch fewer, a power of two).
-CUDA_BLOCK = 256
-
-
-def _cuda_combine(prim, acc, x):
-    """Lines folding ``x`` into the local ``acc`` (NaN propagates through amax/amin, as in NumPy)."""
-    if prim == "sum":
-        return [f"{acc} += {x}"]
-    op = ">" if prim == "amax" else "<"
-    return [f"if {x} {op} {acc} or {x} != {x}:", f"    {acc} = {x}"]
-
-
-def _cuda_atomic(prim, arr, ix, x):
-    """Lines folding ``x`` into ``arr[ix]`` across threads. Numba's float atomic max/min assume
-    no NaN, so a NaN is stored plainly; their compare-and-swap loop never replaces it again."""
-    if prim == "sum":
-        return [f"cuda.atomic.add({arr}, {ix}, {x})"]
-    fn = "max" if prim == "amax" else "min"
-    return [f"if {x} != {x}:", f"    {arr}[{ix}] = {x}", "else:", f"    cuda.atomic.{fn}({arr}, {ix}, {x})"]
-
-
-def cuda_source(kernel, tape, late=frozenset()):
-    """The ``cuda.jit`` text of one fused kernel: a grid-stride loop over the kernel's elements
-    (flat index ``e`` unravelled into the nd loop indices), reading its arrays with the same
-    broadcast patterns as the CPU loop. A full reduction accumulates per thread, then as a tree
-    in shared memory, then once per block into its accumulator with an atomic; a partial one
-    adds each element into its accumulator atomically. Accumulators arrive filled with the
-    reduction's identity. Parameters: the element count, the extents of axes 1.., then arrays,
-    scalars (``late``: ones a kernel made, passed as one-element device arrays), stores and
-    accumulators (as ``Part`` describes them)."""
-    rank = max(1, len(kernel.shape))
-    idx = [f"i{d}" for d in range(rank)]
-    arrays, scalars, body = [], [], []
-    names = _element(kernel, tape, idx, CudaMath, arrays, scalars, body)
-    head, tail = [], []
-    for k, ins in enumerate(kernel.reductions):
-        axes, dt, x = ins.params["axes"], tape.dtypes[ins.out], names[ins.args[0]].text
-        comment = f"  # %{ins.out} = {format_instr(ins)}"
-        kept = [idx[d] for d in range(len(kernel.shape)) if d not in axes]
-        if kept:  # a partial reduction: straight into its accumulator
-            ix = kept[0] if len(kept) == 1 else "(" + ", ".join(kept) + ")"
-            lines = _cuda_atomic(ins.prim, f"c{k}", ix, x)
-            body += [lines[0] + comment] + lines[1:]
-            continue
-        acc, sh, start = f"acc{k}", f"sh{k}", typed(identity(ins.prim, dt), dt)
-        head.append(f"{acc} = {start}")
-        lines = _cuda_combine(ins.prim, acc, x)
-        body += [lines[0] + comment] + lines[1:]
-        tail += [
-            f"# block tree of %{ins.out}",
-            f"{sh} = cuda.shared.array(BLOCK, {_NP_TYPE[dt]})",
-            f"{sh}[tid] = {acc}",
-            "cuda.syncthreads()",
-            "w = cuda.blockDim.x // 2",
-            "while w > 0:",
-            "    if tid < w:",
-        ]
-        tail += ["        " + ln for ln in _cuda_combine(ins.prim, f"{sh}[tid]", f"{sh}[tid + w]")]
-        tail += ["    cuda.syncthreads()", "    w //= 2", "if tid == 0:"]
-        tail += ["    " + ln for ln in _cuda_atomic(ins.prim, f"c{k}", "0", f"{sh}[0]")]
-    unravel = []
-    if rank == 1:
-        unravel.append("i0 = e")
-    else:
-        unravel.append("q = e")
-        for d in range(rank - 1, 0, -1):
-            unravel += [f"i{d} = q % m{d}", f"q //= m{d}"]
-        unravel.append("i0 = q")
-    params = (
-        ["n"]
-        + [f"m{d}" for d in range(1, rank)]
-        + [f"a{k}" for k in range(len(arrays))]
-        + [f"S{k}" if sc in late else f"s{k}" for k, sc in enumerate(scalars)]
-        + [f"o{k}" for k in range(len(kernel.stores))]
-        + [f"c{k}" for k in range(len(kernel.reductions))]
-    )
-    out = [
-        f"def kernel({', '.join(params)}):",
-        "    tid = cuda.threadIdx.x",
-        "    e = cuda.grid(1)",
-        "    step = cuda.gridsize(1)",
-    ]
-    out += [f"    s{k} = S{k}[0]" for k, sc in enumerate(scalars) if sc in late]
-    out += ["    " + ln for ln in head]
-    out += ["    while e < n:"] + ["        " + ln for ln in unravel + body] + ["        e += step"]
-    out += ["    " + ln for ln in tail]
-    text = (
-        "import math\n\nimport numpy as np\nfrom numba import cuda\nfrom numba.cuda import libdevice\n\n"
-        f"BLOCK = {CUDA_BLOCK}\n\n\n" + "\n".join(out) + "\n"
-    )
-    part = Part(
-        list(range(1, rank)),
-        arrays,
-        scalars,
-        [sc in late for sc in scalars],
-        list(kernel.stores),
-        list(kernel.reductions),
-        False,
-        [False] * len(kernel.reductions),
-    )
-    return Source(text, [part])
-
-
-def cuda_fill_source():
-    """A kernel setting every element of a flat device array to ``v`` (reduction identities)."""
-    return (
-        "from numba import cuda\n\n\ndef kernel(n, a, v):\n    e = cuda.grid(1)\n    step = cuda.gridsize(1)\n"
-        "    while e < n:\n        a[e] = v\n        e += step\n"
-    )
-
-
-MATMUL_TILE = 16
-
-
-def cuda_matmul_source(dtype):
-    """A tiled batched matmul ``c[z] = a[z] @ b[z]`` for ``dtype``: each block computes one
-    TILE x TILE tile of ``c``, staging tiles of ``a`` and ``b`` through shared memory (used when
-    CuPy's cuBLAS is not installed)."""
-    t, zero = _NP_TYPE[dtype], typed(0, dtype)
-    return f"""import numpy as np
-from numba import cuda
-
-TILE = {MATMUL_TILE}
-
-
-def kernel(m, k, n, a, b, c):
-    sa = cuda.shared.array((TILE, TILE), {t})
-    sb = cuda.shared.array((TILE, TILE), {t})
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    row = cuda.blockIdx.y * TILE + ty
-    col = cuda.blockIdx.x * TILE + tx
-    z = cuda.blockIdx.z
-    acc = {zero}
-    for t in range((k + TILE - 1) // TILE):
-        j = t * TILE + tx
-        sa[ty, tx] = a[z, row, j] if row < m and j < k else {zero}
-        j = t * TILE + ty
-        sb[ty, tx] = b[z, j, col] if j < k and col < n else {zero}
-        cuda.syncthreads()
-        for j in range(TILE):
-            acc += sa[ty, j] * sb[j, tx]
-        cuda.syncthreads()
-    if row < m and col < n:
-        c[z, row, col] = acc
-"""

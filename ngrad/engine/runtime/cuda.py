@@ -24,7 +24,8 @@ import time
 
 import numpy as np
 
-from ..backend.codegen import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source, identity
+from ..backend.codegen import identity
+from ..backend.cuda_source import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source
 from ..ir.interpret import compute, interpret, np_dtype
 from . import _check, _dead_after_steps, _squeezed, _threshold, debug_level, jit_mode
 
