@@ -61,7 +61,7 @@ def ngrad_chain(data):
 def ngrad_kernel_ms(step, repeat=20):
     """The GPU time of ngrad's one value+gradient kernel alone: the step's last kernel launch,
     recorded and replayed back to back (no host work between launches)."""
-    from ngrad.engine.targets import compile as engine
+    from ngrad.engine.targets import cuda as engine
 
     seen, launch = [], engine.CudaKernel.launch
 

@@ -26,7 +26,7 @@ RELOAD = r"""
 import time, numpy as np
 t0 = time.perf_counter()
 import ngrad
-from ngrad.engine.targets import compile as c
+from ngrad.engine.targets import cpu as c
 from ngrad.bench.problems import PROBLEMS
 import numba
 t1 = time.perf_counter()

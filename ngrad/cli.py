@@ -48,7 +48,7 @@ def build_parser():
 
 
 def cache(args):
-    from .engine.targets.compile import cache_clear, cache_info
+    from .engine.targets.cpu import cache_clear, cache_info
 
     if args.action == "info":
         info = cache_info()

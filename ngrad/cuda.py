@@ -16,7 +16,7 @@ __all__ = ["is_available", "unavailable_reason", "device_count", "get_device_nam
 
 
 def _status():
-    from .engine.targets.compile import cuda_status
+    from .engine.targets.cuda import cuda_status
 
     return cuda_status()
 
@@ -61,6 +61,6 @@ def get_device_name(device=None):
 def synchronize(device=None):
     """Wait for every kernel launched on the GPU to finish (kernels run asynchronously)."""
     if is_available():
-        from .engine.targets.compile import synchronize as sync
+        from .engine.targets.cuda import synchronize as sync
 
         sync()

@@ -4,9 +4,11 @@ driver) against the interpreter, and the joint tapes of the primitive and op cor
 import numpy as np
 
 import ngrad
-from ngrad.engine import runtime
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.runtime import prepare
+from ngrad.engine.runtime.executor import execute
+from ngrad.engine.runtime.plan import CompiledPlan
 from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
@@ -14,16 +16,16 @@ from .oracles import prim_tape
 
 
 def compiled(tape, values):
-    comp = runtime._Compiled(tape)
+    comp = CompiledPlan(tape)
     comp.compile()
-    return runtime._execute(comp, tape, values)
+    return execute(comp, tape, values)
 
 
 def assert_same(tape, values, rtol):
     """The plan run by the runtime and by a prepared driver (ngrad.compile's path) both equal
     the interpreter."""
     ref = interpret(tape, values)
-    for got in (compiled(tape, values), runtime.prepare(tape)(values)):
+    for got in (compiled(tape, values), prepare(tape)(values)):
         for a, b in zip(got, ref):
             assert a.shape == b.shape and a.dtype == b.dtype
             if a.dtype.kind == "f":

@@ -9,6 +9,10 @@ import ngrad
 from ngrad.engine import runtime
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.runtime import buffers
+from ngrad.engine.runtime.driver import driver_code
+from ngrad.engine.runtime.executor import execute
+from ngrad.engine.runtime.plan import CompiledPlan
 from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
@@ -17,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("jit_always")
 
 
 def test_results_never_share_the_plan_buffers(rng):
-    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
+    x0 = rng.standard_normal(buffers.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
     x = ngrad.from_numpy(x0).requires_grad_()
     y = (x.exp() * x).sin()
     (y * 2).sum().backward()
@@ -35,11 +39,11 @@ def test_dropped_results_are_reused_and_held_ones_never(rng, monkeypatch):
     """A plan takes a result's memory back only once nothing references it: not while the
     caller holds the array, nor while a view of it (a reshape, a slice) is alive."""
     taken = []
-    real = runtime._taker
+    real = buffers.taker
     monkeypatch.setattr(
-        runtime, "_taker", lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]
+        buffers, "taker", lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]
     )
-    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
+    x0 = rng.standard_normal(buffers.POOL_MIN_BYTES // 8 + 1)  # big enough to run from the pool
 
     def gradient(scale):
         x = ngrad.from_numpy(x0 * scale).requires_grad_()
@@ -66,11 +70,11 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
     """After a warm-up run, every big buffer of logsumexp's gradient (intermediates, the result
     the caller dropped) comes back from the plan."""
     taken = []
-    real = runtime._taker
+    real = buffers.taker
     monkeypatch.setattr(
-        runtime, "_taker", lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]
+        buffers, "taker", lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1]
     )
-    x0 = rng.standard_normal(runtime.POOL_MIN_BYTES // 8 + 5)
+    x0 = rng.standard_normal(buffers.POOL_MIN_BYTES // 8 + 5)
 
     def gradient():
         x = ngrad.from_numpy(x0).requires_grad_()
@@ -86,10 +90,10 @@ def test_a_repeated_gradient_allocates_no_new_big_buffers(rng, monkeypatch):
     )
     np.testing.assert_allclose(value, np.log(e.sum()) + x0[1:].max() + x0[:-1].sum(), rtol=1e-12)
     del grad
-    before = {id(a) for a in taken if a.nbytes >= runtime.POOL_MIN_BYTES}
+    before = {id(a) for a in taken if a.nbytes >= buffers.POOL_MIN_BYTES}
     taken.clear()
     gradient()
-    big = [a for a in taken if a.nbytes >= runtime.POOL_MIN_BYTES]
+    big = [a for a in taken if a.nbytes >= buffers.POOL_MIN_BYTES]
     assert big and all(id(a) in before for a in big)
 
 
@@ -105,17 +109,17 @@ def test_matmul_products_are_written_into_the_plan_buffers(rng, monkeypatch):
     tape = joint.tape
     values = [n.value for n in low.sources] + [np.ones(tape.shapes[s]) for s in joint.seeds]
     ref = interpret(tape, values)
-    comp = runtime._Compiled(tape)
+    comp = CompiledPlan(tape)
     comp.compile()
-    big = {s for s in comp.into if math.prod(tape.shapes[s]) * 8 >= runtime.POOL_MIN_BYTES}
+    big = {s for s in comp.into if math.prod(tape.shapes[s]) * 8 >= buffers.POOL_MIN_BYTES}
     assert {tape.shapes[s] for s in big} == {(64, 128), (80, 128)}, comp.into  # h = x @ w, x.T @ dh
     drive = runtime.prepare(tape)
-    real = runtime._taker
-    for run in (lambda: runtime._execute(comp, tape, values), lambda: drive(values)):
+    real = buffers.taker
+    for run in (lambda: execute(comp, tape, values), lambda: drive(values)):
         taken = []
         monkeypatch.setattr(
-            runtime,
-            "_taker",
+            buffers,
+            "taker",
             lambda comp, made: lambda shape, dt: taken.append(real(comp, made)(shape, dt)) or taken[-1],
         )
         seen = []
@@ -137,8 +141,8 @@ def test_matmul_read_through_a_permute_is_written_in_the_permuted_layout(rng):
     low = lower([(z.sin() * x).sum()._node], grad=True)
     joint = vjp(low.tape, [low.slot_of[x._node], low.slot_of[w._node]])
     values = [n.value for n in low.sources] + [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
-    comp = runtime._Compiled(joint.tape)
+    comp = CompiledPlan(joint.tape)
     assert any(inverse for _, inverse in comp.into.values())  # the forward matmul and the gradient's
     assert_same(joint.tape, values, rtol=1e-12)
-    lines, _ = runtime._driver_code(comp, joint.tape, [f"v[{i}]" for i in range(len(values))], {}, "return None")
+    lines, _ = driver_code(comp, joint.tape, [f"v[{i}]" for i in range(len(values))], {}, "return None")
     assert sum("laid out as" in line for line in lines) == 2, lines  # the driver writes them so too

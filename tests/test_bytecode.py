@@ -11,7 +11,12 @@ from ngrad.engine import runtime
 from ngrad.engine.backend import bytecode
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
-from ngrad.engine.targets.compile import kernel
+from ngrad.engine.runtime import dispatch
+from ngrad.engine.runtime import machine as bytecode_tier
+from ngrad.engine.runtime.machine import Machine, machine_for
+from ngrad.engine.runtime.plan import CompiledPlan
+from ngrad.engine.runtime.tiering import POLICY
+from ngrad.engine.targets.cpu import kernel
 from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
@@ -173,7 +178,7 @@ def test_runtime_runs_an_unrolled_recurrence_as_bytecode(monkeypatch, rng):
     x = ngrad.tensor(x0, requires_grad=True)
     loss = _rk4(ngrad, x)
     loss.backward()
-    assert any(isinstance(p, runtime._Machine) and p.ready() for p in runtime._plans.values())
+    assert any(isinstance(r.tier, Machine) and r.tier.ready() for r in dispatch.records.values())
     np.testing.assert_allclose(loss.item(), _rk4(_NumpyT, x0), rtol=1e-13)
     np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _rk4(_NumpyT, a), x0), rtol=1e-6, atol=1e-8)
 
@@ -192,13 +197,13 @@ def test_a_long_input_read_a_row_at_a_time_still_runs_as_bytecode(monkeypatch, r
     an LSTM's size); a tape reading such an input whole does not."""
     monkeypatch.setenv("NGRAD_JIT", "always")
     s0 = rng.uniform(-1, 1, (300, 16))
-    assert s0.size > runtime.BYTECODE_MAX_ELEMENTS
+    assert s0.size > POLICY.bytecode_max_elements
     w0 = rng.uniform(-1, 1, 16)
     w = ngrad.tensor(w0, requires_grad=True)
     seq = ngrad.tensor(s0)
     loss = _walk(ngrad, w, seq)
     low = lower([loss._node], grad=True)
-    machine = runtime._machine(vjp(low.tape, [low.slot_of[w._node]]).tape)
+    machine = machine_for(vjp(low.tape, [low.slot_of[w._node]]).tape)
     assert machine is not None
     # rows of a few dozen elements run faster on LLVM's 256-bit choice than on 512-bit vectors
     assert "_vtanh(" in machine.code.source and "_wide_vectors" not in machine.code.source
@@ -206,21 +211,21 @@ def test_a_long_input_read_a_row_at_a_time_still_runs_as_bytecode(monkeypatch, r
     np.testing.assert_allclose(loss.item(), _walk(np, w0, s0), rtol=1e-13)
     np.testing.assert_allclose(w.grad.numpy(), fd_gradient(lambda a: _walk(np, a, s0), w0), rtol=1e-6, atol=1e-8)
     whole = lower([(_walk(ngrad, w, seq) + seq.sum())._node])
-    assert runtime._machine(whole.tape) is None  # the sum's row would walk 4,800 elements
+    assert machine_for(whole.tape) is None  # the sum's row would walk 4,800 elements
 
 
 def test_a_recurrence_on_big_arrays_runs_as_bytecode_rather_than_hundreds_of_functions(monkeypatch, rng):
     """An RK4 solver on 4,100 elements: too big a step for BYTECODE_MAX_ELEMENTS, but its fused
     plan would compile over a hundred functions (minutes of Numba), so it runs as bytecode."""
-    monkeypatch.setattr(runtime._Compiled, "compile", lambda *a: pytest.fail("compiled the fused plan"))
-    x0 = rng.uniform(-1, 1, runtime.BYTECODE_MAX_ELEMENTS + 4)
+    monkeypatch.setattr(CompiledPlan, "compile", lambda *a: pytest.fail("compiled the fused plan"))
+    x0 = rng.uniform(-1, 1, POLICY.bytecode_max_elements + 4)
     x = ngrad.tensor(x0, requires_grad=True)
     low = lower([_rk4(ngrad, x, steps=10)._node], grad=True)
     joint = vjp(low.tape, [low.slot_of[x._node]])
-    assert runtime._machine(joint.tape) is None
-    assert runtime._Compiled(joint.tape).functions() > runtime.BYTECODE_FUNCTIONS
-    plan = runtime._compiled_for(joint.tape, "always")
-    assert isinstance(plan, runtime._Machine)
+    assert machine_for(joint.tape) is None
+    assert CompiledPlan(joint.tape).functions() > POLICY.bytecode_functions
+    plan = dispatch.tier_for(joint.tape, "always").tier
+    assert isinstance(plan, Machine)
     values = [n.value for n in low.sources] + [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
     for a, r in zip(plan.run(values), interpret(joint.tape, values)):
         np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
@@ -265,7 +270,7 @@ def test_an_encoding_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch
     monkeypatch.setattr(bytecode, "encode", lambda t: made.append(t) or real(t))
 
     def machine():
-        m = runtime._machine(tape)
+        m = machine_for(tape)
         m.compile()
         for a, r in zip(m.run(values), ref):
             np.testing.assert_allclose(a, r, rtol=1e-13)
@@ -300,10 +305,10 @@ def test_loop_ops_picks_a_loop_that_holds_the_operations_or_grows_a_close_one():
 def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(monkeypatch, tmp_path, rng):
     import os
 
-    from ngrad.engine.targets import compile as compile_
+    from ngrad.engine.targets import cpu as compile_
 
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(runtime, "_loops", {})
+    monkeypatch.setattr(bytecode_tier, "loops", {})
     monkeypatch.setattr(compile_, "_memory", {})  # loops compiled by other tests are in another cache
     x = ngrad.tensor(rng.uniform(-1, 1, 12), requires_grad=True)
     low = lower([_rk4(ngrad, x)._node], grad=True)
@@ -316,7 +321,7 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
 
     def machine(tape):
         values = [rng.uniform(-1, 1, tape.shapes[s]) for s in tape.inputs]
-        m = runtime._machine(tape)
+        m = machine_for(tape)
         m.compile()
         for a, r in zip(m.run(values), interpret(tape, values)):
             np.testing.assert_allclose(a, r, rtol=1e-12)
@@ -326,7 +331,7 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     union = tuple(sorted(set(own["joint"]) | set(own["forward"])))
     assert machine(forward).code.ops == union  # close enough to grow the gradient's loop
     # a new process: nothing in memory, the loops and the list of their operations on disk
-    for memory in (runtime._loops, compile_._memory):
+    for memory in (bytecode_tier.loops, compile_._memory):
         memory.clear()
     compiled = compile_.stats["compiled"]
     m = machine(shorter)
@@ -339,9 +344,9 @@ def test_a_tape_runs_on_a_loop_compiled_for_another_that_holds_its_operations(mo
     body = marshal.dumps({"f64": [("add(f64,f64)", 1), "sum"], "f32": "sum"})  # intact, but not op sets
     for damaged in (b"", b"x" * 40, path.read_bytes()[:-3], hashlib.sha256(body).digest() + body):
         path.write_bytes(damaged)
-        runtime._loops.clear()
+        bytecode_tier.loops.clear()
         assert machine(shorter).code.ops == own["shorter"]
-        assert runtime._read_loops()  # readable again
+        assert bytecode_tier.read_loops()  # readable again
 
 
 def test_bad_input_is_rejected_before_the_loop_runs():

@@ -13,7 +13,7 @@ from ngrad.cli import main
 
 PROGRAM = r"""
 import json, numpy as np, ngrad
-from ngrad.engine.targets import compile as c
+from ngrad.engine.targets import cpu as c
 x = ngrad.tensor(np.linspace(-2, 2, 11), dtype=ngrad.float64, requires_grad=True)
 y = (x.sin() * x.exp() + (x * x).sum()).sum()
 y.backward()
@@ -64,7 +64,7 @@ def test_cache_cli(tmp_path, monkeypatch, capsys):
 def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
     """``on_disk`` (which decides whether a plan's kernels load at once) lists Numba's folder
     only when it changed: a kernel compiled, or its files removed, is seen at the next ask."""
-    from ngrad.engine.targets import compile as c
+    from ngrad.engine.targets import cpu as c
 
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     text = "def kernel(a):\n    a[0] += 2.0\n"

@@ -9,6 +9,7 @@ from ngrad.engine import runtime
 from ngrad.engine.backend.codegen import render
 from ngrad.engine.backend.fuse import fuse
 from ngrad.engine.ir.graph import lower
+from ngrad.engine.runtime.plan import CompiledPlan
 from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
@@ -45,7 +46,7 @@ def test_consecutive_loops_compile_to_one_function(rng):
     e = ((1 / r2) ** 3 * (1 - ngrad.eye(30, dtype=ngrad.float64))).sum() / 2
     low = lower([e._node], grad=True)
     joint = vjp(low.tape, [low.slot_of[x._node]])
-    comp = runtime._Compiled(joint.tape)
+    comp = CompiledPlan(joint.tape)
     (src,) = [s for s in comp.sources if s is not None]
     assert len(src.parts) == 3 and "# loop 2" in src.text
     seeds = [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
@@ -117,7 +118,7 @@ def test_slices_and_their_gradients_are_read_through_windows(shared):
     texts = []
     for n in (100, 1000):
         tape, values = _rosenbrock_joint(n, shared)
-        comp = runtime._Compiled(tape)
+        comp = CompiledPlan(tape)
         assert not [st for st in comp.plan.steps if not hasattr(st, "reads") and st.instr.prim in ("slice", "unslice")]
         (src,) = [s for s in comp.serial.sources if s is not None]
         assert "= slice" in src.text and "unslice, zero outside" in src.text
@@ -136,7 +137,7 @@ def test_strided_and_two_dimensional_windows(dtype, rng):
     y = (a[:, :4] * b.sin()).sum() + (x[2:5, 3:7] ** 2).sum() + (x[::3, 2::3] @ x[:3, :2]).tanh().sum()
     low = lower([y._node], grad=True)
     joint = vjp(low.tape, [low.slot_of[x._node]])
-    text = "".join(s.text for s in runtime._Compiled(joint.tape).serial.sources if s is not None)
+    text = "".join(s.text for s in CompiledPlan(joint.tape).serial.sources if s is not None)
     assert "% 2 == 0" in text and "unslice, zero outside" in text and "= slice" in text
     seeds = [np.ones(joint.tape.shapes[s], dtype) for s in joint.seeds]
     assert_same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-5 if dtype == np.float32 else 1e-12)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.engine.targets import compile as kcompile
+from ngrad.engine.targets import cpu as kcompile
 
 from .oracles import fd_gradient, np_rosenbrock
 

@@ -40,7 +40,7 @@ def _jit_always(monkeypatch, tmp_path_factory):
 
 def assert_same_on_cuda(tape, values, rtol):
     """The tape compiled for CUDA equals the interpreter (inputs handed over as device arrays)."""
-    from ngrad.engine.targets.compile import to_device
+    from ngrad.engine.targets.cuda import to_device
 
     ref = interpret(tape, values)
     dev = [to_device(v) if k == "tensor" else v for v, k in zip(values, tape.kinds)]
@@ -117,7 +117,7 @@ def test_device_op_corpus_values_and_gradients(name, rng):
 def test_device_reductions_across_many_blocks(op, rng):
     # more elements than one block of threads: the per-block trees and the atomics combine (the
     # simulator's blocks are smaller, and its threads are Python threads: fewer elements there)
-    from ngrad.engine.targets.compile import threads_per_block
+    from ngrad.engine.targets.cuda import threads_per_block
 
     x = rng.standard_normal(6 * threads_per_block() - 36)
     x[len(x) // 2] = 9.0
@@ -155,11 +155,11 @@ def test_device_tensors_backward_matches_cpu(rng):
 @device
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
-    """Calls after the first skip Numba's dispatcher on a GPU (``compile._Launcher``): every call
+    """Calls after the first skip Numba's dispatcher on a GPU (``targets.cuda._Launcher``): every call
     with new values, new sizes and a new seed still equals the interpreter, and the launcher
     refuses arguments that do not match its compiled signature."""
     from ngrad.engine.runtime.cuda import _programs
-    from ngrad.engine.targets.compile import _Launcher, kernel, simulated, threads_per_block, to_device
+    from ngrad.engine.targets.cuda import _Launcher, kernel, simulated, threads_per_block, to_device
 
     block = threads_per_block()  # sizes of several blocks, not multiples of one (1,000 and 4,099 on a GPU)
     for i, n in enumerate((4 * block - 24, 4 * block - 24, 16 * block + 3, 4 * block - 24, 4 * block - 24)):
@@ -187,7 +187,7 @@ def test_device_repeated_calls_launch_directly_and_stay_right(dtype, rng):
         return
     kernels = [k for prog in _programs.values() if prog.kernels for k in prog.kernels if k is not None]
     assert kernels and all(k.launcher is not None for k in kernels)
-    k = kernel(cuda_fill_source(), "cuda")
+    k = kernel(cuda_fill_source())
     a = to_device(np.zeros(5))
     k.launch(5, (5, a, np.float64(2.0)))
     k.launch(5, (5, a, np.float64(3.0)))
@@ -317,7 +317,7 @@ def test_cuda_sin_and_cos_of_one_value_share_sincos():
 
 
 def _ptx_or_skip():
-    from ngrad.engine.targets.compile import cuda_ptx, cuda_status
+    from ngrad.engine.targets.cuda import cuda_ptx, cuda_status
 
     if "numba-cuda" in (cuda_status()[1] or "") and not cuda_status()[0]:
         pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
@@ -352,7 +352,7 @@ def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
     HAVE_CUDA and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="a real GPU runs the device tests directly"
 )
 def test_simulator_runs_the_device_tests(tmp_path):
-    from ngrad.engine.targets.compile import cuda_status
+    from ngrad.engine.targets.cuda import cuda_status
 
     if "not installed" in cuda_status()[1]:
         pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")

@@ -7,6 +7,7 @@ import ngrad
 from ngrad.engine import runtime
 from ngrad.engine.backend.fuse import SMALL_LOOP
 from ngrad.engine.ir.graph import lower
+from ngrad.engine.runtime import buffers
 from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
@@ -121,8 +122,8 @@ def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch, capsys):
     np.testing.assert_allclose(value, np.log(e.sum()) + x0.max(), rtol=1e-14)
     assert "which dies here" in text, text
     donated = []
-    real = runtime._donors
-    monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
+    real = buffers.donors
+    monkeypatch.setattr(buffers, "donors", lambda *a: donated.extend(real(*a)) or real(*a))
     assert_same(*_joint_of(lambda x: x.logsumexp(0), x0), rtol=1e-12)
     assert donated
 
@@ -150,8 +151,8 @@ def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch, capsy
     )
     assert "generated driver" in text and "which dies here" not in text
     donated = []
-    real = runtime._donors
-    monkeypatch.setattr(runtime, "_donors", lambda *a: donated.extend(real(*a)) or real(*a))
+    real = buffers.donors
+    monkeypatch.setattr(buffers, "donors", lambda *a: donated.extend(real(*a)) or real(*a))
     assert_same(*_joint_of(loss, x0), rtol=1e-10)
     assert not donated
 

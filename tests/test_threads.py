@@ -12,14 +12,16 @@ import pytest
 import ngrad
 from ngrad.engine import runtime
 from ngrad.engine.ir.graph import lower
+from ngrad.engine.runtime import dispatch, layout, threads
+from ngrad.engine.runtime.plan import CompiledPlan
 
-N = runtime.PARALLEL_MIN * 2
+N = layout.PARALLEL_MIN * 2
 
 
 @pytest.fixture(autouse=True)
 def _jit_always(monkeypatch, tmp_path_factory):
     # loops of PARALLEL_MIN elements are worth threads here, whatever their instruction count
-    monkeypatch.setattr(runtime, "PARALLEL_WORK", 1)
+    monkeypatch.setattr(layout, "PARALLEL_WORK", 1)
     monkeypatch.setenv("NGRAD_JIT", "always")
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
     yield
@@ -67,14 +69,14 @@ def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypat
         x0, w0 = rng.uniform(-3, 3, (120, 3)), rng.standard_normal(120)
     else:
         x0, w0 = rng.uniform(-3, 3, (N // 64, 64)), rng.standard_normal(64)
-    before = len(runtime._plans)
+    before = len(dispatch.records)
     par = _value_and_grad(fn, x0, w0, 2, monkeypatch)
     assert any(
         c.threaded.kernels is not None and any(c.threaded.chunked)
-        for c in list(runtime._plans.values())[before:] or runtime._plans.values()
+        for c in [r.tier for r in list(dispatch.records.values())[before:] or dispatch.records.values()]
     )
     if fn is _pairs:  # one function for all its loops, run in chunks of rows
-        comp = list(runtime._plans.values())[-1]
+        comp = list(dispatch.records.values())[-1].tier
         assert any(c and len(src.parts) >= 3 for c, src in zip(comp.threaded.chunked, comp.threaded.sources))
     ser = _value_and_grad(fn, x0, w0, 1, monkeypatch)
     ref = _value_and_grad(fn, x0, w0, 1, monkeypatch, jit="never")
@@ -86,7 +88,7 @@ def test_parallel_kernels_equal_serial_kernels_and_the_interpreter(fn, monkeypat
 def test_big_kernels_get_their_own_functions_when_threads_are_on():
     x = ngrad.from_numpy(np.random.default_rng(0).standard_normal((N // 64, 64)))
     tape = lower([((x.exp().sum(0) * 2).sum() + x.sin().amax())._node]).tape
-    comp = runtime._Compiled(tape)
+    comp = CompiledPlan(tape)
     serial = [s for s in comp.serial.sources if s is not None]
     threaded = [s for s in comp.threaded.sources if s is not None]
     assert len(serial) < len(threaded) and all(
@@ -102,8 +104,8 @@ def test_a_driver_made_with_threads_off_runs_in_chunks_once_they_are_on(monkeypa
     run = runtime.prepare(low.tape)  # threads off: the serial driver
     serial = run(values)
     chunks = []
-    real = runtime._run_chunked
-    monkeypatch.setattr(runtime, "_run_chunked", lambda *a: chunks.append(1) or real(*a))
+    real = threads.run_chunked
+    monkeypatch.setattr(threads, "run_chunked", lambda *a: chunks.append(1) or real(*a))
     ngrad.set_num_threads(2)
     parallel = run(values)
     assert chunks
@@ -120,17 +122,17 @@ def test_loops_with_little_work_stay_serial_in_the_driver(monkeypatch):
     # llsq's shape: a (1024, 32) product summed over rows is 32K elements of two instructions;
     # with threads on it stays in the plan's driver, while a long chain over as many elements
     # is worth chunks
-    monkeypatch.setattr(runtime, "PARALLEL_WORK", 1 << 22)
+    monkeypatch.setattr(layout, "PARALLEL_WORK", 1 << 22)
     ngrad.set_num_threads(2)
     rng = np.random.default_rng(2)
     a, v = ngrad.from_numpy(rng.standard_normal((1024, 32))), ngrad.from_numpy(rng.standard_normal(32))
     light = lower([(a * v).sum(0)._node]).tape
-    comp = runtime._Compiled(light)
+    comp = CompiledPlan(light)
     assert comp.threaded is comp.serial and runtime.prepare(light).__name__ == "drive"
     heavy = a
     for _ in range(200):
         heavy = (heavy * 1.0001).sin()
-    comp = runtime._Compiled(lower([heavy.sum(0)._node]).tape)
+    comp = CompiledPlan(lower([heavy.sum(0)._node]).tape)
     assert any(comp.threaded.chunked)
 
 
@@ -153,8 +155,8 @@ def test_set_num_threads_errors():
 
 SAFETY = r"""
 import os, sys, threading, numpy as np, ngrad
-from ngrad.engine import runtime
-runtime.PARALLEL_WORK = 1
+from ngrad.engine.runtime import layout
+layout.PARALLEL_WORK = 1
 ngrad.set_num_threads(2)
 x0 = np.linspace(-1, 1, {n})
 def step():

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from ngrad.engine import runtime
+from ngrad.engine.runtime.executor import execute
+from ngrad.engine.runtime.plan import CompiledPlan
 from ngrad.engine.backend import vmath
 from ngrad.engine.ir.tape import Builder
 
@@ -24,10 +25,10 @@ def _compiled_exp(x, monkeypatch, tmp_path, prim="exp"):
     b = Builder()
     v = b.input(x.shape, "f32" if x.dtype == np.float32 else "f64")
     tape = b.finish([b.emit("neg", [b.emit("neg", [b.emit(prim, [v], {})], {})], {})]).verify()
-    comp = runtime._Compiled(tape)
+    comp = CompiledPlan(tape)
     assert any(s is not None for s in comp.sources)
     comp.compile()
-    return runtime._execute(comp, tape, [x])[0], comp
+    return execute(comp, tape, [x])[0], comp
 
 
 def test_exp_float64_ulp_over_the_whole_range(monkeypatch, tmp_path):

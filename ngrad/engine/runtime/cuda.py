@@ -1,6 +1,6 @@
 """The runtime of the CUDA target.
 
-Contract: ``run(tape, values)`` is ``runtime.run`` for tapes whose tensors live on the GPU.
+Contract: ``run(tape, values)`` is ``dispatch.run`` for tapes whose tensors live on the GPU.
 Tensor inputs are device arrays (host arrays are accepted and copied over: constants the
 engine makes on the host); scalar inputs are Python or NumPy numbers. Every input is checked
 against its slot before anything runs, and the outputs are fresh device arrays.
@@ -15,7 +15,7 @@ when installed, else on the host with a copy each way. Reduction accumulators st
 with their identity (``cupy.zeros``/``cupy.full``, else a small fill kernel). A one-element
 input handed over on the host (the seed of ``backward()``) is a by-value kernel argument, not a
 copy to the device; the program is keyed by which inputs are such numbers. Launches after a
-kernel's first go straight to the driver (``compile._Launcher``).
+kernel's first go straight to the driver (``targets/cuda.py``'s ``_Launcher``).
 """
 
 import math
@@ -26,8 +26,10 @@ import numpy as np
 
 from ..backend.codegen import identity
 from ..backend.cuda_source import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source
+from ..config import debug_level, jit_mode, jit_threshold
 from ..ir.interpret import compute, interpret, np_dtype
-from . import _check, _dead_after_steps, _squeezed, _threshold, debug_level, jit_mode
+from .checks import check
+from .layout import dead_after_steps, squeezed
 
 __all__ = ["run"]
 
@@ -79,7 +81,7 @@ _CUPY_GLUE = frozenset(
 
 def _device(v, dtype=None):
     """``v`` as a C-contiguous device array (host values are copied over)."""
-    from ..targets.compile import is_device_array, to_device
+    from ..targets.cuda import is_device_array, to_device
 
     if is_device_array(v):
         if v.is_c_contiguous():
@@ -90,7 +92,7 @@ def _device(v, dtype=None):
 
 
 def _host(v):
-    from ..targets.compile import is_device_array
+    from ..targets.cuda import is_device_array
 
     return v.copy_to_host() if is_device_array(v) else v
 
@@ -117,14 +119,14 @@ class _Program:
         self.sources = [cuda_source(st, tape, late) if isinstance(st, Kernel) else None for st in self.plan.steps]
         self.kernels = None
         self.seen = 0
-        self.dead = _dead_after_steps(tape, self.plan)
+        self.dead = dead_after_steps(tape, self.plan)
         self.consts = {}
 
     def compile(self):
-        from ..targets.compile import kernel
+        from ..targets.cuda import kernel
 
         if self.kernels is None:
-            self.kernels = [None if s is None else kernel(s.text, "cuda") for s in self.sources]
+            self.kernels = [None if s is None else kernel(s.text) for s in self.sources]
 
 
 def _host_numbers(tape, values):
@@ -154,7 +156,7 @@ def _program_for(tape, mode, host):
         # costs seconds on 10^8 elements, a CUDA compile about half a second
         if (
             mode == "auto"
-            and prog.seen < _threshold()
+            and prog.seen < jit_threshold()
             and sum(math.prod(tape.shapes[s]) for s in tape.inputs) < COLD_MAX
         ):
             return None
@@ -164,9 +166,9 @@ def _program_for(tape, mode, host):
 
 def run(tape, values):
     """Execute ``tape`` on the GPU (see the module docstring); return fresh device arrays."""
-    from ..targets.compile import device_copy, is_device_array
+    from ..targets.cuda import device_copy, is_device_array
 
-    _check(tape, values, device=True)
+    check(tape, values, device=True)
     if debug_level() >= 1:
         print(f"ngrad: running tape on cuda ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
     prog = _program_for(tape, jit_mode(), _host_numbers(tape, values))
@@ -203,7 +205,7 @@ def _pointer(a):
 
 
 def _execute(prog, tape, values):
-    from ..targets.compile import device_empty
+    from ..targets.cuda import device_empty
 
     debug = debug_level()
     env = dict(zip(tape.inputs, values))
@@ -220,7 +222,7 @@ def _execute(prog, tape, values):
             args = [n] + [shape[d] for d in part.dims]
             for a, pattern in part.arrays:
                 arr = env[a] if a not in prog.numbers else _device(env[a], np_dtype(tape.dtypes[a]))
-                args.append(_shaped(arr, _squeezed(tape.shapes[a], pattern)))
+                args.append(_shaped(arr, squeezed(tape.shapes[a], pattern)))
             for s, late in zip(part.scalars, part.late):
                 v = env[s]
                 args.append(_shaped(_device(v), (1,)) if late else _number(v, tape.dtypes[s]))
@@ -236,7 +238,7 @@ def _execute(prog, tape, values):
             t = time.perf_counter()
             kern.launch(n, args)
             if debug >= 3:
-                from ..targets.compile import synchronize
+                from ..targets.cuda import synchronize
 
                 synchronize()
                 print(
@@ -264,14 +266,14 @@ _fills = []
 def _filled(shape, dtype, value):
     """A fresh device array of ``shape`` holding ``value`` (a reduction's identity): one CuPy
     call when CuPy is installed, else the fill kernel."""
-    from ..targets.compile import cupy_module, device_empty, from_cupy, kernel
+    from ..targets.cuda import cupy_module, device_empty, from_cupy, kernel
 
     dt = np_dtype(dtype)
     cp = cupy_module()
     if cp is not None:
         return from_cupy(cp.zeros(shape, dt) if value == 0 else cp.full(shape, value, dt))
     if not _fills:
-        _fills.append(kernel(cuda_fill_source(), "cuda"))
+        _fills.append(kernel(cuda_fill_source()))
     c = device_empty(shape, dt)
     n = math.prod(shape)
     _fills[0].launch(n, (n, c.reshape(-1), dt.type(value)))
@@ -280,7 +282,7 @@ def _filled(shape, dtype, value):
 
 def _glue(prog, tape, ins, env):
     """One glue step on the device (see the module docstring)."""
-    from ..targets.compile import cupy_module, from_cupy
+    from ..targets.cuda import cupy_module, from_cupy
 
     out, prim = ins.out, ins.prim
     if prim == "const":
@@ -314,7 +316,7 @@ def _glue(prog, tape, ins, env):
 
 def _matmul(tape, ins, args):
     """Batched matmul through the tiled kernel (``codegen.cuda_matmul_source``)."""
-    from ..targets.compile import device_empty, kernel
+    from ..targets.cuda import device_empty, kernel
 
     a, b = args
     shape = tape.shapes[ins.out]
@@ -322,7 +324,7 @@ def _matmul(tape, ins, args):
     z = math.prod(shape[:-2])
     out = device_empty((z, m, n), np_dtype(tape.dtypes[ins.out]))
     if z and m and n:
-        kern = kernel(cuda_matmul_source(tape.dtypes[ins.out]), "cuda")
+        kern = kernel(cuda_matmul_source(tape.dtypes[ins.out]))
         grid = (-(-n // MATMUL_TILE), -(-m // MATMUL_TILE), z)
         kern.launch(0, (m, k, n, a.reshape((z, m, k)), b.reshape((z, k, n)), out), grid, (MATMUL_TILE, MATMUL_TILE))
     return out.reshape(shape)
@@ -339,7 +341,7 @@ def signature(kernel, part, tape):
     """The Numba signature a compiled kernel is launched with (what ``_execute`` passes)."""
     shape = kernel.shape or (1,)
     types = ["int64"] * (1 + len(part.dims))
-    types += [_array_type(tape.dtypes[a], len(_squeezed(tape.shapes[a], p))) for a, p in part.arrays]
+    types += [_array_type(tape.dtypes[a], len(squeezed(tape.shapes[a], p))) for a, p in part.arrays]
     types += [
         _array_type(tape.dtypes[s], 1) if late else _NUMBA_TYPE[tape.dtypes[s]]
         for s, late in zip(part.scalars, part.late)
@@ -355,7 +357,7 @@ def signature(kernel, part, tape):
 def ptx(tape):
     """Type-check every CUDA kernel of ``tape``'s plan by compiling it to PTX (no GPU needed,
     only the CUDA toolkit's NVVM); returns ``(source text, PTX)`` per kernel."""
-    from ..targets.compile import cuda_ptx
+    from ..targets.cuda import cuda_ptx
 
     prog = _Program(tape)
     out = []

@@ -7,7 +7,7 @@ computations (an ODE integrated step by step) never keep their history alive.
 """
 
 from ..ir.graph import lower, target_of
-from . import run
+from .dispatch import run
 
 __all__ = ["realize"]
 

@@ -1,0 +1,185 @@
+"""Dispatch: which tier runs a call of a tape, and the entry points that run it.
+
+Contract: ``run(tape, values)`` checks every input against the tape's slot (``checks``) before
+anything executes, runs the tape on the tier ``tier_for`` picks (the NumPy interpreter, a bytecode
+``Machine``, a compiled plan's generated driver or its step-by-step executor; ``target="cuda"``:
+the CUDA executor), and returns fresh, writable, C-contiguous arrays that share memory with no
+input. ``prepare``/``inline`` give a function (or the lines of one) equal to ``run`` for calling
+many times. ``tier_for`` keeps one ``tiering.Record`` per tape structure and carries out
+``tiering.next_state``'s decisions.
+"""
+
+import dataclasses
+import sys
+import time
+
+import numpy as np
+
+from ..config import debug_level, jit_mode, jit_threshold
+from ..ir.interpret import interpret, np_dtype
+from . import tiering
+from .buffers import owned
+from .checks import check, check_one
+from .driver import driver_code, driver_of
+from .executor import executed
+from .machine import Machine, machine_for
+from .plan import CompiledPlan
+from .tiering import Decision, Record, next_state, small_steps
+
+__all__ = ["run", "prepare", "inline", "tier_for", "records"]
+
+records = {}  # tape structure (``Tape.key()``) -> its tiering.Record
+
+
+def tier_for(tape, mode, now=False, policy=None):
+    """The record of ``tape`` with its tier compiled if it is due (None under ``NGRAD_JIT=never``
+    or for an empty tape): a record whose tier is not ready runs on the interpreter, and the
+    caller adds that time to its ``rent``. ``now`` (``prepare``): planned and compiled at first
+    sight, except under ``auto`` a plan needing more than ``prepare_functions`` new functions,
+    which waits for its rent. ``policy``: the tiering rules (default ``tiering.POLICY`` with
+    ``NGRAD_JIT_THRESHOLD``)."""
+    if mode == "never" or not tape.instrs:
+        return None
+    key = tape.key()
+    record = records.get(key)
+    if record is not None and record.tier is not None and record.tier.ready():
+        return record
+    policy = policy or dataclasses.replace(tiering.POLICY, threshold=jit_threshold())
+    if record is None:
+        record = records[key] = Record()
+        if len(tape.instrs) >= policy.bytecode_min_instrs:
+            record.small = small_steps(tape, policy)
+    if not now:  # prepare runs nothing: its call is counted when it runs
+        record.seen += 1
+    new = None  # a tier made by this call, shown once (NGRAD_DEBUG=2)
+    while True:
+        ready = record.tier is not None and record.tier.ready()
+        decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now, ready=ready)
+        if decision is Decision.ENCODE:
+            record.offered = True
+            machine = machine_for(tape, policy, big_steps=not record.small)
+            if machine is not None:
+                record.tier = new = machine
+                record.pending, record.cached = 0, machine.cached
+        elif decision is Decision.PLAN:
+            plan = record.tier = new = CompiledPlan(tape)
+            record.functions = plan.functions()
+            if mode == "auto":
+                record.pending = plan.missing()
+                record.cached = record.pending == 0
+        else:
+            break
+    if new is not None and debug_level() >= 2:
+        _show(new)
+    if decision is Decision.COMPILE:
+        t = time.perf_counter()
+        record.tier.compile()
+        if debug_level() >= 3:
+            print(
+                f"ngrad: prepared {len([k for k in record.tier.kernels if k])} kernels in "
+                f"{(time.perf_counter() - t) * 1e3:.1f} ms",
+                file=sys.stderr,
+            )
+    return record
+
+
+def _show(tier):
+    """Print a new tier's generated source (``NGRAD_DEBUG=2``)."""
+    if isinstance(tier, Machine):
+        print(f"ngrad: bytecode loop\n{tier.code.source}", file=sys.stderr)
+        return
+    for s in tier.sources:
+        if s is not None:
+            print(f"ngrad: generated kernel\n{s.text}", file=sys.stderr)
+
+
+def run(tape, values, target="cpu", *, policy=None):
+    """Execute ``tape`` on ``values`` after validating them; return owned output arrays.
+    ``target="cuda"`` runs it on the GPU (``runtime/cuda.py``): device arrays in and out.
+    ``policy``: the tiering rules (see ``tier_for``)."""
+    if target == "cuda":
+        from .cuda import run as run_cuda
+
+        return run_cuda(tape, values)
+    check(tape, values)
+    if debug_level() >= 1:
+        print(f"ngrad: running tape ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
+    record = tier_for(tape, jit_mode(), policy=policy)
+    tier = None if record is None else record.tier
+    if tier is None or not tier.ready():
+        t = time.perf_counter()
+        outs = interpret(tape, values)
+        if record is not None:
+            record.rent += time.perf_counter() - t
+    elif isinstance(tier, Machine):
+        return tier.run(values)  # fresh arrays, sharing memory with nothing
+    else:
+        # a small plan runs through its driver (``prepare``): straight-line code, shapes as literals
+        drive = driver_of(tier, tape)
+        if drive is not None and debug_level() < 3:
+            return drive(values)
+        return executed(tier, tape, values)
+    return owned(outs, values)
+
+
+def prepare(tape, target="cpu"):
+    """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
+
+    The plan is compiled now (unless ``NGRAD_JIT=never``, or under ``auto`` it needs more than
+    ``prepare_functions`` new functions: then ``run`` tiers it) and unrolled into a generated Python
+    *driver*: input checks, allocations and kernel calls as straight-line code with every shape
+    a literal, so a call costs little more than the kernels and NumPy calls themselves. Big
+    buffers come from the plan's pool (``POOL_MIN_BYTES``), and a loop writes in place of a
+    value that dies there where the executor would (decided once, when the driver is made).
+    With threads on, a plan with loops big enough for them runs through ``run``'s step-by-step
+    path, which cuts those loops into chunks.
+    """
+    if target == "cuda":
+        return lambda values: run(tape, values, target)
+    record = tier_for(tape, jit_mode(), now=True)
+    tier = None if record is None else record.tier
+    if isinstance(tier, Machine):
+        return _checked(tape, tier)
+    drive = driver_of(tier, tape) if tier is not None and tier.ready() else None
+    if drive is None:
+        return lambda values: run(tape, values)
+    return drive
+
+
+def _checked(tape, machine):
+    """``machine.run`` behind the input checks of ``run`` (on tensors: a runtime scalar that is
+    not a number fails when the arena takes it)."""
+    tensors = [
+        (i, tape.shapes[s], np_dtype(tape.dtypes[s]))
+        for i, (s, k) in enumerate(zip(tape.inputs, tape.kinds))
+        if k != "scalar"
+    ]
+    count = len(tape.inputs)
+
+    def call(values):
+        if len(values) != count:
+            check(tape, values)
+        for i, shape, dt in tensors:
+            v = values[i]
+            if v.__class__ is not np.ndarray or v.shape != shape or v.dtype != dt:
+                check_one(tape, i, v)
+        return machine.run(values)
+
+    return call
+
+
+def inline(tape, inputs, g, fallback):
+    """The body of ``prepare(tape)``'s driver for a caller's generated function (``ngrad.compile``
+    puts it in the function that also checks the call's signature and builds its tensors):
+    ``inputs[i]`` is the expression of input i (checked like ``run`` checks it); ``g`` the
+    globals the code runs in (every name the driver adds to it starts with a letter, and its
+    locals too: the caller's names start with ``_``); ``fallback`` the statement run when the
+    driver cannot finish the call (a sin/cos argument out of range; threads are on and the plan
+    has loops big enough for them), before anything it did is seen. Returns the lines and the
+    expression of each output, or None when the tape runs without a driver (not compiled yet,
+    bytecode, or threads on for its loops)."""
+    record = tier_for(tape, jit_mode(), now=True)
+    tier = None if record is None else record.tier
+    if not isinstance(tier, CompiledPlan) or not tier.ready() or tier.chunks():
+        return None
+    return driver_code(tier, tape, inputs, g, fallback)

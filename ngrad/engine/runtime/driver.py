@@ -1,0 +1,476 @@
+"""The generated driver: a compiled plan unrolled into straight-line Python for one call.
+
+Contract: ``driver_of(plan, tape)`` is ``prepare``'s function for a ``CompiledPlan`` (built once,
+None while threads run its loops in chunks); ``driver_code(plan, tape, inputs, g, fallback)``
+returns its lines and output expressions for a caller's own generated function (``inline``).
+A driver checks its inputs (class, shape, dtype, layout; anything else takes ``fix_input``),
+allocates buffers (big ones from the plan's pool), calls kernels and NumPy glue, and copies an
+output that would share memory with an input or another output. Writing one is two passes per
+step: *deciding* what the step does (``glue_kind``: a ``GlueKind``; ``store_targets``: a
+``StoreTarget`` per stored slot) and *rendering* that decision as Python (``_Writer``). Every
+line carries the tape instruction it came from.
+"""
+
+import enum
+import math
+import sys
+import typing
+
+import numpy as np
+
+from ..backend.codegen import Expr, SourceMath, identity
+from ..backend.fuse import Glue, reads_of
+from ..config import debug_level
+from ..ir.interpret import compute, evaluate, matmul_into, np_dtype
+from ..ir.prims import PRIMS
+from . import buffers
+from .buffers import POOL_MIN_BYTES
+from .checks import fix_input
+from .executor import executed
+from .layout import keepdims, kept, squeezed
+
+__all__ = ["driver_of", "driver_code", "GlueKind", "glue_kind", "StoreTarget", "store_targets"]
+
+# prims whose kernel text (the primitive table's forward against codegen.SourceMath) is Python
+# operators only, which NumPy values evaluate with NumPy's semantics and keep their dtype
+_SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow", "abs", "eq", "ne", "lt", "le", "gt", "ge"])
+
+# elementwise prims whose NumPy implementation broadcasts its operands
+_BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
+
+# prims whose NumPy result may share memory with an operand (their results are not fresh)
+_SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
+
+
+def driver_of(plan, tape):
+    """The compiled plan's generated driver (see ``dispatch.prepare``), built once; None while
+    threads run its loops in chunks."""
+    if plan.chunks():
+        return None
+    if plan.drive is None:
+        plan.drive = _driver(plan, tape)
+    return plan.drive
+
+
+def _driver(plan, tape):
+    """The driver of a compiled plan as a Python function of ``values``."""
+    # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
+    # of its range (the executor falls back to the interpreter), and with threads on
+    g = {"execute": lambda values: executed(plan, tape, values)}
+    lines, outs = driver_code(
+        plan, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)"
+    )
+    text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
+    if debug_level() >= 2:
+        print(f"ngrad: generated driver\n{text}", file=sys.stderr)
+    exec(compile(text, f"<ngrad driver {len(tape.instrs)} instrs>", "exec"), g)
+    return g["drive"]
+
+
+class GlueKind(enum.Enum):
+    """How a driver computes one glue step."""
+
+    CONSTANT = "constant"  # a value computed once per plan
+    IMPLICIT = "implicit"  # an expand NumPy broadcasts where it is read (``implicit_expands``)
+    SCALAR_ALIAS = "scalar alias"  # a reshape or detach of a runtime scalar: the same NumPy scalar
+    ALIAS = "alias"  # a detach: the same array
+    MATMUL_INTO = "matmul into"  # a matmul into a buffer of the plan's (``CompiledPlan.into``)
+    RESHAPE = "reshape"
+    SLICE = "slice"
+    UNSLICE = "unslice"  # zeros, and the window assigned
+    SCALAR_OP = "scalar op"  # one-element arithmetic as Python operators on NumPy values
+    NUMPY = "numpy"  # the interpreter's NumPy implementation
+
+
+class StoreTarget(typing.NamedTuple):
+    """Where a loop's stored slot goes: a new buffer, or (``into``) the buffer of a slot that
+    dies at this loop (see ``store_targets``)."""
+
+    slot: int
+    into: int | None
+
+
+def glue_kind(ins, tape, plan, implicit, scalar_operand):
+    """How the driver computes glue instruction ``ins`` (``implicit``: the expands NumPy
+    broadcasts; ``scalar_operand``: its first operand is held as a NumPy scalar)."""
+    out = ins.out
+    a0 = ins.args[0] if ins.args else None
+    if out in plan.consts:
+        return GlueKind.CONSTANT
+    if out in implicit:
+        return GlueKind.IMPLICIT
+    if ins.prim in ("reshape", "detach") and scalar_operand:
+        # a runtime scalar stays a NumPy scalar until something needs it as an array
+        return GlueKind.SCALAR_ALIAS
+    if ins.prim == "detach":
+        return GlueKind.ALIAS
+    if out in plan.into:
+        return GlueKind.MATMUL_INTO
+    if ins.prim in ("reshape", "slice", "unslice"):
+        return GlueKind(ins.prim)
+    if (
+        ins.prim in _SCALAR_OPS
+        and math.prod(tape.shapes[out]) == 1
+        and tape.dtypes[a0] in ("f32", "f64")
+        and all(tape.dtypes[a] == tape.dtypes[a0] for a in ins.args)
+    ):
+        # one-element arithmetic (bias corrections, a logsumexp's max): Python's operators
+        # on NumPy values take 0.1 µs where the interpreter's dispatch takes 2
+        return GlueKind.SCALAR_OP
+    return GlueKind.NUMPY
+
+
+def store_targets(part, sizes, tape, spare):
+    """A ``StoreTarget`` per slot the loop ``part`` stores: the first of ``spare`` (slots whose
+    buffers it may write in place of, see ``_Writer.donors``) of the store's dtype and shape, each
+    taken once, else a new buffer."""
+    spare, targets = list(spare), []
+    for st in part.stores:
+        d = next((a for a in spare if tape.dtypes[a] == tape.dtypes[st] and tape.shapes[a] == tuple(sizes)), None)
+        if d is not None:
+            spare.remove(d)
+        targets.append(StoreTarget(st, d))
+    return targets
+
+
+def driver_code(plan, tape, inputs, g, fallback):
+    """Lines and output expressions of a driver (see ``_driver`` and ``dispatch.inline``)."""
+    lay = plan.serial
+    plan.compile(lay)
+    g.update(
+        {
+            "ndarray": np.ndarray,
+            "empty": np.empty,
+            "zeros": np.zeros,
+            "asarray": np.asarray,
+            "contiguous": np.ascontiguousarray,
+            "errstate": np.errstate,
+            "bool_": np.bool_,
+            "taker": lambda made: buffers.taker(plan, made),
+            "recycle": lambda made, res: buffers.recycle(plan, made, res),
+            "matmul_into": matmul_into,
+        }
+    )
+    w = _Writer(plan, tape, g)
+    w.inputs(inputs)
+    g["fix"] = lambda i, v: fix_input(tape, i, v)
+    if plan.threaded is not plan.serial:  # loops big enough for threads: once threads are on,
+        g["plan"] = plan  # they run in chunks (``execute``); the driver is serial
+        w.lines.append("if plan.chunks():")
+        w.lines.append(f"    {fallback}")
+    consts = plan.consts  # constants (literals and their reshapes), computed once per plan
+    for step in plan.plan.steps:
+        if isinstance(step, Glue) and step.instr.out in consts and consts[step.instr.out] is None:
+            consts[step.instr.out] = evaluate(tape, step.instr, consts)
+    steps = plan.plan.steps
+    quiet = False  # some NumPy glue computes: no floating-point warnings (one errstate per call)
+    for n_seg, (seg, src, fn, gone) in enumerate(zip(lay.segments, lay.sources, lay.kernels, lay.dead)):
+        gone = set(gone)
+        if src is None:
+            ins = steps[seg[0]].instr
+            line = w.glue(ins)
+            quiet = quiet or (
+                not line.startswith("#")
+                and ins.out not in consts
+                and PRIMS[ins.prim].kind not in ("movement", "index", "cast")
+            )
+            w.lines.append(line)
+            w.live.add(ins.out)
+        else:
+            w.segment(n_seg, seg, src, fn, gone, fallback)
+        w.live -= gone
+    return w.finish(quiet)
+
+
+class _Writer:
+    """A driver being written: its lines, and what each slot is at this point of the call.
+
+    ``var``: slot -> the expression holding it; ``fresh``: variables holding arrays the driver
+    made; ``root``: slot -> the variable owning its memory; ``loose``: slots that may not be
+    C-contiguous; ``scalar``: variables holding a runtime scalar as a NumPy scalar; ``allocated``:
+    variables holding a C-contiguous buffer the driver allocated for a loop; ``live``: the slots
+    whose values are alive now; ``pooled``: some buffer comes from the plan's pool."""
+
+    def __init__(self, plan, tape, g):
+        self.plan, self.tape, self.g = plan, tape, g
+        self.lines = []
+        self.var, self.fresh, self.root, self.loose, self.scalar = {}, set(), {}, set(), set()
+        self.allocated, self.live, self.pooled = set(), set(tape.inputs), False
+        self.implicit = implicit_expands(plan.plan.steps, tape)
+
+    def dtype_name(self, s):
+        name = f"D{s}"
+        self.g[name] = np_dtype(self.tape.dtypes[s])
+        return name
+
+    def alloc(self, shape, s):
+        """An expression making a buffer for slot ``s``: a big one from the plan's pool, where
+        its pages are already mapped; a small one from malloc, which keeps such memory itself."""
+        if math.prod(shape) * np_dtype(self.tape.dtypes[s]).itemsize >= POOL_MIN_BYTES:
+            self.pooled = True
+            return f"take({tuple(shape)!r}, {self.dtype_name(s)})"
+        return f"empty({tuple(shape)!r}, {self.dtype_name(s)})"
+
+    def inputs(self, inputs):
+        """Bind each input to a variable, checked (anything unexpected goes through ``fix``)."""
+        tape = self.tape
+        for i, (s, kind) in enumerate(zip(tape.inputs, tape.kinds)):
+            v = self.var[s] = f"x{s}"
+            self.root[s] = v
+            if kind == "scalar":
+                self.lines.append(f"{v} = {self.dtype_name(s)}.type({inputs[i]})  # in %{s} scalar")
+                self.scalar.add(v)
+            else:
+                self.lines.append(f"{v} = {inputs[i]}  # in %{s}")
+                self.lines.append(
+                    f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
+                    f"{v}.dtype is not {self.dtype_name(s)} or not {v}.flags.c_contiguous:"
+                )
+                self.lines.append(f"    {v} = fix({i}, {v})")
+
+    def glue(self, ins):
+        """The line computing glue instruction ``ins`` (earlier lines it needs are appended)."""
+        out = ins.out
+        a0 = ins.args[0] if ins.args else None
+        kind = glue_kind(ins, self.tape, self.plan, self.implicit, self.var.get(a0) in self.scalar)
+        v = self.var[out] = f"e{out}"
+        if kind is GlueKind.CONSTANT:
+            self.g[f"C{out}"] = self.plan.consts[out]
+            self.root[out] = f"C{out}"
+            return f"{v} = C{out}  # %{out} = {ins.prim} (constant)"
+        if kind is GlueKind.IMPLICIT:
+            self._alias(out, a0, self.root.get(a0, self.var[a0]))
+            return f"# %{out} = expand(%{a0}): NumPy broadcasts {self.var[a0]} where it is read"
+        if kind is GlueKind.SCALAR_ALIAS:
+            self.var[out], self.root[out] = self.var[a0], self.root[a0]
+            return f"# %{out} = {ins.prim}(%{a0}) is {self.var[a0]}"
+        if kind is GlueKind.ALIAS:
+            self._alias(out, a0, self.root[a0])
+            return f"# %{out} = detach(%{a0}) is {self.var[a0]}"
+        args = [f"asarray({self.var[a]})" if self.var[a] in self.scalar else self.var[a] for a in ins.args]
+        if kind is GlueKind.MATMUL_INTO:
+            return self._matmul_into(ins, args)
+        if kind is GlueKind.UNSLICE:
+            self.lines.append(f"{v} = zeros({ins.params['shape']!r}, {self.dtype_name(out)})  # %{out} = unslice")
+            self.root[out] = v
+            self.fresh.add(v)
+            return f"{v}[{_index_text(ins.params)}] = {args[0]}"
+        expr = self._expression(ins, kind, args)
+        if ins.prim in _SHARES:
+            self.root[out] = self.root.get(a0, v)
+            if ins.prim != "reshape" or a0 in self.loose:
+                self.loose.add(out)
+        else:
+            self.root[out] = v
+            self.fresh.add(v)
+        return f"{v} = {expr}  # %{out} = {ins.prim}"
+
+    def _alias(self, out, a0, root):
+        """Slot ``out`` is the value of ``a0`` (owned by ``root``)."""
+        self.var[out], self.root[out] = self.var[a0], root
+        if a0 in self.loose:
+            self.loose.add(out)
+
+    def _matmul_into(self, ins, args):
+        out = ins.out
+        v = self.var[out]
+        shape, inverse = self.plan.into[out]
+        buf = v if inverse is None else f"p{out}"
+        how = "into a buffer of the plan's" if inverse is None else "laid out as its permute's result"
+        self.lines.append(f"{buf} = {self.alloc(shape, out)}  # %{out} = matmul, {how}")
+        self.root[out] = buf
+        self.fresh.add(buf)
+        if inverse is not None:
+            self.loose.add(out)
+            self.lines.append(f"{v} = {buf}.transpose({inverse!r})")
+        return f"matmul_into({args[0]}, {args[1]}, {v})"
+
+    def _expression(self, ins, kind, args):
+        """The expression of a glue step that makes a value (a reshape, slice, one-element
+        arithmetic or the interpreter's NumPy)."""
+        if kind is GlueKind.RESHAPE:
+            return f"{args[0]}.reshape({ins.params['shape']!r})"
+        if kind is GlueKind.SLICE:
+            return f"{args[0]}[{_index_text(ins.params)}]"
+        if kind is GlueKind.SCALAR_OP:
+            operands = [Expr(self.var[a], self.tape.dtypes[a]) for a in ins.args]
+            text = PRIMS[ins.prim].fwd(SourceMath, *operands, **ins.params)
+            return f"asarray{text.text}" if text.text.startswith("(") else f"asarray({text.text})"
+        tape = self.tape
+        self.g[f"G{ins.out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
+        return f"G{ins.out}({', '.join(args)})"
+
+    def array_arg(self, a, shape):
+        """The expression passing slot ``a`` to a loop as an array of ``shape``."""
+        v = self.var[a]
+        if v in self.scalar:  # a runtime scalar (a Python number) that a one-element loop reads as an array
+            return f"asarray({v}).reshape({tuple(shape)!r})"
+        if a in self.loose:
+            self.lines.append(f"if not {v}.flags.c_contiguous: {v} = contiguous({v})")
+        return v if tuple(shape) == tuple(self.tape.shapes[a]) else f"{v}.reshape({tuple(shape)!r})"
+
+    def donors(self, j, part, gone):
+        """Slots whose buffers a one-loop segment may write its stores into, as
+        ``buffers.donors`` decides at run time: arrays this driver made that the loop reads only
+        at its own index, whose values die here and that no other live value shares (NumPy's
+        results are not candidates: their layout follows their operands')."""
+        if j not in self.plan.in_place or not part.stores:
+            return []
+        root, var, sharing = self.root, self.var, {}
+        for s in self.live:
+            sharing[root[s]] = sharing.get(root[s], 0) + 1
+        return [
+            a
+            for (a, _), whole in zip(part.arrays, part.whole)
+            if whole and a in gone and root[a] in self.allocated and var[a] == root[a] and sharing[root[a]] == 1
+        ]
+
+    def segment(self, n_seg, seg, src, fn, gone, fallback):
+        """The lines of a segment of loops: its buffers, then one call of its function."""
+        steps = self.plan.plan.steps
+        args, guards, parts = [], [], iter(src.parts)
+        for j in seg:
+            step = steps[j]
+            if isinstance(step, Glue):
+                self.lines.append(self.glue(step.instr))
+                self.live.add(step.instr.out)
+                continue
+            part = next(parts)
+            args += self.loop_args(j, n_seg, step, part, gone, guards, len(seg) == 1)
+        name = f"K{n_seg}"
+        self.g[name] = _warming(fn, self.g, name)
+        self.lines.append(f"{name}({', '.join(args)})")
+        if guards:
+            # an argument outside the range of a vectorised sin/cos: the interpreter is exact
+            self.lines.append(f"if {' or '.join(b + '[0]' for b in guards)}:")
+            self.lines.append(f"    {fallback}")
+
+    def loop_args(self, j, n_seg, step, part, gone, guards, alone):
+        """The arguments of one loop (``part`` of its segment's function), after the lines making
+        its buffers; ``alone``: the loop is its segment's only step (then it may write in place)."""
+        tape, var = self.tape, self.var
+        sizes = step.shape or (1,)
+        args = [str(sizes[d]) for d in part.dims]
+        for a, pattern in part.arrays:
+            args.append(self.array_arg(a, squeezed(tape.shapes[a], pattern)))
+        for s_, late in zip(part.scalars, part.late):
+            v = var[s_]
+            if v in self.scalar:
+                args.append(f"asarray({v}).reshape(-1)" if late else v)
+            else:
+                args.append(f"{v}.reshape(-1)" if late else f"{v}.reshape(-1)[0]")
+        spare = self.donors(j, part, gone) if alone else []
+        for st, into in store_targets(part, sizes, tape, spare):
+            if into is None:
+                o = f"o{st}"
+                self.lines.append(f"{o} = {self.alloc(sizes, st)}  # store %{st}")
+                self.fresh.add(o)
+                self.allocated.add(o)
+            else:  # written in place of a value that dies here (see ``donors``)
+                o = var[into]
+                self.lines.append(f"# store %{st} into {o}, the buffer of %{into}, which dies here")
+            args.append(o)
+            var[st] = o if tuple(sizes) == tuple(tape.shapes[st]) else f"{o}.reshape({tape.shapes[st]!r})"
+            self.root[st] = o
+            self.live.add(st)
+        for ins, isfresh in zip(part.reductions, part.fresh):
+            args.append(self.accumulator(ins, step.shape, isfresh))
+        if part.guard:
+            guards.append(f"b{len(guards)}_{j}")
+            self.lines.append(f"{guards[-1]} = zeros(1, bool_)")
+            args.append(guards[-1])
+        if part.bounds is not None:
+            self.g[f"W{n_seg}_{j}"] = part.bounds
+            args.append(f"W{n_seg}_{j}")
+        return args
+
+    def accumulator(self, ins, shape, isfresh):
+        """The lines making reduction ``ins``'s accumulator; returns the argument passing it."""
+        c = f"r{ins.out}"
+        keep = keepdims(shape, ins)
+        kept_shape = kept(keep, ins)
+        made = () if not kept_shape else keep  # a full reduction's 0-d accumulator: no reshape
+        self.lines.append(f"{c} = {self.alloc(made, ins.out)}  # %{ins.out} = {ins.prim}")
+        if not isfresh:
+            self.g[f"I{ins.out}"] = identity(ins.prim, self.tape.dtypes[ins.out])
+            self.lines.append(f"{c}.fill(I{ins.out})")
+        self.live.add(ins.out)
+        self.fresh.add(c)
+        out_shape = self.tape.shapes[ins.out]
+        self.var[ins.out] = c if made == tuple(out_shape) else f"{c}.reshape({out_shape!r})"
+        self.root[ins.out] = c
+        return c if kept_shape == made else f"{c}.reshape({kept_shape!r})"
+
+    def finish(self, quiet):
+        """The driver's lines and output expressions (outputs copied where they would share)."""
+        lines = self.lines
+        if quiet:  # entering errstate costs about a microsecond: once, around everything
+            lines = ["with errstate(all='ignore'):"] + ["    " + line for line in lines]
+        outs, taken = [], set()
+        for s in self.tape.outputs:
+            v = self.var[s]
+            if v in self.scalar:
+                v = f"asarray({v})"
+            elif self.root.get(s) not in self.fresh or self.root.get(s) in taken:  # an input, a constant, or shared
+                v = f"{v}.copy()"
+            taken.add(self.root.get(s))
+            outs.append(v)
+        if self.pooled:
+            # big buffers come from the plan's pool and go back to it (the results are watched
+            # until the caller drops them; see ``buffers.recycle``)
+            lines = ["made = []", "take = taker(made)"] + lines
+            lines.append(f"y = [{', '.join(outs)}]")
+            lines.append("recycle(made, y)")
+            outs = [f"y[{k}]" for k in range(len(outs))]
+        return lines, outs
+
+
+def implicit_expands(steps, tape):
+    """The expands a driver need not build: each read only by elementwise NumPy glue whose
+    result keeps its shape when that operand is the expand's source instead (NumPy broadcasts
+    it). ``np.broadcast_to`` costs 4 us, about twice the one-element-by-vector product it feeds
+    at the end of a logsumexp's gradient."""
+    readers = {}
+    for step in steps:
+        for a in reads_of(step):
+            readers.setdefault(a, []).append(step)
+    implicit = {}  # expand slot -> its source
+    outputs = set(tape.outputs)
+    for step in steps:
+        if not isinstance(step, Glue) or step.instr.prim != "expand" or step.instr.out in outputs:
+            continue
+        ins = step.instr
+        users = readers.get(ins.out, ())
+        if not users or not all(isinstance(u, Glue) and PRIMS[u.instr.prim].kind in _BROADCASTING for u in users):
+            continue
+        implicit[ins.out] = ins.args[0]
+        if not all(_keeps_shape(u.instr, tape, implicit) for u in users):
+            del implicit[ins.out]
+    return implicit
+
+
+def _keeps_shape(ins, tape, implicit):
+    """Whether ``ins`` keeps its result's shape with the ``implicit`` expands' sources read."""
+    shapes = [tape.shapes[implicit.get(a, a)] for a in ins.args]
+    return tuple(np.broadcast_shapes(*shapes)) == tuple(tape.shapes[ins.out])
+
+
+def _index_text(params):
+    return ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(params["starts"], params["stops"], params["steps"]))
+
+
+def _warming(kernel, g, name):
+    """The kernel's first calls go through its wrapper (load or compile, cache repair); once it
+    is ready, the driver calls the machine code for these argument types (``cpu.direct``):
+    a driver's arguments are inputs it checked (class, shape, dtype, layout), arrays it made and
+    literals, so their types are the same on every call."""
+
+    def call(*args):
+        r = kernel(*args)
+        if kernel.ready:
+            from ..targets.cpu import direct
+
+            g[name] = direct(kernel, args)
+        return r
+
+    return call

@@ -1,0 +1,122 @@
+"""The bytecode tier: a tape run as one compiled loop over its encoded instructions.
+
+Contract: ``machine_for(tape, policy)`` is the ``Machine`` of a tape that should run as bytecode
+(``tiering.Policy``: long enough, and small steps unless ``big_steps``), read back from the disk
+cache or encoded and stored, else None. A ``Machine`` compiles its loop with ``compile()`` and
+runs checked inputs with ``run(values)``, returning fresh arrays. Loops are shared: a tape runs
+on a loop compiled before (in this process or on disk) that holds its operations.
+"""
+
+import marshal
+import sys
+
+from ..backend import bytecode
+from ..backend.bytecode import Bytecode, loop_ops, loops_name, plan_name, source
+from ..config import debug_level
+from ..store import read_plan, write_plan
+from .tiering import POLICY, small_steps
+
+__all__ = ["Machine", "machine_for", "loops", "read_loops"]
+
+
+class Machine:
+    """A tape run as bytecode: its encoding and the compiled loop once it is due (tiered like a
+    compiled plan of one function; ``cached``: the loop is on disk)."""
+
+    __slots__ = ("code", "fn", "cached")
+
+    def __init__(self, code):
+        from ..targets.cpu import on_disk
+
+        share_loop(code)
+        self.code, self.fn = code, None
+        self.cached = on_disk(code.source)
+
+    def ready(self):
+        """Whether the loop is compiled."""
+        return self.fn is not None
+
+    @property
+    def kernels(self):
+        return [self.fn]
+
+    def compile(self):
+        """Compile (or load) the loop."""
+        from ..targets.cpu import kernel
+
+        if self.fn is None:
+            self.fn = kernel(self.code.source)
+
+    def run(self, values):
+        """The outputs on checked ``values``: fresh arrays, sharing memory with nothing."""
+        return self.code.run(self.fn, values)
+
+
+# The op sets of the bytecode loops compiled on this machine, most recent first, per arena dtype:
+# kept in memory and in the cache's plans (``bytecode.loops_name``), so a tape whose operations a
+# compiled loop holds runs on it (``bytecode.loop_ops``) instead of compiling a loop of its own.
+loops = {}
+_LOOPS_KEPT = 32
+
+
+def read_loops():
+    """The op sets stored in the cache, or {} when there are none or the file fails its checks."""
+    name = loops_name()
+    data = name and read_plan(name)
+    if not data:
+        return {}
+    try:
+        stored = marshal.loads(data)
+        return {
+            dt: [tuple(ops) for ops in sets if type(ops) is tuple and all(type(op) is str for op in ops)]
+            for dt, sets in stored.items()
+            if dt in ("f32", "f64") and type(sets) is list
+        }
+    except (TypeError, ValueError, EOFError, AttributeError):
+        return {}
+
+
+def share_loop(code):
+    """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
+    before (in this process, or on disk and still there), and remember the one it runs on."""
+    from ..targets.cpu import loaded, on_disk
+
+    dt = code.arena()
+    if not loops:
+        loops.update(read_loops())
+    known = loops.setdefault(dt, [])
+    usable = [ops for ops in known if loaded(text := source(ops, dt)) or on_disk(text)]
+    ops = loop_ops(code.ops, usable)
+    if ops != code.ops:
+        code.use(ops)
+    if known[:1] != [ops]:
+        known[:] = [ops] + [k for k in known if k != ops][: _LOOPS_KEPT - 1]
+        merged = read_loops()
+        for d, sets in loops.items():
+            merged[d] = sets + [k for k in merged.get(d, []) if k not in sets][: _LOOPS_KEPT - len(sets)]
+        name = loops_name()
+        if name:
+            write_plan(name, marshal.dumps(merged))
+
+
+def machine_for(tape, policy=POLICY, big_steps=False):
+    """The bytecode of ``tape`` when it should run as bytecode (``big_steps``: whatever its
+    arrays' sizes), else None. Encodings are kept on disk next to the kernels: encoding costs
+    about 10 µs an instruction (half a second for an unrolled LSTM's 47,000), reading one back
+    a hundredth of that. One that fails its checks is encoded again and replaced."""
+    if len(tape.instrs) < policy.bytecode_min_instrs or not (big_steps or small_steps(tape, policy)):
+        return None
+    name = plan_name(tape)
+    data = name and read_plan(name)
+    if data:
+        try:
+            return Machine(Bytecode.loads(data))
+        except ValueError:
+            if debug_level():
+                print(f"ngrad: stored encoding {name} failed its checks; encoding again", file=sys.stderr)
+    code = bytecode.encode(tape)  # through the module, so tests can watch it encode
+    if code is None:
+        return None
+    if name:
+        write_plan(name, code.dumps())
+    return Machine(code)

@@ -1,0 +1,124 @@
+"""A compiled plan: a tape's fused plan with its generated sources and compiled functions.
+
+Contract: ``CompiledPlan(tape)`` fuses the tape once and lays it out twice (serial, and with
+big loops on their own for threads); ``compile()`` compiles (or loads) the functions of the
+layout for the current thread count, after which ``ready()`` is true. It also decides, once per
+plan, which matmuls write into pooled buffers (``into``), which loops may write in place of a
+dying input (``in_place``) and which glue computes constants (``consts``). Running it is
+``executor.execute``; its generated driver is ``driver.driver_of``.
+"""
+
+import numpy as np
+
+from ..backend.fuse import Glue, Kernel, fuse
+from ..backend.vmath import FUNCTIONS
+from .layout import Layout, big, dead_after_steps
+from .threads import get_num_threads
+
+__all__ = ["CompiledPlan", "VECTOR_MATH"]
+
+# Kernels calling these vectorised math helpers never write into an input's buffer: aliased
+# operands fail LLVM's runtime overlap check and the loop runs unvectorised (measured 2.5x
+# slower with sin and cos in it). A loop of plain arithmetic is memory-bound: in place it moves
+# through memory once instead of twice (logsumexp's gradient scaling: 0.83 against 1.37 ms).
+VECTOR_MATH = frozenset(name[len("_v") :] for name in FUNCTIONS)
+
+
+class CompiledPlan:
+    """A tape's fused plan with its generated sources and compiled functions. A run of kernels
+    (and the reshapes between them) compiles to ONE function: Numba spends ~0.2 s per function
+    whatever its size, and one call replaces several. Glue that computes something (matmul,
+    gather, one-element NumPy arithmetic) runs between segments. With threads on, big kernels
+    get functions of their own instead (the ``threaded`` layout, compiled the first time threads
+    are on), so that threads can run each in chunks of rows."""
+
+    __slots__ = ("plan", "serial", "threaded", "pool", "lent", "consts", "drive", "in_place", "into")
+
+    def __init__(self, tape):
+        self.plan = fuse(tape)
+        self.into = _matmuls_into(self.plan, tape)
+        dead = dead_after_steps(tape, self.plan)
+        self.serial = Layout(self.plan, tape, dead, split=False)
+        chunk = any(isinstance(st, Kernel) and big(st) for st in self.plan.steps)
+        self.threaded = Layout(self.plan, tape, dead, split=True) if chunk else self.serial
+        self.drive = None  # the generated driver, once asked for
+        self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
+        self.lent = {}  # (shape, dtype) -> results handed out, taken back once unreferenced
+        # steps that may write into a dying input's buffer (see VECTOR_MATH)
+        self.in_place = frozenset(
+            j
+            for j, st in enumerate(self.plan.steps)
+            if isinstance(st, Kernel) and not any(ins.prim in VECTOR_MATH for ins in st.body)
+        )
+        # glue computing constants (a literal, its reshapes and broadcasts) runs once per plan
+        self.consts, known = {}, set()
+        for step in self.plan.steps:
+            if not isinstance(step, Kernel) and (
+                step.instr.prim == "const" or (step.instr.args and all(a in known for a in step.instr.args))
+            ):
+                known.add(step.instr.out)
+                self.consts[step.instr.out] = None
+
+    def layout(self):
+        """The layout for the current thread count."""
+        return self.threaded if get_num_threads() > 1 else self.serial
+
+    def ready(self):
+        """Whether the current layout's functions are compiled."""
+        return self.layout().kernels is not None
+
+    def chunks(self):
+        """Whether threads are on and some loop of the plan is big enough for them: a call then
+        runs step by step (``executor.execute``), not through the serial driver."""
+        return get_num_threads() > 1 and self.threaded is not self.serial
+
+    @property
+    def sources(self):
+        return self.layout().sources
+
+    @property
+    def kernels(self):
+        return self.layout().kernels
+
+    def functions(self):
+        """How many functions the serial layout compiles (kernels of the same text share one)."""
+        return len({s.text for s in self.serial.sources if s is not None})
+
+    def missing(self):
+        """How many of the layout's functions are not in the disk cache."""
+        from ..targets.cpu import on_disk
+
+        return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
+
+    def compile(self, lay=None):
+        """Compile (or load) the functions of ``lay``, by default the current thread count's."""
+        from ..targets.cpu import kernel
+
+        lay = lay or self.layout()
+        if lay.kernels is None:
+            lay.kernels = [None if s is None else kernel(s.text) for s in lay.sources]
+
+
+def _matmuls_into(plan, tape):
+    """matmul slot -> the shape of the buffer it writes into, and the permutation that views it
+    as the product (or None)."""
+    # a float matmul writes into a buffer the plan allocates (``into``: matmul slot -> the
+    # buffer's shape, and the permutation that views it as the product, or None): a big one
+    # comes from the pool, where fresh products cost page faults on every call (1,386 a call
+    # for mlp's three, 1024x256 and 784x256; see POOL_MIN_BYTES for their cost). A product
+    # read through a permute (a batched matmul moved back to the caller's axes) is laid out
+    # as the permute's result, written through the inverse permutation: kernels then read it
+    # contiguously, where copying the permuted view on every read cost 2 ms per
+    # (1000, 25, 10) array (GradBench's gmm).
+    made_by = {st.instr.out: st.instr for st in plan.steps if isinstance(st, Glue)}
+    into = {
+        ins.out: (tape.shapes[ins.out], None)
+        for ins in made_by.values()
+        if ins.prim == "matmul" and tape.dtypes[ins.out][0] == "f"
+    }
+    for st in plan.steps:
+        src = made_by.get(st.instr.args[0]) if isinstance(st, Glue) and st.instr.prim == "permute" else None
+        if src is not None and src.out in into and into[src.out][1] is None:
+            inverse = tuple(int(d) for d in np.argsort(st.instr.params["perm"]))
+            into[src.out] = (tape.shapes[st.instr.out], inverse)
+    return into
