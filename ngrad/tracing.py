@@ -667,7 +667,7 @@ class _Variant:
                 t._grad._node = source(a, dt)
             else:  # "setgrad"
                 t._grad = _wrap(source(a, dt))
-        for target, kind, leaf in self.effects[len(arrays) :]:  # "nograd": set to None
+        for target, _, _ in self.effects[len(arrays) :]:  # "nograd": set to None
             t = target(flat)
             if t is not None:
                 t._grad = None
