@@ -26,6 +26,7 @@ _NP = {"b8": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64
 
 
 def np_dtype(short: str) -> np.dtype:
+    """The NumPy dtype of a short dtype name."""
     return np.dtype(_NP[short])
 
 

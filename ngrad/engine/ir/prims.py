@@ -238,6 +238,7 @@ def _const(shapes: Shapes, dtypes: Dtypes, value: float, dtype: str) -> Typed:
 
 
 def keepdim_shape(shape: Shape, axes: Ints) -> Shape:
+    """``shape`` with the ``axes`` kept as size 1 (a reduction's result with ``keepdim``)."""
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
@@ -255,12 +256,12 @@ def sum_to(g: Var, shape: Shape) -> Var:
 
 
 def zeros_like(v: Var) -> Var:
+    """Zeros of ``v``'s shape and dtype (a broadcast literal)."""
     return v.bld.full(0, v.shape, v.dtype)
 
 
 def _sole(ts: Tangents) -> Var:
-    """The tangent of a one-argument primitive's argument: a JVP runs once a tangent reaches it."""
-    return cast("Var", ts[0])
+    return cast("Var", ts[0])  # never None: a JVP rule runs once some tangent reaches its primitive
 
 
 def _extreme_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
@@ -443,14 +444,13 @@ def _linear(name: str) -> Jvp:
     return jvp
 
 
-NO_VJP = None
 LINEAR = "linear"
 PRIMS: dict[str, Prim] = {}
 ELEMENTWISE = ("unary", "binary", "compare", "logical", "where", "cast")
 
 
 def P(
-    name: str, kind: str, infer: Infer, fwd: Callable[..., Any], vjp: Vjp | None = NO_VJP, jvp: Jvp | str | None = None
+    name: str, kind: str, infer: Infer, fwd: Callable[..., Any], vjp: Vjp | None = None, jvp: Jvp | str | None = None
 ) -> None:
     """Add a row to ``PRIMS`` (``jvp``: a rule, ``LINEAR``, or None: from a ``per_arg`` VJP)."""
     if jvp is None and kind in ELEMENTWISE and vjp is not None:
