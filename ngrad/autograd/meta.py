@@ -10,7 +10,7 @@ one read-only ``NodeMeta`` per name (``shared``), so naming costs no allocation 
 
 import weakref
 
-__all__ = ["NO_META", "SEGMENT_NODES", "NodeMeta", "inherit_leaf", "name_node", "own_meta"]
+__all__ = ["NAMED_META", "NO_META", "SEGMENT_NODES", "NodeMeta", "inherit_leaf", "name_node", "own_meta"]
 
 
 class NodeMeta:
@@ -63,8 +63,8 @@ class NodeMeta:
 # the annotations of a node that has none; never written
 NO_META = NodeMeta(shared=True)
 
-# one shared NodeMeta per grad_fn name
-_NAMED = {}
+# one shared NodeMeta per grad_fn name (read directly by the hottest recording paths)
+NAMED_META = {}
 
 SEGMENT_NODES = weakref.WeakSet()
 """Non-leaf nodes with tensor hooks and outputs of custom Functions: while one lives, backward
@@ -86,9 +86,9 @@ def name_node(node, name):
     requires grad, so a node with no other annotation shares its ``NodeMeta``)."""
     m = node.meta
     if m is None or m.shared:  # every shared NodeMeta but NO_META (never set on a node) is a name
-        shared = _NAMED.get(name)
+        shared = NAMED_META.get(name)
         if shared is None:
-            shared = _NAMED[name] = NodeMeta(name, shared=True)
+            shared = NAMED_META[name] = NodeMeta(name, shared=True)
         node.meta = shared
     else:
         m.name = name

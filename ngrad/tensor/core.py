@@ -1,3 +1,12 @@
+"""The ``Tensor`` class: metadata, autograd attributes, values and conversion.
+
+Contract: ``Tensor`` is ``TensorBase``'s layout plus the op families (``MathOps``, ``InplaceOps``,
+``ReduceOps``, ``ShapeOps``, ``IndexingOps``, ``LinalgOps``) plus what no family owns: shape and
+dtype queries, ``requires_grad``/``grad``/``grad_fn``/hooks/``backward``, ``detach`` and
+``.data``, realizing values (``numpy``, ``item``, ``repr``...) and moving between dtypes and
+devices. Importing this module registers ``Tensor`` as the class recording makes.
+"""
+
 import math
 import weakref
 

@@ -1,6 +1,12 @@
+"""Operations with no single owning tensor: ``pow``, ``where``, ``nonzero``, ``matmul``, ``cat``,
+``stack``, ``meshgrid``.
+
+Contract: like every operation, these check operands, infer shape and dtype and record nodes
+(through ``record``); PyTorch's argument checks and messages. They import only ``record``.
+"""
+
 import numpy as np
 
-from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
 from .record import (
@@ -23,8 +29,6 @@ from .record import (
     value_on,
     wrap,
 )
-
-_gm = _grad_mode.state
 
 
 def pow(input, exponent):

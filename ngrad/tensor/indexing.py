@@ -1,3 +1,12 @@
+"""Indexing: ``t[key]`` (basic, advanced and boolean-mask indexing) and ``t[key] = value``.
+
+Contract: ``__getitem__`` records a slice/select (views of basic items), a reshape for ``None``
+and dropped dims, then an ``index`` node for integer arrays, with PyTorch's grad_fn names and
+NumPy's ``IndexError`` messages; index arrays computed here are checked and made non-negative
+before they reach the engine. ``__setitem__`` is an in-place update (``inplace.inplace_update``)
+whose new value scatters ``value`` into the kept elements (the last write of a repeated index wins).
+"""
+
 import math
 
 import numpy as np

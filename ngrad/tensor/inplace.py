@@ -1,3 +1,13 @@
+"""In-place updates and version counters, with PyTorch's rules.
+
+Contract: values are immutable, so an in-place op makes the tensor hold a new node
+(``replace_node``, which tells an active ``ngrad.compile`` trace and marks the old node
+``replaced``). ``inplace_update(t, result)`` applies PyTorch's checks (shape, dtype, leaves,
+inference tensors), bumps the version counter ``t`` shares with its ``detach()`` aliases, marks
+the old node ``stale`` for backward and updates every alias. ``InplaceOps`` holds the ``*_``
+methods and ``+=``-style operators of ``Tensor``.
+"""
+
 import weakref
 
 from .. import grad_mode as _grad_mode

@@ -1,12 +1,15 @@
+"""Matrix products and linear algebra methods of ``Tensor`` (``mm``, ``bmm``, ``dot``, ``outer``,
+``addmm``, ``inverse``, ``det``, ``cross``, ``trace``, ``diag``, ``tril``/``triu``).
+
+Contract: a mixin of ``Tensor``; every method records through ``record`` or the free functions.
+"""
+
 import numpy as np
 
-from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
 from .functions import cat, matmul, stack, where
 from .record import broadcast_shapes, named, normalize_dim, to_tensor, value_on, wrap
-
-_gm = _grad_mode.state
 
 
 class LinalgOps:

@@ -1,8 +1,14 @@
+"""Arithmetic, comparison, logic and elementwise math of ``Tensor``.
+
+Contract: a mixin of ``Tensor``. Binary operators promote types and broadcast as PyTorch does
+(``record.binary``/``operands``); integer operands of floating-point math are promoted to the
+default float; each node that requires grad carries PyTorch's grad_fn name.
+"""
+
 import math
 
 import numpy as np
 
-from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from .functions import matmul, pow, where
@@ -23,8 +29,6 @@ from .record import (
     value_on,
     wrap,
 )
-
-_gm = _grad_mode.state
 
 
 class MathOps:

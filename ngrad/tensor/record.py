@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from .. import grad_mode as _grad_mode
-from ..autograd.meta import name_node
+from ..autograd.meta import NAMED_META, name_node
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import realize
@@ -201,7 +201,11 @@ def record_op(op, srcs, params, shape, dtype, name):
                 break
     n = _nodes_new(op, srcs, params, shape, dtype, rg)
     if rg:
-        name_node(n, name)
+        shared = NAMED_META.get(name)
+        if shared is not None and n.meta is None:  # name_node inlined: the hot path of recording
+            n.meta = shared
+        else:
+            name_node(n, name)
     return wrap(n)
 
 
@@ -314,7 +318,11 @@ def binary(op, a, b, name, reverse=False):
     rg = (na.requires_grad or nb.requires_grad) and d.is_floating_point and _gm.enabled
     n = _nodes_new(op, (na, nb), None, shape, d, rg)
     if rg:
-        name_node(n, name)
+        shared = NAMED_META.get(name)
+        if shared is not None and n.meta is None:  # name_node inlined: the hot path of recording
+            n.meta = shared
+        else:
+            name_node(n, name)
     t = _object_new(_tensor_class)
     t._node = n
     return t

@@ -1,9 +1,15 @@
+"""Reductions of ``Tensor``: sums, means, extremes (with indices), sorting, variance, norms,
+``logsumexp``/``softmax`` and ``cumsum``.
+
+Contract: a mixin of ``Tensor``; ``reduction`` records one reduce node over normalized axes.
+Named-tuple results (``max``, ``min``, ``sort``, ``topk``) follow PyTorch's field names.
+"""
+
 import math
 from collections import namedtuple
 
 import numpy as np
 
-from .. import grad_mode as _grad_mode
 from ..autograd.meta import own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
@@ -20,8 +26,6 @@ from .record import (
     value_on,
     wrap,
 )
-
-_gm = _grad_mode.state
 
 _MAX = namedtuple("max", ["values", "indices"])
 

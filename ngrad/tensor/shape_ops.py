@@ -1,3 +1,10 @@
+"""Shape and movement operations of ``Tensor``: views (``reshape``, ``permute``, ``transpose``,
+``squeeze``...), ``expand``, ``repeat``, ``flip``, ``roll``, ``split``, ``gather``, ``diagonal``...
+
+Contract: a mixin of ``Tensor``; size arguments are checked with PyTorch's messages before
+anything is recorded.
+"""
+
 import math
 
 import numpy as np
