@@ -136,7 +136,7 @@ def unpack_dual(tensor, *, level=None):
     return UnpackedDualTensor(wrap(primal), wrap(t))
 
 
-def _dependents(roots, sources):
+def dependents(roots, sources):
     """The nodes below ``roots`` that lie on a path from one of ``sources`` (sources included)."""
     depends = set()
     for n in post_order(roots, lambda n: () if n in sources else n.srcs):

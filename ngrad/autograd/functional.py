@@ -310,7 +310,7 @@ def _jacobian_forward(outputs, inputs):
 
     roots = [o._node for o in outputs]
     sources = [x._node for x in inputs]
-    depends = forward_ad._dependents(roots, set(sources))
+    depends = forward_ad.dependents(roots, set(sources))
     realize(sources)
     low = lower(roots, cuts=set(sources), recompute=depends)
     sizes = [x.numel() for x in inputs]

@@ -39,9 +39,6 @@ FREED = (
     "graph a second time or if you need to access saved tensors after calling backward."
 )
 
-# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
-_FREED = FREED
-
 
 def _as_tuple(x, what):
     if isinstance(x, Tensor):
@@ -130,7 +127,7 @@ def _host_value(n):
     return v if v.__class__ is np.ndarray or (n.params and n.params.get("scalar")) else host_value(wrap(n))
 
 
-def _stale(n):
+def stale_error(n):
     """PyTorch's error for a saved value that an in-place operation has changed since."""
     m = n.meta or NO_META
     vc, version, _ = m.stale
@@ -158,7 +155,7 @@ def _check_saved(low, joint):
             # the in-place operation's own result read the old value legitimately
             allowed = m.stale[2]
             if any(id(low.node_of_instr.get(i)) not in allowed for i in saved[s]):
-                raise _stale(n)
+                raise stale_error(n)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
         if n is not None and (n.meta or NO_META).freed and (n.meta or NO_META).saves:
@@ -476,3 +473,8 @@ def grad(
     if keys is not None:
         return dict(zip(keys, res))
     return tuple(res)
+
+
+# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
+_FREED = FREED
+_stale = stale_error
