@@ -32,6 +32,7 @@ could be read), and the tool goes on with the next line.
 ```
 """
 
+import importlib.metadata
 import json
 import time
 
@@ -238,12 +239,14 @@ def respond(line):
     mid, kind = msg.get("id"), msg.get("kind")
     try:
         if kind == "start":
-            import numba
-
             return {
                 "id": mid,
                 "tool": "ngrad",
-                "config": {"ngrad": ngrad.__version__, "numba": numba.__version__, "numpy": np.__version__},
+                "config": {
+                    "ngrad": ngrad.__version__,
+                    "numba": importlib.metadata.version("numba"),
+                    "numpy": np.__version__,
+                },
             }
         if kind == "define":
             return {"id": mid, **_define(msg.get("module"))}

@@ -16,6 +16,7 @@ same inputs, with the same thread count (``pin_threads``).
 ```
 """
 
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -63,8 +64,6 @@ def pin_threads(threads):
 
 def machine_info():
     """Versions and the machine, for the JSON results."""
-    import numba
-
     from .. import __version__
     from ..engine.ir import blas
 
@@ -74,7 +73,7 @@ def machine_info():
         "processor": platform.processor(),
         "cpus": os.cpu_count(),
         "numpy": np.__version__,
-        "numba": numba.__version__,
+        "numba": importlib.metadata.version("numba"),
         "ngrad": __version__,
         "ngrad_blas": blas.describe(),
     }
