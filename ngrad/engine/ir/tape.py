@@ -47,7 +47,7 @@ Key = tuple[Any, ...]  # a hashable structural key (``Tape.key``, ``params_key``
 @dataclass(slots=True, eq=False, repr=False)
 class Tape:
     """A flat SSA program; see the module docstring. ``Tape()`` is empty; its lists are filled
-    in place (by ``Builder``, ``parse``, differentiation), never shared between tapes.
+    in place (by ``Builder``, ``parse``, differentiation).
 
     >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
