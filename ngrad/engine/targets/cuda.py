@@ -191,7 +191,7 @@ class CudaKernel(Kernel):
         if self.ready:
             r = self.fn[grid, block](*args)
         else:
-            r = self._first(lambda fn: fn[grid, block](*args))
+            r = self.first_call(lambda fn: fn[grid, block](*args))
         if self.launcher is None and not simulated():
             self.launcher = _Launcher.of(self.fn)
         return r
