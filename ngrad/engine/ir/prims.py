@@ -20,7 +20,10 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
+
+from . import shapes as S
+from .shapes import TapeError
 
 if TYPE_CHECKING:  # the builder's handles that rules compute with (tape imports this table)
     from .tape import Var
@@ -39,199 +42,6 @@ Infer = Callable[..., Typed]  # (shapes, dtypes, **params) -> the result's shape
 Vjp = Callable[[Sequence[bool], "Var", "Var", Sequence["Var"], Params], Cotangents]
 Jvp = Callable[[Tangents, "Var", Sequence["Var"], Params], "Var | None"]
 Rule = Callable[..., "Var | None"]  # (g, out, *args, **params): one argument's partial, applied to g
-
-
-class TapeError(ValueError):
-    """A tape (or an instruction being added to one) breaks a primitive's shape/dtype rule."""
-
-
-# --- shape and dtype rules, one per kind ----------------------------------------------------
-
-
-def _fail(msg: str) -> NoReturn:
-    raise TapeError(msg)
-
-
-def _ew(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    for s, d in zip(shapes[1:], dtypes[1:]):
-        if s != shapes[0] or d != dtypes[0]:
-            _fail(f"elementwise operands must match exactly, got {shapes[0]}:{dtypes[0]} and {s}:{d}")
-    return shapes[0], dtypes[0]
-
-
-def _unary(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    return shapes[0], dtypes[0]
-
-
-def _compare(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    return _ew(shapes, dtypes)[0], "b8"
-
-
-def _logical(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    if any(d != "b8" for d in dtypes):
-        _fail(f"logical operands must be b8, got {dtypes}")
-    return _ew(shapes, dtypes)
-
-
-def _where(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    if dtypes[0] != "b8":
-        _fail(f"where condition must be b8, got {dtypes[0]}")
-    if not shapes[0] == shapes[1] == shapes[2] or dtypes[1] != dtypes[2]:
-        _fail(f"where operands must match exactly, got {list(zip(shapes, dtypes))}")
-    return shapes[1], dtypes[1]
-
-
-def _cast(shapes: Shapes, dtypes: Dtypes, dtype: str) -> Typed:
-    return shapes[0], dtype
-
-
-def _axes_ok(axes: Ints, rank: int) -> None:
-    if list(axes) != sorted(set(axes)) or any(not 0 <= a < rank for a in axes):
-        _fail(f"axes {axes} must be sorted, unique and within rank {rank}")
-
-
-def _reduce(shapes: Shapes, dtypes: Dtypes, axes: Ints, keepdim: bool) -> Typed:
-    s = shapes[0]
-    _axes_ok(axes, len(s))
-    if keepdim:
-        return tuple(1 if i in axes else n for i, n in enumerate(s)), dtypes[0]
-    return tuple(n for i, n in enumerate(s) if i not in axes), dtypes[0]
-
-
-def _arg(shapes: Shapes, dtypes: Dtypes, axis: int, keepdim: bool) -> Typed:
-    s = shapes[0]
-    _axes_ok((axis,), len(s))
-    if s[axis] == 0:
-        _fail("cannot take the arg of an empty axis")
-    return _reduce(shapes, dtypes, (axis,), keepdim)[0], "i64"
-
-
-def _argsort(shapes: Shapes, dtypes: Dtypes, axis: int, descending: bool) -> Typed:
-    _axes_ok((axis,), len(shapes[0]))
-    return shapes[0], "i64"
-
-
-def _scan(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
-    _axes_ok((axis,), len(shapes[0]))
-    return shapes[0], dtypes[0]
-
-
-def _reshape(shapes: Shapes, dtypes: Dtypes, shape: Ints) -> Typed:
-    if math.prod(shape) != math.prod(shapes[0]):
-        _fail(f"cannot reshape {shapes[0]} to {shape}")
-    return tuple(shape), dtypes[0]
-
-
-def _permute(shapes: Shapes, dtypes: Dtypes, perm: Ints) -> Typed:
-    if sorted(perm) != list(range(len(shapes[0]))):
-        _fail(f"{perm} is not a permutation of the axes of {shapes[0]}")
-    return tuple(shapes[0][p] for p in perm), dtypes[0]
-
-
-def _expand(shapes: Shapes, dtypes: Dtypes, shape: Ints) -> Typed:
-    s = shapes[0]
-    if len(s) != len(shape) or any(a != b and a != 1 for a, b in zip(s, shape)):
-        _fail(f"cannot expand {s} to {shape} (equal ranks, size-1 axes only)")
-    return tuple(shape), dtypes[0]
-
-
-def _slice_shape(shape: Shape, starts: Ints, stops: Ints, steps: Ints) -> Shape:
-    if not len(shape) == len(starts) == len(stops) == len(steps):
-        _fail(f"slice bounds must have one entry per axis of {shape}")
-    out = []
-    for n, a, b, c in zip(shape, starts, stops, steps):
-        if c <= 0 or not 0 <= a <= n or not 0 <= b <= n:
-            _fail(f"slice {a}:{b}:{c} out of range for an axis of size {n}")
-        out.append(len(range(a, b, c)))
-    return tuple(out)
-
-
-def _slice(shapes: Shapes, dtypes: Dtypes, starts: Ints, stops: Ints, steps: Ints) -> Typed:
-    return _slice_shape(shapes[0], starts, stops, steps), dtypes[0]
-
-
-def _unslice(shapes: Shapes, dtypes: Dtypes, shape: Ints, starts: Ints, stops: Ints, steps: Ints) -> Typed:
-    if _slice_shape(tuple(shape), starts, stops, steps) != shapes[0]:
-        _fail(f"unslice source {shapes[0]} does not fit the slice of {shape}")
-    return tuple(shape), dtypes[0]
-
-
-def _flip(shapes: Shapes, dtypes: Dtypes, axes: Ints) -> Typed:
-    _axes_ok(axes, len(shapes[0]))
-    return shapes[0], dtypes[0]
-
-
-def _cat(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
-    first = shapes[0]
-    _axes_ok((axis,), len(first))
-    for s, d in zip(shapes, dtypes):
-        if d != dtypes[0] or len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis):
-            _fail(f"cat operands must agree except on axis {axis}, got {shapes}")
-    return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :], dtypes[0]
-
-
-def _index_shape(x: Shape, idx_shapes: Sequence[Shape], idx_dtypes: Sequence[str], axis: int) -> Shape:
-    k = len(idx_shapes)
-    if k == 0 or axis + k > len(x):
-        _fail(f"index with {k} index tensors at axis {axis} does not fit {x}")
-    if any(d != "i64" for d in idx_dtypes) or any(s != idx_shapes[0] for s in idx_shapes):
-        _fail(f"index tensors must be i64 of one shape, got {list(zip(idx_shapes, idx_dtypes))}")
-    return x[:axis] + idx_shapes[0] + x[axis + k :]
-
-
-def _index(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
-    return _index_shape(shapes[0], shapes[1:], dtypes[1:], axis), dtypes[0]
-
-
-def _unindex(shapes: Shapes, dtypes: Dtypes, shape: Ints, axis: int) -> Typed:
-    if _index_shape(tuple(shape), shapes[1:], dtypes[1:], axis) != shapes[0]:
-        _fail(f"unindex source {shapes[0]} does not fit {shape} indexed at axis {axis}")
-    return tuple(shape), dtypes[0]
-
-
-def _gather(shapes: Shapes, dtypes: Dtypes, axis: int) -> Typed:
-    x, i = shapes
-    _axes_ok((axis,), len(x))
-    if dtypes[1] != "i64" or len(i) != len(x) or any(a != b for d, (a, b) in enumerate(zip(x, i)) if d != axis):
-        _fail(f"gather index {i}:{dtypes[1]} must be i64 and match {x} except on axis {axis}")
-    return i, dtypes[0]
-
-
-def _scatter_add(shapes: Shapes, dtypes: Dtypes, axis: int, shape: Ints) -> Typed:
-    _gather([tuple(shape), shapes[1]], [dtypes[0], dtypes[1]], axis)
-    if shapes[0] != shapes[1]:
-        _fail(f"scatter_add source {shapes[0]} must match its index {shapes[1]}")
-    return tuple(shape), dtypes[0]
-
-
-def _matmul(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    a, b = shapes
-    if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2] or dtypes[0] != dtypes[1]:
-        _fail(f"matmul operands {a}:{dtypes[0]} and {b}:{dtypes[1]} do not fit")
-    return a[:-1] + (b[-1],), dtypes[0]
-
-
-def _square(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    a = shapes[0]
-    if len(a) < 2 or a[-1] != a[-2] or dtypes[0][0] != "f":
-        _fail(f"{a}:{dtypes[0]} is not a stack of square float matrices")
-    return a, dtypes[0]
-
-
-def _solve(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    a, b = shapes
-    _square(shapes[:1], dtypes)
-    if len(b) != len(a) or b[:-2] != a[:-2] or b[-2] != a[-1] or dtypes[1] != dtypes[0]:
-        _fail(f"solve operands {a}:{dtypes[0]} and {b}:{dtypes[1]} do not fit")
-    return b, dtypes[0]
-
-
-def _det(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    return _square(shapes, dtypes)[0][:-2], dtypes[0]
-
-
-def _const(shapes: Shapes, dtypes: Dtypes, value: float, dtype: str) -> Typed:
-    return (), dtype
 
 
 # --- helpers the VJP rules share ---------------------------------------------------------------
@@ -463,71 +273,77 @@ def P(
 
 
 # elementwise unary: (m, x) -> same shape and dtype
-P("neg", "unary", _unary, lambda m, x: -x, per_arg(lambda g, out, x: -g))
-P("exp", "unary", _unary, lambda m, x: m.exp(x), per_arg(lambda g, out, x: g * out))
-P("log", "unary", _unary, lambda m, x: m.log(x), per_arg(lambda g, out, x: g / x))
-P("log1p", "unary", _unary, lambda m, x: m.log1p(x), per_arg(lambda g, out, x: g / (x + 1)))
-P("expm1", "unary", _unary, lambda m, x: m.expm1(x), per_arg(lambda g, out, x: g * (out + 1)))
-P("sqrt", "unary", _unary, lambda m, x: m.sqrt(x), per_arg(lambda g, out, x: g / (out * 2)))
-P("sin", "unary", _unary, lambda m, x: m.sin(x), per_arg(lambda g, out, x: g * x.cos()))
-P("cos", "unary", _unary, lambda m, x: m.cos(x), per_arg(lambda g, out, x: g * -x.sin()))
-P("tan", "unary", _unary, lambda m, x: m.tan(x), per_arg(lambda g, out, x: g * (out * out + 1)))
-P("asin", "unary", _unary, lambda m, x: m.asin(x), per_arg(lambda g, out, x: g / (1 - x * x).sqrt()))
-P("acos", "unary", _unary, lambda m, x: m.acos(x), per_arg(lambda g, out, x: -(g / (1 - x * x).sqrt())))
-P("atan", "unary", _unary, lambda m, x: m.atan(x), per_arg(lambda g, out, x: g / (x * x + 1)))
-P("sinh", "unary", _unary, lambda m, x: m.sinh(x), per_arg(lambda g, out, x: g * x.cosh()))
-P("cosh", "unary", _unary, lambda m, x: m.cosh(x), per_arg(lambda g, out, x: g * x.sinh()))
-P("tanh", "unary", _unary, lambda m, x: m.tanh(x), per_arg(lambda g, out, x: g * (1 - out * out)))
-P("sigmoid", "unary", _unary, lambda m, x: m.sigmoid(x), per_arg(lambda g, out, x: g * (1 - out) * out))
-P("softplus", "unary", _unary, lambda m, x: m.softplus(x), per_arg(lambda g, out, x: g * x.sigmoid()))
-P("erf", "unary", _unary, lambda m, x: m.erf(x), per_arg(lambda g, out, x: g * (-(x * x)).exp() * _SQRT_PI_2))
-P("abs", "unary", _unary, lambda m, x: m.abs(x), per_arg(lambda g, out, x: g * x.sign()))
-P("sign", "unary", _unary, lambda m, x: m.sign(x), per_arg(lambda g, out, x: zeros_like(g)))
-P("floor", "unary", _unary, lambda m, x: m.floor(x), per_arg(lambda g, out, x: zeros_like(g)))
-P("ceil", "unary", _unary, lambda m, x: m.ceil(x), per_arg(lambda g, out, x: zeros_like(g)))
-P("round", "unary", _unary, lambda m, x: m.round(x), per_arg(lambda g, out, x: zeros_like(g)))
+P("neg", "unary", S.unary, lambda m, x: -x, per_arg(lambda g, out, x: -g))
+P("exp", "unary", S.unary, lambda m, x: m.exp(x), per_arg(lambda g, out, x: g * out))
+P("log", "unary", S.unary, lambda m, x: m.log(x), per_arg(lambda g, out, x: g / x))
+P("log1p", "unary", S.unary, lambda m, x: m.log1p(x), per_arg(lambda g, out, x: g / (x + 1)))
+P("expm1", "unary", S.unary, lambda m, x: m.expm1(x), per_arg(lambda g, out, x: g * (out + 1)))
+P("sqrt", "unary", S.unary, lambda m, x: m.sqrt(x), per_arg(lambda g, out, x: g / (out * 2)))
+P("sin", "unary", S.unary, lambda m, x: m.sin(x), per_arg(lambda g, out, x: g * x.cos()))
+P("cos", "unary", S.unary, lambda m, x: m.cos(x), per_arg(lambda g, out, x: g * -x.sin()))
+P("tan", "unary", S.unary, lambda m, x: m.tan(x), per_arg(lambda g, out, x: g * (out * out + 1)))
+P("asin", "unary", S.unary, lambda m, x: m.asin(x), per_arg(lambda g, out, x: g / (1 - x * x).sqrt()))
+P("acos", "unary", S.unary, lambda m, x: m.acos(x), per_arg(lambda g, out, x: -(g / (1 - x * x).sqrt())))
+P("atan", "unary", S.unary, lambda m, x: m.atan(x), per_arg(lambda g, out, x: g / (x * x + 1)))
+P("sinh", "unary", S.unary, lambda m, x: m.sinh(x), per_arg(lambda g, out, x: g * x.cosh()))
+P("cosh", "unary", S.unary, lambda m, x: m.cosh(x), per_arg(lambda g, out, x: g * x.sinh()))
+P("tanh", "unary", S.unary, lambda m, x: m.tanh(x), per_arg(lambda g, out, x: g * (1 - out * out)))
+P("sigmoid", "unary", S.unary, lambda m, x: m.sigmoid(x), per_arg(lambda g, out, x: g * (1 - out) * out))
+P("softplus", "unary", S.unary, lambda m, x: m.softplus(x), per_arg(lambda g, out, x: g * x.sigmoid()))
+P("erf", "unary", S.unary, lambda m, x: m.erf(x), per_arg(lambda g, out, x: g * (-(x * x)).exp() * _SQRT_PI_2))
+P("abs", "unary", S.unary, lambda m, x: m.abs(x), per_arg(lambda g, out, x: g * x.sign()))
+P("sign", "unary", S.unary, lambda m, x: m.sign(x), per_arg(lambda g, out, x: zeros_like(g)))
+P("floor", "unary", S.unary, lambda m, x: m.floor(x), per_arg(lambda g, out, x: zeros_like(g)))
+P("ceil", "unary", S.unary, lambda m, x: m.ceil(x), per_arg(lambda g, out, x: zeros_like(g)))
+P("round", "unary", S.unary, lambda m, x: m.round(x), per_arg(lambda g, out, x: zeros_like(g)))
 P("isnan", "compare", lambda s, d: (s[0], "b8"), lambda m, x: m.isnan(x))
-P("logical_not", "logical", _logical, lambda m, x: m.logical_not(x))
+P("logical_not", "logical", S.logical, lambda m, x: m.logical_not(x))
 P(
     "cast",
     "cast",
-    _cast,
+    S.cast,
     lambda m, x, dtype: m.cast(x, dtype),
     per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
     lambda ts, out, args, params: _sole(ts).cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
 )
-P("detach", "unary", _unary, lambda m, x: x)
+P("detach", "unary", S.unary, lambda m, x: x)
 
 # elementwise binary: equal shapes and dtypes
-P("add", "binary", _ew, lambda m, x, y: x + y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: g))
-P("sub", "binary", _ew, lambda m, x, y: x - y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g))
-P("mul", "binary", _ew, lambda m, x, y: x * y, per_arg(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x))
+P("add", "binary", S.matching, lambda m, x, y: x + y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: g))
+P("sub", "binary", S.matching, lambda m, x, y: x - y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g))
+P(
+    "mul",
+    "binary",
+    S.matching,
+    lambda m, x, y: x * y,
+    per_arg(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+)
 P(
     "div",
     "binary",
-    _ew,
+    S.matching,
     lambda m, x, y: x / y,
     per_arg(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * x / (y * y)),
 )
-P("pow", "binary", _ew, lambda m, x, y: m.pow(x, y), per_arg(_pow_base, _pow_exponent))
+P("pow", "binary", S.matching, lambda m, x, y: m.pow(x, y), per_arg(_pow_base, _pow_exponent))
 P(
     "maximum",
     "binary",
-    _ew,
+    S.matching,
     lambda m, x, y: m.maximum(x, y),
     per_arg(lambda g, out, x, y: g * _tie_weight(x, y), lambda g, out, x, y: g * _tie_weight(y, x)),
 )
 P(
     "minimum",
     "binary",
-    _ew,
+    S.matching,
     lambda m, x, y: m.minimum(x, y),
     per_arg(lambda g, out, x, y: g * _tie_weight(y, x), lambda g, out, x, y: g * _tie_weight(x, y)),
 )
 P(
     "atan2",
     "binary",
-    _ew,
+    S.matching,
     lambda m, x, y: m.atan2(x, y),
     per_arg(lambda g, out, x, y: g * y / (x * x + y * y), lambda g, out, x, y: -g * x / (x * x + y * y)),
 )
@@ -535,25 +351,25 @@ P(
 P(
     "remainder",
     "binary",
-    _ew,
+    S.matching,
     lambda m, x, y: m.remainder(x, y),
     per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * (x / y).floor()),
 )
 P(
     "fmod",
     "binary",
-    _ew,
+    S.matching,
     lambda m, x, y: m.fmod(x, y),
     per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * _trunc(x / y)),
 )
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    P(_name, "compare", _compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))  # noqa: B008
-P("logical_and", "logical", _logical, lambda m, x, y: m.logical_and(x, y))
-P("logical_or", "logical", _logical, lambda m, x, y: m.logical_or(x, y))
+    P(_name, "compare", S.compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))  # noqa: B008
+P("logical_and", "logical", S.logical, lambda m, x, y: m.logical_and(x, y))
+P("logical_or", "logical", S.logical, lambda m, x, y: m.logical_or(x, y))
 P(
     "where",
     "where",
-    _where,
+    S.where,
     lambda m, c, x, y: m.where(c, x, y),
     per_arg(None, lambda g, out, c, x, y: c.where(g, zeros_like(g)), lambda g, out, c, x, y: c.where(zeros_like(g), g)),
 )
@@ -562,21 +378,21 @@ P(
 P(
     "sum",
     "reduce",
-    _reduce,
+    S.reduce,
     lambda m, x, axes, keepdim: m.sum(x, axes, keepdim),
     per_arg(lambda g, out, x, axes, keepdim: unreduce(g, x.shape, axes, keepdim)),
     LINEAR,
 )
-P("prod", "reduce", _reduce, lambda m, x, axes, keepdim: m.prod(x, axes, keepdim), per_arg(_prod_vjp), _prod_jvp)
-P("amax", "reduce", _reduce, lambda m, x, axes, keepdim: m.amax(x, axes, keepdim), per_arg(_extreme_vjp), _extreme_jvp)
-P("amin", "reduce", _reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim), per_arg(_extreme_vjp), _extreme_jvp)
-P("argmax", "reduce", _arg, lambda m, x, axis, keepdim: m.argmax(x, axis, keepdim))
-P("argmin", "reduce", _arg, lambda m, x, axis, keepdim: m.argmin(x, axis, keepdim))
-P("argsort", "sort", _argsort, lambda m, x, axis, descending: m.argsort(x, axis, descending))
+P("prod", "reduce", S.reduce, lambda m, x, axes, keepdim: m.prod(x, axes, keepdim), per_arg(_prod_vjp), _prod_jvp)
+P("amax", "reduce", S.reduce, lambda m, x, axes, keepdim: m.amax(x, axes, keepdim), per_arg(_extreme_vjp), _extreme_jvp)
+P("amin", "reduce", S.reduce, lambda m, x, axes, keepdim: m.amin(x, axes, keepdim), per_arg(_extreme_vjp), _extreme_jvp)
+P("argmax", "reduce", S.arg, lambda m, x, axis, keepdim: m.argmax(x, axis, keepdim))
+P("argmin", "reduce", S.arg, lambda m, x, axis, keepdim: m.argmin(x, axis, keepdim))
+P("argsort", "sort", S.argsort, lambda m, x, axis, descending: m.argsort(x, axis, descending))
 P(
     "cumsum",
     "scan",
-    _scan,
+    S.scan,
     lambda m, x, axis: m.cumsum(x, axis),
     per_arg(lambda g, out, x, axis: g.flip(axes=(axis,)).cumsum(axis=axis).flip(axes=(axis,))),
     LINEAR,
@@ -586,7 +402,7 @@ P(
 P(
     "reshape",
     "movement",
-    _reshape,
+    S.reshape,
     lambda m, x, shape: m.reshape(x, shape),
     per_arg(lambda g, out, x, shape: g.reshape(shape=x.shape)),
     LINEAR,
@@ -594,7 +410,7 @@ P(
 P(
     "permute",
     "movement",
-    _permute,
+    S.permute,
     lambda m, x, perm: m.permute(x, perm),
     per_arg(lambda g, out, x, perm: g.permute(perm=_inverse(perm))),
     LINEAR,
@@ -602,7 +418,7 @@ P(
 P(
     "expand",
     "movement",
-    _expand,
+    S.expand,
     lambda m, x, shape: m.expand(x, shape),
     per_arg(lambda g, out, x, shape: sum_to(g, x.shape)),
     LINEAR,
@@ -610,7 +426,7 @@ P(
 P(
     "slice",
     "movement",
-    _slice,
+    S.slice,
     lambda m, x, starts, stops, steps: m.slice(x, starts, stops, steps),
     per_arg(lambda g, out, x, starts, stops, steps: g.unslice(shape=x.shape, starts=starts, stops=stops, steps=steps)),
     LINEAR,
@@ -618,7 +434,7 @@ P(
 P(
     "unslice",
     "movement",
-    _unslice,
+    S.unslice,
     lambda m, x, shape, starts, stops, steps: m.unslice(x, shape, starts, stops, steps),
     per_arg(lambda g, out, x, shape, starts, stops, steps: g.slice(starts=starts, stops=stops, steps=steps)),
     LINEAR,
@@ -626,7 +442,7 @@ P(
 P(
     "flip",
     "movement",
-    _flip,
+    S.flip,
     lambda m, x, axes: m.flip(x, axes),
     per_arg(lambda g, out, x, axes: g.flip(axes=axes)),
     LINEAR,
@@ -634,7 +450,7 @@ P(
 P(
     "cat",
     "movement",
-    _cat,
+    S.cat,
     lambda m, *xs, axis: m.cat(xs, axis),
     lambda need, g, out, args, params: _cat_vjp(need, g, out, args, **params),
     LINEAR,
@@ -644,7 +460,7 @@ P(
 P(
     "index",
     "index",
-    _index,
+    S.index,
     lambda m, x, *idx, axis: m.index(x, idx, axis),
     lambda need, g, out, args, params: (
         [g.unindex(*args[1:], shape=args[0].shape, axis=params["axis"]) if need[0] else None] + [None] * (len(args) - 1)
@@ -654,7 +470,7 @@ P(
 P(
     "unindex",
     "index",
-    _unindex,
+    S.unindex,
     lambda m, x, *idx, shape, axis: m.unindex(x, idx, shape, axis),
     lambda need, g, out, args, params: (
         [g.index(*args[1:], axis=params["axis"]) if need[0] else None] + [None] * (len(args) - 1)
@@ -664,7 +480,7 @@ P(
 P(
     "gather",
     "index",
-    _gather,
+    S.gather,
     lambda m, x, idx, axis: m.gather(x, idx, axis),
     per_arg(lambda g, out, x, idx, axis: g.scatter_add(idx, axis=axis, shape=x.shape), None),
     LINEAR,
@@ -672,7 +488,7 @@ P(
 P(
     "scatter_add",
     "index",
-    _scatter_add,
+    S.scatter_add,
     lambda m, x, idx, axis, shape: m.scatter_add(x, idx, axis, shape),
     per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None),
     LINEAR,
@@ -682,19 +498,19 @@ P(
 P(
     "inv",
     "linalg",
-    _square,
+    S.square,
     lambda m, a: m.inv(a),
     per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
     lambda ts, out, args, params: -out.matmul(_sole(ts)).matmul(out),
 )
-P("solve", "linalg", _solve, lambda m, a, b: m.solve(a, b), _solve_vjp, _solve_jvp)
-P("det", "linalg", _det, lambda m, a: m.det(a), per_arg(_det_vjp), _det_jvp)
+P("solve", "linalg", S.solve, lambda m, a, b: m.solve(a, b), _solve_vjp, _solve_jvp)
+P("det", "linalg", S.det, lambda m, a: m.det(a), per_arg(_det_vjp), _det_jvp)
 P(
     "matmul",
     "matmul",
-    _matmul,
+    S.matmul,
     lambda m, x, y: m.matmul(x, y),
     per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)),
     _matmul_jvp,
 )
-P("const", "const", _const, lambda m, value, dtype: m.const(value, dtype))
+P("const", "const", S.const, lambda m, value, dtype: m.const(value, dtype))
