@@ -33,7 +33,7 @@ from .layout import dead_after_steps, squeezed
 
 __all__ = ["run"]
 
-_programs = {}
+_programs: dict[tuple, object] = {}
 COLD_MAX = 1 << 16  # input elements up to which a cold tape runs on the host interpreter
 # glue that CuPy runs with NumPy's functions (through __array_function__ and __array_ufunc__)
 _CUPY_GLUE = frozenset(
@@ -260,7 +260,7 @@ def _number(v, dtype):
     return t(v.reshape(-1)[0]) if v.__class__ is np.ndarray else t(v)
 
 
-_fills = []
+_fills: list[object] = []
 
 
 def _filled(shape, dtype, value):

@@ -28,7 +28,7 @@ from .tiering import Decision, Record, next_state, small_steps
 
 __all__ = ["run", "prepare", "inline", "tier_for", "records"]
 
-records = {}  # tape structure (``Tape.key()``) -> its tiering.Record
+records: dict[tuple, tiering.Record] = {}  # tape structure (``Tape.key()``) -> its tiering.Record
 
 
 def tier_for(tape, mode, now=False, policy=None):

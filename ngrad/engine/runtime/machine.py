@@ -55,7 +55,7 @@ class Machine:
 # The op sets of the bytecode loops compiled on this machine, most recent first, per arena dtype:
 # kept in memory and in the cache's plans (``bytecode.loops_name``), so a tape whose operations a
 # compiled loop holds runs on it (``bytecode.loop_ops``) instead of compiling a loop of its own.
-loops = {}
+loops: dict[str, list[tuple]] = {}
 _LOOPS_KEPT = 32
 
 

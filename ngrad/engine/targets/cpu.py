@@ -115,7 +115,7 @@ class _IR:
     def __ne__(self, o):
         return self._cmp("!=", o)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # comparisons build IR values: never a dict key
 
 
 class _IRMath:
@@ -221,7 +221,7 @@ def _wide_vectors(typingctx):
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors)
 
-_memory = {}
+_memory: dict[str, "Kernel"] = {}
 _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}
 
@@ -333,7 +333,7 @@ def loaded(text):
 # (Numba's cache folder, its modification time) and the keys with an index file there: listed
 # again only when the folder changed, since a glob per kernel scanned the whole folder (6 ms a
 # kernel with 3,800 files in it; 85 ms of a 0.4 s first call of ba)
-_indexed = [((None, None), frozenset())]
+_indexed: list[tuple[tuple[object, object], frozenset[str]]] = [((None, None), frozenset())]
 
 
 def on_disk(text):

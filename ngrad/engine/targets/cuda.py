@@ -35,7 +35,7 @@ __all__ = [
     "cuda_ptx",
 ]
 
-_cuda_module = []
+_cuda_module: list[object] = []
 
 
 def _cuda():
@@ -85,7 +85,7 @@ def is_device_array(x):
     return getattr(x, "__cuda_ndarray__", False) is True or type(x).__name__ == "FakeCUDAArray"
 
 
-_cupy = []
+_cupy: list[object] = []
 
 
 def cupy_module():
@@ -111,7 +111,7 @@ def device_empty(shape, dtype):
     return _cuda().device_array(shape, dtype)
 
 
-_context = []
+_context: list[object] = []
 
 
 def from_cupy(arr):
