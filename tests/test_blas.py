@@ -1,4 +1,4 @@
-"""Matrix products on MKL (``engine/blas.py``): equal to NumPy's for every operand layout gemm
+"""Matrix products on MKL (``engine/ir/blas.py``): equal to NumPy's for every operand layout gemm
 takes, NumPy's own call for everything else, and safe with threads, ``fork`` and a missing or
 refused MKL."""
 

@@ -1,4 +1,4 @@
-"""Bytecode (engine/bytecode.py) against the NumPy interpreter: every primitive it takes, with
+"""Bytecode (engine/backend/bytecode.py) against the NumPy interpreter: every primitive it takes, with
 its VJP, in float32 and float64; the op corpus; NaN semantics; and the runtime and
 ``ngrad.compile`` running long small-array tapes (unrolled recurrences) through it, checked
 against central finite differences."""

@@ -14,7 +14,7 @@ compile cost grows with the variety of operations, never with the tape's length)
 superset of them that a loop compiled before holds (``Bytecode.use``, ``loop_ops``); the runtime
 compiles it like any kernel (``compile.kernel``) and calls ``bytecode.run(fn, values)``, which
 copies the inputs into a fresh arena, runs the loop and returns fresh output arrays. Inputs must
-already be checked (``runtime._check``).
+already be checked (``runtime.checks.check``).
 
 Why: an unrolled recurrence (an RK4 solver, an LSTM over a sequence) records thousands of
 instructions on arrays of a few dozen elements. Fused kernels need a Numba function for every
@@ -635,7 +635,7 @@ def plan_name(tape):
 
 
 def loops_name():
-    """The name the op sets of compiled loops are stored under (see ``runtime._share_loop``): it
+    """The name the op sets of compiled loops are stored under (see ``runtime.machine.share_loop``): it
     changes with the encoder's code, which names the operations and renders their branches; None
     when that code cannot be read."""
     from ..store import plan_name as named
