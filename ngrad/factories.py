@@ -9,7 +9,7 @@ from .engine.ir import dtypes as D
 from .engine.ir.graph import source
 from .tensor.core import Tensor
 from .tensor.record import device_name, host_value, shape_arg, value_of, value_on, wrap
-from .tracing import _check_random
+from .tracing import check_random
 
 __all__ = [
     "tensor",
@@ -357,7 +357,7 @@ def initial_seed():
 
 def _draw():
     """The generator, unless ngrad.compile is tracing (a draw would be frozen into the program)."""
-    _check_random()
+    check_random()
     return _generator[0]
 
 

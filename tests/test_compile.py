@@ -435,7 +435,7 @@ def test_differentiable_outputs_run_a_compiled_forward_and_backward(rng, monkeyp
     (variant,) = [v for vs in compiled.variants.values() for v in vs]
     variant.split.forward.verify(), variant.split.backward.verify()  # well-formed tapes
     # later calls run the two programs: nothing is recorded as graph nodes again
-    monkeypatch.setattr("ngrad.tracing.replay", lambda *a: pytest.fail("the program was replayed as nodes"))
+    monkeypatch.setattr("ngrad.tracing.variant.replay", lambda *a: pytest.fail("the program was replayed as nodes"))
     out, reg, idx = compiled(x)
     assert out.grad_fn.name() == "CompiledFunctionBackward" and reg.requires_grad and not idx.requires_grad
     for _ in range(2):

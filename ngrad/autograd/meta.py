@@ -100,24 +100,3 @@ def inherit_leaf(node, old):
     if m is not None and (m.owner is not None or m.hooks is not None or m.post_hooks is not None):
         own = own_meta(node)
         own.owner, own.hooks, own.post_hooks = m.owner, m.hooks, m.post_hooks
-
-
-# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
-# (ngrad/tracing.py reads and writes these annotations as attributes of Node: owner, replaced,
-# stale, freed, ctx, name. They are served from ``Node.meta`` here so the engine's Node does
-# not define them.)
-def _old_attribute(field):
-    return property(
-        lambda node: getattr(node.meta or NO_META, field),
-        lambda node, value: setattr(own_meta(node), field, value),
-    )
-
-
-def _install_old_attributes():
-    from ..engine.ir.graph import Node
-
-    for field in ("owner", "replaced", "stale", "freed", "ctx", "name"):
-        setattr(Node, field, _old_attribute(field))
-
-
-_install_old_attributes()

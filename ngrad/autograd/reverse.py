@@ -473,8 +473,3 @@ def grad(
     if keys is not None:
         return dict(zip(keys, res))
     return tuple(res)
-
-
-# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
-_FREED = FREED
-_stale = stale_error

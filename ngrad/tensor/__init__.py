@@ -36,9 +36,3 @@ __all__ = [
     "stack",
     "where",
 ]
-
-# Old names ngrad/tracing.py still imports; the lead removes this block once its imports move.
-from ..autograd.meta import SEGMENT_NODES as _segment_nodes  # noqa: E402
-from .inplace import replace_node as _replace  # noqa: E402
-from .inplace import replacements  # noqa: E402
-from .record import wrap as _wrap  # noqa: E402
