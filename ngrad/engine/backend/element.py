@@ -1,0 +1,265 @@
+"""One element of a fused kernel as source lines: its reads, its instructions against a math
+namespace, its stores; shared by the CPU loop nests (codegen.py) and the CUDA kernels
+(cuda_source.py).
+
+Contract: ``render_element(kernel, tape, idx, math_, arrays, scalars, body, ...)`` runs
+``ELEMENT_PASSES`` over an ``ElementState``: it appends the element's lines to ``body`` (reads that
+ignore the inner loop indices go to the outer loops' lists, see ``render_element``), appends the
+kernel's array and scalar parameters to ``arrays`` and ``scalars`` in first-read order, and
+returns the expression of every slot it defines. Every line carries the tape instruction it came
+from as a comment.
+"""
+
+import dataclasses
+import typing
+
+from ..ir.prims import PRIMS
+from ..ir.tape import format_instr
+from .fuse import ReadKind
+from .passes import Pass, run_passes
+from .source_math import Expr, typed
+
+__all__ = [
+    "render_element",
+    "ElementState",
+    "ELEMENT_PASSES",
+    "read_operands",
+    "pair_sincos",
+    "compute_instrs",
+    "store_slots",
+]
+
+
+def _pow_literal(x, value):
+    """``x ** c`` for a literal ``c``: multiplications and sqrt instead of a pow call."""
+    t = x.text
+    if value == 2:
+        return f"({t} * {t})"
+    if value == 3:
+        return f"({t} * {t} * {t})"
+    if value == 1:
+        return t
+    if value == 0.5:
+        return f"math.sqrt({t})"
+    if value == -1:
+        return f"({typed(1, x.dtype)} / {t})"
+    return None
+
+
+def _unsigned(index):
+    return f"np.uint64({index})"
+
+
+def _window_index(r, slot, idx, shape, bounds, p):
+    """The index expressions of a window read ``r`` (a slice: the source at start + step * i; an
+    unslice: at (i - start) / step) at loop indices ``idx``, and the conditions under which an
+    unslice's element is inside its window (zero outside). Starts and stops are arguments
+    (``bounds``: key -> (name, value)), so one kernel serves every size (x[1:] and x[:-1] at
+    n=100 and n=1000); steps are literals. A start of 0 or a stop at the end is left out, so the
+    text depends on sizes only where a window is whole at one size. Indices are unsigned: Numba
+    checks a signed one for negativity, which stops LLVM from vectorising the loop."""
+
+    def bound(axis, end, value):
+        return bounds.setdefault((slot, axis, end), (f"{p}w{len(bounds)}", value))[0]
+
+    ix, inside = [], []
+    for d, (i, (a, b, c), n) in enumerate(zip(idx, r.window, shape)):
+        start = bound(d, 0, a) if a else None
+        if r.kind == ReadKind.WINDOW:
+            at = i if c == 1 else f"{i} * {c}"
+            ix.append(_unsigned(f"{start} + {at}") if a else at)
+            continue
+        ix.append(_unsigned(f"{i} - {start}") if a else i)
+        inside += ([f"{i} >= {start}"] if a else []) + ([f"{i} < {bound(d, 1, b)}"] if b < n else [])
+        if c != 1:
+            ix[-1] = f"{ix[-1]} // {c}"
+            inside.append(f"({i} - {start or 0}) % {c} == 0")
+    return ix, inside
+
+
+@dataclasses.dataclass
+class ElementState:
+    """What the passes rendering one element share (see ``render_element`` for the arguments).
+    ``names``: slot -> the expression of its value; ``level``: local name -> the deepest loop its
+    value depends on (-1: none); ``depth_of``: loop index -> its loop (an unrolled copy's literal
+    index has none); ``pair_of``: out slot -> the (sin, cos) instructions computed together."""
+
+    kernel: typing.Any
+    tape: typing.Any
+    idx: list
+    math_: typing.Any
+    arrays: list
+    scalars: list
+    body: list
+    p: str = ""
+    tag: str = ""
+    bounds: typing.Any = None
+    outer: typing.Any = None
+    names: dict = dataclasses.field(default_factory=dict)
+    level: dict = dataclasses.field(default_factory=dict)
+    depth_of: dict = dataclasses.field(default_factory=dict)
+    pair_of: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        n = len(self.idx) if self.outer is None else len(self.outer)
+        self.depth_of = {i: d for d, i in enumerate(self.idx) if d < n}
+
+
+def _emit(state, line, name, deps):
+    """Add ``line`` defining ``name`` from values of loops ``deps``: into the body, or into the
+    list of the deepest outer loop it depends on (see ``render_element``)."""
+    d = max(deps, default=-1)
+    state.level[name] = d
+    if state.outer is None or d >= len(state.outer) - 1:
+        state.body.append(line)
+    else:
+        state.outer[max(d, 0)].append(line)  # never before every loop: a zero extent runs nothing
+
+
+def _array(state, src, pattern):
+    """The position of ``src`` read with broadcast ``pattern`` among the kernel's array parameters."""
+    if (src, pattern) not in state.arrays:
+        state.arrays.append((src, pattern))
+    return state.arrays.index((src, pattern))
+
+
+def _read_window(state, slot, r, dtype):
+    """A slice's or unslice's load (zero outside an unslice's window), at every loop index."""
+    src = r.src
+    k = _array(state, src, tuple(False for _ in state.tape.shapes[src]) or (False,))
+    ix, inside = _window_index(r, slot, state.idx, state.kernel.shape, state.bounds, state.p)
+    v = f"{state.p}r{slot}{state.tag}"
+    load = f"{state.p}a{k}[{', '.join(ix) or '0'}]"
+    if inside:
+        load += f" if {' and '.join(inside)} else {typed(0, dtype)}"
+    what = "slice" if r.kind == ReadKind.WINDOW else "unslice, zero outside"
+    _emit(state, f"{v} = {load}  # read %{src} as %{slot} = {what}", v, [state.depth_of.get(i, -1) for i in state.idx])
+    return Expr(v, dtype)
+
+
+def _read_array(state, slot, r, dtype):
+    """An array's load at the loop indices of its axes that are not broadcast."""
+    src, pattern = r.src, tuple(r.pattern) or (False,)
+    k = _array(state, src, pattern)
+    # the array arrives without its broadcast (extent 1) axes: fewer indices to lower
+    used = [state.idx[d] for d in range(len(pattern)) if not pattern[d]]
+    v = f"{state.p}r{slot}{state.tag}"
+    _emit(
+        state,
+        f"{v} = {state.p}a{k}[{', '.join(used) or '0'}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""),
+        v,
+        [state.depth_of.get(i, -1) for i in used],
+    )
+    return Expr(v, dtype)
+
+
+def read_operands(state):
+    """Each read of the kernel becomes a literal, a scalar parameter, or a load from an array
+    parameter, in slot order."""
+    for slot in sorted(state.kernel.reads):
+        r = state.kernel.reads[slot]
+        dtype = state.tape.dtypes[slot]
+        if r.kind == ReadKind.LITERAL:
+            state.names[slot] = Expr(typed(r.value, dtype), dtype)
+        elif r.kind == ReadKind.SCALAR:
+            if r.src not in state.scalars:
+                state.scalars.append(r.src)
+            state.names[slot] = Expr(f"{state.p}s{state.scalars.index(r.src)}", dtype)
+        elif r.kind in (ReadKind.WINDOW, ReadKind.PAD):
+            state.names[slot] = _read_window(state, slot, r, dtype)
+        else:
+            state.names[slot] = _read_array(state, slot, r, dtype)
+
+
+def pair_sincos(state):
+    """sin and cos of one value share their range reduction when the math namespace has
+    ``sincos`` (about 13% of the element-wise chain's value+gradient kernel in float64 on an H100)."""
+    if getattr(state.math_, "sincos", None) is None:
+        return
+    first = {}
+    for ins in state.kernel.body:
+        if ins.prim in ("sin", "cos"):
+            first.setdefault((ins.prim, ins.args[0]), ins)
+    for (prim, a), sin in first.items():
+        cos = first.get(("cos", a))
+        if prim == "sin" and cos is not None:
+            state.pair_of[sin.out] = state.pair_of[cos.out] = (sin, cos)
+
+
+def _compute_pair(state, ins, args, pair):
+    """The line of one instruction of a sin/cos pair: the pair's sincos call, or, for the second
+    of the two, a comment naming the value the first made."""
+    p, tag = state.p, state.tag
+    v = f"{p}v{ins.out}{tag}"
+    sin, cos = pair
+    deps = [state.level.get(a.text, -1) for a in args]
+    if (cos if ins is sin else sin).out in state.names:
+        _emit(state, f"# %{ins.out} = {format_instr(ins)}: {v} was made with it", v, deps)
+    else:
+        _emit(
+            state,
+            f"{p}v{sin.out}{tag}, {p}v{cos.out}{tag} = {state.math_.sincos(args[0]).text}"
+            f"  # %{sin.out} = {format_instr(sin)}; %{cos.out} = {format_instr(cos)}",
+            v,
+            deps,
+        )
+    return Expr(v, state.tape.dtypes[ins.out])
+
+
+def compute_instrs(state):
+    """Each instruction of the kernel's body becomes one line: its forward row against the math
+    namespace, a literal power as products, a no-op movement as its operand."""
+    for ins in state.kernel.body:
+        args = [state.names[a] for a in ins.args]
+        pair = state.pair_of.get(ins.out)
+        if pair is not None:
+            state.names[ins.out] = _compute_pair(state, ins, args, pair)
+            continue
+        text = None
+        exponent = state.kernel.reads.get(ins.args[1]) if ins.prim == "pow" else None
+        if exponent is not None and exponent.kind == ReadKind.LITERAL:
+            text = _pow_literal(args[0], exponent.value)
+        if ins.prim in ("reshape", "expand"):  # fusion only puts no-op movements in a loop
+            text = args[0].text
+        if text is None:
+            text = PRIMS[ins.prim].fwd(state.math_, *args, **ins.params).text
+        v = f"{state.p}v{ins.out}{state.tag}"
+        _emit(
+            state, f"{v} = {text}  # %{ins.out} = {format_instr(ins)}", v, [state.level.get(a.text, -1) for a in args]
+        )
+        state.names[ins.out] = Expr(v, state.tape.dtypes[ins.out])
+
+
+def store_slots(state):
+    """Each stored slot is written into its output array at the element's indices."""
+    for k, slot in enumerate(state.kernel.stores):
+        state.body.append(f"{state.p}o{k}[{', '.join(state.idx)}] = {state.names[slot].text}  # store %{slot}")
+
+
+ELEMENT_PASSES = [
+    Pass(
+        "read_operands",
+        "each read becomes a literal, a scalar or an array load (hoisted where it can be)",
+        read_operands,
+    ),
+    Pass("pair_sincos", "sin and cos of one value share one sincos call where the target has it", pair_sincos),
+    Pass("compute_instrs", "each body instruction becomes one line against the math namespace", compute_instrs),
+    Pass("store_slots", "each stored slot is written at the element's indices", store_slots),
+]
+
+
+def render_element(kernel, tape, idx, math_, arrays, scalars, body, p="", tag="", bounds=None, outer=None):
+    """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
+    (reads, its instructions against the math namespace ``math_``, stores) by running
+    ``ELEMENT_PASSES``; return the expression of every slot it defines. ``arrays`` and
+    ``scalars`` collect the kernel's parameters; ``bounds`` (key -> (name, value)) the window
+    starts and stops, which are arguments too.
+
+    ``outer``: a loop nest's lists of lines run inside loop d before loop d + 1 starts (d = 0,
+    1, ...; the last list is the innermost body's head). A read that does not use the inner
+    indices (a broadcast operand), and arithmetic on such reads only, goes into the list of the
+    deepest loop it depends on: the stores of the inner loop might alias any array as far as
+    LLVM knows, so it would not hoist those loads itself (gmm's (n, k, d) loops reading (n, k)
+    and (k, d) operands: 0.70 -> 0.50 ms measured)."""
+    state = ElementState(kernel, tape, idx, math_, arrays, scalars, body, p, tag, bounds, outer)
+    return run_passes("element", ELEMENT_PASSES, state).names

@@ -1,0 +1,192 @@
+"""The vocabulary of generated source: ``Expr`` (the text of a scalar expression of a known
+dtype), ``typed`` literals, and ``SourceMath``, the primitive table's math namespace producing
+Numba-compatible text instead of numbers, so the interpreter and compiled code share one
+definition of every element-wise primitive.
+
+Contract: ``PRIMS[p].fwd(SourceMath, *exprs, **params)`` is the ``Expr`` of primitive ``p`` on
+operand expressions; ``typed(value, dtype)`` is a literal that keeps its dtype (float32 code stays
+float32); ``identity(prim, dtype)`` is a reduction's starting value. Names of the vectorisable
+math (``_vexp``...) are the helpers of vmath.py, which the compiled module defines. The CPU loops
+(codegen.py), the CUDA kernels (cuda_source.py) and bytecode's chain rows all build on these.
+"""
+
+import math
+
+import numpy as np
+
+__all__ = ["Expr", "SourceMath", "typed", "to_sign_of", "identity", "NP_TYPE", "GUARDED", "TRIG_LIMIT"]
+
+
+_NP_INFO = {"i64": np.int64, "i32": np.int32}
+NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
+
+
+class Expr:
+    """Source text of a scalar expression of a known dtype; operators build bigger expressions."""
+
+    __slots__ = ("text", "dtype")
+
+    def __init__(self, text, dtype):
+        self.text, self.dtype = text, dtype
+
+    def _bin(self, op, other):
+        return Expr(f"({self.text} {op} {other.text})", self.dtype)
+
+    def __add__(self, o):
+        return self._bin("+", o)
+
+    def __sub__(self, o):
+        return self._bin("-", o)
+
+    def __mul__(self, o):
+        return self._bin("*", o)
+
+    def __truediv__(self, o):
+        return self._bin("/", o)
+
+    def __neg__(self):
+        return Expr(f"(-{self.text})", self.dtype)
+
+    def __lt__(self, o):
+        return Expr(f"({self.text} < {o.text})", "b8")
+
+    def __le__(self, o):
+        return Expr(f"({self.text} <= {o.text})", "b8")
+
+    def __gt__(self, o):
+        return Expr(f"({self.text} > {o.text})", "b8")
+
+    def __ge__(self, o):
+        return Expr(f"({self.text} >= {o.text})", "b8")
+
+    def __eq__(self, o):
+        return Expr(f"({self.text} == {o.text})", "b8")
+
+    def __ne__(self, o):
+        return Expr(f"({self.text} != {o.text})", "b8")
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: == builds an expression, not a bool
+
+
+def typed(value, dtype):
+    """The source text of the literal ``value`` in ``dtype`` (``np.float32(0.5)``, ``True``)."""
+    if dtype == "b8":
+        return "True" if value else "False"
+    if dtype[0] == "i":
+        return f"{NP_TYPE[dtype]}({int(value)})"
+    v = float(value)
+    text = repr(v) if math.isfinite(v) else ("np.nan" if v != v else "np.inf" if v > 0 else "-np.inf")
+    return f"{NP_TYPE[dtype]}({text})"
+
+
+def _f(name):
+    return lambda x: Expr(f"{name}({x.text})", x.dtype)
+
+
+def _v(name):
+    def f(x):
+        if x.dtype == "f32":
+            return Expr(f"np.float32({name}(np.float64({x.text})))", x.dtype)
+        return Expr(f"{name}({x.text})", x.dtype)
+
+    return staticmethod(f)
+
+
+def to_sign_of(r, s, y, step):
+    """``r``, a remainder of a division by ``y`` (text evaluated as often as needed), moved by
+    ``step * y`` to the sign of ``s`` where it is non-zero and of the other sign."""
+    zero = typed(0, s.dtype)
+    flip = f"({r} != {zero} and (({r} < {zero}) != ({s.text} < {zero})))"
+    return Expr(f"({r} {'+' if step > 0 else '-'} ({y.text} if {flip} else {zero}))", s.dtype)
+
+
+class SourceMath:
+    """The math namespace of the primitive table, producing Numba-compatible source text."""
+
+    sqrt = _f("math.sqrt")
+    # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once)
+    exp, expm1, log, log1p, tanh = _v("_vexp"), _v("_vexpm1"), _v("_vlog"), _v("_vlog1p"), _v("_vtanh")
+    sigmoid, softplus = _v("_vsigmoid"), _v("_vsoftplus")
+    sin, cos = _v("_vsin"), _v("_vcos")  # guarded: see GUARDED and render()
+    tan, asin, acos, atan = _f("math.tan"), _f("math.asin"), _f("math.acos"), _f("math.atan")
+    sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _v("_verf")
+    floor, ceil, round, sign = _f("np.floor"), _f("np.ceil"), _f("np.rint"), _f("np.sign")
+
+    @staticmethod
+    def abs(x):
+        return Expr(f"abs({x.text})", x.dtype)
+
+    @staticmethod
+    def isnan(x):
+        return Expr(f"({x.text} != {x.text})", "b8")
+
+    @staticmethod
+    def pow(x, y):
+        return Expr(f"({x.text} ** {y.text})", x.dtype)
+
+    @staticmethod
+    def maximum(x, y):  # NaN propagates, ties keep x (NumPy's semantics)
+        return Expr(f"({x.text} if ({x.text} >= {y.text} or {x.text} != {x.text}) else {y.text})", x.dtype)
+
+    @staticmethod
+    def minimum(x, y):
+        return Expr(f"({x.text} if ({x.text} <= {y.text} or {x.text} != {x.text}) else {y.text})", x.dtype)
+
+    @staticmethod
+    def where(c, x, y):
+        return Expr(f"({x.text} if {c.text} else {y.text})", x.dtype)
+
+    @staticmethod
+    def atan2(x, y):
+        if x.dtype == "f32":
+            return Expr(f"np.float32(math.atan2(np.float64({x.text}), np.float64({y.text})))", x.dtype)
+        return Expr(f"math.atan2({x.text}, {y.text})", x.dtype)
+
+    @staticmethod
+    def remainder(x, y):  # NumPy's: the sign of y, NaN for a zero float divisor
+        return Expr(f"np.remainder({x.text}, {y.text})", x.dtype)
+
+    @staticmethod
+    def fmod(x, y):  # the sign of x; Numba's integer np.fmod takes y's sign, so integers fix it
+        if x.dtype[0] == "f":
+            return Expr(f"np.fmod({x.text}, {y.text})", x.dtype)
+        return to_sign_of(f"({x.text} % {y.text})", x, y, -1)
+
+    @staticmethod
+    def logical_not(x):
+        return Expr(f"(not {x.text})", "b8")
+
+    @staticmethod
+    def logical_and(x, y):
+        return Expr(f"({x.text} and {y.text})", "b8")
+
+    @staticmethod
+    def logical_or(x, y):
+        return Expr(f"({x.text} or {y.text})", "b8")
+
+    @staticmethod
+    def cast(x, dtype):
+        if dtype == "b8":
+            return Expr(f"({x.text} != 0)", dtype)
+        return Expr(f"{NP_TYPE[dtype]}({x.text})", dtype)
+
+
+# Primitives whose vectorised version is accurate only for |x| <= TRIG_LIMIT: the kernel counts
+# arguments out of range (a reduction LLVM vectorises) and the runtime re-runs the tape on the
+# interpreter when any was, so a huge argument costs time, never accuracy.
+GUARDED = ("sin", "cos")
+TRIG_LIMIT = 1.0e6
+
+_IDENTITY = {"sum": 0, "prod": 1}
+
+
+def identity(prim, dtype):
+    """The value a reduction starts from: its result over no elements."""
+    if prim in _IDENTITY:
+        return _IDENTITY[prim]
+    if dtype == "b8":
+        return prim == "amin"
+    if dtype[0] == "i":
+        info = np.iinfo(_NP_INFO[dtype])
+        return info.min if prim == "amax" else info.max
+    return -math.inf if prim == "amax" else math.inf
