@@ -12,7 +12,6 @@ of the common case runs one generated Python function and the kernels. The gener
 start with ``_`` (the driver's do not). Both raise ``Stale`` when a tensor they read is gone.
 """
 
-import builtins
 import sys
 
 from .. import grad_mode
@@ -37,7 +36,7 @@ def define(name, lines, g, param="flat"):
     text = f"def {name}({param}):\n" + "".join(f"    {line}\n" for line in lines)
     if debug_level() >= 2:
         print(f"ngrad: generated {name}\n{text}", file=sys.stderr)
-    exec(builtins.compile(text, f"<ngrad {name}>", "exec"), g)  # ``compile`` is ngrad's here
+    exec(compile(text, f"<ngrad {name}>", "exec"), g)
     return g[name]
 
 
