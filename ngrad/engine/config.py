@@ -35,7 +35,8 @@ def _int(name: str, default: int) -> int:
 
 
 def debug_level() -> int:
-    """``NGRAD_DEBUG``: 0 quiet, 1 print tapes, 2 also generated source, 3 also timings."""
+    """``NGRAD_DEBUG``: 0 quiet, 1 print tapes, 2 also generated source, 3 also timings (of kernels
+    and of each backend pass), 4 also the passes rendering each element of a kernel."""
     return _int("NGRAD_DEBUG", 0)
 
 

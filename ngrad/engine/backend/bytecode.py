@@ -617,12 +617,13 @@ def loop_ops(ops, known):
 
 
 def _encoder():
-    """The code an encoding depends on: this module (the encoder), the loop's source, the primitive table and
-    codegen (the expressions inside chain operations' names), and the tape format."""
-    from ..ir import prims, tape
-    from . import bytecode_loop, bytecode_rows, codegen
+    """The code an encoding depends on: this module (the encoder), the loop's source, the primitive
+    table (its rows and shape rules), codegen and its source math (the expressions inside chain
+    operations' names), and the tape format."""
+    from ..ir import prims, shapes, tape
+    from . import bytecode_loop, bytecode_rows, codegen, source_math
 
-    return sys.modules[__name__], bytecode_loop, bytecode_rows, codegen, prims, tape
+    return sys.modules[__name__], bytecode_loop, bytecode_rows, codegen, source_math, prims, shapes, tape
 
 
 def plan_name(tape):

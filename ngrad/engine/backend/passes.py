@@ -3,8 +3,8 @@ sequence of named, described passes over one small state object.
 
 Contract: ``run_passes(what, passes, state)`` calls each ``Pass`` of ``passes`` on ``state`` in
 order and returns ``state``. A pass reads and writes only that state, so each can be run and
-tested on its own (tests/test_passes.py). With ``NGRAD_DEBUG`` at 3 or more every pass prints its
-name and time to stderr.
+tested on its own (tests/test_passes.py). With ``NGRAD_DEBUG`` at ``level`` or more (3 unless the
+caller says otherwise) every pass prints its name and time to stderr.
 """
 
 import sys
@@ -25,9 +25,10 @@ class Pass(typing.NamedTuple):
     run: typing.Callable
 
 
-def run_passes(what, passes, state):
-    """Run ``passes`` on ``state`` in order (``what`` names the list in debug output); return ``state``."""
-    timed = debug_level() >= 3
+def run_passes(what, passes, state, level=3):
+    """Run ``passes`` on ``state`` in order (``what`` names the list in debug output, printed from
+    ``NGRAD_DEBUG=level`` on); return ``state``."""
+    timed = debug_level() >= level
     for p in passes:
         t = time.perf_counter() if timed else 0.0
         p.run(state)

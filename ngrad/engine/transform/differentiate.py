@@ -294,10 +294,10 @@ def joint(tape: Tape, wrt: Sequence[int], keep: bool = False) -> Joint:
 def _joint_name(key: tuple[Key, tuple[int, ...]]) -> str | None:
     """The name a joint is stored under (see ``store.plan_name``): from ``key`` and the code
     that makes joints; None when it cannot be stored."""
-    from ..ir import prims, tape
+    from ..ir import prims, shapes, tape
     from ..store import plan_name
 
-    return plan_name("j", (sys.modules[__name__], prims, tape), key)
+    return plan_name("j", (sys.modules[__name__], prims, shapes, tape), key)
 
 
 @dataclass(slots=True, eq=False)
