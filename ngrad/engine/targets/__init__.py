@@ -1,1 +1,2 @@
-"""targets"""
+"""Code to callables: the CPU (``njit``) and CUDA (``cuda.jit``) targets, the only modules that
+import Numba."""

@@ -1,1 +1,1 @@
-"""transform"""
+"""Tape-to-tape transformations: differentiation (vjp, jvp, joint and split tapes) and batching."""
