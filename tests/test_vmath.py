@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from ngrad.engine.runtime.executor import execute
-from ngrad.engine.runtime.plan import CompiledPlan
 from ngrad.engine.backend import vmath
 from ngrad.engine.ir.tape import Builder
+from ngrad.engine.runtime.executor import execute
+from ngrad.engine.runtime.plan import CompiledPlan
 
 
 def ulp_error(got, ref):
