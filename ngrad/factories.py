@@ -8,7 +8,7 @@ import numpy as np
 from .engine.ir import dtypes as D
 from .engine.ir.graph import source
 from .tensor.core import Tensor
-from .tensor.record import device_name, host_value, shape_arg, value_of, value_on, wrap
+from .tensor.record import TORCH_NAME, device_name, host_value, shape_arg, value_of, value_on, wrap
 from .tracing import check_random
 
 __all__ = [
@@ -213,13 +213,35 @@ def from_numpy(ndarray):
     return wrap(source(a, d))
 
 
+def _allocated(shape, dtype, make):
+    """``make()``, the host array of a new tensor of ``shape`` and ``dtype``, with PyTorch's errors
+    for a size that overflows or memory that cannot be had (NumPy's would reach the user)."""
+    nbytes = math.prod(shape) * dtype.np.itemsize
+    if nbytes >= 2**63:
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
+    try:
+        return make()
+    except MemoryError:
+        raise RuntimeError(
+            f"DefaultCPUAllocator: can't allocate memory: you tried to allocate {nbytes} bytes."
+        ) from None
+
+
 def _filled(size, value, dtype, requires_grad, device):
     device = device_name(device)
     shape = shape_arg(size)
     if any(s < 0 for s in shape):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
     dtype = dtype or D.get_default_dtype()
-    return _leaf(np.full(shape, value, dtype=dtype.np), dtype, requires_grad, device)
+    return _leaf(_allocated(shape, dtype, lambda: np.full(shape, value, dtype=dtype.np)), dtype, requires_grad, device)
+
+
+def _random_dtype(dtype, kernel):
+    """``dtype`` (the default float if None), refused as PyTorch refuses a non-floating one."""
+    dtype = dtype or D.get_default_dtype()
+    if not dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{TORCH_NAME[dtype.short]}'")
+    return dtype
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
@@ -364,24 +386,34 @@ def _draw():
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform samples from [0, 1)."""
     device = device_name(device)
-    dtype = dtype or D.get_default_dtype()
-    return _leaf(_draw().random(shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
+    dtype, shape = _random_dtype(dtype, "check_uniform_bounds"), shape_arg(size)
+    value = _allocated(shape, dtype, lambda: _draw().random(shape).astype(dtype.np))
+    return _leaf(value, dtype, requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     """Standard normal samples."""
     device = device_name(device)
-    dtype = dtype or D.get_default_dtype()
-    return _leaf(_draw().standard_normal(shape_arg(size)).astype(dtype.np), dtype, requires_grad, device)
+    dtype, shape = _random_dtype(dtype, "normal_kernel_cpu"), shape_arg(size)
+    value = _allocated(shape, dtype, lambda: _draw().standard_normal(shape).astype(dtype.np))
+    return _leaf(value, dtype, requires_grad, device)
 
 
 def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_grad=False):
-    """Uniform integers in [low, high)."""
+    """Uniform integers in [low, high): ``randint(low, high, size)`` or ``randint(high, size)``."""
+    if size is None and isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
+    if size is None:
+        raise TypeError("randint() missing required argument 'size'")
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dtype = dtype or D.int64
     device = device_name(device)
-    return _leaf(_draw().integers(low, high, size=tuple(size)).astype(dtype.np), dtype, requires_grad, device)
+    shape = shape_arg((size,))
+    value = _allocated(shape, dtype, lambda: _draw().integers(low, high, size=shape).astype(dtype.np))
+    return _leaf(value, dtype, requires_grad, device)
 
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False):

@@ -81,12 +81,8 @@ def _seeds(outputs, grad_outputs, is_grads_batched):
                 f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has "
                 f"a shape of {out.shape}."
             )
-        if g.dtype.is_floating_point != out.dtype.is_floating_point:
-            raise RuntimeError(
-                f"For complex Tensors, both grad_output and output are required to have the same "
-                f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype} and "
-                f"output[{i}] has a dtype of {out.dtype}."
-            )
+        # a real gradient of another dtype (int, bool) is converted, as PyTorch converts it:
+        # PyTorch refuses only a complex/real mismatch, and ngrad has no complex dtypes
         seeds.append(g if g.dtype is out.dtype else g.to(out.dtype))
     if is_grads_batched:
         sizes = {s.shape[0] if s.ndim else None for s in seeds}

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from .. import grad_mode as _grad_mode
 from .. import tensor as _t
 
 __all__ = [
@@ -108,12 +109,14 @@ def softplus(input, beta=1.0, threshold=20.0):
     return input.softplus(beta, threshold)
 
 
-def softmax(input, dim):
-    return input.softmax(dim)
+def softmax(input, dim, *, dtype=None):
+    """``input.softmax(dim, dtype)``: probabilities along ``dim`` (``input`` converted to ``dtype``)."""
+    return input.softmax(dim, dtype)
 
 
-def log_softmax(input, dim):
-    return input.log_softmax(dim)
+def log_softmax(input, dim, *, dtype=None):
+    """``input.log_softmax(dim, dtype)``: log-probabilities along ``dim``."""
+    return input.log_softmax(dim, dtype)
 
 
 def linear(input, weight, bias=None):
@@ -200,6 +203,18 @@ def _class_rows(input, target, name):
     return rows, target.reshape(-1), tuple(target.shape)
 
 
+def _check_targets(target, classes, ignore_index):
+    """PyTorch's error for a class index outside [0, classes) that is not ``ignore_index``, checked
+    when the targets are realized (reading the scores realizes them anyway). Under
+    ``ngrad.compile`` a target may not exist yet, and nothing is checked."""
+    if _grad_mode.state.trace is not None or not target.numel():
+        return
+    v = target.cpu().numpy()
+    bad = v[(v != ignore_index) & ((v < 0) | (v >= classes))]
+    if bad.size:
+        raise IndexError(f"Target {int(bad[0])} is out of bounds.")
+
+
 def _picked(rows, target, weight, ignore_index):
     """Per row: the score at the target class, the target class's weight (0 where ignored), and
     1.0 where the row counts (0.0 where its target is ``ignore_index``)."""
@@ -220,6 +235,7 @@ def _picked(rows, target, weight, ignore_index):
 def _indexed_loss(logp, target, weight, ignore_index, reduction, smoothing, name):
     """nll_loss, and cross_entropy's for class indices (with its label smoothing)."""
     rows, tgt, shape = _class_rows(logp, target, name)
+    _check_targets(tgt, rows.shape[1], ignore_index)
     score, w, valid = _picked(rows, tgt, weight, ignore_index)
     loss = -score * w
     if smoothing > 0:  # the uniform part: every class's (weighted) score, ignored rows out

@@ -141,6 +141,8 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
 
     @requires_grad.setter
     def requires_grad(self, flag):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise RuntimeError("requires_grad must be a bool")
         self.requires_grad_(flag)
 
     def requires_grad_(self, requires_grad=True):
@@ -465,6 +467,12 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
                 dtype, dev = a.dtype, a.device
             elif isinstance(a, (str, device, int)) and not isinstance(a, bool):
                 dev = a
+            elif not isinstance(a, bool):  # non_blocking and copy are bools
+                got = ", ".join(type(x).__name__ for x in args)
+                raise TypeError(
+                    f"to() received an invalid combination of arguments - got ({got}), but expected "
+                    "one of: (ngrad.device device, ngrad.dtype dtype), (ngrad.dtype dtype), (Tensor other)"
+                )
         out = self
         if dev is not None:
             out = out._moved(device_name(dev))

@@ -248,7 +248,16 @@ class IndexingOps:
         if idx.dtype.category != 1:
             raise RuntimeError("index_select(): Expected dtype int32/int64 for index")
         d = normalize_dim(dim, max(self.ndim, 1))
-        out = self._advanced(d, [host_value(idx).reshape(-1)])
+        iv = host_value(idx).reshape(-1)
+        size = self.shape[d] if self.ndim else 1
+        # checked where the index is realized: unlike t[idx], index_select counts nothing from the end
+        if iv.size and (iv.min() < 0 or iv.max() >= size):
+            raise IndexError("index out of range in self")
+        if not self.ndim:  # a 0-d tensor is one entry, and so is the result
+            if iv.size != 1:
+                raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {iv.size} value(s)")
+            return named(self.reshape(()), "IndexSelectBackward0")
+        out = self._advanced(d, [iv])
         return named(out, "IndexSelectBackward0")
 
     def _advanced(self, axis, arrays):

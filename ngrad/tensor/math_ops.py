@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from .functions import matmul, pow, where
@@ -17,10 +18,12 @@ from .record import (
     TensorBase,
     binary,
     broadcast_shapes,
+    category,
     compare,
     const_node,
     float_binary,
     float_node,
+    host_value,
     named,
     operands,
     record_op,
@@ -29,6 +32,43 @@ from .record import (
     value_on,
     wrap,
 )
+
+_gm = _grad_mode.state
+
+
+def _check_bool_sub(t, other):
+    """PyTorch refuses ``-`` with a bool operand (``~`` or ``^`` is what is meant)."""
+    if t.dtype is not D.bool_ and not (isinstance(other, TensorBase) and other.dtype is D.bool_):
+        return
+    if t.dtype is D.bool_ and isinstance(other, TensorBase) and other.dtype is D.bool_:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    raise RuntimeError(
+        "Subtraction, the `-` operator, with a bool tensor is not supported. "
+        "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+    )
+
+
+def check_divisor(a, b):
+    """Raise PyTorch's error for an integer division (``//``, ``%``, ``fmod``, ``div`` with a
+    rounding mode) of ``a`` by a ``b`` with a zero: the hardware result is garbage. Only integer
+    divisions pay for it; a divisor tensor is realized here, since its values decide (under
+    ``ngrad.compile`` they do not exist yet, and nothing is checked). Floating-point division by
+    zero gives inf or nan, as in PyTorch."""
+    ca = a.dtype.category if isinstance(a, TensorBase) else category(a)
+    cb = b.dtype.category if isinstance(b, TensorBase) else category(b)
+    if ca is None or cb is None or ca == 2 or cb == 2:
+        return
+    if isinstance(b, TensorBase):
+        if _gm.trace is not None:
+            return
+        zero = not host_value(b).all()
+    else:
+        zero = b == 0
+    if zero:
+        raise RuntimeError("ZeroDivisionError")
 
 
 class MathOps:
@@ -44,11 +84,11 @@ class MathOps:
         return binary("add", self, other, "AddBackward0", reverse=True)
 
     def __sub__(self, other):
-        if self.dtype is D.bool_ and not isinstance(other, TensorBase):
-            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported.")
+        _check_bool_sub(self, other)
         return binary("sub", self, other, "SubBackward0")
 
     def __rsub__(self, other):
+        _check_bool_sub(self, other)
         return binary("sub", self, other, "RsubBackward1", reverse=True)
 
     def __mul__(self, other):
@@ -110,6 +150,7 @@ class MathOps:
             raise RuntimeError(
                 f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
             )
+        check_divisor(self, other)
         q = self / other
         if rounding_mode == "floor":
             q = q.floor()
@@ -131,6 +172,9 @@ class MathOps:
     def __floordiv__(self, other):
         return self.div(other, rounding_mode="floor")
 
+    def __rfloordiv__(self, other):
+        return to_tensor(other).div(self, rounding_mode="floor")
+
     def remainder(self, other):
         """``self - other * floor(self / other)``, computed exactly: the sign of ``other`` (Python's
         ``%``). The gradient is 1 in ``self`` and ``-floor(self / other)`` in ``other``.
@@ -142,17 +186,20 @@ class MathOps:
 
         ```
         """
+        check_divisor(self, other)
         return binary("remainder", self, other, "RemainderBackward0")
 
     def __mod__(self, other):
         return self.remainder(other)
 
     def __rmod__(self, other):
+        check_divisor(other, self)
         return binary("remainder", self, other, "RemainderBackward0", reverse=True)
 
     def fmod(self, other):
         """``self - other * trunc(self / other)``, computed exactly: the sign of ``self`` (C's
         ``fmod``). The gradient is 1 in ``self`` and ``-trunc(self / other)`` in ``other``."""
+        check_divisor(self, other)
         return binary("fmod", self, other, "FmodBackward0")
 
     def addcmul(self, tensor1, tensor2, *, value=1):

@@ -381,7 +381,8 @@ def normalize_dims(dim, ndim):
         if len(set(axes)) != len(axes):
             raise RuntimeError(f"dim {axes[0]} appears multiple times in the list of dims")
         return tuple(sorted(axes)) if ndim else ()
-    return (normalize_dim(dim, ndim),) if ndim else ()
+    axis = normalize_dim(dim, ndim)  # checked for a 0-d tensor too: only 0 and -1 name its dim
+    return (axis,) if ndim else ()
 
 
 def shape_arg(size):

@@ -15,6 +15,7 @@ from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from .functions import where
 from .record import (
+    TORCH_NAME,
     TensorBase,
     cast_node,
     float_node,
@@ -52,6 +53,22 @@ def reduction(op, t, dim, keepdim, name, node=None):
 def zeros_like_node(x, axes):
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     return wrap(source(value_on(np.zeros(shape, x.dtype.np), x._node.device), x.dtype))
+
+
+def _softmax_input(t, dim, dtype, op):
+    """The tensor (log_)softmax works on: ``t`` converted to ``dtype``; a tensor that is not
+    floating is refused with PyTorch's message (its kernels exist only for floating types)."""
+    if dtype is not None:
+        t = t.to(dtype)
+    d = t.dtype
+    if not d.is_floating_point:
+        kernel = (
+            f"{op}_lastdim_kernel_impl"
+            if t.ndim <= 1 or normalize_dim(dim, t.ndim) == t.ndim - 1
+            else f"{op}_kernel_impl"
+        )
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{TORCH_NAME[d.short]}'")
+    return t
 
 
 class ReduceOps:
@@ -112,6 +129,8 @@ class ReduceOps:
 
     def _arg_extreme(self, op, dim, keepdim):
         n = self._node
+        if n.dtype is D.bool_:
+            raise RuntimeError(f"{op}(): does not support bool input")
         if dim is None:
             n = reshape_node(n, (math.prod(n.shape),))
             axis, keepdim = 0, False
@@ -198,7 +217,9 @@ class ReduceOps:
             dim, unbiased = None, dim
         if correction is None:
             correction = 1 if unbiased is None or unbiased else 0
-        x = wrap(float_node(self._node))
+        if not self._node.dtype.is_floating_point:
+            raise RuntimeError("std and var only support floating point and complex dtypes")
+        x = self
         axes = normalize_dims(dim, x.ndim)
         n = math.prod(x._node.shape[a] for a in axes)
         centered = x - x.mean(axes, keepdim=True)
@@ -209,7 +230,12 @@ class ReduceOps:
 
     def norm(self, p="fro", dim=None, keepdim=False):
         """Vector p-norm over ``dim`` (all elements by default); the gradient at 0 is 0."""
-        x = wrap(float_node(self._node))
+        x = self
+        if not x.dtype.is_floating_point:
+            raise RuntimeError(
+                "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+                f"Got {TORCH_NAME[x.dtype.short]}"
+            )
         if p == "fro" or p is None:
             p = 2
         if isinstance(p, str):
@@ -242,14 +268,17 @@ class ReduceOps:
             out = out.squeeze(axes)
         return named(out, "LogsumexpBackward0")
 
-    def softmax(self, dim):
-        x = wrap(float_node(self._node))
+    def softmax(self, dim, dtype=None):
+        """``exp(x) / exp(x).sum(dim)`` of a floating tensor (``dtype`` converts it first)."""
+        x = _softmax_input(self, dim, dtype, "softmax")
         axis = normalize_dim(dim, x.ndim)
-        e = (x - x.detach().amax(axis, keepdim=True)).exp()
+        m = x.detach().amax(axis, keepdim=True) if x.numel() else zeros_like_node(x, (axis,) if x.ndim else ())
+        e = (x - m).exp()
         return named(e / e.sum(axis, keepdim=True), "SoftmaxBackward0")
 
-    def log_softmax(self, dim):
-        x = wrap(float_node(self._node))
+    def log_softmax(self, dim, dtype=None):
+        """``x - logsumexp(x, dim)`` of a floating tensor (``dtype`` converts it first)."""
+        x = _softmax_input(self, dim, dtype, "log_softmax")
         return named(x - x.logsumexp(dim, keepdim=True), "LogSoftmaxBackward0")
 
     def cumsum(self, dim, *, dtype=None):

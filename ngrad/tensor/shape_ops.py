@@ -7,8 +7,6 @@ anything is recorded.
 
 import math
 
-import numpy as np
-
 from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from .functions import cat
@@ -103,6 +101,7 @@ class ShapeOps:
     def transpose(self, dim0, dim1):
         nd = self.ndim
         if nd == 0:
+            normalize_dim(dim0, 0), normalize_dim(dim1, 0)  # only 0 and -1 name a 0-d tensor's dim
             return self
         a, b = normalize_dim(dim0, nd), normalize_dim(dim1, nd)
         perm = list(range(nd))
@@ -217,7 +216,21 @@ class ShapeOps:
         return named(out if out is not self else self.clone(), "RollBackward0")
 
     def narrow(self, dim, start, length):
+        """The ``length`` entries from ``start`` (which may count from the end) along ``dim``;
+        a range past the end is an error, as in PyTorch, not a shorter result."""
+        if not self.ndim:
+            raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
         d = normalize_dim(dim, self.ndim)
+        size = self.shape[d]
+        start, length = int(start), int(length)
+        if not -size <= start <= size:
+            raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
+        if start < 0:
+            start += size
+        if length < 0:
+            raise RuntimeError("narrow(): length must be non-negative.")
+        if start + length > size:
+            raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
         key = [slice(None)] * d + [slice(start, start + length)]
         return self[tuple(key)]
 
@@ -262,6 +275,12 @@ class ShapeOps:
         axis = normalize_dim(dim, max(len(n.shape), 1))
         if idx.dtype is not D.int64:
             raise RuntimeError("gather(): Expected dtype int64 for index")
+        if not n.shape or not idx.ndim:
+            # PyTorch treats a 0-d input or index as one of size 1
+            x = self.reshape(1) if not n.shape else self
+            i = idx.reshape(1) if not idx.ndim else idx
+            out = x.gather(axis if n.shape else 0, i)
+            return named(out.reshape(idx.shape) if not idx.ndim else out, "GatherBackward0")
         if idx.ndim != len(n.shape):
             raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
         for d, (a, b) in enumerate(zip(idx.shape, n.shape)):
@@ -279,12 +298,12 @@ class ShapeOps:
             # read when the program runs, where NumPy checks its bounds, not now
             return record_op("gather", (xn, idx._node), {"axis": axis}, tuple(idx.shape), xn.dtype, "GatherBackward0")
         iv = host_value(idx)
-        if iv.size and (iv.min() < -n.shape[axis] or iv.max() >= n.shape[axis]):
+        # checked where the index is realized, as PyTorch checks it: a negative index is an error
+        if iv.size and (iv.min() < 0 or iv.max() >= n.shape[axis]):
             raise RuntimeError(
                 f"index {int(iv.max() if iv.max() >= n.shape[axis] else iv.min())} is out of "
                 f"bounds for dimension {axis} with size {n.shape[axis]}"
             )
-        iv = np.where(iv < 0, iv + n.shape[axis], iv)
         return record_op(
             "gather", (xn, index_source(iv)), {"axis": axis}, tuple(idx.shape), xn.dtype, "GatherBackward0"
         )

@@ -1,0 +1,298 @@
+"""Bad calls raise what PyTorch raises, in eager mode.
+
+``CASES`` is a table of (call, exception type, key phrase): each call takes the library (``ngrad``
+or ``torch``) as its argument, so the same line runs on both; ``test_ngrad_raises`` checks ngrad
+and ``test_torch_raises`` checks the table itself against PyTorch (same type, and the key phrase
+in PyTorch's message). The value tests at the end are calls that ngrad used to refuse (or get
+wrong) where PyTorch returns a result.
+"""
+
+import numpy as np
+import pytest
+
+import ngrad
+
+from .oracles import torch_or_skip
+
+
+def _set_requires_grad(m, flag):
+    t = m.tensor([1.0])
+    t.requires_grad = flag
+
+
+def _backward_int_grad(m):
+    x = m.tensor([1.0, 2.0], requires_grad=True)
+    (x * 3).backward(m.tensor([1, 2]))
+    return x.grad
+
+
+def _f(m):
+    return m.nn.functional
+
+
+M22 = [[1.0, 2.0], [3.0, 4.0]]
+
+# (id, call, exception type, key phrase of the message)
+CASES = [
+    # negative or too large indices that used to wrap around or be truncated
+    (
+        "index_select_neg",
+        lambda m: m.tensor([1.0, 2.0]).index_select(0, m.tensor([-1])),
+        IndexError,
+        "index out of range in self",
+    ),
+    (
+        "index_select_big",
+        lambda m: m.tensor([1.0, 2.0]).index_select(0, m.tensor([2])),
+        IndexError,
+        "index out of range in self",
+    ),
+    (
+        "index_select_argmax",
+        lambda m: m.tensor([1.0, 2.0]).index_select(0, m.tensor([3.0, 1.0]).argmax().reshape(1) - 2),
+        IndexError,
+        "index out of range in self",
+    ),
+    (
+        "gather_neg",
+        lambda m: m.tensor(M22).gather(1, m.tensor([[-1], [0]])),
+        RuntimeError,
+        "index -1 is out of bounds for dimension 1 with size 2",
+    ),
+    (
+        "gather_argmax",
+        lambda m: m.tensor([[1.0, 2.0]]).gather(1, m.tensor([[3.0, 1.0]]).argmax(1, keepdim=True) - 2),
+        RuntimeError,
+        "index -2 is out of bounds for dimension 1 with size 2",
+    ),
+    (
+        "gather_0d_bad",
+        lambda m: m.tensor(2.5).gather(0, m.tensor(1)),
+        RuntimeError,
+        "index 1 is out of bounds for dimension 0 with size 1",
+    ),
+    (
+        "cross_entropy_neg",
+        lambda m: _f(m).cross_entropy(m.tensor(M22), m.tensor([0, -2])),
+        IndexError,
+        "Target -2 is out of bounds.",
+    ),
+    (
+        "cross_entropy_big",
+        lambda m: _f(m).cross_entropy(m.tensor(M22), m.tensor([0, 2])),
+        IndexError,
+        "Target 2 is out of bounds.",
+    ),
+    (
+        "cross_entropy_1d",
+        lambda m: _f(m).cross_entropy(m.tensor([1.0, 2.0]), m.tensor(-1)),
+        IndexError,
+        "Target -1 is out of bounds.",
+    ),
+    (
+        "nll_loss_neg",
+        lambda m: _f(m).nll_loss(m.tensor(M22), m.tensor([0, -2])),
+        IndexError,
+        "Target -2 is out of bounds.",
+    ),
+    (
+        "narrow_past_end",
+        lambda m: m.tensor([1.0, 2.0, 3.0]).narrow(0, 1, 5),
+        RuntimeError,
+        "start (1) + length (5) exceeds dimension size (3).",
+    ),
+    (
+        "narrow_neg_start_past_end",
+        lambda m: m.tensor([1.0, 2.0, 3.0]).narrow(0, -1, 2),
+        RuntimeError,
+        "start (2) + length (2) exceeds dimension size (3).",
+    ),
+    (
+        "narrow_start",
+        lambda m: m.tensor([1.0, 2.0, 3.0]).narrow(0, 4, 0),
+        IndexError,
+        "start out of range (expected to be in range of [-3, 3], but got 4)",
+    ),
+    (
+        "narrow_length",
+        lambda m: m.tensor([1.0, 2.0, 3.0]).narrow(0, 1, -1),
+        RuntimeError,
+        "length must be non-negative",
+    ),
+    (
+        "index_select_0d_many",
+        lambda m: m.tensor(2.0).index_select(0, m.tensor([0, 0])),
+        RuntimeError,
+        "Index to scalar can have only 1 value, got 2 value(s)",
+    ),
+    # integer division by zero
+    ("floordiv_zero", lambda m: m.tensor([1, 2]) // m.tensor([0, 1]), RuntimeError, "ZeroDivisionError"),
+    ("floordiv_zero_scalar", lambda m: m.tensor([1, 2]) // 0, RuntimeError, "ZeroDivisionError"),
+    ("rfloordiv_zero", lambda m: 5 // m.tensor([0, 1]), RuntimeError, "ZeroDivisionError"),
+    ("remainder_zero", lambda m: m.tensor([1, 2]) % m.tensor([0, 1]), RuntimeError, "ZeroDivisionError"),
+    ("remainder_zero_scalar", lambda m: m.tensor([1, 2]) % 0, RuntimeError, "ZeroDivisionError"),
+    ("rmod_zero", lambda m: 5 % m.tensor([0, 1]), RuntimeError, "ZeroDivisionError"),
+    ("fmod_zero", lambda m: m.tensor([1, 2]).fmod(0), RuntimeError, "ZeroDivisionError"),
+    (
+        "div_floor_zero",
+        lambda m: m.tensor([1, 2]).div(m.tensor([0, 1]), rounding_mode="floor"),
+        RuntimeError,
+        "ZeroDivisionError",
+    ),
+    (
+        "div_trunc_zero",
+        lambda m: m.tensor([1, 2]).div(m.tensor([0, 1]), rounding_mode="trunc"),
+        RuntimeError,
+        "ZeroDivisionError",
+    ),
+    # dtype checks
+    (
+        "var_int",
+        lambda m: m.tensor([1, 2]).var(),
+        RuntimeError,
+        "std and var only support floating point and complex dtypes",
+    ),
+    (
+        "std_bool",
+        lambda m: m.tensor([True]).std(),
+        RuntimeError,
+        "std and var only support floating point and complex dtypes",
+    ),
+    ("softmax_int", lambda m: m.tensor([1, 2]).softmax(0), NotImplementedError, "not implemented for 'Long'"),
+    ("F_softmax_int", lambda m: _f(m).softmax(m.tensor([1, 2]), 0), NotImplementedError, "not implemented for 'Long'"),
+    ("log_softmax_bool", lambda m: m.tensor([True]).log_softmax(0), NotImplementedError, "not implemented for 'Bool'"),
+    (
+        "norm_int",
+        lambda m: m.tensor([1, 2]).norm(),
+        RuntimeError,
+        "Expected a floating point or complex tensor as input. Got Long",
+    ),
+    ("randn_int", lambda m: m.randn(2, dtype=m.int64), NotImplementedError, "not implemented for 'Long'"),
+    ("rand_int", lambda m: m.rand(2, dtype=m.int64), NotImplementedError, "not implemented for 'Long'"),
+    ("argmax_bool", lambda m: m.tensor([True, False]).argmax(), RuntimeError, "argmax(): does not support bool input"),
+    ("argmin_bool", lambda m: m.tensor([True, False]).argmin(0), RuntimeError, "argmin(): does not support bool input"),
+    ("to_dict", lambda m: m.tensor([1.0]).to({}), TypeError, "to() received an invalid combination of arguments"),
+    ("to_list", lambda m: m.tensor([1.0]).to([1]), TypeError, "to() received an invalid combination of arguments"),
+    (
+        "to_object",
+        lambda m: m.tensor([1.0]).to(object()),
+        TypeError,
+        "to() received an invalid combination of arguments",
+    ),
+    ("requires_grad_str", lambda m: _set_requires_grad(m, "a"), RuntimeError, "requires_grad must be a bool"),
+    (
+        "sum_0d_dim",
+        lambda m: m.tensor(1.0).sum(1),
+        IndexError,
+        "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+    ),
+    (
+        "mean_0d_dim",
+        lambda m: m.tensor(1.0).mean(-2),
+        IndexError,
+        "Dimension out of range (expected to be in range of [-1, 0], but got -2)",
+    ),
+    ("amax_0d_dim", lambda m: m.tensor(1.0).amax(1), IndexError, "Dimension out of range"),
+    (
+        "transpose_0d",
+        lambda m: m.tensor(1.0).transpose(0, 1),
+        IndexError,
+        "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+    ),
+    # internal errors, and NumPy's messages, that reached the user
+    (
+        "cat_0d",
+        lambda m: m.cat([m.tensor(1.0), m.tensor(2.0)]),
+        RuntimeError,
+        "zero-dimensional tensor (at position 0) cannot be concatenated",
+    ),
+    (
+        "cat_1d_0d",
+        lambda m: m.cat([m.tensor([1.0]), m.tensor(2.0)]),
+        RuntimeError,
+        "zero-dimensional tensor (at position 1) cannot be concatenated",
+    ),
+    (
+        "bool_sub_bool",
+        lambda m: m.tensor([True]) - m.tensor([False]),
+        RuntimeError,
+        "Subtraction, the `-` operator, with two bool tensors is not supported",
+    ),
+    (
+        "bool_sub_int",
+        lambda m: m.tensor([True]) - m.tensor([1]),
+        RuntimeError,
+        "Subtraction, the `-` operator, with a bool tensor is not supported",
+    ),
+    (
+        "int_rsub_bool",
+        lambda m: 1 - m.tensor([True]),
+        RuntimeError,
+        "Subtraction, the `-` operator, with a bool tensor is not supported",
+    ),
+    ("zeros_overflow", lambda m: m.zeros(2**62), RuntimeError, "Storage size calculation overflowed"),
+    ("ones_overflow", lambda m: m.ones(2**31, 2**31), RuntimeError, "Storage size calculation overflowed"),
+    ("zeros_no_memory", lambda m: m.zeros(2**40), RuntimeError, "can't allocate memory"),
+    (
+        "randint_empty_range",
+        lambda m: m.randint(5, 2, (3,)),
+        RuntimeError,
+        "random_ expects 'from' to be less than 'to', but got from=5 >= to=2",
+    ),
+    (
+        "randint_high_size",
+        lambda m: m.randint(0, (3,)),
+        RuntimeError,
+        "random_ expects 'from' to be less than 'to', but got from=0 >= to=0",
+    ),
+]
+
+IDS = [c[0] for c in CASES]
+
+
+@pytest.mark.parametrize("name, call, exc, phrase", CASES, ids=IDS)
+def test_ngrad_raises(name, call, exc, phrase):
+    with pytest.raises(exc) as info:
+        call(ngrad)
+    assert phrase in str(info.value)
+    # nothing from NumPy's or ngrad's insides: the exception is one PyTorch would raise
+    assert type(info.value).__module__ == "builtins"
+
+
+@pytest.mark.parametrize("name, call, exc, phrase", CASES, ids=IDS)
+def test_torch_raises(name, call, exc, phrase):
+    torch = torch_or_skip()
+    with pytest.raises(exc) as info:
+        call(torch)
+    assert phrase in str(info.value)
+
+
+# calls PyTorch answers with a value: (id, call), compared with PyTorch's result
+VALUES = [
+    ("softmax_empty", lambda m: _f(m).softmax(m.zeros(0), 0)),
+    ("softmax_empty_rows", lambda m: m.zeros(2, 0).softmax(0)),
+    ("log_softmax_empty", lambda m: m.zeros(0).log_softmax(0)),
+    ("softmax_int_dtype", lambda m: m.tensor([1, 2]).softmax(0, dtype=m.float32)),
+    ("index_select_0d", lambda m: m.tensor(2.0).index_select(0, m.tensor([0]))),
+    ("gather_0d", lambda m: m.tensor(2.5).gather(0, m.tensor(0))),
+    ("gather_0d_1d_index", lambda m: m.tensor(2.5).gather(0, m.tensor([0, 0]))),
+    ("backward_int_grad", _backward_int_grad),
+    ("narrow_to_end", lambda m: m.tensor([1.0, 2.0, 3.0]).narrow(0, -2, 2)),
+    ("narrow_empty_at_end", lambda m: m.tensor([1.0, 2.0, 3.0]).narrow(0, 3, 0)),
+    ("cross_entropy_ignored", lambda m: _f(m).cross_entropy(m.tensor(M22), m.tensor([0, -100]))),
+    ("index_select_last", lambda m: m.tensor([1.0, 2.0]).index_select(0, m.tensor([1, 0]))),
+    ("floordiv_nonzero", lambda m: m.tensor([-7, 7]) // m.tensor([2, -2])),
+    ("float_floordiv_zero", lambda m: m.tensor([1.0, -1.0]) // 0),
+    ("advanced_index_neg", lambda m: m.tensor([1.0, 2.0])[m.tensor([-1])]),
+    ("sum_0d_dim0", lambda m: m.tensor(2.0).sum(0)),
+    ("transpose_0d_ok", lambda m: m.tensor(2.0).transpose(0, -1)),
+]
+
+
+@pytest.mark.parametrize("name, call", VALUES, ids=[v[0] for v in VALUES])
+def test_value_like_torch(name, call):
+    torch = torch_or_skip()
+    got, want = call(ngrad), call(torch)
+    assert tuple(got.shape) == tuple(want.shape)
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
