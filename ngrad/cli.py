@@ -1,4 +1,5 @@
-"""The ``ngrad`` command: ``ngrad bench`` runs the benchmark suite.
+"""The ``ngrad`` command: ``ngrad bench`` runs the benchmark suite; ``ngrad cache info|clear``
+reports on the kernel cache (exit status 1 when it cannot be used) and empties it.
 
 ```python
 >>> from ngrad.cli import build_parser
@@ -10,6 +11,7 @@ True
 
 import argparse
 import json
+import os
 import sys
 
 __all__ = ["main", "build_parser"]
@@ -56,6 +58,11 @@ def cache(args):
             f"cache root: {info['root']}\nthis version: {info['folder']}\n"
             f"kernels: {info['kernels']}\nplans: {info['plans']}\nsize: {info['bytes'] / 1e6:.2f} MB"
         )
+        if info["problem"]:
+            print(f"unusable: {info['problem']}; ngrad compiles in memory (see docs/cache.md)")
+            return 1
+        if os.path.isdir(info["folder"]) and not info["writable"]:
+            print("read-only: kernels in it are loaded, others compile in memory")
     else:
         print(f"removed {cache_clear()} files")
     return 0
@@ -101,8 +108,6 @@ def bench(args):
         except ImportError:
             console.print("[red]--plot needs matplotlib: pip install 'ngrad[bench]'[/red]")
             return 2
-    import os
-
     from .bench.runner import pin_threads
 
     threads = args.threads or os.cpu_count() or 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["debug_level", "jit_mode", "jit_threshold", "blas_mode", "cache_root", "cuda_simulated"]
+__all__ = ["debug_level", "jit_mode", "jit_threshold", "blas_mode", "cache_root", "cache_owners", "cuda_simulated"]
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -62,6 +62,12 @@ def cache_root() -> str:
         home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(home, "ngrad")
     return base
+
+
+def cache_owners() -> tuple[str, ...]:
+    """``NGRAD_CACHE_OWNERS``: comma-separated users (names or numeric ids) trusted to own the
+    kernel cache besides you and root, e.g. the service account of a shared read-only cache."""
+    return tuple(n.strip() for n in os.environ.get("NGRAD_CACHE_OWNERS", "").split(",") if n.strip())
 
 
 def cuda_simulated() -> bool:

@@ -1,9 +1,17 @@
-"""The disk store: the versioned cache folder and the plans kept in it, written atomically.
+"""The disk store: the versioned cache folder, whether it may be trusted, and the plans kept in it.
 
-Contract: ``cache_dir()`` is the folder of this ngrad, Numba and code-format version under
-``config.cache_root()``; ``write_plan(name, data)`` stores bytes there through a temporary file
-renamed into place, after a SHA-256 of them, and ``read_plan(name)`` gives them back only when
-the checksum holds (a damaged or half-written plan reads as missing, so it is made again);
+Contract: ``cache_dir()`` is the path of the folder of this ngrad, Numba and code-format version
+under ``config.cache_root()``; ``usable_dir()`` creates it (private to the user, mode 0700) and
+returns it only when it may be trusted: the root and the folder (and the subfolders in use) are
+directories owned by this user, root or an owner named in ``NGRAD_CACHE_OWNERS``, and writable
+by no group or other user, since the cache holds code ngrad runs. A cache that cannot be used
+(not creatable, under a file, refused) gives one ``RuntimeWarning`` naming the folder and the
+reason, and None: the caller runs in memory, and the cache is not tried again in this process.
+``problem()`` states that reason without creating anything (for ``ngrad cache info``);
+``writable()`` tells a read-only cache, which is still read. ``write_plan(name, data)`` stores
+bytes there through a temporary file renamed into place, after a SHA-256 of them, and
+``read_plan(name)`` gives them back only when the checksum holds (a damaged or half-written
+plan reads as missing, so it is made again); both do nothing when the cache cannot be used;
 ``plan_name`` names a plan after its key and the source of the code that made it. The store
 imports nothing of the pipeline, so every stage may keep what it makes here (differentiation its
 joint tapes, the back end its bytecode, the targets their generated modules) and none of them
@@ -18,14 +26,28 @@ import hashlib
 import importlib.metadata
 import marshal
 import os
+import stat
 import tempfile
+import warnings
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, cast
 
-from .config import cache_root
+from .config import cache_owners, cache_root
 
-__all__ = ["CODEGEN_VERSION", "cache_root", "cache_dir", "write_atomically", "read_plan", "write_plan", "plan_name"]
+__all__ = [
+    "CODEGEN_VERSION",
+    "cache_root",
+    "cache_dir",
+    "usable_dir",
+    "problem",
+    "refused",
+    "writable",
+    "write_atomically",
+    "read_plan",
+    "write_plan",
+    "plan_name",
+]
 
 # The format of generated kernel text: bump whenever codegen's output or backend/vmath.py changes
 # meaning, so that kernels cached by an older ngrad are never loaded (the cache folder is named
@@ -48,11 +70,118 @@ def cache_dir() -> str:
     return os.path.join(cache_root(), f"ngrad{_version('ngrad')}-numba{_version('numba')}-codegen{CODEGEN_VERSION}")
 
 
+# The roots found unusable in this process, with the reason: warned about once, then left alone.
+_refused: dict[str, str] = {}
+
+
+def _trusted_owners() -> set[int]:
+    """This user, root (who can change any file anyway) and the owners ``NGRAD_CACHE_OWNERS``
+    names (user names or numeric ids; a name this system does not know trusts no one)."""
+    owners = {os.geteuid(), 0}
+    for name in cache_owners():
+        if name.isdigit():
+            owners.add(int(name))
+            continue
+        try:
+            import pwd
+
+            owners.add(pwd.getpwnam(name).pw_uid)
+        except (ImportError, KeyError):
+            pass
+    return owners
+
+
+def _untrusted(path: str, owners: set[int]) -> str | None:
+    """Why the existing ``path`` may not hold code ngrad runs, or None when it may."""
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid not in owners:
+        return f"{path} is owned by user id {st.st_uid}, not by you (or root, or NGRAD_CACHE_OWNERS)"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}; chmod go-w it)"
+    return None
+
+
+def _check(root: str, folder: str, create: bool) -> str | None:
+    """Why the cache at ``root`` cannot be used, or None; with ``create``, missing folders are
+    made (mode 0700) first, else a missing folder is fine when it could be made."""
+    if not hasattr(os, "geteuid"):  # no POSIX owners (Windows): the folder is the user's profile
+        return None
+    owners = _trusted_owners()
+    for path in (root, folder):
+        try:
+            if create:
+                os.makedirs(path, mode=0o700, exist_ok=True)
+            else:
+                try:
+                    os.stat(path)
+                except FileNotFoundError:  # made at the first write, if it can be
+                    parent = os.path.dirname(os.path.abspath(path))
+                    while not os.path.exists(parent):
+                        parent = os.path.dirname(parent)
+                    if not os.access(parent, os.W_OK | os.X_OK):
+                        return f"{path} cannot be created (permission denied in {parent})"
+                    return None
+            reason = _untrusted(path, owners)
+        except OSError as e:
+            return f"{path} cannot be created or read ({e.strerror or e})"
+        if reason:
+            return reason
+    for sub in ("__pycache__", "plans"):  # Numba's machine code and pickles, ngrad's plans
+        try:
+            reason = _untrusted(os.path.join(folder, sub), owners)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{os.path.join(folder, sub)} cannot be read ({e.strerror or e})"
+        if reason:
+            return reason
+    return None
+
+
+def usable_dir(create: bool = True) -> str | None:
+    """This version's cache folder, checked (see the module's contract) and, with ``create``,
+    made when missing (a reader need not make it); None, after one ``RuntimeWarning``, when it
+    cannot be used: run in memory."""
+    root = cache_root()
+    if root in _refused:
+        return None
+    reason = _check(root, cache_dir(), create)
+    if reason is None:
+        return cache_dir()
+    if _refused.setdefault(root, reason) is not reason:  # another thread warned first
+        return None
+    warnings.warn(
+        f"ngrad's kernel cache {root} cannot be used: {reason}. ngrad runs on, compiling in memory "
+        "(set NGRAD_CACHE_DIR to a folder of your own to keep compiled kernels)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return None
+
+
+def refused() -> bool:
+    """True when this process found the cache unusable (and warned): nothing is read from it."""
+    return cache_root() in _refused
+
+
+def problem() -> str | None:
+    """Why the cache cannot be used, or None; creates nothing (``ngrad cache info``)."""
+    return _refused.get(cache_root()) or _check(cache_root(), cache_dir(), create=False)
+
+
+def writable(folder: str) -> bool:
+    """Whether this process may write into ``folder`` (a cache may be read-only: shared, made
+    by a service account; it is then only read)."""
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
 def write_atomically(path: str, data: str | bytes) -> None:
     """Write ``data`` (text, or bytes) to ``path`` through a temporary file renamed into place:
-    a reader sees the old file, the new one, or none."""
+    a reader sees the old file, the new one, or none. Missing folders are made private (0700)."""
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
@@ -66,9 +195,13 @@ def write_atomically(path: str, data: str | bytes) -> None:
 
 def read_plan(name: str) -> bytes | None:
     """The bytes stored under ``name`` by ``write_plan`` in this version's cache; None when there
-    are none or they fail their checksum (damaged, cut short, written by something else)."""
+    are none, they fail their checksum (damaged, cut short, written by something else) or the
+    cache cannot be used."""
+    folder = usable_dir(create=False)
+    if folder is None:
+        return None
     try:
-        with open(os.path.join(cache_dir(), "plans", name), "rb") as f:
+        with open(os.path.join(folder, "plans", name), "rb") as f:
             data = f.read()
     except OSError:
         return None
@@ -105,9 +238,12 @@ def plan_name(kind: str, modules: Iterable[ModuleType], key: Any) -> str | None:
 
 def write_plan(name: str, data: bytes) -> None:
     """Store the bytes ``data`` under ``name``: atomically, after a SHA-256 of them that
-    ``read_plan`` checks. A cache that cannot be written is no error: the plan is made again
-    next time."""
+    ``read_plan`` checks. A cache that cannot be used or written is no error: the plan is made
+    again next time."""
+    folder = usable_dir()
+    if folder is None:
+        return
     try:
-        write_atomically(os.path.join(cache_dir(), "plans", name), hashlib.sha256(data).digest() + data)
+        write_atomically(os.path.join(folder, "plans", name), hashlib.sha256(data).digest() + data)
     except OSError:
         pass

@@ -2,12 +2,15 @@
 
 Contract: ``kernel(text)`` returns a callable compiled from the source of one generated
 module (see ``codegen``), cached in memory by the text's hash and on disk under
-``cache_dir()``. The module is written atomically (a temporary file renamed into place), read
-back and compared before it is imported, and registered in ``sys.modules`` before its body runs,
-so Numba's own cache (``cache=True``) reloads the machine code in a new process without
-compiling. A disk entry that is corrupt (the module text or Numba's cache files) is deleted and
-rebuilt, never trusted. ``read_plan``/``write_plan`` (``engine/store.py``) keep other compiled
-artefacts (bytecode encodings) in the same versioned folder. Flags: ``nogil``,
+``cache_dir()`` when ``store.usable_dir()`` trusts that folder. The module is written
+atomically (a temporary file renamed into place), read back and compared before it is run, and
+the compared text itself is compiled (under the file's name, registered in ``sys.modules``), so
+nothing read later from disk runs; Numba's cache (``DiskCache``, in that folder's ``__pycache__``
+only) reloads the machine code in a new process without compiling. A disk entry that is corrupt
+(the module text or Numba's cache files) is deleted and rebuilt, never trusted; a cache that
+cannot be used, written or that vanishes meanwhile never fails a program: kernels then compile
+in memory (``cache=False``, the module run from its text). ``read_plan``/``write_plan``
+(``engine/store.py``) keep other compiled artefacts (bytecode encodings) in the same versioned folder. Flags: ``nogil``,
 ``error_model='numpy'`` (vectorised division, IEEE results), ``fastmath={'reassoc', 'contract'}``
 (not ``fastmath=True``: that breaks NaN checks). The math helpers kernels call are Numba
 intrinsics emitting vmath's LLVM IR inline. ``cache_info``/``cache_clear`` report and empty the
@@ -16,23 +19,24 @@ disk cache. Only ``engine/targets/`` imports Numba; ``targets/cuda.py`` is the C
 
 import glob
 import hashlib
-import importlib.util
 import os
 import sys
 import threading
 import time
+from types import ModuleType
 
 import numba
 from llvmlite import ir
 from numba import types
+from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.extending import intrinsic
 
 from ..backend import vmath
-from ..store import cache_dir, cache_root, write_atomically
+from ..store import cache_dir, cache_root, problem, refused, usable_dir, writable, write_atomically
 
 __all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "on_disk", "Kernel"]
 
-FLAGS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
 
 class _IR:
@@ -226,8 +230,12 @@ _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}
 
 
-def _purge(key):
-    folder = cache_dir()
+def _purge(key, folder=None):
+    """Delete the module and Numba's files of ``key`` in ``folder`` (by default the cache folder,
+    when it may be used: a refused cache is never written, not even to delete)."""
+    folder = folder or usable_dir()
+    if folder is None:
+        return
     for p in glob.glob(os.path.join(folder, f"{key}.py")) + glob.glob(os.path.join(folder, "__pycache__", f"{key}.*")):
         try:
             os.unlink(p)
@@ -236,24 +244,97 @@ def _purge(key):
 
 
 def load_module(key, text):
-    """The generated module ``text``, imported from its file ``{key}.py`` in the cache folder
-    (written first when it is missing, half-written or corrupt; Numba's files for it are then
-    dropped too)."""
-    path = os.path.join(cache_dir(), f"{key}.py")
-    try:
-        with open(path) as f:
-            ok = f.read() == text
-    except OSError:
-        ok = False
-    if not ok:
-        _purge(key)
-        write_atomically(path, text)
+    """The generated module ``text`` and the path of its file ``{key}.py`` in the cache folder,
+    or None when it runs from memory (the cache cannot be used, is read-only and lacks it, or
+    failed to write). The file is (re)written when missing, cut short or corrupt (Numba's files
+    for it are dropped too), and the module is compiled from ``text`` itself, the bytes just
+    compared, never from a second read of the file; its code names the file, as Numba's disk
+    cache requires."""
+    folder = usable_dir()
+    path = None if folder is None else os.path.join(folder, f"{key}.py")
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                ok = f.read() == text.encode()
+        except OSError:
+            ok = False
+        if not ok and writable(folder):
+            _purge(key, folder)
+            try:
+                write_atomically(path, text)
+            except OSError:  # the folder removed or filled meanwhile: this kernel runs from memory
+                path = None
+        elif not ok:  # a read-only cache without it: compiled in memory, the cache left as it is
+            path = None
     name = f"ngrad_kernels.{key}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    module = ModuleType(name)
+    module.__file__ = path or f"<ngrad kernel {key}>"
     sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    exec(compile(text, module.__file__, "exec"), module.__dict__)
+    return module, path
+
+
+class _Locator:
+    """Where Numba keeps one kernel's machine code: ``__pycache__`` of the checked cache folder
+    and nowhere else (Numba's own locators fall back to folders ngrad has not checked, and want
+    the folder writable even to read it). Its source stamp is the kernel's key, a hash of the
+    text that was compared, so the file is not read again."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = self.module = py_file  # Numba reads _py_file (in its warnings)
+        self._lineno = py_func.__code__.co_firstlineno
+        self.path = os.path.join(os.path.dirname(py_file), "__pycache__")
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        return cls(py_func, py_file)
+
+    def ensure_cache_path(self):
+        if usable_dir() is None:  # removed and now refused: nothing is written
+            raise OSError(f"the kernel cache {cache_root()} cannot be used")
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+
+    def get_cache_path(self):
+        return self.path
+
+    def get_source_stamp(self):
+        return os.path.basename(self.module)
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+
+class _CacheImpl(CompileResultCacheImpl):
+    _locator_classes = [_Locator]
+
+
+class DiskCache(FunctionCache):
+    """Numba's cache of one kernel's machine code, which never fails the program: an entry that
+    cannot be loaded (cut short, corrupt: unpickling garbage raises anything) is removed and
+    compiled again, and one that cannot be saved (a read-only cache, a folder removed by
+    ``ngrad cache clear`` meanwhile) is kept in memory only."""
+
+    _impl_class = _CacheImpl
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception:
+            # only Numba's files of this kernel: its module was just checked, and is kept
+            locator = self._impl.locator
+            key = os.path.splitext(os.path.basename(locator.module))[0]
+            for p in glob.glob(os.path.join(glob.escape(locator.get_cache_path()), f"{key}.*")):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except OSError:
+            pass
 
 
 class Kernel:
@@ -267,10 +348,14 @@ class Kernel:
         self.ready = False
 
     def build(self):
-        """The Numba dispatcher of the module's ``kernel`` (the CUDA target overrides this)."""
-        module = load_module(self.key, self.text)
+        """The Numba dispatcher of the module's ``kernel`` (the CUDA target overrides this),
+        cached on disk when its module is there."""
+        module, path = load_module(self.key, self.text)
         module.__dict__.update(HELPERS)
-        return numba.njit(**FLAGS)(module.kernel)
+        fn = numba.njit(**FLAGS)(module.kernel)
+        if path is not None:
+            fn._cache = DiskCache(module.kernel)  # what Dispatcher.enable_caching does, with DiskCache
+        return fn
 
     def __call__(self, *args):
         if self.ready:
@@ -338,6 +423,8 @@ _indexed: list[tuple[tuple[object, object], frozenset[str]]] = [((None, None), f
 
 def on_disk(text):
     """True when this kernel's module and Numba's cache index already exist on disk."""
+    if refused():
+        return False
     folder = os.path.join(cache_dir(), "__pycache__")
     try:
         stamp = (folder, os.stat(folder).st_mtime_ns)
@@ -373,23 +460,40 @@ def cached(text, make):
 
 
 def cache_info():
-    """Where the cache is, and how many kernels, plans (``write_plan``: bytecode encodings, joint
-    tapes, the list of compiled loops) and bytes it holds."""
+    """Where the cache is, how many kernels, plans (``write_plan``: bytecode encodings, joint
+    tapes, the list of compiled loops) and bytes it holds, whether this process may write it,
+    and ``problem``: why it cannot be used (then ngrad compiles in memory), or None."""
     folder = cache_dir()
     files = glob.glob(os.path.join(folder, "k*.py"))
     plans = glob.glob(os.path.join(folder, "plans", "*"))
     size = 0
     for root, _, names in os.walk(cache_root()):
-        size += sum(os.path.getsize(os.path.join(root, n)) for n in names)
-    return {"root": cache_root(), "folder": folder, "kernels": len(files), "plans": len(plans), "bytes": size}
+        for n in names:
+            try:
+                size += os.path.getsize(os.path.join(root, n))
+            except OSError:  # removed meanwhile by another process
+                pass
+    return {
+        "root": cache_root(),
+        "folder": folder,
+        "kernels": len(files),
+        "plans": len(plans),
+        "bytes": size,
+        "writable": os.path.isdir(folder) and writable(folder),
+        "problem": problem(),
+    }
 
 
 def cache_clear():
-    """Delete every cached kernel of every version; returns the number of files removed."""
+    """Delete the cached kernels and plans of every version (the ``ngrad*`` folders under the
+    root, not the root itself, which may be a folder of the user's holding other files);
+    returns the number of files removed. Compiled kernels in memory are dropped too."""
     import shutil
 
-    root = cache_root()
-    n = sum(len(names) for _, _, names in os.walk(root))
-    shutil.rmtree(root, ignore_errors=True)
+    n = 0
+    for folder in glob.glob(os.path.join(glob.escape(cache_root()), "ngrad*-numba*-codegen*")):
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            n += sum(len(names) for _, _, names in os.walk(folder))
+            shutil.rmtree(folder, ignore_errors=True)
     _memory.clear()
     return n

@@ -177,10 +177,11 @@ class CudaKernel(Kernel):
         self.launcher = None
 
     def build(self):
-        module = load_module(self.key, self.text)
+        module, path = load_module(self.key, self.text)
         if simulated():  # the simulator's libdevice functions are stubs that return None
             module.__dict__["libdevice"] = _SIM_LIBDEVICE
-        return _cuda().jit(cache=True)(module.kernel)
+        # Numba caches only a function whose source file exists: a module run from memory compiles in memory
+        return _cuda().jit(cache=path is not None)(module.kernel)
 
     def launch(self, n, args, grid=None, block=None):
         if grid is None:
