@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import grad_mode as _grad_mode
 from .. import tensor as _t
+from ..tensor.record import host_value
 
 __all__ = [
     "relu",
@@ -209,7 +210,9 @@ def _check_targets(target, classes, ignore_index):
     ``ngrad.compile`` a target may not exist yet, and nothing is checked."""
     if _grad_mode.state.trace is not None or not target.numel():
         return
-    v = target.cpu().numpy()
+    v = host_value(target)
+    if v.min() >= 0 and v.max() < classes:  # the common case: no target ignored or out of range
+        return
     bad = v[(v != ignore_index) & ((v < 0) | (v >= classes))]
     if bad.size:
         raise IndexError(f"Target {int(bad[0])} is out of bounds.")
@@ -235,7 +238,7 @@ def _picked(rows, target, weight, ignore_index):
 def _indexed_loss(logp, target, weight, ignore_index, reduction, smoothing, name):
     """nll_loss, and cross_entropy's for class indices (with its label smoothing)."""
     rows, tgt, shape = _class_rows(logp, target, name)
-    _check_targets(tgt, rows.shape[1], ignore_index)
+    _check_targets(target, rows.shape[1], ignore_index)  # target, not tgt: its value is there
     score, w, valid = _picked(rows, tgt, weight, ignore_index)
     loss = -score * w
     if smoothing > 0:  # the uniform part: every class's (weighted) score, ignored rows out

@@ -36,10 +36,8 @@ from .record import (
 _gm = _grad_mode.state
 
 
-def _check_bool_sub(t, other):
+def _refuse_bool_sub(t, other):
     """PyTorch refuses ``-`` with a bool operand (``~`` or ``^`` is what is meant)."""
-    if t.dtype is not D.bool_ and not (isinstance(other, TensorBase) and other.dtype is D.bool_):
-        return
     if t.dtype is D.bool_ and isinstance(other, TensorBase) and other.dtype is D.bool_:
         raise RuntimeError(
             "Subtraction, the `-` operator, with two bool tensors is not supported. "
@@ -57,6 +55,8 @@ def check_divisor(a, b):
     divisions pay for it; a divisor tensor is realized here, since its values decide (under
     ``ngrad.compile`` they do not exist yet, and nothing is checked). Floating-point division by
     zero gives inf or nan, as in PyTorch."""
+    if b.__class__ is int and b:  # the common case, a nonzero Python int: nothing to check
+        return
     ca = a.dtype.category if isinstance(a, TensorBase) else category(a)
     cb = b.dtype.category if isinstance(b, TensorBase) else category(b)
     if ca is None or cb is None or ca == 2 or cb == 2:
@@ -84,11 +84,13 @@ class MathOps:
         return binary("add", self, other, "AddBackward0", reverse=True)
 
     def __sub__(self, other):
-        _check_bool_sub(self, other)
+        if self._node.dtype is D.bool_ or isinstance(other, TensorBase) and other._node.dtype is D.bool_:
+            _refuse_bool_sub(self, other)
         return binary("sub", self, other, "SubBackward0")
 
     def __rsub__(self, other):
-        _check_bool_sub(self, other)
+        if self._node.dtype is D.bool_:
+            _refuse_bool_sub(self, other)
         return binary("sub", self, other, "RsubBackward1", reverse=True)
 
     def __mul__(self, other):
