@@ -216,6 +216,8 @@ def from_numpy(ndarray):
 def _allocated(shape, dtype, make):
     """``make()``, the host array of a new tensor of ``shape`` and ``dtype``, with PyTorch's errors
     for a size that overflows or memory that cannot be had (NumPy's would reach the user)."""
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
     nbytes = math.prod(shape) * dtype.np.itemsize
     if nbytes >= 2**63:
         raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
@@ -230,8 +232,6 @@ def _allocated(shape, dtype, make):
 def _filled(size, value, dtype, requires_grad, device):
     device = device_name(device)
     shape = shape_arg(size)
-    if any(s < 0 for s in shape):
-        raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
     dtype = dtype or D.get_default_dtype()
     return _leaf(_allocated(shape, dtype, lambda: np.full(shape, value, dtype=dtype.np)), dtype, requires_grad, device)
 
@@ -303,7 +303,11 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     """The identity matrix (``n`` x ``m``)."""
     device = device_name(device)
     dtype = dtype or D.get_default_dtype()
-    return _leaf(np.eye(n, n if m is None else m, dtype=dtype.np), dtype, requires_grad, device)
+    m = n if m is None else m
+    for name, k in (("n", n), ("m", m)):
+        if k < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {k}")
+    return _leaf(_allocated((n, m), dtype, lambda: np.eye(n, m, dtype=dtype.np)), dtype, requires_grad, device)
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
@@ -321,6 +325,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         start, end = 0, start
     if step == 0:
         raise RuntimeError("step must be nonzero")
+    if end != start and (end > start) != (step > 0):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     if dtype is None:
         dtype = _infer([start, end, step])
     n = max(0, math.ceil((end - start) / step))
@@ -436,7 +442,8 @@ def randn_like(input, *, dtype=None, device=None, requires_grad=False):
 
 def randperm(n, *, dtype=None, device=None):
     dtype = dtype or D.int64
-    return _leaf(_draw().permutation(n).astype(dtype.np), dtype, False, device_name(device))
+    value = _allocated((n,), dtype, lambda: _draw().permutation(n).astype(dtype.np))
+    return _leaf(value, dtype, False, device_name(device))
 
 
 def is_tensor(obj):

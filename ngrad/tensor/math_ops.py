@@ -249,6 +249,10 @@ class MathOps:
 
     def _logical(self, op, other):
         other = to_tensor(other)
+        if self.dtype.is_floating_point or other.dtype.is_floating_point:
+            kernel = {"logical_and": "bitwise_and", "logical_or": "bitwise_or", "ne": "bitwise_xor"}[op]
+            name = TORCH_NAME[D.promote(self.dtype, other.dtype).short]
+            raise NotImplementedError(f"\"{kernel}_cpu\" not implemented for '{name}'")
         if self.dtype is not D.bool_ or other.dtype is not D.bool_:
             raise TypeError(f"{op} is only supported on bool tensors here, got {self.dtype} and {other.dtype}")
         a, b = self._node, other._node
@@ -266,6 +270,8 @@ class MathOps:
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
     def __invert__(self):
+        if self.dtype.is_floating_point:
+            raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
         if self.dtype is not D.bool_:
             raise TypeError("~ is only supported on bool tensors here")
         return self.logical_not()
