@@ -33,6 +33,12 @@ from .record import (
 _gm = _grad_mode.state
 
 
+def _record_slice(n, starts, stops, steps, shape, name):
+    """Record a ``slice`` of node ``n`` (result ``shape``) under the grad_fn ``name``."""
+    params = {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)}
+    return record_op("slice", (n,), params, shape, n.dtype, name)
+
+
 def _basic_getitem(n, key):
     """Ints and slices only (the common case): one slice node and at most one reshape, or None."""
     shape = n.shape
@@ -75,14 +81,7 @@ def _basic_getitem(n, key):
     if sl_shape == shape:
         out = record_op("reshape", (n,), {"shape": shape}, shape, n.dtype, "AliasBackward0")
     else:
-        out = record_op(
-            "slice",
-            (n,),
-            {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
-            sl_shape,
-            n.dtype,
-            name,
-        )
+        out = _record_slice(n, starts, stops, steps, sl_shape, name)
     return out if new_shape == sl_shape else wrap(reshape_node(out._node, new_shape, name))
 
 
@@ -214,14 +213,7 @@ def _apply_plan(t, plan):
     n = t._node
     if any(a != 0 or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):
         sl_shape = tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
-        out = record_op(
-            "slice",
-            (n,),
-            {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)},
-            sl_shape,
-            n.dtype,
-            name,
-        )
+        out = _record_slice(n, starts, stops, steps, sl_shape, name)
     if tuple(new_shape) != out._node.shape:
         out = named(out.reshape(tuple(new_shape)), name)
     elif out is t:
