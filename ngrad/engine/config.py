@@ -16,8 +16,20 @@ module; it imports nothing of the engine.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from typing import Any
 
-__all__ = ["debug_level", "jit_mode", "jit_threshold", "blas_mode", "cache_root", "cache_owners", "cuda_simulated"]
+__all__ = [
+    "debug_level",
+    "jit_mode",
+    "jit_threshold",
+    "blas_mode",
+    "cache_root",
+    "cache_owners",
+    "cuda_simulated",
+    "memory_entries",
+    "Recent",
+]
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -73,3 +85,48 @@ def cache_owners() -> tuple[str, ...]:
 def cuda_simulated() -> bool:
     """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM``, read by Numba at import)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def memory_entries() -> int:
+    """``NGRAD_MEMORY_ENTRIES``: how many entries each in-memory cache keeps, least recently used
+    dropped first: compiled kernels, tiering records (with their compiled plans) and CUDA programs
+    keep this many (default 512); an ``ngrad.compile`` function keeps an eighth of it (default 64)
+    argument structures, each with its 8 latest variants. Measured: a compiled tape holds about
+    1.65 MB, so 512 kernels and plans bound a process that sees ever new shapes to about a GB;
+    the benchmarks and the test suite never evict in a steady loop at the default."""
+    return max(1, _int("NGRAD_MEMORY_ENTRIES", 512))
+
+
+class Recent(OrderedDict[Any, Any]):
+    """A dict that keeps its ``memory_entries()`` (or ``bound()``) most recently used entries:
+    ``get`` and assignment mark an entry used, and an assignment past the bound drops the least
+    recently used ones (``evicted`` is told of each). Dropping an entry only drops this reference:
+    whoever holds the value (a thread running a plan, a driver) keeps it working. Each step is
+    one operation under the GIL, and a key another thread removed meanwhile is no error."""
+
+    def bound(self) -> int:
+        """How many entries this cache keeps (read at each assignment, so tests may change it)."""
+        return memory_entries()
+
+    def get(self, key: Any, default: Any = None) -> Any:  # type: ignore[override]
+        value = super().get(key, default)
+        if value is not default:
+            try:
+                self.move_to_end(key)
+            except KeyError:  # dropped by another thread meanwhile: the caller still has it
+                pass
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        bound = self.bound()
+        while len(self) > bound:
+            try:
+                old, dropped = self.popitem(last=False)
+            except KeyError:
+                break
+            self.evicted(old, dropped)
+
+    def evicted(self, key: Any, value: Any) -> None:
+        """Called with each entry dropped past the bound (nothing by default)."""

@@ -5,7 +5,9 @@ shapes and ``requires_grad``, static values) and the grad mode. It runs, in orde
 probe of the variant that ran last (``ngrad.tracing.probe``), the first variant of its key
 whose guards hold (``Variant.valid``), or a new trace (``_trace``), which runs the function
 with a ``Trace`` active, restores the tensors it changed and makes a ``Variant`` of the result.
-A key keeps its 8 latest variants. A compiled function called while another is traced runs
+A key keeps its 8 latest variants, and a function the variants of its ``NGRAD_MEMORY_ENTRIES // 8``
+most recently called keys (``Variants``; 64 by default), so one called over ever new shapes
+stays bounded: a key dropped is traced again on its next call. A compiled function called while another is traced runs
 its Python function, so it is inlined into the outer program.
 """
 
@@ -16,6 +18,7 @@ import numpy as np
 from .. import grad_mode
 from .._gc import paused
 from ..autograd.meta import NO_META
+from ..engine.config import Recent, memory_entries
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
 from ..engine.runtime.realize import realize
@@ -31,6 +34,14 @@ __all__ = ["CompiledFunction", "compile"]
 _gm = grad_mode.state
 
 
+class Variants(Recent):
+    """A compiled function's variants per call key, the least recently called keys dropped past
+    ``NGRAD_MEMORY_ENTRIES // 8`` (a running variant and the last call's probe stay alive)."""
+
+    def bound(self):
+        return max(1, memory_entries() // 8)
+
+
 class CompiledFunction:
     """What ``ngrad.compile(fn)`` returns: call it like ``fn``. See ``ngrad.compile``."""
 
@@ -39,7 +50,7 @@ class CompiledFunction:
         self.fn = fn
         self.static_argnums = frozenset(static_argnums)
         self.static_argnames = frozenset(static_argnames)
-        self.variants = {}
+        self.variants = Variants()
         self.traces = 0
         self.probe = None  # the probe of the variant that ran last (see ngrad.tracing.probe)
 
@@ -151,7 +162,9 @@ class CompiledFunction:
             restore(trace)
             del trace, result, found, roots, changes, effect_roots, clears, call_args, call_kwargs, call_flat
         self.traces += 1
-        variants = self.variants.setdefault(key, [])
+        variants = self.variants.get(key)
+        if variants is None:
+            variants = self.variants[key] = []
         if len(variants) >= 8:
             variants.pop(0)
         variants.append(variant)

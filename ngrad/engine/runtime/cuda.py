@@ -26,14 +26,14 @@ import numpy as np
 
 from ..backend.codegen import identity
 from ..backend.cuda_source import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source
-from ..config import debug_level, jit_mode, jit_threshold
+from ..config import Recent, debug_level, jit_mode, jit_threshold
 from ..ir.interpret import compute, interpret, np_dtype
 from .checks import check
 from .layout import dead_after_steps, squeezed
 
 __all__ = ["run"]
 
-_programs: dict[tuple, object] = {}
+_programs: dict[tuple, object] = Recent()  # (structure, host inputs) -> program, LRU-bounded
 COLD_MAX = 1 << 16  # input elements up to which a cold tape runs on the host interpreter
 # glue that CuPy runs with NumPy's functions (through __array_function__ and __array_ufunc__)
 _CUPY_GLUE = frozenset(

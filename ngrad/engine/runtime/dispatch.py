@@ -6,7 +6,11 @@ anything executes, runs the tape on the tier ``tier_for`` picks (the NumPy inter
 the CUDA executor), and returns fresh, writable, C-contiguous arrays that share memory with no
 input. ``prepare``/``inline`` give a function (or the lines of one) equal to ``run`` for calling
 many times. ``tier_for`` keeps one ``tiering.Record`` per tape structure and carries out
-``tiering.next_state``'s decisions.
+``tiering.next_state``'s decisions. ``records`` keeps the ``NGRAD_MEMORY_ENTRIES`` most recently
+used structures (``config.Recent``): an evicted record takes its plan with it only once nobody
+runs it (a driver or a thread holds the plan itself, never an index into ``records``), and a
+structure seen again starts anew: its count restarts and its plan is read back from the disk
+cache, so tiering only waits again for ``NGRAD_JIT_THRESHOLD`` calls.
 """
 
 import dataclasses
@@ -15,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..config import debug_level, jit_mode, jit_threshold
+from ..config import Recent, debug_level, jit_mode, jit_threshold
 from ..ir.interpret import interpret, np_dtype
 from . import tiering
 from .buffers import owned
@@ -28,7 +32,7 @@ from .tiering import Decision, Record, next_state, small_steps
 
 __all__ = ["run", "prepare", "inline", "tier_for", "records"]
 
-records: dict[tuple, tiering.Record] = {}  # tape structure (``Tape.key()``) -> its tiering.Record
+records: dict[tuple, tiering.Record] = Recent()  # tape structure (``Tape.key()``) -> its tiering.Record
 
 
 def tier_for(tape, mode, now=False, policy=None):

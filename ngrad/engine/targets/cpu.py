@@ -32,6 +32,7 @@ from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.extending import intrinsic
 
 from ..backend import vmath
+from ..config import Recent
 from ..store import cache_dir, cache_root, problem, refused, usable_dir, writable, write_atomically
 
 __all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "on_disk", "Kernel"]
@@ -225,7 +226,17 @@ def _wide_vectors(typingctx):
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors)
 
-_memory: dict[str, "Kernel"] = {}
+
+class _Kernels(Recent):
+    """The kernels in memory, the least recently used dropped past ``NGRAD_MEMORY_ENTRIES``: an
+    evicted kernel's module leaves ``sys.modules`` too (a plan still holding the kernel keeps it
+    working), and asking for it again builds it anew, from the disk cache when it is there."""
+
+    def evicted(self, key, value):
+        sys.modules.pop(f"ngrad_kernels.{key}", None)
+
+
+_memory: dict[str, "Kernel"] = _Kernels()
 _lock = threading.Lock()
 stats = {"compiled": 0, "loaded": 0, "seconds": 0.0}
 
