@@ -97,3 +97,18 @@ def test_a_compiled_function_keeps_its_most_recent_shapes(monkeypatch):
     assert f.traces == len(arrays)  # still kept: no new trace
     np.testing.assert_allclose(f(ngrad.tensor(arrays[0])).item(), expect(arrays[0]), rtol=1e-12)
     assert f.traces == len(arrays) + 1 and len(f.variants) == 2  # dropped, so traced again
+
+
+def test_a_structure_met_again_after_eviction_starts_its_count_anew(small, monkeypatch):
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    cases = _tapes(6)
+    tape, values = cases[0]
+    want = [runtime.run(tape, values)[0] for _ in range(3)]
+    old = dispatch.records[tape.key()]
+    assert old.tier.ready() and old.seen >= 1  # compiled: at once from the disk cache, or on its second call
+    for t, v in cases[1:]:
+        runtime.run(t, v)
+    assert tape.key() not in dispatch.records
+    np.testing.assert_array_equal(runtime.run(tape, values)[0], want[-1])
+    new = dispatch.records[tape.key()]
+    assert new is not old and new.seen == 1
