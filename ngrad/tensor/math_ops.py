@@ -319,10 +319,16 @@ class MathOps:
         return named(self * self, "PowBackward0")
 
     def relu(self):
-        n = self._node
-        zero = const_node(0, n.dtype)
-        mask = Node("gt", (n, zero), None, n.shape, D.bool_)
-        return record_op("where", (mask, n, zero), None, n.shape, n.dtype, "ReluBackward0")
+        """``max(x, 0)`` as PyTorch: NaN stays NaN (gradient 1, so divergence shows), -0.0 stays
+        -0.0, and the gradient at 0 is 0."""
+        if not self.dtype.is_floating_point:
+            n = self._node
+            zero = const_node(0, n.dtype)
+            mask = Node("gt", (n, zero), None, n.shape, D.bool_)
+            return record_op("where", (mask, n, zero), None, n.shape, n.dtype, "ReluBackward0")
+        # NaN <= 0 is false, so NaN passes; x * 0 at +-0 keeps the sign of zero with a zero gradient
+        out = where(self <= 0, where(self < 0, 0.0, self * 0), self)
+        return named(out, "ReluBackward0")
 
     def softplus(self, beta=1.0, threshold=20.0):
         x = self if beta == 1 else self * beta
@@ -373,6 +379,8 @@ class MathOps:
             out = where(out < min, min, out)
         if max is not None:
             out = where(out > max, max, out)
+        if self.dtype.is_floating_point:  # NaN stays NaN with no gradient, as PyTorch's
+            out = where(self != self, self.detach(), out)
         return named(out, "ClampBackward1")
 
     clip = clamp
@@ -420,7 +428,8 @@ class MathOps:
 
     def trunc(self):
         """Rounded toward zero (the gradient is 0, as for ``floor``)."""
-        return self.clone() if not self.dtype.is_floating_point else self.sign() * self.abs().floor()
+        # floor or ceil, not sign * floor(abs): keeps -0.0 and NaN as PyTorch does, gradient 0 at NaN
+        return self.clone() if not self.dtype.is_floating_point else where(self < 0, self.ceil(), self.floor())
 
     fix = trunc
 

@@ -127,6 +127,19 @@ class ReduceOps:
     def amin(self, dim=(), keepdim=False):
         return self._extreme("amin", dim, keepdim, "AminBackward0")
 
+    def _full_extreme(self, op, name):
+        """A full max/min as PyTorch's: with a NaN present the value is NaN and the gradient is
+        shared by the NaNs (the plain reduction's gradient would be NaN everywhere)."""
+        if not self.dtype.is_floating_point or not self.numel():
+            return self._extreme(op, None, False, name)
+        nan = self != self
+        # the reduction never sees a NaN, so its gradient stays finite where it is not selected
+        fill = -math.inf if op == "amax" else math.inf
+        plain = where(nan, fill, self)._extreme(op, None, False, name)
+        count = nan.to(self.dtype).sum()
+        on_nans = where(nan, self, 0.0).sum() / where(count == 0, 1.0, count)
+        return named(where(count > 0, on_nans, plain), name)
+
     def _arg_extreme(self, op, dim, keepdim):
         n = self._node
         if n.dtype is D.bool_:
@@ -158,7 +171,7 @@ class ReduceOps:
         if other is not None:
             return self.maximum(other) if op == "amax" else self.minimum(other)
         if dim is None:
-            return self._extreme(op, None, False, name + "1")
+            return self._full_extreme(op, name + "1")
         idx = self._arg_extreme("argmax" if op == "amax" else "argmin", dim, True)
         axis = normalize_dim(dim, max(self.ndim, 1))
         vals = self.gather(axis, idx) if self.ndim else self
@@ -226,7 +239,11 @@ class ReduceOps:
         return (centered * centered).sum(axes, keepdim=keepdim) / max(0, n - correction)
 
     def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        return named(self._var(dim, unbiased, keepdim, correction).sqrt(), "StdBackward0")
+        v = self._var(dim, unbiased, keepdim, correction)
+        # PyTorch's gradient is 0 where the std is 0 (a constant row), not 0 * inf = NaN that
+        # would poison a whole batch: the double where keeps sqrt's derivative away from 0
+        zero = v == 0
+        return named(where(zero, 0.0, where(zero, 1.0, v).sqrt()), "StdBackward0")
 
     def norm(self, p="fro", dim=None, keepdim=False):
         """Vector p-norm over ``dim`` (all elements by default); the gradient at 0 is 0."""
@@ -242,10 +259,14 @@ class ReduceOps:
             raise RuntimeError(f"norm: unsupported p={p!r}")
         p = float(p)
         axes = normalize_dims(dim, x.ndim)
-        if p == math.inf:
-            out = x.abs().amax(axes, keepdim)
-        elif p == -math.inf:
-            out = x.abs().amin(axes, keepdim)
+        if p == math.inf or p == -math.inf:
+            a = x.abs()
+            op = "amax" if p > 0 else "amin"
+            # PyTorch's gradient is 0 where the norm is NaN: the reduction runs on the NaNs
+            # replaced by 0 (finite gradient) and only the value is taken from the NaN one
+            nan = (a != a).any(axes, keepdim)
+            plain = where(a != a, 0.0, a)._extreme(op, axes, keepdim, "AmaxBackward0")
+            out = where(nan, a.detach()._extreme(op, axes, keepdim, "AmaxBackward0"), plain)
         elif p == 0:
             out = (x != 0).to(x.dtype).sum(axes, keepdim)
         elif p == 1:
@@ -279,7 +300,12 @@ class ReduceOps:
     def log_softmax(self, dim, dtype=None):
         """``x - logsumexp(x, dim)`` of a floating tensor (``dtype`` converts it first)."""
         x = _softmax_input(self, dim, dtype, "log_softmax")
-        return named(x - x.logsumexp(dim, keepdim=True), "LogSoftmaxBackward0")
+        axis = normalize_dim(dim, x.ndim)
+        # PyTorch's order, (x - max) - log(sum(exp(x - max))): x - logsumexp(x) loses log(2)
+        # in [3e38, 3e38] to rounding, and an infinite max gives NaN, not a finite value
+        m = x.detach().amax(axis, keepdim=True) if x.numel() else zeros_like_node(x, (axis,) if x.ndim else ())
+        shifted = x - m
+        return named(shifted - shifted.exp().sum(axis, keepdim=True).log(), "LogSoftmaxBackward0")
 
     def cumsum(self, dim, *, dtype=None):
         n = self._node

@@ -44,9 +44,9 @@ class CudaMath(SourceMath):
         return Expr(f"(({x.text} if {x.text} > {zero} else {zero}) + math.log1p(math.exp(-abs({x.text}))))", x.dtype)
 
     @staticmethod
-    def sign(x):
+    def sign(x):  # PyTorch's: 0 at NaN and at -0.0
         one, zero = typed(1, x.dtype), typed(0, x.dtype)
-        return Expr(f"({one} if {x.text} > {zero} else (-{one} if {x.text} < {zero} else {x.text}))", x.dtype)
+        return Expr(f"({one} if {x.text} > {zero} else (-{one} if {x.text} < {zero} else {zero}))", x.dtype)
 
     # NumPy's ufuncs do not exist on the device: libdevice's fmod (exact), and Python's integer %
     @staticmethod

@@ -92,6 +92,17 @@ def _v(name):
     return staticmethod(f)
 
 
+def _v_odd(name):
+    """``_v(name)`` for a function with f(+-0) = +-0 (expm1, log1p), whose vectorisable form
+    loses the sign of zero: PyTorch keeps it."""
+    inner = _v(name).__func__
+
+    def f(x):
+        return Expr(f"({x.text} if {x.text} == 0 else {inner(x).text})", x.dtype)
+
+    return staticmethod(f)
+
+
 def to_sign_of(r, s, y, step):
     """``r``, a remainder of a division by ``y`` (text evaluated as often as needed), moved by
     ``step * y`` to the sign of ``s`` where it is non-zero and of the other sign."""
@@ -105,12 +116,18 @@ class SourceMath:
 
     sqrt = _f("math.sqrt")
     # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once)
-    exp, expm1, log, log1p, tanh = _v("_vexp"), _v("_vexpm1"), _v("_vlog"), _v("_vlog1p"), _v("_vtanh")
+    exp, log, tanh = _v("_vexp"), _v("_vlog"), _v("_vtanh")
+    expm1, log1p = _v_odd("_vexpm1"), _v_odd("_vlog1p")
     sigmoid, softplus = _v("_vsigmoid"), _v("_vsoftplus")
     sin, cos = _v("_vsin"), _v("_vcos")  # guarded: see GUARDED and render()
     tan, asin, acos, atan = _f("math.tan"), _f("math.asin"), _f("math.acos"), _f("math.atan")
     sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _v("_verf")
-    floor, ceil, round, sign = _f("np.floor"), _f("np.ceil"), _f("np.rint"), _f("np.sign")
+    floor, ceil, round = _f("np.floor"), _f("np.ceil"), _f("np.rint")
+
+    @staticmethod
+    def sign(x):  # PyTorch's: 0 at NaN (np.sign gives NaN) and at -0.0
+        one, zero = typed(1, x.dtype), typed(0, x.dtype)
+        return Expr(f"({one} if {x.text} > {zero} else (-{one} if {x.text} < {zero} else {zero}))", x.dtype)
 
     @staticmethod
     def abs(x):

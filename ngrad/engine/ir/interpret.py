@@ -76,12 +76,17 @@ class NumpyMath:
 
     exp, log, log1p, expm1, sqrt = np.exp, np.log, np.log1p, np.expm1, np.sqrt
     sin, cos, tan, asin, acos, atan = np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan
-    sinh, cosh, tanh, abs, sign = np.sinh, np.cosh, np.tanh, np.abs, np.sign
+    sinh, cosh, tanh, abs = np.sinh, np.cosh, np.tanh, np.abs
     floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
     maximum, minimum, where, pow = np.maximum, np.minimum, np.where, np.power
     remainder, fmod, atan2 = np.remainder, np.fmod, np.arctan2
     logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
     matmul = staticmethod(matmul_into)
+
+    @staticmethod
+    def sign(x: np.ndarray) -> np.ndarray:
+        """PyTorch's sign: 0 at NaN, where NumPy's is NaN."""
+        return np.nan_to_num(np.sign(x), nan=0)
 
     @staticmethod
     def sigmoid(x: np.ndarray) -> np.ndarray:

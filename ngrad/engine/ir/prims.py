@@ -153,8 +153,9 @@ def _trunc(q: Var) -> Var:
 
 
 def _tie_weight(x: Var, y: Var) -> Var:
+    # PyTorch's: half at a tie, none where x loses; all where either is NaN (neither loses)
     d = x.dtype
-    return x.gt(y).cast(dtype=d) + x.eq(y).cast(dtype=d) * 0.5
+    return 1 - x.lt(y).cast(dtype=d) - x.eq(y).cast(dtype=d) * 0.5
 
 
 def _cat_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], axis: int) -> Cotangents:
@@ -291,7 +292,7 @@ P("tanh", "unary", S.unary, lambda m, x: m.tanh(x), per_arg(lambda g, out, x: g 
 P("sigmoid", "unary", S.unary, lambda m, x: m.sigmoid(x), per_arg(lambda g, out, x: g * (1 - out) * out))
 P("softplus", "unary", S.unary, lambda m, x: m.softplus(x), per_arg(lambda g, out, x: g * x.sigmoid()))
 P("erf", "unary", S.unary, lambda m, x: m.erf(x), per_arg(lambda g, out, x: g * (-(x * x)).exp() * _SQRT_PI_2))
-P("abs", "unary", S.unary, lambda m, x: m.abs(x), per_arg(lambda g, out, x: g * x.sign()))
+P("abs", "unary", S.unary, lambda m, x: m.abs(x), per_arg(lambda g, out, x: g * x.sign()))  # 0 at NaN: sign's
 P("sign", "unary", S.unary, lambda m, x: m.sign(x), per_arg(lambda g, out, x: zeros_like(g)))
 P("floor", "unary", S.unary, lambda m, x: m.floor(x), per_arg(lambda g, out, x: zeros_like(g)))
 P("ceil", "unary", S.unary, lambda m, x: m.ceil(x), per_arg(lambda g, out, x: zeros_like(g)))
