@@ -20,7 +20,17 @@ SPECIAL = [NAN, INF, -INF, 0.0, -0.0, 1e-310, 3e38, -3e38, 1e4, 1.5, -2.0, 0.5]
 POSITIVE = [NAN, INF, 0.0, -0.0, 1e-310, 3e38, 1e4, 1.5, 0.5]
 ROWS_NAN = [[1.0, NAN, 3.0], [2.0, 2.0, -1.0], [INF, 1.0, -INF], [0.0, -0.0, 0.0]]
 ROWS = [[1.0, 2.0, 3.0], [2.0, 2.0, 2.0], [INF, 1.0, 0.0], [3e38, 3e38, -1.0], [1e4, -1e4, 0.5], [0.0, -0.0, 0.0]]
-LOGITS = [[3e38, 3e38, -1.0], [1e4, 0.0, -1e4], [INF, 0.0, 1.0], [-INF, 0.0, 1.0], [NAN, 0.0, 1.0], [1.0, 2.0, 3.0]]
+LOGITS = [
+    [3e38, 3e38, -1.0],
+    [1e4, 0.0, -1e4],
+    [1e4, 1e4 + 1, 1e4 - 1],  # float32 logits near 1e4: the shift by the max must come first
+    [-3e38, 3e38, 1.0],
+    [INF, 0.0, 1.0],
+    [-INF, 0.0, 1.0],
+    [-INF, -INF, -INF],
+    [NAN, 0.0, 1.0],
+    [1.0, 2.0, 3.0],
+]
 
 
 def _functional(lib):
@@ -28,7 +38,7 @@ def _functional(lib):
 
 
 def _ce(lib, x):
-    return _functional(lib).cross_entropy(x, lib.tensor([0, 1, 2, 1, 0, 2]), reduction="none")
+    return _functional(lib).cross_entropy(x, lib.tensor([0, 1, 0, 0, 2, 1, 0, 0, 2]), reduction="none")
 
 
 # name -> (function of (library, tensor), input rows)
