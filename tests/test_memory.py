@@ -39,9 +39,9 @@ def _tapes(count):
     return out
 
 
-def test_the_setting_defaults_to_512_and_bounds_a_recent_dict(monkeypatch):
+def test_the_setting_defaults_to_1024_and_bounds_a_recent_dict(monkeypatch):
     monkeypatch.delenv("NGRAD_MEMORY_ENTRIES", raising=False)
-    assert memory_entries() == 512
+    assert memory_entries() == 1024
     monkeypatch.setenv("NGRAD_MEMORY_ENTRIES", "3")
     d = Recent()
     for k in "abc":

@@ -6,7 +6,7 @@ probe of the variant that ran last (``ngrad.tracing.probe``), the first variant 
 whose guards hold (``Variant.valid``), or a new trace (``_trace``), which runs the function
 with a ``Trace`` active, restores the tensors it changed and makes a ``Variant`` of the result.
 A key keeps its 8 latest variants, and a function the variants of its ``NGRAD_MEMORY_ENTRIES // 8``
-most recently called keys (``Variants``; 64 by default), so one called over ever new shapes
+most recently called keys (``Variants``; 128 by default), so one called over ever new shapes
 stays bounded: a key dropped is traced again on its next call. A compiled function called while another is traced runs
 its Python function, so it is inlined into the outer program.
 """
