@@ -112,3 +112,32 @@ def test_a_structure_met_again_after_eviction_starts_its_count_anew(small, monke
     np.testing.assert_array_equal(runtime.run(tape, values)[0], want[-1])
     new = dispatch.records[tape.key()]
     assert new is not old and new.seen == 1
+
+
+def test_threads_evicting_each_others_plans_get_right_results(monkeypatch):
+    # two threads over more structures than the bound: each evicts plans and kernels the other
+    # is about to run or is running, which must only drop the caches' references
+    import threading
+
+    monkeypatch.setenv("NGRAD_MEMORY_ENTRIES", "2")
+    monkeypatch.setattr(dispatch, "records", Recent())
+    monkeypatch.setattr(cpu, "_memory", cpu._Kernels())
+    cases = _tapes(5)
+    want = [interpret(t, v)[0] for t, v in cases]
+    errors = []
+
+    def work(order):
+        try:
+            for _ in range(8):
+                for i in order:
+                    np.testing.assert_allclose(runtime.run(*cases[i])[0], want[i], rtol=1e-14)
+        except Exception as e:  # reported to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(dispatch.records) <= 2 and len(cpu._memory) <= 2
