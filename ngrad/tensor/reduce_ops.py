@@ -235,8 +235,16 @@ class ReduceOps:
         x = self
         axes = normalize_dims(dim, x.ndim)
         n = math.prod(x._node.shape[a] for a in axes)
-        centered = x - x.mean(axes, keepdim=True)
-        return (centered * centered).sum(axes, keepdim=keepdim) / max(0, n - correction)
+        m = x.mean(axes, keepdim=True)
+        # PyTorch's gradient 2 / (n - correction) * (x - mean): the mean held constant, so no
+        # NaN comes back through it from an infinite entry and -0.0 keeps its sign ...
+        centered = x - m.detach()
+        out = (centered * centered).sum(axes, keepdim=keepdim)
+        # ... and a term of value and gradient 0 restores the mean's part of the second derivative
+        finite = m.detach().abs() < math.inf
+        shift = where(finite, m, 0.0) - where(finite, m.detach(), 0.0)
+        out = out - (shift * shift * n).reshape(out.shape)
+        return out / max(0, n - correction)
 
     def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
         v = self._var(dim, unbiased, keepdim, correction)
