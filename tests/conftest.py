@@ -23,6 +23,8 @@ NUMBA_MODULES = {
     "test_driver",
     "test_examples",
     "test_fuse",
+    "test_memory",
+    "test_cache_faults",
     "test_threads",
     "test_tiering",
     "test_vmath",

@@ -21,14 +21,14 @@ pytestmark = pytest.mark.usefixtures("jit_always")
 def test_facade_uses_the_compiler(monkeypatch):
     from ngrad.engine.targets import cpu as comp
 
-    before = len(comp._memory)
+    before = set(comp._memory)
     x = ngrad.tensor(np.linspace(-1, 1, 7), requires_grad=True)
     y = (x.tanh() * x).sum()
     y.backward()
     np.testing.assert_allclose(
         x.grad.numpy(), np.tanh(x.detach().numpy()) + x.detach().numpy() / np.cosh(x.detach().numpy()) ** 2
     )
-    assert len(comp._memory) > before
+    assert set(comp._memory) - before  # a kernel was made (the cache may have dropped an old one)
 
 
 def test_jit_never_interprets(monkeypatch):
