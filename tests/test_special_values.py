@@ -58,6 +58,7 @@ OPS = {
     "pow_2": (lambda lib, x: x**2, SPECIAL),
     "pow_half": (lambda lib, x: x**0.5, POSITIVE),
     "pow_3": (lambda lib, x: x**3.0, SPECIAL),
+    "pow_neg_half": (lambda lib, x: x**-0.5, POSITIVE),
     "pow_base": (lambda lib, x: 2.0**x, SPECIAL),
     "clamp": (lambda lib, x: lib.clamp(x, -1.0, 1.0), SPECIAL),
     "clamp_min": (lambda lib, x: lib.clamp(x, min=0.0), SPECIAL),
@@ -87,8 +88,11 @@ OPS = {
 
 # (op, dtype) -> why ngrad still differs from PyTorch there
 KNOWN: dict[tuple[str, str], str] = {
-    ("pow_half", "float64"): "PyTorch's 0.5 * (-0.0)**-0.5 is -inf (a reciprocal square root), NumPy's power gives inf",
-    ("pow_half", "float32"): "PyTorch's 0.5 * (-0.0)**-0.5 is -inf (a reciprocal square root), NumPy's power gives inf",
+    **{
+        ("pow_neg_half", d): "PyTorch's x ** -0.5 is a reciprocal square root, -inf at -0.0; the pow forward "
+        "(C's pow) gives inf"
+        for d in ("float64", "float32")
+    },
     ("softmax", "float32"): "the gradient of sum(softmax) is 0 up to rounding: its residue (6e-8) and sign differ",
     **{
         ("prod", d): "with a zero anywhere PyTorch takes the product of the others for the whole tensor "
