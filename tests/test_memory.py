@@ -9,9 +9,10 @@ import pytest
 
 import ngrad
 from ngrad.engine import runtime
-from ngrad.engine.config import Recent, memory_entries
+from ngrad.engine.config import memory_entries
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.tape import Builder
+from ngrad.engine.recent import Recent
 from ngrad.engine.runtime import dispatch
 from ngrad.engine.targets import cpu
 

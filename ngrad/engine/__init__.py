@@ -1,7 +1,8 @@
 """The engine: folders in pipeline order, each importing only from the folders before it.
 
-- ``config``, ``store``  settings read from the environment (the one reader of ``NGRAD_*``);
-                  the versioned disk store of kernels and plans. Any layer may use them.
+- ``config``, ``recent``, ``store``  settings read from the environment (the one reader of
+                  ``NGRAD_*``); the bounded in-memory cache; the versioned disk store of kernels
+                  and plans. Any layer may use them.
 - ``ir/``         the IR and its reference semantics: ``dtypes`` (element types, promotion),
                   ``prims`` (the primitive table: forward, VJP and JVP per row), ``shapes`` (the
                   shape and dtype rule of each kind of row), ``tape`` (flat SSA: build, verify,

@@ -18,9 +18,10 @@ import numpy as np
 from .. import grad_mode
 from .._gc import paused
 from ..autograd.meta import NO_META
-from ..engine.config import Recent, memory_entries
+from ..engine.config import memory_entries
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
+from ..engine.recent import Recent
 from ..engine.runtime.realize import realize
 from ..tensor.core import Tensor
 from ..tensor.record import wrap

@@ -26,8 +26,9 @@ import numpy as np
 
 from ..backend.codegen import identity
 from ..backend.cuda_source import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source
-from ..config import Recent, debug_level, jit_mode, jit_threshold
+from ..config import debug_level, jit_mode, jit_threshold
 from ..ir.interpret import compute, interpret, np_dtype
+from ..recent import Recent
 from .checks import check
 from .layout import dead_after_steps, squeezed
 

@@ -7,7 +7,7 @@ the CUDA executor), and returns fresh, writable, C-contiguous arrays that share 
 input. ``prepare``/``inline`` give a function (or the lines of one) equal to ``run`` for calling
 many times. ``tier_for`` keeps one ``tiering.Record`` per tape structure and carries out
 ``tiering.next_state``'s decisions. ``records`` keeps the ``NGRAD_MEMORY_ENTRIES`` most recently
-used structures (``config.Recent``): an evicted record takes its plan with it only once nobody
+used structures (``recent.Recent``): an evicted record takes its plan with it only once nobody
 runs it (a driver or a thread holds the plan itself, never an index into ``records``), and a
 structure seen again starts anew: its count restarts and its plan is read back from the disk
 cache, so tiering only waits again for ``NGRAD_JIT_THRESHOLD`` calls.
@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-from ..config import Recent, debug_level, jit_mode, jit_threshold
+from ..config import debug_level, jit_mode, jit_threshold
 from ..ir.interpret import interpret, np_dtype
+from ..recent import Recent
 from . import tiering
 from .buffers import owned
 from .checks import check, check_one

@@ -32,7 +32,7 @@ from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.extending import intrinsic
 
 from ..backend import vmath
-from ..config import Recent
+from ..recent import Recent
 from ..store import cache_dir, cache_root, problem, refused, usable_dir, writable, write_atomically
 
 __all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "on_disk", "Kernel"]
