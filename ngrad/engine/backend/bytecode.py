@@ -22,7 +22,7 @@ stretch between two slices or concatenations (hundreds of functions, minutes of 
 the NumPy interpreter pays microseconds per instruction. The loop below pays tens of nanoseconds
 per instruction and is compiled once per set of operations, then loaded from the disk cache.
 
-Element-wise rows render the primitive table's forward expressions (``codegen.SourceMath``), so
+Element-wise rows render the primitive table's forward expressions (``source_math.SourceMath``), so
 they share one definition with the interpreter and the fused kernels.
 """
 

@@ -12,7 +12,7 @@ import functools
 import re
 
 from ..ir.prims import PRIMS
-from .codegen import Expr, SourceMath, typed
+from .source_math import Expr, SourceMath, typed
 
 __all__ = ["source", "LoopMath"]
 

@@ -12,7 +12,7 @@ import math
 
 from ..ir.prims import PRIMS
 from .bytecode_loop import LoopMath
-from .codegen import Expr, identity
+from .source_math import Expr, identity
 
 __all__ = [
     "RANK",

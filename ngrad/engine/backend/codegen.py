@@ -12,7 +12,7 @@ carries the tape instruction it came from as a comment. Sizes are arguments and 
 the text, so one kernel serves every batch size; literals are typed to the dtype they are used with
 (float32 code stays float32). CPU text imports ``math`` and ``numpy`` only; the CUDA text
 (``cuda_source.py``) renders the same element with ``render_element``. This module itself never
-imports Numba. It also re-exports the vocabulary of source_math.py, which its users import from here.
+imports Numba. Whenever its output changes meaning, bump ``store.CODEGEN_VERSION``.
 """
 
 import dataclasses
@@ -24,25 +24,16 @@ import numpy as np
 
 from ..ir.dtypes import from_short
 from ..ir.tape import format_instr
-from ..store import CODEGEN_VERSION  # bump it there whenever this module's output changes meaning
 from .element import render_element
 from .fuse import ReadKind
 from .passes import Pass, run_passes
-from .source_math import GUARDED, NP_TYPE, TRIG_LIMIT, Expr, SourceMath, identity, to_sign_of, typed
+from .source_math import GUARDED, NP_TYPE, TRIG_LIMIT, SourceMath, identity, typed
 
 __all__ = [
     "render",
     "program",
-    "render_element",
-    "identity",
-    "typed",
-    "to_sign_of",
-    "Expr",
-    "SourceMath",
     "Source",
     "Part",
-    "NP_TYPE",
-    "CODEGEN_VERSION",
     "LoopState",
     "LoopCopy",
     "LOOP_PASSES",

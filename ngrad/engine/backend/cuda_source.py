@@ -9,7 +9,9 @@ imports Numba.
 """
 
 from ..ir.tape import format_instr
-from .codegen import NP_TYPE, Expr, Part, Source, SourceMath, identity, render_element, to_sign_of, typed
+from .codegen import Part, Source
+from .element import render_element
+from .source_math import NP_TYPE, Expr, SourceMath, identity, to_sign_of, typed
 
 __all__ = ["cuda_source", "cuda_fill_source", "cuda_matmul_source", "CudaMath", "CUDA_BLOCK", "MATMUL_TILE"]
 

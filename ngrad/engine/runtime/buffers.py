@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from ..backend.codegen import identity
+from ..backend.source_math import identity
 from ..ir.interpret import np_dtype
 from .layout import keepdims
 

@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from ..backend.codegen import identity
 from ..backend.cuda_source import MATMUL_TILE, cuda_fill_source, cuda_matmul_source, cuda_source
+from ..backend.source_math import identity
 from ..config import debug_level, jit_mode, jit_threshold
 from ..ir.interpret import compute, interpret, np_dtype
 from ..recent import Recent

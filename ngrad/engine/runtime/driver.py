@@ -18,8 +18,8 @@ import typing
 
 import numpy as np
 
-from ..backend.codegen import Expr, SourceMath, identity
 from ..backend.fuse import Glue, reads_of
+from ..backend.source_math import Expr, SourceMath, identity
 from ..config import debug_level
 from ..ir.interpret import compute, evaluate, matmul_into, np_dtype
 from ..ir.prims import PRIMS
@@ -31,7 +31,7 @@ from .layout import keepdims, kept, squeezed
 
 __all__ = ["driver_of", "driver_code", "GlueKind", "glue_kind", "StoreTarget", "store_targets"]
 
-# prims whose kernel text (the primitive table's forward against codegen.SourceMath) is Python
+# prims whose kernel text (the primitive table's forward against source_math.SourceMath) is Python
 # operators only, which NumPy values evaluate with NumPy's semantics and keep their dtype
 _SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow", "abs", "eq", "ne", "lt", "le", "gt", "ge"])
 

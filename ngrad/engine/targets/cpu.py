@@ -222,7 +222,7 @@ def _wide_vectors(typingctx):
 
 
 # The math helpers kernels call (codegen's SourceMath writes their names). A change to vmath.py
-# must bump codegen.CODEGEN_VERSION: the kernel cache folder is versioned by it.
+# must bump store.CODEGEN_VERSION: the kernel cache folder is versioned by it.
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors)
 
