@@ -20,7 +20,7 @@ from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import realize
 from .indexing import IndexingOps
-from .inplace import InplaceOps, alias, replace_node
+from .inplace import InplaceOps, replace_node
 from .linalg_ops import LinalgOps
 from .math_ops import MathOps
 from .record import (
@@ -33,6 +33,7 @@ from .record import (
     device_name,
     host_value,
     is_traced,
+    named,
     normalize_dim,
     record_op,
     tensor,
@@ -44,6 +45,7 @@ from .record import (
 )
 from .reduce_ops import ReduceOps
 from .shape_ops import ShapeOps
+from .views import Storage, detached_view, install, is_contiguous, layout_of, storage_key
 
 _gm = _grad_mode.state
 
@@ -254,7 +256,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
 
         ```
         """
-        return alias(self, self._detached(), True)
+        return detached_view(self, self._detached(), True)
 
     def _detached(self):
         n = self._node
@@ -271,7 +273,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
     def data(self):
         """The value as a tensor outside the graph; an alias like ``detach()``, but with its
         own version counter (updates through it are not seen by autograd's checks)."""
-        return alias(self, self._detached(), False)
+        return detached_view(self, self._detached(), False)
 
     @property
     def _version(self):
@@ -530,8 +532,61 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
     def bool(self):
         return self.to(D.bool_)
 
-    def contiguous(self):
-        return self
+    def contiguous(self, memory_format=None):
+        """This tensor if its elements are laid out in row-major order, else a copy that is."""
+        return self if self.is_contiguous() else named(self.clone(), "CloneBackward0")
+
+    # storage --------------------------------------------------------------------------------------
+    @property
+    def _base(self):
+        """The tensor this view shares storage with (None unless this is a view), as in PyTorch."""
+        v = self._view
+        return None if v is None else v.base
+
+    def _is_view(self):
+        v = self._view
+        return v is not None and v.base is not None
+
+    def stride(self, dim=None):
+        """The step in elements between neighbours along each dimension of the storage, as in
+        PyTorch (a view's strides are its base's, sliced, permuted or expanded).
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.zeros(2, 3)
+        >>> x.stride(), x.t().stride(), x.t().is_contiguous()
+        ((3, 1), (1, 3), False)
+
+        ```
+        """
+        strides = layout_of(self)[0]
+        return strides if dim is None else strides[normalize_dim(dim, max(len(strides), 1))]
+
+    def storage_offset(self):
+        return layout_of(self)[1]
+
+    def is_contiguous(self, memory_format=None):
+        return is_contiguous(self._node.shape, layout_of(self)[0])
+
+    def data_ptr(self):
+        """An address that identifies this tensor's first element in its storage: equal for
+        tensors that share storage and start at the same element. ngrad's values are
+        immutable arrays, so this is an identity, not an address to read memory from."""
+        v = self._view
+        root = self if v is None else v.root
+        return storage_key(root) + self.storage_offset() * self.element_size()
+
+    def element_size(self):
+        """Bytes per element."""
+        return self._node.dtype.np.itemsize
+
+    @property
+    def itemsize(self):
+        return self._node.dtype.np.itemsize
+
+    def untyped_storage(self):
+        v = self._view
+        return Storage(self if v is None else v.root)
 
     def clone(self):
         """A copy with its own storage; gradients flow through it."""
@@ -567,4 +622,5 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         )
 
 
+install(Tensor)
 use_tensor_class(Tensor)

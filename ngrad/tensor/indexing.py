@@ -293,6 +293,12 @@ class IndexingOps:
         ```
         """
 
+        basic = key if isinstance(key, tuple) else (key,)
+        if all(k is None or k is Ellipsis or type(k) in (int, slice) for k in basic):
+            # a view of the selected elements, written through: PyTorch's copy_ into a view
+            self[key].copy_(value)
+            return
+
         def host(k):
             if isinstance(k, TensorBase):
                 return host_value(k)

@@ -13,7 +13,8 @@ import weakref
 from .. import grad_mode as _grad_mode
 from ..autograd.meta import NO_META, inherit_leaf, own_meta
 from ..engine.ir.graph import Node, source
-from .functions import pow
+from ..engine.ir import dtypes as D
+from .functions import pow, where
 from .record import (
     TORCH_NAME,
     TensorBase,
@@ -26,6 +27,7 @@ from .record import (
     to_tensor,
     wrap,
 )
+from .views import DETACH, OVERLAP, live_views, overlaps, replay, version_of, view_error, write_back
 
 _gm = _grad_mode.state
 
@@ -40,6 +42,10 @@ def replace_node(t, node):
     own_meta(old).replaced = True
     replacements[0] += 1
     t._node = node
+    if t._retains_grad and node.requires_grad and node.differentiable:
+        # retain_grad follows the tensor to its new value, as in PyTorch
+        own_meta(old).owner = None
+        own_meta(node).owner = weakref.ref(t)
 
 
 def leaf_update(r, n):
@@ -57,50 +63,30 @@ def leaf_update(r, n):
     return leaf
 
 
-class Version:
-    """A version counter: how many in-place updates the value of a tensor has seen (shared by
-    a tensor and its ``detach()`` aliases, as in PyTorch)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self):
-        self.value = 0
-
-
-def version_counter(t):
-    vc = t._vc
-    if vc is None:
-        vc = t._vc = Version()
-    return vc
-
-
-def alias(t, other, share_version):
-    """Make ``other`` an alias of ``t``: an in-place update of either shows in both."""
-    group = t._aliases
-    if group is None:
-        group = t._aliases = [weakref.ref(t)]
-    group.append(weakref.ref(other))
-    other._aliases = group
-    if share_version:
-        other._vc = version_counter(t)
-    return other
-
-
-def follow_alias(u, r):
-    """The node of alias ``u`` after its alias was updated in place to ``r``: the same value,
-    with ``u``'s own gradient semantics (a leaf stays a leaf, a non-leaf keeps its history)."""
-    n = u._node
-    value = r if not r.requires_grad else Node("detach", (r,), None, r.shape, r.dtype)
-    if not n.requires_grad:
-        return value
-    if not n.differentiable:
-        return leaf_update(value, n)
-    with _grad_mode.enable_grad():
-        return (wrap(n) + (wrap(value) - wrap(n)).detach())._node
+def root_value(n, m, tracked):
+    """The node a storage root holds after an in-place update gave it value ``m``, with
+    PyTorch's rules: a leaf stays a leaf; a write autograd does not see (under ``no_grad``, or
+    through ``detach()``/``.data``) keeps the old gradient path; a tracked write of a value
+    that needs no gradient still makes a tensor that requires grad (its gradient is zero)."""
+    if n.requires_grad and not n.differentiable:
+        return leaf_update(m, n)
+    if not n.requires_grad or m is n:
+        return m
+    if not tracked or not _gm.enabled:
+        if m.requires_grad and not tracked:
+            return m  # the detach step of the view already spliced the old gradient path in
+        with _grad_mode.enable_grad():
+            return (wrap(n) + (wrap(m) - wrap(n)).detach())._node
+    if not m.requires_grad:
+        keep = wrap(expand_node(const_node(True, D.bool_), n.shape))
+        return where(keep, wrap(m), wrap(n))._node
+    return m
 
 
 def inplace_update(t, result):
-    """Make ``t`` hold ``result`` (a tensor of ``t``'s shape); PyTorch's rules for in-place ops."""
+    """Make ``t`` hold ``result`` (a tensor of ``t``'s shape); PyTorch's rules for in-place ops.
+    Through a view the base's value is rewritten (``views.write_back``) and every live view of
+    it reads the new value."""
     n = t._node
     r = result._node if isinstance(result, TensorBase) else tensor(result)._node
     if r.shape != n.shape:
@@ -118,45 +104,50 @@ def inplace_update(t, result):
             "clone to get a normal tensor before doing inplace update.See "
             "https://github.com/pytorch/rfcs/pull/17 for more details."
         )
-    if n.requires_grad and not n.differentiable:
-        if _gm.enabled:
+    view = t._view
+    if view is None:
+        if n.requires_grad and not n.differentiable and _gm.enabled:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-        new = leaf_update(r, n)
-    elif n.requires_grad and not r.requires_grad:
-        # under no_grad a non-leaf keeps its gradient path: new value, old history
-        step = wrap(r) - wrap(n)
-        with _grad_mode.enable_grad():
-            new = (wrap(n) + step.detach())._node
+        root, m, tracked = t, r, True
     else:
-        new = r
-    vc = version_counter(t)
-    # a backward that needs the old value now fails, as in PyTorch, unless the reader is this
+        if overlaps(t):
+            raise RuntimeError(OVERLAP)
+        err = view_error(t, r)
+        if err is not None:
+            raise err
+        root, tracked = view.root, DETACH not in view.steps
+        m = write_back(root._node, view.steps, r)
+    old = root._node
+    new = root_value(old, m, tracked)
+    vc = version_of(t)
+    views = live_views(root)
+    # a backward that needs an old value now fails, as in PyTorch, unless the reader is this
     # operation's own result
-    own_meta(n).stale = (vc, vc.value, readers_of(new, n))
+    depth = 4 + 3 * (len(view.steps) if view is not None else 0)
+    if root._vc is vc:
+        own_meta(old).stale = (vc, vc.value, readers_of(new, old, depth))
+    for u in views:
+        if u._vc is vc:  # a .data alias has its own counter, and autograd does not see it
+            own_meta(u._node).stale = (vc, vc.value, readers_of(new, u._node, depth))
     vc.value += 1
-    replace_node(t, new)
-    if t._aliases is not None:
-        for ref in t._aliases:
-            u = ref()
-            if u is not None and u is not t:
-                old, follow = u._node, follow_alias(u, r)
-                if u._vc is vc:  # a .data alias has its own counter, and autograd does not see it
-                    own_meta(old).stale = (vc, vc.value - 1, readers_of(follow, old))
-                replace_node(u, follow)
+    replace_node(root, new)
+    for u in views:
+        with _grad_mode.set_grad_enabled(u._view.grad):
+            replace_node(u, replay(new, u._view.steps))
     return t
 
 
-def readers_of(new, old):
+def readers_of(new, old, depth=4):
     """Ids of the nodes an in-place update just recorded that read ``old`` (a few levels below
-    ``new``: the op itself, a cast, the no_grad history splice)."""
+    ``new``: the op itself, a cast, the no_grad history splice, the scatter into a base)."""
     found, stack = set(), [(new, 0)]
     while stack:
-        m, depth = stack.pop()
-        if m is old or depth > 4:
+        m, level = stack.pop()
+        if m is old or level > depth:
             continue
         if any(s is old for s in m.srcs):
             found.add(id(m))
-        stack.extend((s, depth + 1) for s in m.srcs)
+        stack.extend((s, level + 1) for s in m.srcs)
     return found
 
 
@@ -167,8 +158,8 @@ class InplaceOps:
 
     # in place -------------------------------------------------------------------------------------
     # PyTorch's in-place ops. A leaf that requires grad may be updated only under no_grad (the
-    # optimizer idiom ``w -= lr * w.grad``); it stays a leaf. Views do not alias (ngrad values are
-    # immutable): updating a tensor leaves tensors taken from it unchanged.
+    # optimizer idiom ``w -= lr * w.grad``); it stays a leaf. Through a view the base and every
+    # other view see the update.
     def add_(self, other, *, alpha=1):
         """In place ``self += alpha * other``; returns self.
 

@@ -17,7 +17,8 @@ import numpy as np
 from .. import grad_mode as _grad_mode
 from ..autograd.meta import NAMED_META, name_node
 from ..engine.ir import dtypes as D
-from ..engine.ir.graph import Node, source
+from ..engine.ir import graph as _graph
+from ..engine.ir.graph import Node, settle_depth, source
 from ..engine.runtime.realize import realize
 
 _gm = _grad_mode.state
@@ -34,8 +35,9 @@ class TensorBase:
     __slots__ = ("_node", "__dict__", "__weakref__")
     _grad = None
     _retains_grad = False
-    _vc = None  # the version counter, made at the first in-place update or detach()
-    _aliases = None  # weakrefs of the tensors sharing this value (detach(), .data)
+    _vc = None  # the version counter, made at the first in-place update or view
+    _view = None  # a ViewOf (ngrad.tensor.views) when this tensor shares another's storage
+    _views = None  # on a storage root: weak references to the tensors viewing it
 
 
 # the class ``wrap`` instantiates: ngrad.tensor.core.Tensor once it is built (it is made of op
@@ -434,7 +436,19 @@ def realize_values(nodes):
     tr = _gm.trace
     if tr is not None:
         tr.check_concrete(nodes)
-    return realize(nodes)
+        return realize(nodes)
+    return realize(nodes, keep=True)  # what the program still holds is realized with what it reads
+
+
+def _realize_deep(node):
+    """``Node``'s hook for a node that ends a chain of more than ``PENDING_DEPTH`` pending nodes:
+    realize it, with the values still held (see ``realize``), unless ``ngrad.compile`` is
+    tracing (its program is the whole graph) or the chain is shorter than recorded."""
+    if _gm.trace is None and settle_depth(node) > _graph.PENDING_DEPTH:
+        realize([node], keep=True)
+
+
+_graph.ON_DEEP[0] = _realize_deep
 
 
 def value_of(t):

@@ -148,7 +148,7 @@ class CompiledFunction:
             # outputs stay differentiable only when a gradient could still flow from them: their
             # graph was not consumed by a backward() in the call (see Variant for the second half)
             graph = any(n.requires_grad and not (n.meta or NO_META).freed for n in roots)
-            changes, effect_roots, clears = effects(trace)
+            changes, effect_roots, clears = effects(trace, flat)
             variant = Variant(
                 trace,
                 flat,

@@ -126,15 +126,21 @@ def check_random():
         )
 
 
-def effects(trace):
+def effects(trace, flat=()):
     """What the traced call changed: (key, ref, kind, leaf) per effect, the nodes that compute
-    them, and the gradients it set to None (kind "nograd", no node)."""
+    them, and the gradients it set to None (kind "nograd", no node). A view that changed is an
+    effect only when it is an argument (``flat``): otherwise its storage root's effect covers
+    it, and a root is not one when an argument views it (the argument carries the write)."""
     found, roots, clears = [], [], []
+    args = {id(a) for a in flat}
+    viewed = {id(a._view.root) for a in flat if getattr(a, "_view", None) is not None}
     grad_objects = {id(g) for ref, g in trace.grads.values() if g is not None}
     grad_objects.update(id(ref()._grad) for ref, g in trace.grads.values() if ref() is not None)
     for key, (ref, old) in trace.changed.items():
         t = ref()
         if t is None or t._node is old or key in grad_objects:
+            continue
+        if key not in args and (t._view is not None or key in viewed):
             continue
         found.append((key, ref, "node", old.requires_grad and not old.differentiable))
         roots.append(t._node)

@@ -28,7 +28,7 @@ from ..engine.runtime import prepare
 from ..engine.runtime.realize import realize
 from ..engine.transform import differentiate
 from ..tensor.core import Tensor
-from ..tensor.inplace import replace_node, replacements
+from ..tensor.inplace import inplace_update, replace_node, replacements
 from ..tensor.record import wrap
 from .probe import make_entry
 from .trace import Stale
@@ -320,7 +320,10 @@ class Variant:
             if t is None:  # a tensor only the traced call held: nobody can see it
                 continue
             dt = D.from_numpy_dtype(a.dtype)
-            if kind == "node":
+            if kind == "node" and (t._view is not None or t._views):
+                with grad_mode.no_grad():  # the storage's other views see it, autograd does not
+                    inplace_update(t, wrap(source(a, dt)))
+            elif kind == "node":
                 n = source(a, dt)
                 if leaf:
                     n.requires_grad = True

@@ -1,0 +1,440 @@
+"""Views: tensors that share their base's storage, functionalized over immutable values.
+
+Contract: every tensor that PyTorch would return as a view (slicing, ``view``, ``transpose``,
+``expand``, ``diagonal``, ``unbind``, ``detach``...) gets a ``ViewOf``: the storage root it
+shares data with, the movement ``steps`` that derive its value from the root's value, its
+PyTorch ``_base`` and layout (strides and storage offset, for ``stride()``/``is_contiguous()``)
+and how it was made (in ``no_grad``, as one of several outputs, by a custom Function). Values
+stay immutable and the tape stays SSA: ``write_back`` turns a write through a view into a new
+value of the root (each step undone: a slice becomes a ``slice_scatter``, a reshape or permute
+its inverse), and ``rederive`` makes every live view of a root read its new value, so an
+in-place update through any view is seen by the base and every other view. ``view_error`` holds
+PyTorch's rules for in-place updates of views. ``viewing`` wraps the view methods of ``Tensor``.
+"""
+
+import math
+import weakref
+
+from .. import grad_mode as _grad_mode
+from ..autograd.meta import NO_META, name_node
+from ..engine.ir import dtypes as D
+from ..engine.ir.graph import Node
+from .record import TensorBase, const_node, expand_node, record_op
+
+_gm = _grad_mode.state
+
+# the view methods of Tensor that PyTorch defines as views whatever the strides; ``reshape``-like
+# methods are views only when the strides allow it (``VIEWABLE``), and ``view`` raises otherwise
+ALWAYS = (
+    "__getitem__",
+    "view_as",
+    "squeeze",
+    "unsqueeze",
+    "permute",
+    "transpose",
+    "swapaxes",
+    "swapdims",
+    "t",
+    "expand",
+    "expand_as",
+    "broadcast_to",
+    "narrow",
+    "select",
+    "movedim",
+    "moveaxis",
+    "diagonal",
+    "as_strided",
+)
+ALWAYS_PROPERTIES = ("T", "mT")
+VIEWABLE = ("reshape", "reshape_as", "flatten", "unflatten")
+MULTI = {"split": "Split", "chunk": "Split", "unbind": "Unbind", "tensor_split": "TensorSplit"}
+MOVES = ("reshape", "permute", "expand", "slice")
+
+NO_GRAD_VIEW = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
+)
+MULTI_OUTPUT = (
+    "This view is the output of a function that returns multiple views. Such functions do not allow the output "
+    "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
+)
+AMBIGUOUS = (
+    "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving "
+    "both the view and the inplace either both inside the no_grad block (if you don't want the inplace to be "
+    "tracked) or both outside (if you want the inplace to be tracked)."
+)
+IN_FUNCTION = (
+    "This view was created inside a custom Function (or because an input was returned as-is) and the autograd "
+    "logic to handle view+inplace would override the custom backward associated with the custom Function, "
+    "leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning the output of the "
+    "custom Function."
+)
+OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
+
+
+class Step:
+    """One movement from a value to its view: a prim (``reshape``, ``permute``, ``expand``,
+    ``slice``) or ``detach``, its params, the shape it makes and the grad_fn name it carries."""
+
+    __slots__ = ("op", "params", "shape", "name")
+
+    def __init__(self, op, params, shape, name):
+        self.op, self.params, self.shape, self.name = op, params, shape, name
+
+    def __repr__(self):
+        return f"Step({self.op}, {self.params})"
+
+
+DETACH = Step("detach", None, None, None)
+
+
+class ViewOf:
+    """How a view relates to its storage: ``root`` (the tensor owning the storage), ``steps``
+    from the root's value, ``base`` (PyTorch's ``_base``: None for ``detach()``), ``layout``
+    (strides, storage offset), ``made`` (None, ``"no_grad"``, ``"multi"``, ``"function"``,
+    ``"inference"``), the grad mode it was made in and its output number and maker's name."""
+
+    __slots__ = ("root", "steps", "base", "layout", "made", "grad", "out", "maker")
+
+    def __init__(self, root, steps, base, layout, made=None, out=0, maker=None):
+        self.root, self.steps, self.base, self.layout = root, steps, base, layout
+        self.made, self.grad, self.out, self.maker = made, _gm.enabled, out, maker
+
+
+# layout ---------------------------------------------------------------------------------------------
+def contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def layout_of(t):
+    """(strides, storage offset) of tensor ``t`` in elements."""
+    v = t._view
+    return v.layout if v is not None else (contiguous_strides(t._node.shape), 0)
+
+
+def view_strides(old_shape, old_strides, new_shape):
+    """The strides of ``old`` viewed as ``new_shape`` without a copy, or None when some dimension
+    would span two non-contiguous pieces (ATen's ``computeStride``)."""
+    if math.prod(old_shape) == 0 or not old_shape:
+        return contiguous_strides(new_shape)
+    new = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk = old_strides[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[d]
+        if d == 0 or (old_shape[d - 1] != 1 and old_strides[d - 1] != tensor_numel * chunk):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new[view_d] = view_numel * chunk
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk = old_strides[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(new) if view_d == -1 else None
+
+
+def step_layout(layout, shape, step):
+    """The layout after ``step`` of a tensor of ``shape`` laid out as ``layout``; None when the
+    step is a reshape the strides do not allow."""
+    strides, offset = layout
+    op, p = step.op, step.params
+    if op == "detach":
+        return layout
+    if op == "permute":
+        return tuple(strides[i] for i in p["perm"]), offset
+    if op == "slice":
+        offset += sum(a * s for a, s in zip(p["starts"], strides))
+        return tuple(s * c for s, c in zip(strides, p["steps"])), offset
+    if op == "expand":
+        return tuple(0 if a != b else s for s, a, b in zip(strides, shape, step.shape)), offset
+    new = view_strides(shape, strides, step.shape)
+    return None if new is None else (new, offset)
+
+
+def is_contiguous(shape, strides):
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return math.prod(shape) == 0
+        expected *= size
+    return True
+
+
+# steps ----------------------------------------------------------------------------------------------
+def steps_between(parent, child):
+    """The movement steps from node ``parent`` to node ``child``, or None when ``child`` is not
+    made from ``parent`` by movements alone (then it is a new value, not a view)."""
+    out, n = [], child
+    while n is not parent:
+        if n.op not in MOVES or len(n.srcs) != 1 or len(out) > 16:
+            return None
+        out.append(Step(n.op, n.params, n.shape, (n.meta or NO_META).name))
+        n = n.srcs[0]
+    out.reverse()
+    return tuple(out)
+
+
+def apply_step(n, step):
+    """Record ``step`` on node ``n``."""
+    if step.op == "detach":
+        return Node("detach", (n,), None, n.shape, n.dtype)
+    return record_op(step.op, (n,), step.params, step.shape, n.dtype, step.name)._node
+
+
+def replay(n, steps):
+    for step in steps:
+        n = apply_step(n, step)
+    return n
+
+
+def slice_scatter_node(base, src, starts, stops, steps):
+    """``base`` with the window ``starts:stops:steps`` replaced by ``src`` (a new value)."""
+    shape = base.shape
+    window = {"shape": shape, "starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)}
+    ones = expand_node(const_node(True, D.bool_), src.shape)
+    inside = record_op("unslice", (ones,), window, shape, D.bool_, None)._node
+    placed = record_op("unslice", (src,), window, shape, src.dtype, "SliceScatterBackward0")._node
+    return record_op("where", (inside, placed, base), None, shape, base.dtype, "CopySlices")._node
+
+
+def undo_step(parent, step, new):
+    """The value of ``parent`` once its view through ``step`` became ``new``."""
+    op = step.op
+    if op == "slice":
+        p = step.params
+        if new.shape != step.shape:
+            new = record_op("reshape", (new,), {"shape": step.shape}, step.shape, new.dtype, None)._node
+        return slice_scatter_node(parent, new, p["starts"], p["stops"], p["steps"])
+    if op == "permute":
+        perm = step.params["perm"]
+        inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+        return record_op("permute", (new,), {"perm": inverse}, parent.shape, new.dtype, "PermuteBackward0")._node
+    if op == "detach":
+        if not parent.requires_grad or new is parent:
+            return new
+        # the write is invisible to autograd: the new value, with the parent's gradient path
+        step_ = record_op("sub", (new, parent), None, parent.shape, parent.dtype, None)._node
+        cut = Node("detach", (step_,), None, parent.shape, parent.dtype)
+        return record_op("add", (parent, cut), None, parent.shape, parent.dtype, "CopySlices")._node
+    if op == "expand" or op == "reshape":
+        return record_op("reshape", (new,), {"shape": parent.shape}, parent.shape, new.dtype, None)._node
+    raise AssertionError(op)
+
+
+def write_back(root_node, steps, new):
+    """The root's new value once the view ``steps`` derive from it holds ``new``."""
+    chain = [root_node]
+    for step in steps[:-1]:
+        chain.append(apply_step(chain[-1], step))
+    for step, parent in zip(reversed(steps), reversed(chain)):
+        new = undo_step(parent, step, new)
+    if new.requires_grad and new.meta is not None and steps:
+        name_node(new, "CopySlices")
+    return new
+
+
+# registration ---------------------------------------------------------------------------------------
+def live_views(root):
+    """The live views of ``root`` (dead weak references are dropped)."""
+    refs = root._views
+    if not refs:
+        return []
+    out = [v for v in (r() for r in refs) if v is not None]
+    if len(out) != len(refs):
+        root._views = [weakref.ref(v) for v in out]
+    return out
+
+
+def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=None):
+    """Register ``out`` (a tensor the view method just returned) as a view of ``parent``.
+    ``check``: ``view``'s rule, an error when the strides do not allow it. Returns whether
+    ``out`` is a view (a reshape the strides do not allow is a copy)."""
+    pv = parent._view
+    root = parent if pv is None else pv.root
+    here = steps_between(parent._node, out._node)
+    if here is None:
+        return False
+    if layout is None:
+        layout, shape = layout_of(parent), parent._node.shape
+        for step in here:
+            layout = step_layout(layout, shape, step) if layout is not None else None
+            shape = step.shape
+    if layout is None:
+        if check:
+            raise RuntimeError(
+                "view size is not compatible with input tensor's size and stride (at least one dimension spans "
+                "across two contiguous subspaces). Use .reshape(...) instead."
+            )
+        return False
+    steps = here if pv is None else pv.steps + here
+    base = parent if pv is None or pv.base is None else pv.base
+    if _gm.inference:
+        made = "inference"
+    elif not _gm.enabled:
+        made = "no_grad"
+    elif made is None and pv is not None:
+        made = pv.made
+    ov = out._view
+    if ov is not None and ov.root is root:
+        ov.made = made or ov.made
+        ov.out, ov.maker = index, maker or ov.maker
+        return True
+    out._view = ViewOf(root, steps, base, layout, made, index, maker)
+    if out._vc is None:
+        out._vc = version_of(root)
+    if root._views is None:
+        root._views = []
+    root._views.append(weakref.ref(out))
+    return True
+
+
+def detached_view(t, out, share_version):
+    """Register ``out`` (``t.detach()`` or ``t.data``) as sharing ``t``'s storage."""
+    pv = t._view
+    root = t if pv is None else pv.root
+    steps = (DETACH,) if pv is None else pv.steps + (DETACH,)
+    out._view = ViewOf(root, steps, None, layout_of(t))
+    out._vc = version_of(root) if share_version else Version()
+    if root._views is None:
+        root._views = []
+    root._views.append(weakref.ref(out))
+    return out
+
+
+class Version:
+    """A version counter: how many in-place updates a storage has seen (shared by a base, its
+    views and its ``detach()`` aliases, as in PyTorch; ``.data`` has its own)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
+def version_of(t):
+    vc = t._vc
+    if vc is None:
+        vc = t._vc = Version()
+    return vc
+
+
+def diagonal_layout(t, offset=0, dim1=0, dim2=1):
+    """PyTorch's layout of ``t.diagonal(offset, dim1, dim2)``."""
+    strides, start = layout_of(t)
+    nd = len(strides)
+    d1, d2 = dim1 % nd, dim2 % nd
+    shape = t._node.shape
+    count = max(0, min(shape[d1], shape[d2] - offset) if offset >= 0 else min(shape[d1] + offset, shape[d2]))
+    if count:
+        start += offset * strides[d2] if offset >= 0 else -offset * strides[d1]
+    rest = tuple(s for i, s in enumerate(strides) if i not in (d1, d2))
+    return rest + (strides[d1] + strides[d2],), start
+
+
+LAYOUTS = {"diagonal": diagonal_layout}
+
+
+def viewing(fn, name):
+    """Wrap the view method ``name`` so that its results share ``self``'s storage."""
+    multi = MULTI.get(name)
+    check = name == "view"
+    known = LAYOUTS.get(name)
+
+    def method(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        if multi is not None:
+            for i, o in enumerate(out):
+                if o is not self:
+                    make_view(self, o, "multi", i, multi)
+        elif isinstance(out, TensorBase) and out is not self:
+            layout = known(self, *args, **kwargs) if known is not None else None
+            make_view(self, out, check=check, layout=layout)
+        return out
+
+    method.__name__, method.__qualname__, method.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    method.__wrapped__ = fn
+    return method
+
+
+def install(cls):
+    """Make the view methods of ``cls`` (``Tensor``) return views."""
+    for name in ALWAYS + VIEWABLE + tuple(MULTI) + ("view",):
+        fn = cls.__dict__.get(name) or getattr(cls, name, None)
+        if fn is not None:
+            setattr(cls, name, viewing(fn, name))
+    for name in ALWAYS_PROPERTIES:
+        prop = getattr(cls, name, None)
+        if isinstance(prop, property):
+            setattr(cls, name, property(viewing(prop.fget, name), doc=prop.__doc__))
+
+
+def view_error(t, r):
+    """PyTorch's error for an in-place update of view ``t`` to value ``r``, or None."""
+    v = t._view
+    if v is None or v.base is None or not _gm.enabled:
+        return None
+    root = v.root._node
+    if not (root.requires_grad or r.requires_grad or t._node.requires_grad):
+        return None
+    if v.made in ("no_grad", "multi", "function"):
+        name = t._node.requires_grad and (v.maker or (t._node.meta or NO_META).name)
+        head = f"Output {v.out} of {name} is a view and is being modified inplace." if name else NO_GRAD_VIEW
+        tail = {"no_grad": AMBIGUOUS, "multi": MULTI_OUTPUT, "function": IN_FUNCTION}[v.made]
+        if v.made == "no_grad":
+            head = NO_GRAD_VIEW
+        return RuntimeError(f"{head} {tail}")
+    if root.requires_grad and not root.differentiable:
+        return RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+    return None
+
+
+def overlaps(t):
+    """Whether two elements of view ``t`` share one memory location (an expanded dimension)."""
+    strides, _ = layout_of(t)
+    return any(s == 0 and n > 1 for s, n in zip(strides, t._node.shape))
+
+
+_next_key = [1 << 32]
+
+
+def storage_key(root):
+    """A stable number per storage root (``data_ptr``'s base): distinct roots never share one."""
+    key = root.__dict__.get("_storage_key")
+    if key is None:
+        key = root.__dict__["_storage_key"] = _next_key[0]
+        _next_key[0] += 1 << 32
+    return key
+
+
+class Storage:
+    """What ``untyped_storage()`` returns: the storage of a tensor, compared by identity."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self, root):
+        self._root = root
+
+    def data_ptr(self):
+        return storage_key(self._root)
+
+    def nbytes(self):
+        n = self._root._node
+        return math.prod(n.shape) * n.dtype.np.itemsize
+
+    def size(self):
+        return self.nbytes()
+
+    def __eq__(self, other):
+        return isinstance(other, Storage) and other._root is self._root
+
+    def __hash__(self):
+        return id(self._root)
