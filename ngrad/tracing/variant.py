@@ -30,6 +30,7 @@ from ..engine.transform import differentiate
 from ..tensor.core import Tensor
 from ..tensor.inplace import inplace_update, replace_node, replacements
 from ..tensor.record import wrap
+from ..tensor.views import live_views
 from .probe import make_entry
 from .trace import Stale
 from .trees import build_result
@@ -140,6 +141,12 @@ class _Origins:
             if isinstance(a, Tensor):
                 self.arg_at.setdefault(id(a), k)
         self.before = {id(node): (key, ref) for key, (ref, node) in trace.changed.items()}
+        # a captured tensor the call updates is an input of the program: its value from before
+        # the call must be a source of the graph, not a pending computation folded into it (a
+        # view re-derived from its base is pending until read)
+        pending = [node for key, (_, node) in trace.changed.items() if node.value is None and key not in self.arg_at]
+        if pending:
+            realize(pending)
         self.grad_before = {}
         self.guards = []
         for key, (ref, g) in trace.grads.items():
@@ -320,7 +327,7 @@ class Variant:
             if t is None:  # a tensor only the traced call held: nobody can see it
                 continue
             dt = D.from_numpy_dtype(a.dtype)
-            if kind == "node" and (t._view is not None or t._views):
+            if kind == "node" and (t._view is not None or live_views(t)):
                 with grad_mode.no_grad():  # the storage's other views see it, autograd does not
                     inplace_update(t, wrap(source(a, dt)))
             elif kind == "node":
