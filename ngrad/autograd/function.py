@@ -14,6 +14,7 @@ from .. import grad_mode
 from ..engine.ir.graph import Node
 from ..tensor.core import Tensor
 from ..tensor.record import wrap
+from ..tensor.views import function_view
 from .meta import NO_META, SEGMENT_NODES, own_meta
 from .reverse import FREED
 
@@ -254,9 +255,13 @@ class Function:
                 meta.ctx, meta.name = ctx, type(ctx).__name__
                 SEGMENT_NODES.add(node)
             if id(o) in inputs or id(o) in seen:
+                given = o
                 o = wrap(node)  # an input returned as it is keeps its own node; the output is new
+                function_view(o, given, type(ctx).__name__)
             else:
                 o._node = node
+                if o._view is not None:  # a view made in forward
+                    function_view(o, None, type(ctx).__name__)
             seen.add(id(o))
             result.append(o)
             specs.append((node, raw.shape, raw.dtype))

@@ -20,7 +20,8 @@ class BackwardNode:
 
     def name(self):
         n = self._node
-        return (n.meta or NO_META).name or (n.op.capitalize() + "Backward0")
+        name = (n.meta or NO_META).name or (n.op.capitalize() + "Backward0")
+        return "torch::autograd::CopySlices" if name == "CopySlices" else name
 
     @property
     def next_functions(self):
@@ -45,7 +46,7 @@ class BackwardNode:
         return id(self._node)
 
     def __repr__(self):
-        return f"<{self.name()} object at {hex(id(self._node))}>"
+        return f"<{self.name().rpartition(':')[2]} object at {hex(id(self._node))}>"
 
 
 class AccumulateGrad(BackwardNode):

@@ -419,7 +419,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         if n.dtype is not default and n.dtype is not D.bool_:
             suffixes.append(f"dtype={n.dtype!r}")
         if n.differentiable:
-            suffixes.append(f"grad_fn=<{BackwardNode(n).name()}>")
+            suffixes.append(f"grad_fn=<{BackwardNode(n).name().rpartition(':')[2]}>")
         elif n.requires_grad:
             suffixes.append("requires_grad=True")
         if n.device == "cuda":

@@ -11,7 +11,7 @@ methods and ``+=``-style operators of ``Tensor``.
 import weakref
 
 from .. import grad_mode as _grad_mode
-from ..autograd.meta import NO_META, inherit_leaf, own_meta
+from ..autograd.meta import NO_META, inherit_leaf, name_node, own_meta
 from ..engine.ir.graph import Node, source
 from ..engine.ir import dtypes as D
 from .functions import pow, where
@@ -73,10 +73,11 @@ def root_value(n, m, tracked):
     if not n.requires_grad or m is n:
         return m
     if not tracked or not _gm.enabled:
-        if m.requires_grad and not tracked:
-            return m  # the detach step of the view already spliced the old gradient path in
         with _grad_mode.enable_grad():
-            return (wrap(n) + (wrap(m) - wrap(n)).detach())._node
+            spliced = (wrap(n) + (wrap(m) - wrap(n)).detach())._node
+        if (n.meta or NO_META).name:
+            name_node(spliced, n.meta.name)
+        return spliced
     if not m.requires_grad:
         keep = wrap(expand_node(const_node(True, D.bool_), n.shape))
         return where(keep, wrap(m), wrap(n))._node
@@ -98,13 +99,13 @@ def inplace_update(t, result):
                 f"type {TORCH_NAME[n.dtype.short]}"
             )
         r = cast_node(r, n.dtype)
-    if (n.meta or NO_META).is_inference and not _gm.inference:
+    view = t._view
+    if ((view.root._node if view is not None else n).meta or NO_META).is_inference and not _gm.inference:
         raise RuntimeError(
             "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
             "clone to get a normal tensor before doing inplace update.See "
             "https://github.com/pytorch/rfcs/pull/17 for more details."
         )
-    view = t._view
     if view is None:
         if n.requires_grad and not n.differentiable and _gm.enabled:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")

@@ -13,6 +13,7 @@ PyTorch's rules for in-place updates of views. ``viewing`` wraps the view method
 """
 
 import math
+import re
 import weakref
 
 from .. import grad_mode as _grad_mode
@@ -218,13 +219,8 @@ def undo_step(parent, step, new):
         perm = step.params["perm"]
         inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         return record_op("permute", (new,), {"perm": inverse}, parent.shape, new.dtype, "PermuteBackward0")._node
-    if op == "detach":
-        if not parent.requires_grad or new is parent:
-            return new
-        # the write is invisible to autograd: the new value, with the parent's gradient path
-        step_ = record_op("sub", (new, parent), None, parent.shape, parent.dtype, None)._node
-        cut = Node("detach", (step_,), None, parent.shape, parent.dtype)
-        return record_op("add", (parent, cut), None, parent.shape, parent.dtype, "CopySlices")._node
+    if op == "detach":  # autograd does not see the write: the root's update splices it in
+        return Node("detach", (new,), None, new.shape, new.dtype) if new.requires_grad else new
     if op == "expand" or op == "reshape":
         return record_op("reshape", (new,), {"shape": parent.shape}, parent.shape, new.dtype, None)._node
     raise AssertionError(op)
@@ -237,7 +233,7 @@ def write_back(root_node, steps, new):
         chain.append(apply_step(chain[-1], step))
     for step, parent in zip(reversed(steps), reversed(chain)):
         new = undo_step(parent, step, new)
-    if new.requires_grad and new.meta is not None and steps:
+    if new.requires_grad and steps and DETACH not in steps:
         name_node(new, "CopySlices")
     return new
 
@@ -295,6 +291,22 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
         root._views = []
     root._views.append(weakref.ref(out))
     return True
+
+
+def function_view(out, given, maker):
+    """Mark ``out``, an output of the custom Function ``maker`` that shares storage with one of
+    its inputs (``given``, returned as it is, or None when ``out`` is a view made in
+    ``forward``), as PyTorch does: modifying it in place is an error."""
+    if given is not None:
+        v = given._view
+        root = given if v is None else v.root
+        base = given if v is None or v.base is None else v.base
+        out._view = ViewOf(root, () if v is None else v.steps, base, layout_of(given))
+        out._vc = version_of(root)
+        if root._views is None:
+            root._views = []
+        root._views.append(weakref.ref(out))
+    out._view.made, out._view.maker = "function", maker
 
 
 def detached_view(t, out, share_version):
@@ -382,17 +394,17 @@ def view_error(t, r):
     v = t._view
     if v is None or v.base is None or not _gm.enabled:
         return None
-    root = v.root._node
-    if not (root.requires_grad or r.requires_grad or t._node.requires_grad):
+    base = v.base._node
+    if not (base.requires_grad or r.requires_grad or t._node.requires_grad):
         return None
     if v.made in ("no_grad", "multi", "function"):
-        name = t._node.requires_grad and (v.maker or (t._node.meta or NO_META).name)
+        name = t._node.requires_grad and re.sub(r"Backward\d*$", "", v.maker or (t._node.meta or NO_META).name or "")
         head = f"Output {v.out} of {name} is a view and is being modified inplace." if name else NO_GRAD_VIEW
         tail = {"no_grad": AMBIGUOUS, "multi": MULTI_OUTPUT, "function": IN_FUNCTION}[v.made]
         if v.made == "no_grad":
             head = NO_GRAD_VIEW
         return RuntimeError(f"{head} {tail}")
-    if root.requires_grad and not root.differentiable:
+    if base.requires_grad and not base.differentiable:
         return RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
     return None
 
