@@ -20,7 +20,7 @@ from .dtypes import from_short
 from .prims import ELEMENTWISE, PRIMS
 from .tape import Builder, Tape
 
-__all__ = ["Node", "lower", "Lowered", "post_order", "replay", "source", "target_of"]
+__all__ = ["Node", "lower", "Lowered", "post_order", "replay", "settle_depth", "source", "target_of"]
 
 
 class Node:
@@ -40,6 +40,7 @@ class Node:
         "value",
         "requires_grad",
         "differentiable",
+        "depth",
         "__dict__",
         "__weakref__",
     )
@@ -58,6 +59,16 @@ class Node:
             _place(self, srcs)
         if ON_RECORD[0] is not None:
             ON_RECORD[0](self)
+        d = 0
+        try:
+            for s in srcs:
+                if s.depth > d:
+                    d = s.depth
+        except AttributeError:  # a source built field by field (ngrad.compile's outputs: values)
+            d = max(getattr(s, "depth", 0) for s in srcs)
+        self.depth = d + 1
+        if d >= PENDING_DEPTH and ON_DEEP[0] is not None:
+            ON_DEEP[0](self)
 
     def __repr__(self):
         return f"Node({self.op}, {self.dtype.short}{list(self.shape)})"
@@ -66,6 +77,13 @@ class Node:
 # A function the facade sets while a recording mode needs to annotate every new node
 # (inference_mode marks inference values, anomaly detection keeps the creation traceback).
 ON_RECORD = [None]
+
+# The longest chain of pending nodes a recorded node may end (``depth``, an upper bound: a source
+# realized since keeps the depth it had). A node deeper than that is handed to ``ON_DEEP[0]``,
+# which the facade sets to realize it, so a loop that never reads its result still runs in
+# programs of bounded size and keeps a bounded pending history.
+PENDING_DEPTH = 256
+ON_DEEP = [None]
 
 # Set once a CUDA value exists: until then every node is on the CPU and recording skips placement.
 CUDA_SEEN = [False]
@@ -134,6 +152,20 @@ def post_order(roots, parents):
         stack.append((v, True))
         stack.extend((p, False) for p in parents(v) if id(p) not in seen)
     return post
+
+
+def settle_depth(root):
+    """Make ``depth`` exact on the pending graph below ``root`` (a source realized since a node
+    was recorded leaves that node's depth too high) and return ``root``'s."""
+    for v in post_order([root], lambda v: [s for s in v.srcs if s.value is None]):
+        d = 0
+        for s in v.srcs:
+            if s.value is not None:
+                s.depth = 0
+            elif s.depth > d:
+                d = s.depth
+        v.depth = d + 1
+    return root.depth
 
 
 def target_of(nodes):
