@@ -128,11 +128,13 @@ def inplace_update(t, result):
     if root._vc is vc:
         own_meta(old).stale = (vc, vc.value, readers_of(new, old, depth))
     for u in views:
-        if u._vc is vc:  # a .data alias has its own counter, and autograd does not see it
+        if u._vc is vc and u._view is not None:  # a .data alias has its own counter, and autograd does not see it
             own_meta(u._node).stale = (vc, vc.value, readers_of(new, u._node, depth))
     vc.value += 1
     replace_node(root, new)
     for u in views:
+        if u._view is None:  # an argument ngrad.compile traces as a value of its own
+            continue
         with _grad_mode.set_grad_enabled(u._view.grad):
             replace_node(u, replay(new, u._view.steps))
     return t

@@ -133,6 +133,11 @@ class CompiledFunction:
         # The call records the whole program at once, and it is lowered and compiled in one go,
         # with the collector paused (see ngrad/_gc.py). The recorded graph is dropped before the
         # collector runs again: freed by reference counts, it is never scanned.
+        # an argument that views another tensor is the program's own value while it traces: the
+        # call's writes to it become an effect written through the view when the program runs
+        views = [(a, a._view) for a in flat if isinstance(a, Tensor) and a._view is not None]
+        for a, _ in views:
+            a._view = None
         with paused():
             _gm.trace = trace
             try:
@@ -141,6 +146,9 @@ class CompiledFunction:
                 _gm.trace = None
                 restore(trace)
                 raise
+            finally:
+                for a, v in views:
+                    a._view = v
             _gm.trace = None
             found = []
             out_spec = result_spec(result, found)

@@ -57,6 +57,21 @@ def _locate(k, ref, must_live=True):
     return get
 
 
+def _reaches(node, traced):
+    """Whether the pending graph below ``node`` reads a node the trace made (an argument's)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if id(n) in traced:
+            return True
+        if n.value is None:
+            stack.extend(n.srcs)
+    return False
+
+
 def _fetch(kind, data, flat):
     """The current node of one program input (see ``Variant``)."""
     if kind == "call":
@@ -145,6 +160,7 @@ class _Origins:
         # the call must be a source of the graph, not a pending computation folded into it (a
         # view re-derived from its base is pending until read)
         pending = [node for key, (_, node) in trace.changed.items() if node.value is None and key not in self.arg_at]
+        pending = [node for node in pending if not _reaches(node, trace.traced)]  # made before the call
         if pending:
             realize(pending)
         self.grad_before = {}
