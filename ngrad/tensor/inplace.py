@@ -12,8 +12,8 @@ import weakref
 
 from .. import grad_mode as _grad_mode
 from ..autograd.meta import NO_META, inherit_leaf, name_node, own_meta
-from ..engine.ir.graph import Node, source
 from ..engine.ir import dtypes as D
+from ..engine.ir.graph import Node, source
 from .functions import pow, where
 from .record import (
     TORCH_NAME,

@@ -51,9 +51,7 @@ VIEWABLE = ("reshape", "reshape_as", "flatten", "unflatten")
 MULTI = {"split": "Split", "chunk": "Split", "unbind": "Unbind", "tensor_split": "TensorSplit"}
 MOVES = ("reshape", "permute", "expand", "slice")
 
-NO_GRAD_VIEW = (
-    "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
-)
+NO_GRAD_VIEW = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
 MULTI_OUTPUT = (
     "This view is the output of a function that returns multiple views. Such functions do not allow the output "
     "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
