@@ -112,9 +112,22 @@ def contiguous_strides(shape):
 
 
 def layout_of(t):
-    """(strides, storage offset) of tensor ``t`` in elements."""
+    """(strides, storage offset) of tensor ``t`` in elements (a view's is computed when asked)."""
     v = t._view
-    return v.layout if v is not None else (contiguous_strides(t._node.shape), 0)
+    if v is None:
+        return contiguous_strides(t._node.shape), 0
+    if v.layout is None:
+        layout, shape = (contiguous_strides(v.root._node.shape), 0), v.root._node.shape
+        for step in v.steps:
+            layout = step_layout(layout, shape, step) or layout
+            shape = step.shape if step.shape is not None else shape
+        v.layout = layout
+    return v.layout
+
+
+def _trivial(step, shape):
+    """Whether ``step`` is a view whatever the strides (a reshape that only adds or drops ones)."""
+    return step.op != "reshape" or [s for s in step.shape if s != 1] == [s for s in shape if s != 1]
 
 
 def view_strides(old_shape, old_strides, new_shape):
@@ -258,17 +271,24 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
     if here is None:
         return False
     if layout is None:
-        layout, shape = layout_of(parent), parent._node.shape
-        for step in here:
-            layout = step_layout(layout, shape, step) if layout is not None else None
+        # strides decide only whether a reshape can be a view: of a contiguous root it always is
+        shape, strided = parent._node.shape, False
+        for k, step in enumerate(here):
+            if not _trivial(step, shape) and (pv is not None or k > 0):
+                strided = True
             shape = step.shape
-    if layout is None:
-        if check:
-            raise RuntimeError(
-                "view size is not compatible with input tensor's size and stride (at least one dimension spans "
-                "across two contiguous subspaces). Use .reshape(...) instead."
-            )
-        return False
+        if strided:
+            layout, shape = layout_of(parent), parent._node.shape
+            for step in here:
+                layout = step_layout(layout, shape, step) if layout is not None else None
+                shape = step.shape
+            if layout is None:
+                if check:
+                    raise RuntimeError(
+                        "view size is not compatible with input tensor's size and stride (at least one dimension "
+                        "spans across two contiguous subspaces). Use .reshape(...) instead."
+                    )
+                return False
     steps = here if pv is None else pv.steps + here
     base = parent if pv is None or pv.base is None else pv.base
     if _gm.inference:
@@ -285,10 +305,19 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
     out._view = ViewOf(root, steps, base, layout, made, index, maker)
     if out._vc is None:
         out._vc = version_of(root)
-    if root._views is None:
-        root._views = []
-    root._views.append(weakref.ref(out))
+    remember(root, out)
     return True
+
+
+def remember(root, view):
+    """Add ``view`` to ``root``'s live views; dead references are dropped as the list doubles."""
+    refs = root._views
+    if refs is None:
+        refs = root._views = []
+    elif len(refs) >= 16 and len(refs) & (len(refs) - 1) == 0:
+        live_views(root)
+        refs = root._views
+    refs.append(weakref.ref(view))
 
 
 def function_view(out, given, maker):
@@ -301,9 +330,7 @@ def function_view(out, given, maker):
         base = given if v is None or v.base is None else v.base
         out._view = ViewOf(root, () if v is None else v.steps, base, layout_of(given))
         out._vc = version_of(root)
-        if root._views is None:
-            root._views = []
-        root._views.append(weakref.ref(out))
+        remember(root, out)
     out._view.made, out._view.maker = "function", maker
 
 
@@ -314,9 +341,7 @@ def detached_view(t, out, share_version):
     steps = (DETACH,) if pv is None else pv.steps + (DETACH,)
     out._view = ViewOf(root, steps, None, layout_of(t))
     out._vc = version_of(root) if share_version else Version()
-    if root._views is None:
-        root._views = []
-    root._views.append(weakref.ref(out))
+    remember(root, out)
     return out
 
 
@@ -353,6 +378,10 @@ def diagonal_layout(t, offset=0, dim1=0, dim2=1):
 LAYOUTS = {"diagonal": diagonal_layout}
 
 
+# set while a view method runs: the view methods it calls make intermediate values, not views
+_nested = [False]
+
+
 def viewing(fn, name):
     """Wrap the view method ``name`` so that its results share ``self``'s storage."""
     multi = MULTI.get(name)
@@ -360,7 +389,13 @@ def viewing(fn, name):
     known = LAYOUTS.get(name)
 
     def method(self, *args, **kwargs):
-        out = fn(self, *args, **kwargs)
+        if _nested[0]:
+            return fn(self, *args, **kwargs)
+        _nested[0] = True
+        try:
+            out = fn(self, *args, **kwargs)
+        finally:
+            _nested[0] = False
         if multi is not None:
             for i, o in enumerate(out):
                 if o is not self:
