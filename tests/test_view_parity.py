@@ -18,8 +18,7 @@ from .test_alias_random import run_device_tests_in_the_simulator
 
 torch = pytest.importorskip("torch")
 
-# Where the ngrad side of the device tests puts its tensors (torch's side stays on the CPU).
-DEVICE = {"ngrad": "cpu"}
+DEVICE = {"ngrad": "cpu"}  # where ngrad's tensors go: "cuda" in the device tests (torch's stay on the CPU)
 CASES = {}
 
 
@@ -667,6 +666,12 @@ def params():
 
 @pytest.mark.parametrize("name", params())
 def test_matches_pytorch(name):
+    same(CASES[name](torch), CASES[name](ngrad))
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("name", [p for p in params() if p.values[0].startswith("compiled_")])
+def test_compiled_kernels_match_pytorch(name, jit_always):
     same(CASES[name](torch), CASES[name](ngrad))
 
 
