@@ -225,3 +225,49 @@ def stack(tensors, dim=0):
             )
     d = normalize_dim(dim, tensors[0].ndim + 1)
     return named(cat([t.unsqueeze(d) for t in tensors], d), "StackBackward0")
+
+
+def _scatter_into(input, view_of, src, name):
+    """A copy of ``input`` whose view ``view_of(copy)`` holds ``src`` (of that view's shape)."""
+    src = to_tensor(src)
+    out = input.clone()
+    window = view_of(out)
+    if tuple(src.shape) != tuple(window.shape):
+        raise RuntimeError(
+            f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
+            f"slice size = {list(window.shape)}"
+        )
+    window.copy_(src)
+    return named(out, name)
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """``input`` with the slice ``start:end:step`` along ``dim`` replaced by ``src`` (a new
+    tensor; gradients flow to both).
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.slice_scatter(ngrad.zeros(2, 4), ngrad.ones(2, 2), dim=1, start=0, step=2)
+    tensor([[1., 0., 1., 0.],
+            [1., 0., 1., 0.]])
+
+    ```
+    """
+    d = normalize_dim(dim, input.ndim)
+    key = (slice(None),) * d + (slice(start, end, step),)
+    return _scatter_into(input, lambda t: t[key], src, "SliceScatterBackward0")
+
+
+def select_scatter(input, src, dim, index):
+    """``input`` with ``input.select(dim, index)`` replaced by ``src``."""
+    return _scatter_into(input, lambda t: t.select(dim, index), src, "SelectScatterBackward0")
+
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """``input`` with ``input.diagonal(offset, dim1, dim2)`` replaced by ``src``."""
+    return _scatter_into(input, lambda t: t.diagonal(offset, dim1, dim2), src, "DiagonalScatterBackward0")
+
+
+def as_strided_scatter(input, src, size, stride, storage_offset=None):
+    """``input`` with ``input.as_strided(size, stride, storage_offset)`` replaced by ``src``."""
+    return _scatter_into(input, lambda t: t.as_strided(size, stride, storage_offset), src, "AsStridedScatterBackward0")

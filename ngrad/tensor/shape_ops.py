@@ -9,6 +9,7 @@ import math
 
 from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
+from . import views
 from .functions import cat
 from .record import (
     broadcast_shapes,
@@ -378,6 +379,27 @@ class ShapeOps:
         )
         x = self.expand(*(shape[:d] + [self.shape[d]] + shape[d:]))
         return x.gather(d, idx.expand(*(shape[:d] + [idx.shape[d]] + shape[d:])))
+
+    def as_strided(self, size, stride, storage_offset=None):
+        """A view of this tensor's storage with the given ``size``, ``stride`` (in elements) and
+        ``storage_offset`` (this tensor's own by default), as PyTorch's; writes through it reach
+        every tensor sharing the storage.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.arange(6.0)
+        >>> w = x.as_strided((2, 3), (1, 2))
+        >>> w
+        tensor([[0., 2., 4.],
+                [1., 3., 5.]])
+        >>> w[1].zero_()
+        tensor([0., 0., 0.])
+        >>> x
+        tensor([0., 0., 2., 0., 4., 0.])
+
+        ```
+        """
+        return views.as_strided(self, size, stride, storage_offset)
 
     def diagonal(self, offset=0, dim1=0, dim2=1):
         """The ``offset`` diagonal of the matrices spanned by ``dim1`` and ``dim2`` (above the main

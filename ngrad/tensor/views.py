@@ -16,11 +16,13 @@ import math
 import re
 import weakref
 
+import numpy as np
+
 from .. import grad_mode as _grad_mode
 from ..autograd.meta import NO_META, name_node
 from ..engine.ir import dtypes as D
-from ..engine.ir.graph import Node
-from .record import TensorBase, const_node, expand_node, record_op
+from ..engine.ir.graph import Node, source
+from .record import TensorBase, const_node, expand_node, index_source, record_op, wrap
 
 _gm = _grad_mode.state
 
@@ -44,7 +46,6 @@ ALWAYS = (
     "movedim",
     "moveaxis",
     "diagonal",
-    "as_strided",
 )
 ALWAYS_PROPERTIES = ("T", "mT")
 VIEWABLE = ("reshape", "reshape_as", "flatten", "unflatten")
@@ -161,6 +162,8 @@ def step_layout(layout, shape, step):
     op, p = step.op, step.params
     if op == "detach":
         return layout
+    if op == "take":
+        return p["layout"]
     if op == "permute":
         return tuple(strides[i] for i in p["perm"]), offset
     if op == "slice":
@@ -199,6 +202,9 @@ def apply_step(n, step):
     """Record ``step`` on node ``n``."""
     if step.op == "detach":
         return Node("detach", (n,), None, n.shape, n.dtype)
+    if step.op == "take":  # as_strided: the storage's elements at computed positions
+        idx = index_source(step.params["index"])
+        return record_op("index", (n, idx), {"axis": 0}, step.shape, n.dtype, step.name)._node
     return record_op(step.op, (n,), step.params, step.shape, n.dtype, step.name)._node
 
 
@@ -232,6 +238,16 @@ def undo_step(parent, step, new):
         return record_op("permute", (new,), {"perm": inverse}, parent.shape, new.dtype, "PermuteBackward0")._node
     if op == "detach":  # autograd does not see the write: the root's update splices it in
         return Node("detach", (new,), None, new.shape, new.dtype) if new.requires_grad else new
+    if op == "take":
+        idx = step.params["index"].reshape(-1)
+        size = parent.shape[0]
+        flat = record_op("reshape", (new,), {"shape": (idx.size,)}, (idx.size,), new.dtype, None)._node
+        window = {"shape": (size,), "axis": 0}
+        placed = record_op("unindex", (flat, index_source(idx)), window, (size,), new.dtype, "AsStridedScatter")._node
+        keep = np.ones(size, dtype=bool)
+        keep[idx] = False
+        cond = source(keep, D.bool_, device=None)
+        return record_op("where", (cond, parent, placed), None, parent.shape, parent.dtype, "CopySlices")._node
     if op == "expand" or op == "reshape":
         return record_op("reshape", (new,), {"shape": parent.shape}, parent.shape, new.dtype, None)._node
     raise AssertionError(op)
@@ -443,9 +459,50 @@ def view_error(t, r):
 
 
 def overlaps(t):
-    """Whether two elements of view ``t`` share one memory location (an expanded dimension)."""
+    """Whether two elements of view ``t`` share one memory location (an expanded dimension, or
+    ``as_strided`` strides that meet)."""
     strides, _ = layout_of(t)
-    return any(s == 0 and n > 1 for s, n in zip(strides, t._node.shape))
+    if any(s == 0 and n > 1 for s, n in zip(strides, t._node.shape)):
+        return True
+    takes = [s for s in t._view.steps if s.op == "take"]
+    return bool(takes) and len(np.unique(takes[-1].params["index"])) != takes[-1].params["index"].size
+
+
+def as_strided(t, size, stride, storage_offset=None):
+    """``t.as_strided(size, stride, storage_offset)``: a view of ``t``'s storage whose element
+    ``i`` is the storage's element ``storage_offset + sum(i[k] * stride[k])``, as in PyTorch."""
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}")
+    pv = t._view
+    root = t if pv is None else pv.root
+    offset = layout_of(t)[1] if storage_offset is None else int(storage_offset)
+    if offset < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {offset}")
+    total, item = math.prod(root._node.shape), t._node.dtype.itemsize
+    need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if math.prod(size) else 0
+    if need > total:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and itemsize {item} "
+            f"requiring a storage size of {need * item} are out of bounds for storage of size {total * item}"
+        )
+    index = np.full(size, offset, dtype=np.int64)
+    for k, (n, s) in enumerate(zip(size, stride)):
+        index += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(size) - k - 1))
+    steps = (Step("reshape", {"shape": (total,)}, (total,), "ViewBackward0"),)
+    steps += (Step("take", {"index": index, "layout": (stride, offset)}, size, "AsStridedBackward0"),)
+    if pv is not None and DETACH in pv.steps:
+        steps = (DETACH,) + steps
+    out = wrap(replay(root._node, steps))
+    base = t if pv is None or pv.base is None else pv.base
+    out._view = ViewOf(root, steps, base, (stride, offset))
+    out._vc = version_of(root)
+    remember(root, out)
+    return out
 
 
 _next_key = [1 << 32]
