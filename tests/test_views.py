@@ -321,7 +321,13 @@ def test_names_after_a_write_through_a_view_are_pytorchs():
             assert names == expected
 
 
-AS_STRIDED = [((2, 3), (1, 2), None), ((2, 2), (3, 1), 1), ((3,), (2,), 0), ((2, 2, 2), (4, 1, 2), 0), ((0, 2), (1, 1), 0)]
+AS_STRIDED = [
+    ((2, 3), (1, 2), None),
+    ((2, 2), (3, 1), 1),
+    ((3,), (2,), 0),
+    ((2, 2, 2), (4, 1, 2), 0),
+    ((0, 2), (1, 1), 0),
+]
 
 
 @pytest.mark.parametrize("size, stride, offset", AS_STRIDED)
