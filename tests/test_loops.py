@@ -170,7 +170,7 @@ def test_held_is_the_pending_nodes_referenced_from_outside_in_a_stable_order():
     a = x * 2.0
     b = a + 1.0
     c = (b * b).sum()
-    assert held([c._node]) == [b._node, a._node]
+    assert held([c._node]) == [a._node, b._node]
     del a
     assert held([c._node]) == [b._node]
     realize([c._node], keep=True)
