@@ -141,11 +141,6 @@ def test_gradients_through_writes_to_views_match_finite_differences():
     np.testing.assert_allclose(x.grad.numpy(), fd_gradient(lambda a: _f_np(a.copy()), x0), rtol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="create_graph=True through a mul that read a view written since: the saved-value check does not "
-    "see the replayed graph's reader as the update's own, and raises PyTorch's modified-by-an-inplace error",
-)
 def test_second_order_through_copy_slices():
     x0 = np.array([0.3, -0.7, 1.1])
 

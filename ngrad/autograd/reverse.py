@@ -183,6 +183,7 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
         with grad_mode.set_grad_enabled(create_graph):
             nodes = replay(tape, low.sources + seed_nodes, create_graph, known)
         result = [None if w is None or pos[w] is None else nodes[pos[w]] for w in wrt]
+        _allow_readers(result, low.slot_of)
     else:
         tape = joint.tape
         if batched:
@@ -206,6 +207,23 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
                 else:
                     ran.append(n)
     return result
+
+
+def _allow_readers(outputs, graph):
+    """The gradient graph just recorded reads saved values that ``_check_saved`` let through, as
+    they were (PyTorch keeps its saved copies): its readers of a value an in-place update made
+    stale since are legitimate, so differentiating it again does not raise."""
+    stack, seen = [n for n in outputs if n is not None], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen or m in graph:
+            continue
+        seen.add(id(m))
+        for s in m.srcs:
+            stale = (s.meta or NO_META).stale
+            if stale is not None:
+                stale[2].add(id(m))
+            stack.append(s)
 
 
 def _parents(v):
