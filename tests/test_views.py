@@ -402,3 +402,28 @@ def test_as_strided_scatter_values_and_gradients():
     grad[window] = 0
     np.testing.assert_allclose(a.grad.numpy().reshape(-1), grad, rtol=1e-12)
     np.testing.assert_allclose(s.grad.numpy(), 2 * s0, rtol=1e-12)
+
+
+def test_forward_mode_tangents_follow_writes_through_views():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        fw = lib.autograd.forward_ad
+        with fw.dual_level():
+            x = fw.make_dual(
+                lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64), lib.tensor([1.0, -2.0, 0.5], dtype=lib.float64)
+            )
+            b = lib.zeros(3, dtype=lib.float64)
+            v = b[1:]
+            v.copy_(x[:2] * 3)
+            y = x.clone()
+            first = fw.unpack_dual(y).tangent.tolist()
+            y.t()[0:2].mul_(x[1:].exp())
+            z = x.clone()
+            z.mul_(2)
+            out.append(
+                [fw.unpack_dual(t).tangent.tolist() for t in (b, v, y, z)] + [first, fw.unpack_dual(y).primal.tolist()]
+            )
+    np.testing.assert_allclose(
+        np.concatenate([np.ravel(a) for a in out[1]]), np.concatenate([np.ravel(a) for a in out[0]]), rtol=1e-12
+    )

@@ -591,7 +591,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
     def clone(self):
         """A copy with its own storage; gradients flow through it."""
         n = self._node
-        if not n.requires_grad and n.value is not None and not is_traced(n):
+        if not n.requires_grad and n.value is not None and not is_traced(n) and (n.meta or NO_META).tangent is None:
             if n.device == "cuda":
                 from ..engine.targets.cuda import device_copy
 
