@@ -46,10 +46,9 @@ class Entry:
 
 
 # What ngrad does not do as PyTorch yet, kept out of the sequences the passing tests draw (each
-# has a strict xfail test that draws it): a view op's name, or "grad_write_to_detached" (a write of
-# a value that requires grad into a ``detach()`` alias or its views).
+# has a strict xfail test whose sequences start with it; ``plan`` knows how): "grad_write_to_detached"
+# is a write of a value that requires grad into a ``detach()`` alias or its views.
 GAPS = {
-    "as_strided": "Tensor.as_strided is missing",
     "grad_write_to_detached": "d = x.detach(); d.add_(s) with s requiring grad leaves d.requires_grad False "
     "(torch: True, and d's gradient flows to s)",
 }
@@ -255,14 +254,17 @@ def model_view(e, op, args, storage):
 
 
 SCALARS = [-1.5, 0.5, 2.0, 3.0]
-WRITES = ["add_scalar", "mul_scalar", "add_leaf", "mul_leaf", "copy_leaf", "fill", "zero", "setitem", "setitem_mask"]
+# add_live and copy_live read another live tensor that shares no element with the written one (torch
+# rejects some overlaps, and leaves others undefined); add_live_sum adds any live tensor's sum.
+WRITES = ["add_scalar", "mul_scalar", "add_leaf", "mul_leaf", "copy_leaf", "add_live", "copy_live", "add_live_sum"]
+WRITES += ["fill", "zero", "setitem", "setitem_mask"]
 
 
 def draw_write(draw, shape, n, avoid, plain=False):
     """(op, arguments) of a write into a tensor of ``shape`` (``copy_leaf`` needs at most ``n`` elements;
     ``plain``: no value that requires grad), none of ``avoid``."""
     ops = [w for w in WRITES if (shape or "setitem" not in w) and (w != "copy_leaf" or np.prod(shape) <= n)]
-    ops = [w for w in ops if not (plain and w.endswith("_leaf")) and w not in avoid]
+    ops = [w for w in ops if not (plain and ("_leaf" in w or "_live" in w)) and w not in avoid]
     op = draw(st.sampled_from(ops))
     if op == "setitem":
         return op, (draw_index(draw, shape), draw(st.sampled_from(SCALARS)))
@@ -271,11 +273,19 @@ def draw_write(draw, shape, n, avoid, plain=False):
     return op, (draw(st.sampled_from(SCALARS)),)
 
 
-def model_write(e, op, args, leaf):
-    """Write into entry ``e`` (values and Jacobian, through NumPy views) as torch would."""
+def model_write(e, op, args, leaf, source=None):
+    """Write into entry ``e`` (values and Jacobian, through NumPy views) as torch would; ``source``:
+    the entry a ``*_live`` op reads."""
     n, total = leaf.size, leaf.sum()
     c = args[-1]
-    if op == "add_scalar":
+    if op == "add_live_sum":
+        e.v += source.v.sum()
+        e.j += source.j.reshape(-1, n).sum(0)
+    elif op in ("add_live", "copy_live"):
+        v, j = source.v.copy(), source.j.copy()  # read before the write: no aliasing between them
+        e.v[...] = v + (e.v if op == "add_live" else 0.0)
+        e.j[...] = j + (e.j if op == "add_live" else 0.0)
+    elif op == "add_scalar":
         e.v += c
     elif op == "mul_scalar":
         e.v *= c
@@ -313,15 +323,22 @@ def plan(data, leaf, avoid, force=None):
         steps.append(("view", new, src, op, args))
 
     def write(target, op, args):
-        model_write(live[target], op, args, leaf)
+        if op == "add_live_sum":
+            args = (data.draw(st.sampled_from(list(live))),)
+        elif op.endswith("_live"):
+            shape = live[target].v.shape
+            fits = [i for i, e in live.items() if e.v.ndim <= len(shape) and not np.shares_memory(e.v, live[target].v)]
+            fits = [i for i in fits if all(a in (1, b) for a, b in zip(live[i].v.shape[::-1], shape[::-1]))]
+            if not fits:
+                return
+            args = (data.draw(st.sampled_from(fits)),)
+        model_write(live[target], op, args, leaf, live[args[0]] if "_live" in op else None)
         steps.append(("write", target, op, args))
         for i in [i for i, e in live.items() if e.multi and e.storage == live[target].storage]:
             del live[i]  # PyTorch forbids using a multiple-output view once its storage is written
             steps.append(("drop", i))
 
-    if force == "as_strided":
-        view(0, "as_strided", as_strided_args(data.draw, leaf.shape) or ((1, 1), (1, 1), 0))
-    elif force == "grad_write_to_detached":
+    if force == "grad_write_to_detached":
         view(0, "detach", ())
         write(1, "add_leaf", (0.5,))
     elif force == "setitem_mask":
@@ -368,9 +385,13 @@ def lib_view(lib, op, args, t):
     return getattr(t, op)(*args)
 
 
-def lib_write(lib, t, op, args, leaf):
+def lib_write(lib, t, op, args, leaf, live):
     c = args[-1]
-    if op == "setitem":
+    if op == "add_live_sum":
+        t.add_(live[c].sum())
+    elif op in ("add_live", "copy_live"):
+        (t.add_ if op == "add_live" else t.copy_)(live[c])
+    elif op == "setitem":
         t[index_key(args[0])] = c
     elif op == "setitem_mask":
         t[t > args[0]] = c
@@ -392,7 +413,7 @@ def run_lib(lib, steps, leaf):
             _, new, src, op, args = step
             live[new] = lib_view(lib, op, args, live[src])
         elif step[0] == "write":
-            lib_write(lib, live[step[1]], step[2], step[3], leaf)
+            lib_write(lib, live[step[1]], step[2], step[3], leaf, live)
         else:
             del live[step[1]]
     device = leaf.device

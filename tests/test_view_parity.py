@@ -632,14 +632,8 @@ def compiled_gradient_taken_inside(lib):
 
 
 # Cases ngrad fails today, with what differs from torch (strict: a fixed case must lose its entry).
-# Cases ngrad fails today (strict: a case that passes must lose its entry); details in the issue.
-COPIES = ("as_strided", "detach", "reshape_copy", "flatten_copy", "contiguous_copy")
-SECOND_ORDER = [f"grad2_{n}" for n in VIEW_OPS if f"grad2_{n}" in CASES and n not in COPIES]
 XFAIL = {
-    **{f"{k}_as_strided": "no Tensor.as_strided" for k in ("alias", "grad", "grad2", "names")},
-    **dict.fromkeys(SECOND_ORDER, "double backward through a view write: 'modified by an inplace operation'"),
     "compiled_writes_through_views_of_an_input": "a replayed compiled call does not bump _version (torch: per write)",
-    "inplace_on_nested_narrows_first_and_second_order": "double backward: 'modified by an inplace operation'",
     "grad_detach": "x.detach().mul_(w), w requiring grad: the alias does not require grad (torch: it does)",
     "grad2_detach": "x.detach().mul_(w), w requiring grad: the alias does not require grad (torch: it does)",
     "custom_function_mark_dirty_on_a_view": "no FunctionCtx.mark_dirty",
