@@ -126,9 +126,10 @@ def layout_of(t):
     return v.layout
 
 
-def _trivial(step, shape):
-    """Whether ``step`` is a view whatever the strides (a reshape that only adds or drops ones)."""
-    return step.op != "reshape" or [s for s in step.shape if s != 1] == [s for s in shape if s != 1]
+def _trivial(before, after):
+    """Whether reshaping ``before`` to ``after`` is a view whatever the strides (it only adds or
+    drops ones)."""
+    return [s for s in before if s != 1] == [s for s in after if s != 1]
 
 
 def view_strides(old_shape, old_strides, new_shape):
@@ -283,29 +284,29 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
     ``out`` is a view (a reshape the strides do not allow is a copy)."""
     pv = parent._view
     root = parent if pv is None else pv.root
-    here = steps_between(parent._node, out._node)
-    if here is None:
-        return False
-    if layout is None:
-        # strides decide only whether a reshape can be a view: of a contiguous root it always is
-        shape, strided = parent._node.shape, False
-        for k, step in enumerate(here):
-            if not _trivial(step, shape) and (pv is not None or k > 0):
-                strided = True
+    src, n = parent._node, out._node
+    here, strided = [], False
+    while n is not src:  # movements only, or it is a new value
+        if n.op not in MOVES or len(n.srcs) != 1 or len(here) > 16:
+            return False
+        if n.op == "reshape" and (pv is not None or n.srcs[0] is not src) and not _trivial(n.srcs[0].shape, n.shape):
+            strided = True  # strides decide whether this reshape is a view (of a contiguous root it is)
+        here.append(Step(n.op, n.params, n.shape, (n.meta or NO_META).name))
+        n = n.srcs[0]
+    here.reverse()
+    if layout is None and strided:
+        layout, shape = layout_of(parent), src.shape
+        for step in here:
+            layout = step_layout(layout, shape, step) if layout is not None else None
             shape = step.shape
-        if strided:
-            layout, shape = layout_of(parent), parent._node.shape
-            for step in here:
-                layout = step_layout(layout, shape, step) if layout is not None else None
-                shape = step.shape
-            if layout is None:
-                if check:
-                    raise RuntimeError(
-                        "view size is not compatible with input tensor's size and stride (at least one dimension "
-                        "spans across two contiguous subspaces). Use .reshape(...) instead."
-                    )
-                return False
-    steps = here if pv is None else pv.steps + here
+        if layout is None:
+            if check:
+                raise RuntimeError(
+                    "view size is not compatible with input tensor's size and stride (at least one dimension "
+                    "spans across two contiguous subspaces). Use .reshape(...) instead."
+                )
+            return False
+    steps = tuple(here) if pv is None else pv.steps + tuple(here)
     base = parent if pv is None or pv.base is None else pv.base
     if _gm.inference:
         made = "inference"
