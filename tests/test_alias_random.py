@@ -5,10 +5,11 @@ view (or a copy: ``reshape`` of a non-viewable layout, ``contiguous``, ``clone``
 tensor, or write in place into a random writable one. The reference is PyTorch where installed,
 otherwise a NumPy model of the same sequence: NumPy's views alias too, and each tensor is modelled
 by its values and, sharing the same view structure, its Jacobian with respect to the leaf (a
-trailing axis), so the gradient of a weighted sum of the live tensors is exact. The model is
-checked against PyTorch itself. Modes: eager, the whole sequence as one ``ngrad.compile``d
-function of the leaf, and a few sequences on the CUDA target (in a child process under Numba's
-simulator without a device).
+trailing axis), so the gradient of a weighted sum of the live tensors, and forward-mode tangents,
+are exact. The model is checked against PyTorch itself. Modes: eager (reverse and forward mode),
+the whole sequence as one ``ngrad.compile``d function of the leaf (interpreted, and as Numba
+kernels), and a few sequences on the CUDA target (in a child process under Numba's simulator
+without a device).
 
 Writes follow what PyTorch allows: an expanded view is read-only, outputs of ``unbind``,
 ``split`` and ``chunk`` (and their views) are never written and are dropped once their storage
@@ -54,6 +55,11 @@ GAPS = {
 }
 # Under ngrad.compile only: a write op's name.
 COMPILED_GAPS = {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"}
+# In forward mode only: a write op's name, or "write_to_detached" (any write into a detach() alias).
+FORWARD_GAPS = {
+    "setitem_mask": "x[x > c] = v on a dual tensor drops its tangent (torch: zero where written, kept elsewhere)",
+    "write_to_detached": "x.detach().fill_(c) drops x's tangent (torch: x keeps it; the write is invisible to AD)",
+}
 
 
 # --- view ops: how each is drawn, run in NumPy (on leading axes), run in a library ---------------------------
@@ -343,6 +349,9 @@ def plan(data, leaf, avoid, force=None):
         write(1, "add_leaf", (0.5,))
     elif force == "setitem_mask":
         write(0, "setitem_mask", (1.0, 0.5))
+    elif force == "write_to_detached":
+        view(0, "detach", ())
+        write(1, "fill", (1.0,))
     for _ in range(data.draw(st.integers(1, 10), label="length")):
         if data.draw(st.booleans(), label="view"):
             src = data.draw(st.sampled_from(list(live)), label="source")
@@ -350,7 +359,10 @@ def plan(data, leaf, avoid, force=None):
             if drawn is not None and drawn[0] not in avoid and (drawn[0] != "as_strided" or live[src].root):
                 view(src, *drawn)
         else:
+            banned = "write_to_detached" in avoid
             target = data.draw(st.sampled_from([i for i, e in live.items() if not (e.readonly or e.multi)]))
+            if banned and live[target].detached:
+                continue
             plain = live[target].detached and "grad_write_to_detached" in avoid
             write(target, *draw_write(data.draw, live[target].v.shape, n, avoid, plain))
     return steps, live
@@ -404,9 +416,8 @@ def lib_write(lib, t, op, args, leaf, live):
         {"add_scalar": t.add_, "mul_scalar": t.mul_, "fill": t.fill_, "zero": lambda c: t.zero_()}[op](c)
 
 
-def run_lib(lib, steps, leaf):
-    """The sequence in ``lib`` (torch or ngrad): every live tensor, and the gradient of their
-    weighted sum with respect to ``leaf``."""
+def replay(lib, steps, leaf):
+    """The sequence in ``lib`` (torch or ngrad): the live tensors by id."""
     live = {0: leaf * 1.5 + 0.25}
     for step in steps:
         if step[0] == "view":
@@ -416,10 +427,33 @@ def run_lib(lib, steps, leaf):
             lib_write(lib, live[step[1]], step[2], step[3], leaf, live)
         else:
             del live[step[1]]
+    return live
+
+
+def run_lib(lib, steps, leaf):
+    """Every live tensor, and the gradient of their weighted sum with respect to ``leaf``."""
+    live = replay(lib, steps, leaf)
     device = leaf.device
     total = sum((lib.tensor(weight(i, t.shape), device=device) * t).sum() for i, t in live.items())
     (grad,) = lib.autograd.grad(total, leaf, allow_unused=True)
     return list(live.values()), grad
+
+
+def run_forward(lib, steps, leaf, tangent):
+    """Forward mode: every live tensor's primal and tangent (zeros where it has none) when the leaf's
+    tangent is ``tangent``."""
+    fwad = lib.autograd.forward_ad
+    with fwad.dual_level():
+        primal, direction = (
+            lib.tensor(a, dtype=lib.float64, device=DEVICE["ngrad"] if lib is ngrad else "cpu") for a in (leaf, tangent)
+        )
+        out = [fwad.unpack_dual(t) for t in replay(lib, steps, fwad.make_dual(primal, direction)).values()]
+        primals = [host(u.primal) for u in out]
+        return primals, [np.zeros(p.shape) if u.tangent is None else host(u.tangent) for p, u in zip(primals, out)]
+
+
+def model_forward(live, tangent):
+    return [e.v.copy() for e in live.values()], [(e.j @ tangent.reshape(-1)) for e in live.values()]
 
 
 def host(t):
@@ -435,6 +469,14 @@ def assert_same(want, got, steps, rtol=1e-10):
         np.testing.assert_allclose(b, a, rtol=rtol, atol=1e-12, err_msg=f"live tensor {i} after {steps}")
     wg, gg = (x if isinstance(x, np.ndarray) else host(x) for x in (wg, gg))
     np.testing.assert_allclose(gg, wg, rtol=rtol, atol=1e-12, err_msg=f"gradient after {steps}")
+
+
+def assert_same_forward(want, got, steps, rtol=1e-10):
+    assert len(want[0]) == len(got[0]), steps
+    for kind, w, g in [("primal", *pair) for pair in zip(want[0], got[0])] + [
+        ("tangent", *pair) for pair in zip(want[1], got[1])
+    ]:
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12, err_msg=f"{kind} after {steps}")
 
 
 def draw_case(data, avoid=tuple(GAPS), force=None):
@@ -487,12 +529,16 @@ def test_compiled_kernels_sequences_match_the_reference(data, jit_always):
         assert_same(want, got, steps)
 
 
-KNOWN = [("eager", g, why) for g, why in GAPS.items()] + [("compiled", g, why) for g, why in COMPILED_GAPS.items()]
+KNOWN = {"eager": GAPS, "compiled": COMPILED_GAPS, "forward": FORWARD_GAPS}
 
 
 @pytest.mark.parametrize(
     "mode, gap",
-    [pytest.param(m, g, marks=pytest.mark.xfail(strict=True, reason=why), id=f"{m}-{g}") for m, g, why in KNOWN],
+    [
+        pytest.param(mode, g, marks=pytest.mark.xfail(strict=True, reason=why), id=f"{mode}-{g}")
+        for mode, gaps in KNOWN.items()
+        for g, why in gaps.items()
+    ],
 )
 # no shrinking: the gap is known, and these fail on purpose
 @settings(
@@ -501,10 +547,24 @@ KNOWN = [("eager", g, why) for g, why in GAPS.items()] + [("compiled", g, why) f
 @given(data=st.data())
 def test_sequences_with_a_known_gap(data, mode, gap):
     # every sequence starts with the gap, and derandomized runs draw the same ones: strict, not flaky
-    leaf, steps, live = draw_case(data, avoid=[g for g in (*GAPS, *COMPILED_GAPS) if g != gap], force=gap)
+    leaf, steps, live = draw_case(data, avoid=[g for gaps in KNOWN.values() for g in gaps if g != gap], force=gap)
+    if mode == "forward":
+        tangent = np.cos(np.arange(leaf.size) + 0.5).reshape(leaf.shape)
+        want = model_forward(live, tangent) if torch is None else run_forward(torch, steps, leaf, tangent)
+        assert_same_forward(want, run_forward(ngrad, steps, leaf, tangent), steps)
+        return
     want = reference(leaf, steps, live)
     for got in run_compiled(steps, leaf) if mode == "compiled" else [run_lib(ngrad, steps, ngrad_leaf(leaf))]:
         assert_same(want, got, steps)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_forward_mode_tangents_follow_the_writes(data):
+    leaf, steps, live = draw_case(data, avoid=(*GAPS, *FORWARD_GAPS))
+    tangent = np.cos(np.arange(leaf.size) + 0.5).reshape(leaf.shape)
+    want = model_forward(live, tangent) if torch is None else run_forward(torch, steps, leaf, tangent)
+    assert_same_forward(want, run_forward(ngrad, steps, leaf, tangent), steps)
 
 
 @pytest.mark.skipif(torch is None, reason="the NumPy model is checked against PyTorch")
@@ -513,6 +573,8 @@ def test_sequences_with_a_known_gap(data, mode, gap):
 def test_the_numpy_model_matches_pytorch(data):
     leaf, steps, live = draw_case(data, avoid=())
     assert_same(reference(leaf, steps, live), model_outputs(live, leaf), steps, rtol=1e-9)
+    tangent = np.cos(np.arange(leaf.size) + 0.5).reshape(leaf.shape)
+    assert_same_forward(run_forward(torch, steps, leaf, tangent), model_forward(live, tangent), steps, rtol=1e-9)
 
 
 HAVE_CUDA = ngrad.cuda.is_available()
