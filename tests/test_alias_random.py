@@ -498,9 +498,31 @@ def ngrad_leaf(leaf):
 
 
 def run_compiled(steps, leaf):
-    """The sequence as one compiled function of the leaf, called twice (the second call replays)."""
+    """The sequence as one compiled function of the leaf, called twice (the second call replays),
+    the gradient taken inside it; then compiled without the gradient, taken outside (through the
+    program's backward)."""
     f = ngrad.compile(lambda x: run_lib(ngrad, steps, x))
-    return [f(ngrad_leaf(leaf)) for _ in range(2)]
+    out = [f(ngrad_leaf(leaf)) for _ in range(2)]
+    g = ngrad.compile(lambda x: list(replay(ngrad, steps, x).values()))
+    for _ in range(2):
+        x = ngrad_leaf(leaf)
+        live = g(x)
+        total = sum(
+            (ngrad.tensor(weight(i, t.shape), device=x.device) * t).sum() for i, t in zip(steps_ids(steps), live)
+        )
+        out.append((live, ngrad.autograd.grad(total, x, allow_unused=True)[0]))
+    return out
+
+
+def steps_ids(steps):
+    """The ids of the tensors live after ``steps``, in order."""
+    live = [0]
+    for step in steps:
+        if step[0] == "view":
+            live.append(step[1])
+        elif step[0] == "drop":
+            live.remove(step[1])
+    return live
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
