@@ -113,7 +113,7 @@ def test_version_counter_and_saved_value_modified():
     with pytest.raises(
         RuntimeError,
         match=r"modified by an inplace operation: \[torch.DoubleTensor \[2\]\], which "
-        r"is output 0 of ExpBackward0, is at version 1; expected version 0",
+        r"is output 0 of Exp, is at version 1; expected version 0",
     ):
         y.sum().backward()
     z = x * 1

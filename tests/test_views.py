@@ -427,3 +427,24 @@ def test_forward_mode_tangents_follow_writes_through_views():
     np.testing.assert_allclose(
         np.concatenate([np.ravel(a) for a in out[1]]), np.concatenate([np.ravel(a) for a in out[0]]), rtol=1e-12
     )
+
+
+def test_an_in_place_update_of_a_compiled_output_fails_its_backward_as_in_eager_mode():
+    def f(x):
+        return (x * 2).exp()
+
+    compiled = ngrad.compile(f)
+    messages = []
+    for fn in (f, compiled, compiled):
+        x = ngrad.tensor([0.1, 0.2], requires_grad=True)
+        out = fn(x)
+        out[1:].mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation") as e:
+            out.sum().backward()
+        messages.append(str(e.value).split(", which")[0])
+    assert len(set(messages)) == 1
+    x = ngrad.tensor([0.1, 0.2], requires_grad=True)
+    out = ngrad.compile(lambda x: x * 3)(x)  # mul by a constant reads nothing: no error
+    out.mul_(2)
+    out.sum().backward()
+    assert x.grad.tolist() == [6.0, 6.0]

@@ -12,6 +12,7 @@ hands its gradient on (through its hooks, or through the Function's ``backward``
 of the next segment. Every segment is an ordinary joint tape, compiled or interpreted.
 """
 
+import re
 import warnings
 
 import numpy as np
@@ -127,7 +128,9 @@ def stale_error(n):
     """PyTorch's error for a saved value that an in-place operation has changed since."""
     m = n.meta or NO_META
     vc, version, _ = m.stale
-    which = f", which is output 0 of {m.name or n.op.capitalize() + 'Backward0'}," if n.differentiable else ""
+    # PyTorch names the node without its "Backward0" suffix here
+    name = re.sub(r"Backward\d*$", "", m.name or n.op.capitalize())
+    which = f", which is output 0 of {name}," if n.differentiable else ""
     return RuntimeError(
         f"one of the variables needed for gradient computation has been modified by an inplace "
         f"operation: [torch.{TORCH_NAME[n.dtype.short]}Tensor [{', '.join(map(str, n.shape))}]]"

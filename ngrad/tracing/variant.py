@@ -394,6 +394,10 @@ class Backward:
             return [], []
         if self._saved is None:
             raise RuntimeError(FREED)
+        for k in v.split.outputs_read:  # an output updated in place since: eager mode's error
+            spec = self._outputs[k] if k < len(self._outputs) else None
+            if spec is not None and (spec[0].meta or NO_META).stale is not None:
+                raise stale_error(spec[0])
         if create_graph or batch is not None:
             with grad_mode.enable_grad():
                 made = replay(v.tape, nodes, True)

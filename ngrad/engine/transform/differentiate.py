@@ -308,13 +308,16 @@ class Split:
     comes from, ``("out", i)`` (``forward.outputs[i]``) or ``("in", i)`` (the tape's input i).
     ``seeds``: the tape outputs whose cotangents ``backward`` takes, in its input order.
     ``grads``: for each ``wrt`` entry, the index into ``backward.outputs`` of its gradient, or
-    None when no output depends on it."""
+    None when no output depends on it. ``outputs_read``: the tape outputs whose values the
+    gradient rules read (PyTorch's saved tensors), whether or not ``backward`` recomputes them:
+    an in-place update of one of them must make the backward fail, as it does in eager mode."""
 
     forward: Tape
     backward: Tape
     saved: list[tuple[str, int]]
     seeds: list[int]
     grads: list[int | None]
+    outputs_read: list[int]
 
 
 def split(tape: Tape, wrt: Sequence[int]) -> Split:
@@ -399,7 +402,8 @@ def split(tape: Tape, wrt: Sequence[int]) -> Split:
     for ins in reverse:
         back.instrs.append(Instr(define(ins.out), ins.prim, [remap[a] for a in ins.args], ins.params))
     back.outputs = [remap[g] for g in outs if g is not None]
-    return Split(forward, back, saved, seeds, _appended([], outs))
+    read = [k for k, s in enumerate(tape.outputs) if s in j.saved]
+    return Split(forward, back, saved, seeds, _appended([], outs), read)
 
 
 @dataclass(slots=True, eq=False)
