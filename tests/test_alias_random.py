@@ -263,7 +263,7 @@ SCALARS = [-1.5, 0.5, 2.0, 3.0]
 # add_live and copy_live read another live tensor that shares no element with the written one (torch
 # rejects some overlaps, and leaves others undefined); add_live_sum adds any live tensor's sum.
 WRITES = ["add_scalar", "mul_scalar", "add_leaf", "mul_leaf", "copy_leaf", "add_live", "copy_live", "add_live_sum"]
-WRITES += ["fill", "zero", "setitem", "setitem_mask"]
+WRITES += ["fill", "zero", "setitem", "setitem_index", "setitem_mask"]
 
 
 def draw_write(draw, shape, n, avoid, plain=False):
@@ -276,6 +276,9 @@ def draw_write(draw, shape, n, avoid, plain=False):
         return op, (draw_index(draw, shape), draw(st.sampled_from(SCALARS)))
     if op == "setitem_mask":
         return op, (draw(st.sampled_from([0.0, 1.0, 2.5])), draw(st.sampled_from(SCALARS)))
+    if op == "setitem_index":  # repeated indices write the same value: the result is defined
+        index = draw(st.lists(st.integers(-shape[0], shape[0] - 1), min_size=1, max_size=3))
+        return op, (tuple(index), draw(st.sampled_from(SCALARS)))
     return op, (draw(st.sampled_from(SCALARS)),)
 
 
@@ -311,7 +314,9 @@ def model_write(e, op, args, leaf, source=None):
         e.v[...] = 0.0 if op == "zero" else c
         e.j[...] = 0.0
     else:
-        key = (e.v > args[0]) if op == "setitem_mask" else index_key(args[0])
+        key = {"setitem_mask": lambda: e.v > args[0], "setitem_index": lambda: np.array(args[0])}.get(
+            op, lambda: index_key(args[0])
+        )()
         e.v[key] = c
         e.j[key] = 0.0
 
@@ -407,6 +412,8 @@ def lib_write(lib, t, op, args, leaf, live):
         t[index_key(args[0])] = c
     elif op == "setitem_mask":
         t[t > args[0]] = c
+    elif op == "setitem_index":
+        t[lib.tensor(args[0], device=t.device)] = c
     elif op in ("add_leaf", "mul_leaf"):
         s = lib.sin(leaf.sum() * c) if op == "add_leaf" else lib.cos(leaf.sum() * c)
         t.add_(s) if op == "add_leaf" else t.mul_(s)
