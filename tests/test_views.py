@@ -448,3 +448,35 @@ def test_an_in_place_update_of_a_compiled_output_fails_its_backward_as_in_eager_
     out.mul_(2)
     out.sum().backward()
     assert x.grad.tolist() == [6.0, 6.0]
+
+
+OVERLAPS = [
+    "x[1:].copy_(x[:-1])",
+    "x[1:].add_(x[:-1])",
+    "x.add_(x)",
+    "x[:3].add_(x[3:])",
+    "x[:3].mul_(x[:3])",
+    "x.view(2, 3).t().add_(x.view(3, 2))",
+    "x[:3].copy_(x[::2])",
+    "x[1:3].clamp_(x[0:2], x[2:4])",
+    "x[:2].addcmul_(x[1:3], x[0:2])",
+    "x[1:] += x[:-1]",
+    "x[:2].lerp_(x[1:3], 0.5)",
+    "x[:2].masked_fill_(x[1:3] > 1, 0)",
+    "x[::2].mul_(x[::2])",
+    "x[:4].view(2, 2).add_(x[:4].view(2, 2).t())",
+]
+
+
+@pytest.mark.parametrize("code", OVERLAPS)
+def test_inputs_that_partly_overlap_the_written_tensor_are_refused_as_pytorch_refuses_them(code):
+    torch = pytest.importorskip("torch")
+    results = []
+    for lib in (torch, ngrad):
+        x = lib.arange(6.0, dtype=lib.float64)
+        try:
+            exec(code, {"x": x})
+            results.append(x.tolist())
+        except RuntimeError as e:
+            results.append(str(e))
+    assert results[1] == results[0]

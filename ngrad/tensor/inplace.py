@@ -27,7 +27,7 @@ from .record import (
     to_tensor,
     wrap,
 )
-from .views import DETACH, OVERLAP, live_views, overlaps, replay, version_of, view_error, write_back
+from .views import DETACH, OVERLAP, check_overlap, live_views, overlaps, replay, version_of, view_error, write_back
 
 _gm = _grad_mode.state
 
@@ -177,18 +177,23 @@ class InplaceOps:
 
         ```
         """
+        check_overlap(self, other)
         return inplace_update(self, self.add(other, alpha=alpha))
 
     def sub_(self, other, *, alpha=1):
+        check_overlap(self, other)
         return inplace_update(self, self.sub(other, alpha=alpha))
 
     def mul_(self, other):
+        check_overlap(self, other)
         return inplace_update(self, self * other)
 
     def div_(self, other, *, rounding_mode=None):
+        check_overlap(self, other)
         return inplace_update(self, self.div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent):
+        check_overlap(self, exponent)
         return inplace_update(self, pow(self, exponent))
 
     def neg_(self):
@@ -209,11 +214,13 @@ class InplaceOps:
 
     def copy_(self, src):
         """Copy ``src`` (broadcast to this shape, cast to this dtype) into this tensor."""
+        check_overlap(self, src)
         src = to_tensor(src).to(self.dtype)
         # expand makes a new node; clone keeps two tensors from sharing one
         return inplace_update(self, src.expand(self.shape) if src.shape != self.shape else src.clone())
 
     def clamp_(self, min=None, max=None):
+        check_overlap(self, min, max)
         return inplace_update(self, self.clamp(min, max))
 
     clip_ = clamp_
@@ -228,22 +235,29 @@ class InplaceOps:
         return inplace_update(self, self.clamp(max=max))
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
+        check_overlap(self, tensor1, tensor2)
         return inplace_update(self, self.addcmul(tensor1, tensor2, value=value))
 
     def addcdiv_(self, tensor1, tensor2, *, value=1):
+        check_overlap(self, tensor1, tensor2)
         return inplace_update(self, self.addcdiv(tensor1, tensor2, value=value))
 
     def lerp_(self, end, weight):
+        check_overlap(self, end, weight)
         return inplace_update(self, self.lerp(end, weight))
 
     def __iadd__(self, other):
+        check_overlap(self, other)
         return inplace_update(self, self + other)
 
     def __isub__(self, other):
+        check_overlap(self, other)
         return inplace_update(self, self - other)
 
     def __imul__(self, other):
+        check_overlap(self, other)
         return inplace_update(self, self * other)
 
     def __itruediv__(self, other):
+        check_overlap(self, other)
         return inplace_update(self, self / other)

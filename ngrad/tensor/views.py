@@ -541,3 +541,42 @@ class Storage:
 
     def __hash__(self):
         return id(self._root)
+
+
+INPUT_OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
+    "location. Please clone() the tensor before performing the operation."
+)
+
+
+def _dense(shape, strides):
+    """Whether the elements fill a block of storage without gaps or repeats (any dim order)."""
+    expected = 1
+    for size, stride in sorted(zip(shape, strides), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def check_overlap(out, *inputs):
+    """PyTorch's error when an input of an in-place operation on ``out`` shares some, but not
+    all, of ``out``'s memory (``x[1:].add_(x[:-1])``); like PyTorch, only tensors that fill a
+    dense block are compared (anything else is allowed)."""
+    ov = out._view
+    if ov is None and not out._views:
+        return
+    root = out if ov is None else ov.root
+    shape = out._node.shape
+    for t in inputs:
+        if not isinstance(t, TensorBase) or t is out:
+            continue
+        tv = t._view
+        if (t if tv is None else tv.root) is not root or not math.prod(shape) or not t.numel():
+            continue
+        (sa, a0), (sb, b0) = layout_of(out), layout_of(t)
+        if not (_dense(shape, sa) and _dense(t._node.shape, sb)):
+            continue
+        a1, b1 = a0 + math.prod(shape), b0 + t.numel()
+        if (a0 == b0 and a1 == b1 and sa != sb) or ((a0, a1) != (b0, b1) and a0 < b1 and b0 < a1):
+            raise RuntimeError(INPUT_OVERLAP)
