@@ -392,15 +392,6 @@ def retain_grad_follows_the_new_value(lib):
 
 
 @case
-def views_after_a_write_keep_their_base(lib):
-    x = seq(lib, 2, 3, requires_grad=True) * 1.0
-    v = x[:, 1]
-    u = v.unsqueeze(0)
-    v.add_(1.0)
-    return u._base is x, v._base is x, (x._version, v._version, u._version), u.requires_grad
-
-
-@case
 def grad_fn_names_of_views_after_a_write(lib):
     x = seq(lib, 2, 3, requires_grad=True) * 1.0
     v = x[:, 1]
@@ -419,16 +410,32 @@ def grad_fn_names_after_advanced_setitem(lib):
 
 @case
 def version_counters_are_shared(lib):
-    x = seq(lib, 2, 3)
+    x = seq(lib, 2, 3, requires_grad=True) * 1.0
     v, d = x[1], x.detach()
-    vv = v.t() if v.dim() > 1 else v.unsqueeze(1)
-    out = [(x._version, v._version, d._version, vv._version)]
+    u = v.unsqueeze(1)
+    out = [(x._version, v._version, d._version, u._version)]
     v.mul_(2.0)
     d[0, 0] = 5.0
-    vv.zero_()
+    u.zero_()
     x.add_(1.0)
-    out.append((x._version, v._version, d._version, vv._version))
-    return out, x, v, d
+    out.append((x._version, v._version, d._version, u._version))
+    return out, x, v, d, u._base is x, v._base is x, u.requires_grad
+
+
+@case
+def operands_sharing_memory_with_the_written_tensor(lib):
+    x, y, z = (seq(lib, 3, 3) for _ in range(3))
+    x[0].copy_(x[1])
+    y[:, 0].add_(y[:, 2])
+    z.add_(z)
+    return x, y, z
+
+
+@case
+def error_partially_overlapping_operands(lib):
+    x = seq(lib, 3, 3)
+    ops = (lambda: x.add_(x.t()), lambda: x[:2].copy_(x[1:]), lambda: x[1:].mul_(x[:2]))
+    return [raises("some elements of the input tensor and the written-to tensor refer", fn) for fn in ops], x
 
 
 # --- errors, compared with torch's ---------------------------------------------------------------------
@@ -546,16 +553,8 @@ def error_saved_value_modified_through_a_view(lib):
 
 @case
 def error_writing_an_overlapping_expanded_view(lib):
-    def fresh():
-        return lib.zeros(3, dtype=lib.float64).expand(2, 3)
-
-    ops = (
-        lambda: fresh().add_(1.0),
-        lambda: fresh().mul_(2.0),
-        lambda: fresh().copy_(lib.ones(2, 3, dtype=lib.float64)),
-        lambda: fresh()[:, 0].add_(1.0),
-    )
-    return [raises(OVERLAP, fn) for fn in ops]
+    ops = (lambda e: e.add_(1.0), lambda e: e.mul_(2.0), lambda e: e.copy_(e + 1), lambda e: e[:, 0].add_(1.0))
+    return [raises(OVERLAP, lambda op=op: op(lib.zeros(3, dtype=lib.float64).expand(2, 3))) for op in ops]
 
 
 @case
