@@ -265,6 +265,14 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         return wrap(Node("detach", (n,), None, n.shape, n.dtype))
 
     def detach_(self):
+        """Cut this tensor from the graph in place (not allowed on a view, as in PyTorch)."""
+        if self._is_view():
+            raise RuntimeError(
+                "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel (DDP) "
+                "for training, and gradient_as_bucket_view is set as True, gradients are views of DDP buckets, and "
+                "hence detach_() cannot be called on these gradients. To fix this error, please refer to the "
+                "Optimizer.zero_grad() function in torch/optim/optimizer.py as the solution."
+            )
         if self._node.differentiable:
             self._node = self._detached()._node
         return self

@@ -77,7 +77,13 @@ def _basic_getitem(n, key):
         sl_shape.extend(rest)
         new_shape.extend(rest)
     sl_shape, new_shape = tuple(sl_shape), tuple(new_shape)
-    name = "SelectBackward0" if len(new_shape) < len(shape) else "SliceBackward0"
+    # PyTorch applies the items in order: the grad_fn is that of the last one that does something
+    name = "SliceBackward0"
+    for k, size in zip(key, shape):
+        if type(k) is int:
+            name = "SelectBackward0"
+        elif k.indices(size) != (0, size, 1):
+            name = "SliceBackward0"
     if sl_shape == shape:
         out = record_op("reshape", (n,), {"shape": shape}, shape, n.dtype, "AliasBackward0")
     else:
@@ -330,4 +336,4 @@ class IndexingOps:
             "unindex", (vals._node, where_._node), {"shape": (n,), "axis": 0}, (n,), d, "IndexPutBackward0"
         )
         kept = where(wrap(source(keep, D.bool_, device=None)), self.reshape(-1), wrap(const_node(0, d)))
-        inplace_update(self, (kept + placed).reshape(shape))
+        inplace_update(self, named((kept + placed).reshape(shape), "IndexPutBackward0"))

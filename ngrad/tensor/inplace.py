@@ -84,8 +84,10 @@ def root_value(n, m, tracked):
     return m
 
 
-def inplace_update(t, result):
+def inplace_update(t, result, uniform=False):
     """Make ``t`` hold ``result`` (a tensor of ``t``'s shape); PyTorch's rules for in-place ops.
+    ``uniform``: every element gets the same value (``fill_``), which PyTorch allows even where
+    elements of ``t`` share memory (an expanded view).
     Through a view the base's value is rewritten (``views.write_back``) and every live view of
     it reads the new value."""
     n = t._node
@@ -111,7 +113,7 @@ def inplace_update(t, result):
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         root, m, tracked = t, r, True
     else:
-        if overlaps(t):
+        if not uniform and overlaps(t):
             raise RuntimeError(OVERLAP)
         err = view_error(t, r)
         if err is not None:
@@ -130,13 +132,16 @@ def inplace_update(t, result):
     for u in views:
         if u._vc is vc and u._view is not None:  # a .data alias has its own counter, and autograd does not see it
             own_meta(u._node).stale = (vc, vc.value, readers_of(new, u._node, depth))
+    replace_node(root, new)  # before the bump: an ngrad.compile trace notes the version it had
     vc.value += 1
-    replace_node(root, new)
     for u in views:
         if u._view is None:  # an argument ngrad.compile traces as a value of its own
             continue
         with _grad_mode.set_grad_enabled(u._view.grad):
-            replace_node(u, replay(new, u._view.steps))
+            node = replay(new, u._view.steps)
+        if node.requires_grad and u._view.steps:
+            name_node(node, "AsStridedBackward0")  # PyTorch's grad_fn of a view its base's update regenerated
+        replace_node(u, node)
     return t
 
 
@@ -209,8 +214,8 @@ class InplaceOps:
                 raise RuntimeError(
                     f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
                 )
-            return inplace_update(self, value.to(self.dtype).expand(self.shape))
-        return inplace_update(self, wrap(expand_node(const_node(value, self.dtype), self._node.shape)))
+            return inplace_update(self, value.to(self.dtype).expand(self.shape), uniform=True)
+        return inplace_update(self, wrap(expand_node(const_node(value, self.dtype), self._node.shape)), uniform=True)
 
     def copy_(self, src):
         """Copy ``src`` (broadcast to this shape, cast to this dtype) into this tensor."""

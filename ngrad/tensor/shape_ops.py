@@ -7,6 +7,8 @@ anything is recorded.
 
 import math
 
+import numpy as np
+
 from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from . import views
@@ -75,7 +77,9 @@ class ShapeOps:
         shape = self._node.shape
         axes = set(normalize_dims(dim, len(shape))) if dim is not None else set(range(len(shape)))
         new = tuple(s for i, s in enumerate(shape) if not (i in axes and s == 1))
-        return named(self.reshape(new), "SqueezeBackward0")
+        # PyTorch's overloads: squeeze(), squeeze(dim), squeeze(dims)
+        which = 0 if dim is None else 1 if isinstance(dim, (int, np.integer)) else 2
+        return named(self.reshape(new), f"SqueezeBackward{which}")
 
     def unsqueeze(self, dim):
         shape = self._node.shape

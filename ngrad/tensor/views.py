@@ -254,13 +254,31 @@ def undo_step(parent, step, new):
     raise AssertionError(op)
 
 
+def unexpand(parent, step, new, child):
+    """The value of ``parent`` once its broadcast ``step`` became ``new``: along a broadcast
+    dimension every element is the same memory, and the one written is the one the view below
+    (``child``, a slice) selected (the first, for a write to the whole expanded view)."""
+    starts, stops = [], []
+    for d, (a, b) in enumerate(zip(parent.shape, step.shape)):
+        i = child.params["starts"][d] if child is not None and child.op == "slice" and a != b else 0
+        starts.append(i if a != b else 0)
+        stops.append(i + 1 if a != b else b)
+    params = {"starts": tuple(starts), "stops": tuple(stops), "steps": (1,) * len(starts)}
+    return record_op("slice", (new,), params, parent.shape, new.dtype, None)._node
+
+
 def write_back(root_node, steps, new):
     """The root's new value once the view ``steps`` derive from it holds ``new``."""
     chain = [root_node]
     for step in steps[:-1]:
         chain.append(apply_step(chain[-1], step))
+    child = None
     for step, parent in zip(reversed(steps), reversed(chain)):
-        new = undo_step(parent, step, new)
+        if step.op == "expand" and parent.shape != step.shape:
+            new = unexpand(parent, step, new, child)
+        else:
+            new = undo_step(parent, step, new)
+        child = step
     if new.requires_grad and steps and DETACH not in steps:
         name_node(new, "CopySlices")
     return new
@@ -404,6 +422,7 @@ def viewing(fn, name):
     multi = MULTI.get(name)
     check = name == "view"
     known = LAYOUTS.get(name)
+    copies = name in VIEWABLE
 
     def method(self, *args, **kwargs):
         if _nested[0]:
@@ -419,7 +438,8 @@ def viewing(fn, name):
                     make_view(self, o, "multi", i, multi)
         elif isinstance(out, TensorBase) and out is not self:
             layout = known(self, *args, **kwargs) if known is not None else None
-            make_view(self, out, check=check, layout=layout)
+            if not make_view(self, out, check=check, layout=layout) and copies and out._node.requires_grad:
+                name_node(out._node, "UnsafeViewBackward0")  # PyTorch's reshape that copies
         return out
 
     method.__name__, method.__qualname__, method.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__

@@ -47,6 +47,7 @@ class Trace:
 
     def __init__(self):
         self.changed = {}  # id(tensor) -> (weakref to it, its node before the trace)
+        self.versions = {}  # id(tensor) -> its version before the trace
         self.grads = {}  # id(tensor) -> (weakref to it, its .grad before the trace)
         self.traced = set()  # ids of nodes that hold this call's argument values
         self.arg_of = {}  # id(node) -> position of the argument it holds
@@ -57,6 +58,7 @@ class Trace:
         """``t`` is about to get a new node (an in-place update)."""
         if id(t) not in self.changed:
             self.changed[id(t)] = (weakref.ref(t), t._node)
+            self.versions[id(t)] = t._version
 
     def note_grad(self, t):
         """``t.grad`` is read or about to be written."""
@@ -127,7 +129,7 @@ def check_random():
 
 
 def effects(trace, flat=()):
-    """What the traced call changed: (key, ref, kind, leaf) per effect, the nodes that compute
+    """What the traced call changed: (key, ref, kind, leaf, version bumps) per effect, the nodes that compute
     them, and the gradients it set to None (kind "nograd", no node). A view that changed is an
     effect only when it is an argument (``flat``): otherwise its storage root's effect covers
     it, and a root is not one when an argument views it (the argument carries the write)."""
@@ -142,7 +144,7 @@ def effects(trace, flat=()):
             continue
         if key not in args and (t._view is not None or key in viewed):
             continue
-        found.append((key, ref, "node", old.requires_grad and not old.differentiable))
+        found.append((key, ref, "node", old.requires_grad and not old.differentiable, t._version - trace.versions[key]))
         roots.append(t._node)
     for key, (ref, old) in trace.grads.items():
         t = ref()
@@ -151,23 +153,25 @@ def effects(trace, flat=()):
         g = t._grad
         if g is None:
             if old is not None:
-                clears.append((key, ref, "nograd", False))
+                clears.append((key, ref, "nograd", False, 0))
         elif g is old:
             if id(g) in trace.changed and g._node is not trace.changed[id(g)][1]:
-                found.append((key, ref, "grad", False))
+                found.append((key, ref, "grad", False, 0))
                 roots.append(g._node)
         else:
-            found.append((key, ref, "setgrad", False))
+            found.append((key, ref, "setgrad", False, 0))
             roots.append(g._node)
     return found, roots, clears
 
 
 def restore(trace):
     """Undo what tracing did to tensors (the program will redo it with real values)."""
-    for _key, (ref, old) in trace.changed.items():
+    for key, (ref, old) in trace.changed.items():
         t = ref()
         if t is not None:
             t._node = old
+            if t._vc is not None:  # the program's effects count the call's updates again
+                t._vc.value = trace.versions[key]
     for _key, (ref, old) in trace.grads.items():
         t = ref()
         if t is not None:

@@ -30,7 +30,7 @@ from ..engine.transform import differentiate
 from ..tensor.core import Tensor
 from ..tensor.inplace import inplace_update, replace_node, replacements
 from ..tensor.record import wrap
-from ..tensor.views import live_views
+from ..tensor.views import live_views, version_of
 from .probe import make_entry
 from .trace import Stale
 from .trees import build_result
@@ -220,7 +220,7 @@ class Variant:
         # ... and it reaches a tensor from outside the call that requires grad
         graph = graph and any(n.requires_grad for n in low.sources)
         self._prepare(low, unique, n_out, graph)
-        self.effects = [(origins.locate(key, ref, False), kind, leaf) for key, ref, kind, leaf in effects]
+        self.effects = [(origins.locate(key, ref, False), kind, leaf, bumps) for key, ref, kind, leaf, bumps in effects]
         self.out_spec, self.n_out = out_spec, n_out
         self.seen = replacements[0]
         self.statics = trace.statics
@@ -338,7 +338,7 @@ class Variant:
     def apply_effects(self, flat, arrays):
         """Give the tensors the call updates their new values ``arrays`` (one per effect with a
         node; the rest set a ``.grad`` to None)."""
-        for (target, kind, leaf), a in zip(self.effects, arrays):
+        for (target, kind, leaf, bumps), a in zip(self.effects, arrays):
             t = target(flat)
             if t is None:  # a tensor only the traced call held: nobody can see it
                 continue
@@ -346,17 +346,20 @@ class Variant:
             if kind == "node" and (t._view is not None or live_views(t)):
                 with grad_mode.no_grad():  # the storage's other views see it, autograd does not
                     inplace_update(t, wrap(source(a, dt)))
+                bumps -= 1
             elif kind == "node":
                 n = source(a, dt)
                 if leaf:
                     n.requires_grad = True
                     own_meta(n).owner = weakref.ref(t)
                 replace_node(t, n)
+            if bumps > 0:  # the version counter counts the call's in-place updates, as eager mode's
+                version_of(t).value += bumps
             elif kind == "grad":
                 t._grad._node = source(a, dt)
             else:  # "setgrad"
                 t._grad = wrap(source(a, dt))
-        for target, _, _ in self.effects[len(arrays) :]:  # "nograd": set to None
+        for target, _, _, _ in self.effects[len(arrays) :]:  # "nograd": set to None
             t = target(flat)
             if t is not None:
                 t._grad = None
