@@ -610,20 +610,6 @@ HAVE_CUDA = ngrad.cuda.is_available()
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def run_device_tests_in_the_simulator(path, tmp_path):
-    """Run ``path``'s ``test_device_*`` tests in a child process under Numba's CUDA simulator."""
-    from ngrad.engine.targets.cuda import cuda_status
-
-    if "not installed" in cuda_status()[1]:
-        pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
-    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_"]
-    r = subprocess.run([*command, path], env=env, capture_output=True, text=True, timeout=600)
-    tail = (r.stdout + r.stderr)[-4000:]
-    assert r.returncode == 0, tail
-    assert "failed" not in tail and "skipped" not in tail and (" passed" in tail or " xfailed" in tail), tail
-
-
 @pytest.mark.numba
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (test_simulator_runs_the_device_tests runs these)")
@@ -639,8 +625,31 @@ def test_device_sequences_match_the_reference(data, monkeypatch, tmp_path_factor
 
 @pytest.mark.numba
 @pytest.mark.cuda
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (test_simulator_runs_the_device_tests runs these)")
+@pytest.mark.parametrize("name", ["alias_getitem_slice", "grad_transpose", "setitem_advanced_keys_with_gradients"])
+def test_device_view_parity_cases(name, monkeypatch, tmp_path_factory):
+    """A few of test_view_parity.py's cases, ngrad's tensors on the CUDA target (torch's on the CPU)."""
+    from . import test_view_parity as parity  # skips without torch
+
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+    monkeypatch.setitem(parity.DEVICE, "ngrad", "cuda")
+    parity.same(parity.CASES[name](torch), parity.CASES[name](ngrad))
+
+
+@pytest.mark.numba
+@pytest.mark.cuda
 @pytest.mark.slow
-@pytest.mark.skipif(HAVE_CUDA and not SIMULATED, reason="a real GPU runs the device tests directly")
-@pytest.mark.skipif(SIMULATED, reason="already in the simulator")
+@pytest.mark.skipif(HAVE_CUDA or SIMULATED, reason="a GPU runs the device tests directly; or already simulated")
 def test_simulator_runs_the_device_tests(tmp_path):
-    run_device_tests_in_the_simulator(os.path.abspath(__file__), tmp_path)
+    """This file's ``test_device_*`` tests in a child process under Numba's CUDA simulator."""
+    from ngrad.engine.targets.cuda import cuda_status
+
+    if "not installed" in cuda_status()[1]:
+        pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_"]
+    r = subprocess.run([*command, os.path.abspath(__file__)], env=env, capture_output=True, text=True, timeout=600)
+    tail = (r.stdout + r.stderr)[-4000:]
+    assert r.returncode == 0 and "failed" not in tail and " passed" in tail, tail
+    assert torch is None or "skipped" not in tail, tail  # without torch the parity cases skip
