@@ -417,6 +417,17 @@ def version_counters_are_shared(lib):
 
 
 @case
+def unary_inplace_ops_on_views(lib):
+    root = ten(lib, [[0.5, -1.0, 2.0], [1.5, 0.25, -0.5]], requires_grad=True)
+    a, b = root * 1.0, root * 1.0
+    a[1].sin_()  # its backward survives the later write (torch keeps its input)
+    a[0].exp_()  # saves its output, a view of a: the last write to a
+    b[:, 1].sigmoid_()
+    b[1].sin_()  # a newer version of the view sigmoid_ saved its output in
+    return a, name_of(a), grads(lib, (a * a).sum(), (root,)), raises(MODIFIED, lambda: grads(lib, b.sum(), (root,)))
+
+
+@case
 def data_alias_has_its_own_version_counter(lib):
     x = seq(lib, 3, requires_grad=True)
     d = x.data
@@ -659,6 +670,7 @@ XFAIL = {
     "grad2_detach": "x.detach().mul_(w), w requiring grad: the alias does not require grad (torch: it does)",
     "compiled_output_views_alias_the_input": "outputs of ngrad.compile that are views of an input are copies",
     "compiled_writes_through_a_view_of_a_captured_tensor": "raises Stale on the first call",
+    "unary_inplace_ops_on_views": "no Tensor.exp_, relu_, sigmoid_, sin_ (nor most unary in-place methods)",
     "custom_function_mark_dirty_on_a_view": "no FunctionCtx.mark_dirty",
     "error_multiple_output_view_used_after_its_base_is_written": "no error (torch: multiple-output view error)",
     "data_alias_has_its_own_version_counter": "a write through x.data bumps x._version, not its own (torch: reverse)",
