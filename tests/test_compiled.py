@@ -27,7 +27,8 @@ def test_every_primitive_with_its_vjp(name, dtype, rng):
 
 @pytest.mark.parametrize(
     "name",
-    ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isnan", "argmax", "argmin"],
+    ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isnan", "argmax", "argmin"]
+    + ["splice"],
 )
 def test_non_differentiable_primitives(name):
     x = np.array([[1.0, np.nan, 3.0], [2.0, 2.0, -1.0]])
@@ -43,6 +44,13 @@ def test_non_differentiable_primitives(name):
         args, params = [x, y], {}
     tape, _ = prim_tape(name, args, params)
     assert_same(tape, args, 0)
+
+
+def test_splice_joint_compiled_equals_interpreted(rng):
+    x, y = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    tape, _ = prim_tape("splice", [x, y], {})
+    joint = vjp(tape, tape.inputs)
+    assert_same(joint.tape, [x, y, rng.standard_normal((2, 3))], 0)
 
 
 @pytest.mark.parametrize("name", sorted(test_ops.CASES))

@@ -85,6 +85,7 @@ def test_device_every_primitive_with_its_vjp(name, dtype, rng):
         "minimum",
         "amax",
         "amin",
+        "splice",
     ],
 )
 def test_device_non_differentiable_primitives_and_nan(name):

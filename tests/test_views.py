@@ -480,3 +480,29 @@ def test_inputs_that_partly_overlap_the_written_tensor_are_refused_as_pytorch_re
         except RuntimeError as e:
             results.append(str(e))
     assert results[1] == results[0]
+
+
+def test_writes_that_require_grad_through_a_detached_alias_are_recorded_on_it():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        x = lib.ones(3, dtype=lib.float64, requires_grad=True).clone()
+        s = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        d = x.detach()
+        d.mul_(s)
+        v = d[1:]
+        v.mul_(s[1:])
+        (d * lib.tensor([1.0, 10.0, 100.0], dtype=lib.float64)).sum().backward()
+        x.sum().backward()  # x's own history is unchanged: its leaf gets ones
+        out.append((s.grad.tolist(), d.grad_fn.name(), v.grad_fn.name(), x.grad_fn.name(), x.tolist()))
+    assert out[1] == out[0]
+
+
+def test_an_update_under_no_grad_keeps_the_old_gradient_path_exactly():
+    x = ngrad.tensor([1e20, 1.0, float("inf")], dtype=ngrad.float64, requires_grad=True)
+    y = x * 1
+    with ngrad.no_grad():
+        y.copy_(ngrad.tensor([1.0, 2.0, 3.0], dtype=ngrad.float64))
+    assert y.tolist() == [1.0, 2.0, 3.0]  # a splice, not y + (new - y), which rounds and makes nan
+    y.sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0, 1.0]

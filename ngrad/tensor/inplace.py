@@ -27,7 +27,18 @@ from .record import (
     to_tensor,
     wrap,
 )
-from .views import DETACH, OVERLAP, check_overlap, live_views, overlaps, replay, version_of, view_error, write_back
+from .views import (
+    OVERLAP,
+    check_overlap,
+    live_views,
+    overlaps,
+    replay,
+    splice,
+    untracked,
+    version_of,
+    view_error,
+    write_back,
+)
 
 _gm = _grad_mode.state
 
@@ -74,10 +85,7 @@ def root_value(n, m, tracked):
         return m
     if not tracked or not _gm.enabled:
         with _grad_mode.enable_grad():
-            spliced = (wrap(n) + (wrap(m) - wrap(n)).detach())._node
-        if (n.meta or NO_META).name:
-            name_node(spliced, n.meta.name)
-        return spliced
+            return splice(n, m)
     if not m.requires_grad:
         keep = wrap(expand_node(const_node(True, D.bool_), n.shape))
         return where(keep, wrap(m), wrap(n))._node
@@ -118,7 +126,7 @@ def inplace_update(t, result, uniform=False):
         err = view_error(t, r)
         if err is not None:
             raise err
-        root, tracked = view.root, DETACH not in view.steps
+        root, tracked = view.root, not untracked(view.steps)
         m = write_back(root._node, view.steps, r)
     old = root._node
     new = root_value(old, m, tracked)
@@ -139,7 +147,7 @@ def inplace_update(t, result, uniform=False):
             continue
         with _grad_mode.set_grad_enabled(u._view.grad):
             node = replay(new, u._view.steps)
-        if node.requires_grad and u._view.steps:
+        if node.requires_grad and u._view.steps and u._view.steps[-1].op != "detach":
             name_node(node, "AsStridedBackward0")  # PyTorch's grad_fn of a view its base's update regenerated
         replace_node(u, node)
     return t

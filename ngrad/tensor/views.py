@@ -87,7 +87,16 @@ class Step:
         return f"Step({self.op}, {self.params})"
 
 
-DETACH = Step("detach", None, None, None)
+def boundary():
+    """A ``detach()`` step. Its ``tracked`` param is the value, with gradient history, that
+    writes through the detached tensor gave it (None until one does): PyTorch records those
+    writes on the detached tensor while its base never sees them."""
+    return Step("detach", {"tracked": None}, None, None)
+
+
+def untracked(steps):
+    """Whether a write through ``steps`` is invisible to the root's autograd (a ``detach()``)."""
+    return any(step.op == "detach" for step in steps)
 
 
 class ViewOf:
@@ -202,7 +211,9 @@ def steps_between(parent, child):
 def apply_step(n, step):
     """Record ``step`` on node ``n``."""
     if step.op == "detach":
-        return Node("detach", (n,), None, n.shape, n.dtype)
+        cut = Node("detach", (n,), None, n.shape, n.dtype)
+        tracked = step.params["tracked"]
+        return cut if tracked is None else splice(tracked, cut)
     if step.op == "take":  # as_strided: the storage's elements at computed positions
         idx = index_source(step.params["index"])
         return record_op("index", (n, idx), {"axis": 0}, step.shape, n.dtype, step.name)._node
@@ -225,6 +236,12 @@ def slice_scatter_node(base, src, starts, stops, steps):
     return record_op("where", (inside, placed, base), None, shape, base.dtype, "CopySlices")._node
 
 
+def splice(old, new):
+    """The value of ``new`` with the gradient path of ``old`` (an update autograd does not see)."""
+    name = (old.meta or NO_META).name
+    return record_op("splice", (old, new), None, old.shape, old.dtype, name)._node
+
+
 def undo_step(parent, step, new):
     """The value of ``parent`` once its view through ``step`` became ``new``."""
     op = step.op
@@ -237,7 +254,8 @@ def undo_step(parent, step, new):
         perm = step.params["perm"]
         inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         return record_op("permute", (new,), {"perm": inverse}, parent.shape, new.dtype, "PermuteBackward0")._node
-    if op == "detach":  # autograd does not see the write: the root's update splices it in
+    if op == "detach":  # the detached tensor keeps the write's history; its root does not see it
+        step.params["tracked"] = new if new.requires_grad else None
         return Node("detach", (new,), None, new.shape, new.dtype) if new.requires_grad else new
     if op == "take":
         idx = step.params["index"].reshape(-1)
@@ -279,7 +297,7 @@ def write_back(root_node, steps, new):
         else:
             new = undo_step(parent, step, new)
         child = step
-    if new.requires_grad and steps and DETACH not in steps:
+    if new.requires_grad and steps and not untracked(steps):
         name_node(new, "CopySlices")
     return new
 
@@ -373,7 +391,7 @@ def detached_view(t, out, share_version):
     """Register ``out`` (``t.detach()`` or ``t.data``) as sharing ``t``'s storage."""
     pv = t._view
     root = t if pv is None else pv.root
-    steps = (DETACH,) if pv is None else pv.steps + (DETACH,)
+    steps = (boundary(),) if pv is None else pv.steps + (boundary(),)
     out._view = ViewOf(root, steps, None, layout_of(t))
     out._vc = version_of(root) if share_version else Version()
     remember(root, out)
@@ -516,8 +534,8 @@ def as_strided(t, size, stride, storage_offset=None):
         index += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(size) - k - 1))
     steps = (Step("reshape", {"shape": (total,)}, (total,), "ViewBackward0"),)
     steps += (Step("take", {"index": index, "layout": (stride, offset)}, size, "AsStridedBackward0"),)
-    if pv is not None and DETACH in pv.steps:
-        steps = (DETACH,) + steps
+    if pv is not None and untracked(pv.steps):
+        steps = (boundary(),) + steps
     out = wrap(replay(root._node, steps))
     base = t if pv is None or pv.base is None else pv.base
     out._view = ViewOf(root, steps, base, (stride, offset))

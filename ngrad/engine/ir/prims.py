@@ -310,6 +310,9 @@ P(
     lambda ts, out, args, params: _sole(ts).cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
 )
 P("detach", "unary", S.unary, lambda m, x: x)
+# the value of y with the gradient path of x: an update autograd does not see (a write under
+# no_grad, through detach()) keeps the old value's history; exact where x - y would round or give nan
+P("splice", "binary", S.matching, lambda m, x, y: y, per_arg(lambda g, out, x, y: g, None))
 
 # elementwise binary: equal shapes and dtypes
 P("add", "binary", S.matching, lambda m, x, y: x + y, per_arg(lambda g, out, x, y: g, lambda g, out, x, y: g))
