@@ -666,8 +666,6 @@ def compiled_writes_through_a_view_of_a_captured_tensor(lib):
 
 # Cases ngrad fails today, with what differs from torch (strict: a fixed case must lose its entry).
 XFAIL = {
-    "grad_detach": "x.detach().mul_(w), w requiring grad: the alias does not require grad (torch: it does)",
-    "grad2_detach": "x.detach().mul_(w), w requiring grad: the alias does not require grad (torch: it does)",
     "compiled_output_views_alias_the_input": "outputs of ngrad.compile that are views of an input are copies",
     "compiled_writes_through_a_view_of_a_captured_tensor": "raises Stale on the first call",
     "unary_inplace_ops_on_views": "no Tensor.exp_, relu_, sigmoid_, sin_ (nor most unary in-place methods)",
