@@ -35,8 +35,7 @@ except ImportError:
     torch = None
 
 SHAPES = [(2, 3), (3, 4), (2, 3, 2), (4,), (2, 1, 3)]
-# Where the ngrad side puts its leaf: the device tests run on "cuda".
-DEVICE = {"ngrad": "cpu"}
+DEVICE = {"ngrad": "cpu"}  # where ngrad's leaf goes: "cuda" in the device tests
 
 
 class Entry:
@@ -47,21 +46,24 @@ class Entry:
         self.readonly, self.multi, self.root, self.detached = readonly, multi, root, detached
 
 
-# What ngrad does not do as PyTorch yet, by mode, kept out of the sequences the passing tests draw;
-# each has a strict xfail test whose sequences start with it (``plan`` knows how). In eager mode: none.
-GAPS = {}
-# Under ngrad.compile only: a write op's name.
-COMPILED_GAPS = {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"}
-# With the leaf itself as the base, written under no_grad: "copy_of_updated_leaf" (a copy of it or
-# of its views made before the write).
-LEAF_GAPS = {
-    "copy_of_updated_leaf": "y = leaf * 1.0 (or a clone, a reshape copy), then leaf.mul_(2) under no_grad: "
-    "grad(y.sum(), leaf) is None (torch: ones); the update makes a new leaf node the old graph does not reach",
-}
-# In forward mode only: a write op's name, or "write_to_detached" (any write into a detach() alias).
-FORWARD_GAPS = {
-    "setitem_mask": "x[x > c] = v on a dual tensor drops its tangent (torch: zero where written, kept elsewhere)",
-    "write_to_detached": "x.detach().fill_(c) drops x's tangent (torch: x keeps it; the write is invisible to AD)",
+# What ngrad does not do as PyTorch yet, by mode (a view op, a write op or a situation), kept out of
+# the sequences the passing tests draw; each has a strict xfail test whose sequences start with it
+# (``plan`` knows how). In the leaf modes the base is the leaf itself, written under no_grad.
+KNOWN = {
+    "eager": {},
+    "compiled": {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"},
+    "leaf": {
+        "copy_of_updated_leaf": "y = leaf * 1.0 (or a clone, a reshape copy), then leaf.mul_(2) under no_grad: "
+        "grad(y.sum(), leaf) is None (torch: ones); the update makes a new leaf node the old graph does not reach",
+    },
+    "compiled_leaf": {
+        "grad_outside_after_leaf_update": "a compiled f(x) that updates x under no_grad, then returns x * x: the "
+        "output does not require grad (torch: MulBackward0), or KeyError in variant.fold",
+    },
+    "forward": {
+        "setitem_mask": "x[x > c] = v on a dual tensor drops its tangent (torch: zero where written, kept elsewhere)",
+        "write_to_detached": "x.detach().fill_(c) drops x's tangent (torch: x keeps it; the write is invisible to AD)",
+    },
 }
 
 
@@ -326,7 +328,7 @@ def model_write(e, op, args, leaf, source=None):
 
 def plan(data, leaf, avoid, force=None, leaf_base=False):
     """Draw a sequence and run it on the NumPy model: (steps, live entries by id). ``avoid``: the
-    ``GAPS`` left out (and "no_grad": no write under no_grad); ``force``: a gap the sequence starts
+    ``KNOWN`` gaps left out (and "no_grad": no write under no_grad); ``force``: a gap the sequence starts
     with; ``leaf_base``: the base is the leaf itself, written only under no_grad (an optimizer's
     updates), else a differentiable op of it."""
     n = leaf.size
@@ -371,6 +373,8 @@ def plan(data, leaf, avoid, force=None, leaf_base=False):
     elif force == "write_to_detached":
         view(0, "detach", ())
         write(1, "fill", (1.0,))
+    elif force == "grad_outside_after_leaf_update":
+        write(0, "add_scalar", (0.5,))
     elif force == "copy_of_updated_leaf":
         view(0, "clone", ())
         write(0, "mul_scalar", (2.0,))
@@ -503,7 +507,11 @@ def assert_same_forward(want, got, steps, rtol=1e-10):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12, err_msg=f"{kind} after {steps}")
 
 
-def draw_case(data, avoid=tuple(GAPS), force=None, leaf_base=False):
+def gaps(*modes):
+    return tuple(g for mode in modes for g in KNOWN[mode])
+
+
+def draw_case(data, avoid=tuple(KNOWN["eager"]), force=None, leaf_base=False):
     shape = data.draw(st.sampled_from(SHAPES), label="shape")
     leaf = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed")).uniform(-1.5, 1.5, shape)
     steps, live = plan(data, leaf, avoid, force, leaf_base)
@@ -521,12 +529,14 @@ def ngrad_leaf(leaf):
     return ngrad.tensor(leaf, dtype=ngrad.float64, device=DEVICE["ngrad"], requires_grad=True)
 
 
-def run_compiled(steps, leaf):
+def run_compiled(steps, leaf, outside=True):
     """The sequence as one compiled function of the leaf, called twice (the second call replays),
-    the gradient taken inside it; then compiled without the gradient, taken outside (through the
-    program's backward)."""
+    the gradient taken inside it; then (``outside``) compiled without the gradient, taken outside
+    (through the program's backward)."""
     f = ngrad.compile(lambda x: run_lib(ngrad, steps, x))
     out = [f(ngrad_leaf(leaf)) for _ in range(2)]
+    if not outside:
+        return out
     g = ngrad.compile(lambda x: list(replay(ngrad, steps, x).values()))
     for _ in range(2):
         x = ngrad_leaf(leaf)
@@ -560,14 +570,23 @@ def test_eager_sequences_match_the_reference(data):
 @given(st.data())
 def test_no_grad_writes_to_a_leaf_and_its_views(data):
     # an optimizer's updates: the leaf stays a leaf, its views and copies follow, gradients see the new values
-    leaf, steps, live = draw_case(data, avoid=(*GAPS, *LEAF_GAPS), leaf_base=True)
+    leaf, steps, live = draw_case(data, avoid=gaps("eager", "leaf"), leaf_base=True)
     assert_same(reference(leaf, steps, live), run_lib(ngrad, steps, ngrad_leaf(leaf)), steps)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
+def test_compiled_no_grad_writes_to_a_leaf_and_its_views(data):
+    leaf, steps, live = draw_case(data, avoid=gaps("eager", "compiled", "leaf", "compiled_leaf"), leaf_base=True)
+    want = reference(leaf, steps, live)
+    for got in run_compiled(steps, leaf, outside=False):
+        assert_same(want, got, steps)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
 def test_compiled_sequences_match_the_reference(data):
-    leaf, steps, live = draw_case(data, avoid=(*GAPS, *COMPILED_GAPS))
+    leaf, steps, live = draw_case(data, avoid=gaps("eager", "compiled"))
     want = reference(leaf, steps, live)
     for got in run_compiled(steps, leaf):
         assert_same(want, got, steps)
@@ -577,13 +596,10 @@ def test_compiled_sequences_match_the_reference(data):
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_compiled_kernels_sequences_match_the_reference(data, jit_always):
-    leaf, steps, live = draw_case(data, avoid=(*GAPS, *COMPILED_GAPS))
+    leaf, steps, live = draw_case(data, avoid=gaps("eager", "compiled"))
     want = reference(leaf, steps, live)
     for got in run_compiled(steps, leaf):
         assert_same(want, got, steps)
-
-
-KNOWN = {"eager": GAPS, "compiled": COMPILED_GAPS, "forward": FORWARD_GAPS, "leaf": LEAF_GAPS}
 
 
 @pytest.mark.parametrize(
@@ -602,21 +618,22 @@ KNOWN = {"eager": GAPS, "compiled": COMPILED_GAPS, "forward": FORWARD_GAPS, "lea
 def test_sequences_with_a_known_gap(data, mode, gap):
     # every sequence starts with the gap, and derandomized runs draw the same ones: strict, not flaky
     avoid = [g for gaps in KNOWN.values() for g in gaps if g != gap] + (["no_grad"] if mode == "forward" else [])
-    leaf, steps, live = draw_case(data, avoid=avoid, force=gap, leaf_base=mode == "leaf")
+    leaf, steps, live = draw_case(data, avoid=avoid, force=gap, leaf_base=mode in ("leaf", "compiled_leaf"))
     if mode == "forward":
         tangent = np.cos(np.arange(leaf.size) + 0.5).reshape(leaf.shape)
         want = model_forward(live, tangent) if torch is None else run_forward(torch, steps, leaf, tangent)
         assert_same_forward(want, run_forward(ngrad, steps, leaf, tangent), steps)
         return
     want = reference(leaf, steps, live)
-    for got in run_compiled(steps, leaf) if mode == "compiled" else [run_lib(ngrad, steps, ngrad_leaf(leaf))]:
+    compiled = mode.startswith("compiled")
+    for got in run_compiled(steps, leaf) if compiled else [run_lib(ngrad, steps, ngrad_leaf(leaf))]:
         assert_same(want, got, steps)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_forward_mode_tangents_follow_the_writes(data):
-    leaf, steps, live = draw_case(data, avoid=(*GAPS, *FORWARD_GAPS, "no_grad"))  # tangents ignore no_grad
+    leaf, steps, live = draw_case(data, avoid=(*gaps("eager", "forward"), "no_grad"))  # tangents ignore no_grad
     tangent = np.cos(np.arange(leaf.size) + 0.5).reshape(leaf.shape)
     want = model_forward(live, tangent) if torch is None else run_forward(torch, steps, leaf, tangent)
     assert_same_forward(want, run_forward(ngrad, steps, leaf, tangent), steps)
