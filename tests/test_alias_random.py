@@ -1,20 +1,15 @@
 """Random sequences of views and in-place writes: every live tensor and a gradient against a reference.
 
-Hypothesis draws a base (a differentiable op of a float64 leaf), then a sequence of steps: take a
-view (or a copy: ``reshape`` of a non-viewable layout, ``contiguous``, ``clone``) of a random live
-tensor, or write in place into a random writable one. The reference is PyTorch where installed,
-otherwise a NumPy model of the same sequence: NumPy's views alias too, and each tensor is modelled
-by its values and, sharing the same view structure, its Jacobian with respect to the leaf (a
-trailing axis), so the gradient of a weighted sum of the live tensors, and forward-mode tangents,
-are exact. The model is checked against PyTorch itself. Modes: eager (reverse and forward mode),
-the whole sequence as one ``ngrad.compile``d function of the leaf (interpreted, and as Numba
-kernels), and a few sequences on the CUDA target (in a child process under Numba's simulator
-without a device).
-
-Writes follow what PyTorch allows: an expanded view is read-only, outputs of ``unbind``,
-``split`` and ``chunk`` (and their views) are never written and are dropped once their storage
-is written (PyTorch forbids using them then), ``detach()`` aliases the values but starts a new
-history.
+Hypothesis draws a base (a differentiable op of a float64 leaf, or the leaf itself), then steps: take
+a view (or a copy: ``reshape`` of a non-viewable layout, ``contiguous``, ``clone``) of a live tensor,
+or write in place into a writable one. The reference is PyTorch where installed, else a NumPy model:
+NumPy's views alias too, and each tensor is its values and, through the same views, its Jacobian
+with respect to the leaf (a trailing axis), so the gradient of a weighted sum of the live tensors and
+forward-mode tangents are exact; the model is checked against PyTorch. Modes: eager (reverse and
+forward), one ``ngrad.compile``d function of the leaf (interpreted, and as Numba kernels), the CUDA
+target (under Numba's simulator without a device). Writes follow what PyTorch allows: expanded
+views are read-only, outputs of ``unbind``/``split``/``chunk`` (and their views) are never written
+and are dropped once their storage is written, ``detach()`` aliases values but not history.
 """
 
 import contextlib
@@ -48,7 +43,7 @@ class Entry:
 
 # What ngrad does not do as PyTorch yet, by mode (a view op, a write op or a situation), kept out of
 # the sequences the passing tests draw; each has a strict xfail test whose sequences start with it
-# (``plan`` knows how). In the leaf modes the base is the leaf itself, written under no_grad.
+# (``FORCED``). In the leaf modes the base is the leaf itself, written under no_grad.
 KNOWN = {
     "eager": {},
     "compiled": {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"},
@@ -59,11 +54,23 @@ KNOWN = {
     "compiled_leaf": {
         "grad_outside_after_leaf_update": "a compiled f(x) that updates x under no_grad, then returns x * x: the "
         "output does not require grad (torch: MulBackward0), or KeyError in variant.fold",
+        "view_write_after_leaf_write": "a compiled f(x) doing x.fill_(c) then x[:1].add_(1) under no_grad raises "
+        "Stale (writes to the leaf itself are left out of the passing sequences)",
     },
     "forward": {
         "setitem_mask": "x[x > c] = v on a dual tensor drops its tangent (torch: zero where written, kept elsewhere)",
         "write_to_detached": "x.detach().fill_(c) drops x's tangent (torch: x keeps it; the write is invisible to AD)",
     },
+}
+
+# The steps the sequences of each gap's test start with: (view, source, op, args) or (write, target, op, args).
+FORCED = {
+    "setitem_mask": [("write", 0, "setitem_mask", (1.0, 0.5))],
+    "write_to_detached": [("view", 0, "detach", ()), ("write", 1, "fill", (1.0,))],
+    "copy_of_updated_leaf": [("view", 0, "clone", ()), ("write", 0, "mul_scalar", (2.0,))],
+    "grad_outside_after_leaf_update": [("view", 0, "narrow", (0, 0, 1)), ("write", 1, "add_scalar", (0.5,))],
+    "view_write_after_leaf_write": [("write", 0, "fill", (1.0,)), ("view", 0, "narrow", (0, 0, 1))]
+    + [("write", 1, "add_scalar", (0.5,))],
 }
 
 
@@ -368,16 +375,8 @@ def plan(data, leaf, avoid, force=None, leaf_base=False):
             del live[i]  # PyTorch forbids using a multiple-output view once its storage is written
             steps.append(("drop", i))
 
-    if force == "setitem_mask":
-        write(0, "setitem_mask", (1.0, 0.5))
-    elif force == "write_to_detached":
-        view(0, "detach", ())
-        write(1, "fill", (1.0,))
-    elif force == "grad_outside_after_leaf_update":
-        write(0, "add_scalar", (0.5,))
-    elif force == "copy_of_updated_leaf":
-        view(0, "clone", ())
-        write(0, "mul_scalar", (2.0,))
+    for kind, i, op, args in FORCED.get(force, ()):
+        (view if kind == "view" else write)(i, op, args)
     for _ in range(data.draw(st.integers(1, 10), label="length")):
         if data.draw(st.booleans(), label="view"):
             src = data.draw(st.sampled_from(list(live)), label="source")
@@ -385,11 +384,11 @@ def plan(data, leaf, avoid, force=None, leaf_base=False):
             if drawn is not None and drawn[0] not in avoid and (drawn[0] != "as_strided" or live[src].root):
                 view(src, *drawn)
         else:
-            banned = "write_to_detached" in avoid
-            target = data.draw(st.sampled_from([i for i, e in live.items() if not (e.readonly or e.multi)]))
-            if banned and live[target].detached:
-                continue
-            write(target, *draw_write(data.draw, live[target].v.shape, n, avoid))
+            no_detached, no_root = "write_to_detached" in avoid, leaf_base and "view_write_after_leaf_write" in avoid
+            fits = [i for i, e in live.items() if not (e.readonly or e.multi or (e.detached and no_detached))]
+            if fits := [i for i in fits if i != 0 or not no_root]:
+                target = data.draw(st.sampled_from(fits))
+                write(target, *draw_write(data.draw, live[target].v.shape, n, avoid))
     return steps, live
 
 
