@@ -506,3 +506,19 @@ def test_an_update_under_no_grad_keeps_the_old_gradient_path_exactly():
     assert y.tolist() == [1.0, 2.0, 3.0]  # a splice, not y + (new - y), which rounds and makes nan
     y.sum().backward()
     assert x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_leaf_updated_in_place_is_one_leaf_to_grad_and_backward():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        w = lib.ones(3, dtype=lib.float64, requires_grad=True)
+        y = w * 1.0
+        with lib.no_grad():
+            w.mul_(2)
+        z = y.sum() + (w * 3).sum()
+        (g,) = lib.autograd.grad(z, w, retain_graph=True)
+        (g_old,) = lib.autograd.grad(y.sum(), w, retain_graph=True)
+        z.backward(inputs=[w])
+        out.append((g.tolist(), g_old.tolist(), w.grad.tolist()))
+    assert out[1] == out[0]

@@ -26,7 +26,7 @@ from ..engine.transform import differentiate
 from ..engine.transform.batch import batch
 from ..grad_mode import Anomaly
 from ..tensor.core import Tensor
-from ..tensor.inplace import replace_node
+from ..tensor.inplace import leaf_nodes, replace_node
 from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
 from .meta import NO_META, SEGMENT_NODES, own_meta
@@ -378,7 +378,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         owners = [n.meta.owner() for n in low_nodes]
         pairs = [(t, n) for t, n in zip(owners, low_nodes) if t is not None]
     else:
-        pairs = [(t, t._node) for t in owners]
+        pairs = [(t, n) for t in owners for n in leaf_nodes(t)]
     with grad_mode.set_grad_enabled(create_graph):
         result = _gradients(
             [o._node for o in outputs],
@@ -463,15 +463,25 @@ def grad(
     outs, seeds, ins, retain_graph = _prepare(
         outputs, grad_outputs, inputs, retain_graph, create_graph, is_grads_batched
     )
+    # a leaf updated in place is one leaf: graphs recorded before the update reach its older nodes
+    nodes = [leaf_nodes(t) for t in ins]
     with grad_mode.set_grad_enabled(create_graph):
-        result = _gradients(
+        found = _gradients(
             [o._node for o in outs],
             [s._node for s in seeds],
-            [t._node for t in ins],
+            [n for group in nodes for n in group],
             retain_graph,
             create_graph,
             is_grads_batched,
         )
+        result, at = [], 0
+        for group in nodes:
+            parts = [g for g in found[at : at + len(group)] if g is not None]
+            at += len(group)
+            total = parts[0] if parts else None
+            for g in parts[1:]:
+                total = (wrap(total) + wrap(g))._node
+            result.append(total)
     res = []
     for t, g in zip(ins, result):
         if g is None:

@@ -53,10 +53,25 @@ def replace_node(t, node):
     own_meta(old).replaced = True
     replacements[0] += 1
     t._node = node
+    if old.requires_grad and not old.differentiable and node.requires_grad and not node.differentiable:
+        # a leaf updated in place is the same leaf to autograd.grad: graphs recorded before the
+        # update reach its old node (kept only while such a graph holds it)
+        earlier = [r for r in (t.__dict__.get("_earlier") or ()) if r() is not None]
+        earlier.append(weakref.ref(old))
+        t.__dict__["_earlier"] = earlier
     if t._retains_grad and node.requires_grad and node.differentiable:
         # retain_grad follows the tensor to its new value, as in PyTorch
         own_meta(old).owner = None
         own_meta(node).owner = weakref.ref(t)
+
+
+def leaf_nodes(t):
+    """The nodes that stand for tensor ``t`` in graphs: its node, and for a leaf updated in place
+    the earlier nodes of that leaf that some graph still holds."""
+    earlier = t.__dict__.get("_earlier")
+    if not earlier:
+        return [t._node]
+    return [t._node] + [n for n in (r() for r in reversed(earlier)) if n is not None]
 
 
 def leaf_update(r, n):
