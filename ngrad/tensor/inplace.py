@@ -150,8 +150,16 @@ def inplace_update(t, result, uniform=False):
     # a backward that needs an old value now fails, as in PyTorch, unless the reader is this
     # operation's own result
     depth = 4 + 3 * (len(view.steps) if view is not None else 0)
+    # the values earlier writes through views put into the storage are part of it too (a saved
+    # exp_() output of a slice): PyTorch's one counter per storage makes them stale as well
+    parts = root.__dict__.pop("_parts", ())
     if root._vc is vc:
         own_meta(old).stale = (vc, vc.value, readers_of(new, old, depth))
+        for p in parts:
+            if p.requires_grad and (p.meta or NO_META).stale is None:
+                own_meta(p).stale = (vc, vc.value, readers_of(new, p, depth))
+    if view is not None and r.requires_grad:
+        root.__dict__["_parts"] = (r,)
     for u in views:
         if u._vc is vc and u._view is not None:  # a .data alias has its own counter, and autograd does not see it
             own_meta(u._node).stale = (vc, vc.value, readers_of(new, u._node, depth))
@@ -289,3 +297,27 @@ class InplaceOps:
     def __itruediv__(self, other):
         check_overlap(self, other)
         return inplace_update(self, self / other)
+
+
+# PyTorch's in-place forms of out-of-place methods: ``x.exp_()`` is ``x`` updated to ``x.exp()``
+IN_PLACE_FORMS = (
+    "abs absolute negative exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal square sin cos tan asin acos "
+    "atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf sign floor ceil round trunc fix frac nan_to_num tril "
+    "triu remainder fmod atan2 arctan2"
+).split()
+
+
+def in_place_form(name):
+    """The method ``name_``: ``self`` updated in place to ``self.name(*args, **kwargs)``."""
+
+    def method(self, *args, **kwargs):
+        check_overlap(self, *args, *kwargs.values())
+        return inplace_update(self, getattr(self, name)(*args, **kwargs))
+
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"In place: ``self`` becomes ``self.{name}(...)``; returns self."
+    return method
+
+
+for _name in IN_PLACE_FORMS:
+    setattr(InplaceOps, _name + "_", in_place_form(_name))
