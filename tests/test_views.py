@@ -548,3 +548,17 @@ def test_unary_in_place_forms_through_views_match_pytorch(name):
         assert out[1] == out[0]
     else:
         np.testing.assert_allclose(out[1], out[0], rtol=1e-12)
+
+
+def test_a_compiled_function_that_writes_its_leaf_then_a_view_of_it_under_no_grad():
+    def f(x):
+        with ngrad.no_grad():
+            x.fill_(1.0)
+            x[:1].add_(0.5)
+        return x.sum() * 2
+
+    compiled = ngrad.compile(f)
+    for _ in range(3):
+        x = ngrad.zeros(3, requires_grad=True)
+        assert compiled(x).item() == 7.0
+        assert x.tolist() == [1.5, 1.0, 1.0] and x.is_leaf and x.requires_grad

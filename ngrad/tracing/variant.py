@@ -155,11 +155,16 @@ class _Origins:
         for k, a in enumerate(flat):
             if isinstance(a, Tensor):
                 self.arg_at.setdefault(id(a), k)
-        self.before = {id(node): (key, ref) for key, (ref, node) in trace.changed.items()}
+        # a tensor the call made and dropped (a view it wrote through) is nobody's input
+        self.before = {id(node): (key, ref) for key, (ref, node) in trace.changed.items() if ref() is not None}
         # a captured tensor the call updates is an input of the program: its value from before
         # the call must be a source of the graph, not a pending computation folded into it (a
         # view re-derived from its base is pending until read)
-        pending = [node for key, (_, node) in trace.changed.items() if node.value is None and key not in self.arg_at]
+        pending = [
+            node
+            for key, (ref, node) in trace.changed.items()
+            if node.value is None and key not in self.arg_at and ref() is not None
+        ]
         pending = [node for node in pending if not _reaches(node, trace.traced)]  # made before the call
         if pending:
             realize(pending)
