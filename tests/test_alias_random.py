@@ -45,12 +45,12 @@ class Entry:
 # the sequences the passing tests draw; each has a strict xfail test whose sequences start with it
 # (``FORCED``). In the leaf modes the base is the leaf itself, written under no_grad.
 KNOWN = {
-    "eager": {},
-    "compiled": {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"},
-    "leaf": {
-        "copy_of_updated_leaf": "y = leaf * 1.0 (or a clone, a reshape copy), then leaf.mul_(2) under no_grad: "
-        "grad(y.sum(), leaf) is None (torch: ones); the update makes a new leaf node the old graph does not reach",
+    "eager": {
+        "no_grad_write_to_detached": "d = x.detach(); d.mul_(s) (s requires grad); d[0] = 0.5 under no_grad: d no "
+        "longer requires grad (torch: it keeps its history)",
     },
+    "compiled": {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"},
+    "leaf": {},
     "compiled_leaf": {
         "grad_outside_after_leaf_update": "a compiled f(x) that updates x under no_grad, then returns x * x: the "
         "output does not require grad (torch: MulBackward0), or KeyError in variant.fold",
@@ -66,8 +66,9 @@ KNOWN = {
 # The steps the sequences of each gap's test start with: (view, source, op, args) or (write, target, op, args).
 FORCED = {
     "setitem_mask": [("write", 0, "setitem_mask", (1.0, 0.5))],
+    "no_grad_write_to_detached": [("view", 0, "detach", ()), ("write", 1, "mul_leaf", (3.0,), False)]
+    + [("write", 1, "add_scalar", (1.0,), True)],
     "write_to_detached": [("view", 0, "detach", ()), ("write", 1, "fill", (1.0,))],
-    "copy_of_updated_leaf": [("view", 0, "clone", ()), ("write", 0, "mul_scalar", (2.0,))],
     "grad_outside_after_leaf_update": [("view", 0, "narrow", (0, 0, 1)), ("write", 1, "add_scalar", (0.5,))],
     "view_write_after_leaf_write": [("write", 0, "fill", (1.0,)), ("view", 0, "narrow", (0, 0, 1))]
     + [("write", 1, "add_scalar", (0.5,))],
@@ -275,7 +276,7 @@ SCALARS = [-1.5, 0.5, 2.0, 3.0]
 # add_live and copy_live read another live tensor that shares no element with the written one (torch
 # rejects some overlaps, and leaves others undefined); add_live_sum adds any live tensor's sum.
 WRITES = ["add_scalar", "mul_scalar", "add_leaf", "mul_leaf", "copy_leaf", "add_live", "copy_live", "add_live_sum"]
-WRITES += ["fill", "zero", "setitem", "setitem_index", "setitem_mask"]
+WRITES += ["sin", "fill", "zero", "setitem", "setitem_index", "setitem_mask"]
 
 
 def draw_write(draw, shape, n, avoid):
@@ -314,6 +315,9 @@ def model_write(e, op, args, leaf, source=None):
     elif op == "add_leaf":
         e.v += np.sin(total * c)
         e.j += np.cos(total * c) * c
+    elif op == "sin":  # sin_ keeps its input for the backward: later writes may follow it
+        e.j[...] = e.j * np.cos(e.v)[..., None]
+        e.v[...] = np.sin(e.v)
     elif op == "mul_leaf":
         s, ds = np.cos(total * c), -np.sin(total * c) * c
         e.j[...] = e.j * s + e.v[..., None] * ds
@@ -349,13 +353,10 @@ def plan(data, leaf, avoid, force=None, leaf_base=False):
 
     def view(src, op, args):
         new = max(live) + 1
-        made = model_view(live[src], op, args, storage=len(steps) + 1)
-        if leaf_base and "copy_of_updated_leaf" in avoid and made.storage != live[src].storage:
-            return
-        live[new] = made
+        live[new] = model_view(live[src], op, args, storage=len(steps) + 1)
         steps.append(("view", new, src, op, args))
 
-    def write(target, op, args):
+    def write(target, op, args, quiet=None):
         if op == "add_live_sum":
             args = (data.draw(st.sampled_from(list(live))),)
         elif op.endswith("_live"):
@@ -365,7 +366,9 @@ def plan(data, leaf, avoid, force=None, leaf_base=False):
             if not fits:
                 return
             args = (data.draw(st.sampled_from(fits)),)
-        quiet = leaf_base or ("no_grad" not in avoid and data.draw(st.integers(0, 4), label="no_grad") == 0)
+        if quiet is None:
+            quiet = leaf_base or ("no_grad" not in avoid and data.draw(st.integers(0, 4), label="no_grad") == 0)
+            quiet = quiet and not (live[target].detached and "no_grad_write_to_detached" in avoid)
         kept = live[target].j.copy()
         model_write(live[target], op, args, leaf, live[args[0]] if "_live" in op else None)
         if quiet:  # under no_grad the values change and the history does not
@@ -375,8 +378,8 @@ def plan(data, leaf, avoid, force=None, leaf_base=False):
             del live[i]  # PyTorch forbids using a multiple-output view once its storage is written
             steps.append(("drop", i))
 
-    for kind, i, op, args in FORCED.get(force, ()):
-        (view if kind == "view" else write)(i, op, args)
+    for kind, i, op, *args in FORCED.get(force, ()):
+        (view if kind == "view" else write)(i, op, *args)
     for _ in range(data.draw(st.integers(1, 10), label="length")):
         if data.draw(st.booleans(), label="view"):
             src = data.draw(st.sampled_from(list(live)), label="source")
@@ -438,6 +441,8 @@ def lib_write(lib, t, op, args, leaf, live):
         t.add_(s) if op == "add_leaf" else t.mul_(s)
     elif op == "copy_leaf":
         t.copy_((leaf.reshape(-1)[: t.numel()] * c).reshape(t.shape))
+    elif op == "sin":
+        t.sin_()
     else:
         {"add_scalar": t.add_, "mul_scalar": t.mul_, "fill": t.fill_, "zero": lambda c: t.zero_()}[op](c)
 
@@ -457,11 +462,11 @@ def replay(lib, steps, leaf):
     return live
 
 
-def run_lib(lib, steps, leaf):
-    """Every live tensor, and the gradient of their weighted sum with respect to ``leaf``."""
-    live = replay(lib, steps, leaf)
-    device = leaf.device
-    total = sum((lib.tensor(weight(i, t.shape), device=device) * t).sum() for i, t in live.items())
+def run_lib(lib, steps, leaf, live=None):
+    """Every live tensor (``live``, else the sequence's), and the gradient of their weighted sum with
+    respect to ``leaf``."""
+    live = replay(lib, steps, leaf) if live is None else live
+    total = sum((lib.tensor(weight(i, t.shape), device=leaf.device) * t).sum() for i, t in live.items())
     (grad,) = lib.autograd.grad(total, leaf, allow_unused=True)
     return list(live.values()), grad
 
@@ -536,26 +541,8 @@ def run_compiled(steps, leaf, outside=True):
     out = [f(ngrad_leaf(leaf)) for _ in range(2)]
     if not outside:
         return out
-    g = ngrad.compile(lambda x: list(replay(ngrad, steps, x).values()))
-    for _ in range(2):
-        x = ngrad_leaf(leaf)
-        live = g(x)
-        total = sum(
-            (ngrad.tensor(weight(i, t.shape), device=x.device) * t).sum() for i, t in zip(steps_ids(steps), live)
-        )
-        out.append((live, ngrad.autograd.grad(total, x, allow_unused=True)[0]))
-    return out
-
-
-def steps_ids(steps):
-    """The ids of the tensors live after ``steps``, in order."""
-    live = [0]
-    for step in steps:
-        if step[0] == "view":
-            live.append(step[1])
-        elif step[0] == "drop":
-            live.remove(step[1])
-    return live
+    g = ngrad.compile(lambda x: replay(ngrad, steps, x))
+    return out + [run_lib(ngrad, steps, x, g(x)) for x in (ngrad_leaf(leaf), ngrad_leaf(leaf))]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

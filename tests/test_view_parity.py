@@ -667,8 +667,6 @@ def compiled_writes_through_a_view_of_a_captured_tensor(lib):
 # Cases ngrad fails today, with what differs from torch (strict: a fixed case must lose its entry).
 XFAIL = {
     "compiled_output_views_alias_the_input": "outputs of ngrad.compile that are views of an input are copies",
-    "compiled_writes_through_a_view_of_a_captured_tensor": "raises Stale on the first call",
-    "unary_inplace_ops_on_views": "no Tensor.exp_, relu_, sigmoid_, sin_ (nor most unary in-place methods)",
     "custom_function_mark_dirty_on_a_view": "no FunctionCtx.mark_dirty",
     "error_multiple_output_view_used_after_its_base_is_written": "no error (torch: multiple-output view error)",
     "data_alias_has_its_own_version_counter": "a write through x.data bumps x._version, not its own (torch: reverse)",
