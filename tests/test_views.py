@@ -562,3 +562,39 @@ def test_a_compiled_function_that_writes_its_leaf_then_a_view_of_it_under_no_gra
         x = ngrad.zeros(3, requires_grad=True)
         assert compiled(x).item() == 7.0
         assert x.tolist() == [1.5, 1.0, 1.0] and x.is_leaf and x.requires_grad
+
+
+def test_compiled_outputs_that_are_views_of_an_argument_alias_it():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+
+        def f(x):
+            return x[0], x.t(), x
+
+        g = ngrad.compile(f) if lib is ngrad else f
+        for _ in range(3):
+            base = lib.arange(6.0, dtype=lib.float64)
+            x = base.view(2, 3)
+            a, b, c = g(x)
+            a.mul_(10.0)
+            out.append((base.tolist(), b.tolist(), b.stride(), a._base is base, c.tolist(), base._version))
+    assert out[3:] == out[:3]
+
+
+def test_data_aliases_and_compiled_writes_count_versions_as_pytorch():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        x = lib.arange(3.0, requires_grad=True)
+        d = x.data
+        d[0] = 10.0
+        buf = lib.arange(6.0).view(2, 3)
+
+        def f(s, buf=buf):
+            buf[1].add_(s)
+            return buf.sum()
+
+        g = ngrad.compile(f) if lib is ngrad else f
+        out.append((x.tolist(), x._version, d._version, g(1.0).item(), g(2.0).item(), buf.tolist(), buf._version))
+    assert out[1] == out[0]

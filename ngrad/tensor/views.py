@@ -357,7 +357,7 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
         return True
     out._view = ViewOf(root, steps, base, layout, made, index, maker)
     if out._vc is None:
-        out._vc = version_of(root)
+        out._vc = version_of(parent)  # the root's, or a .data alias's own
     remember(root, out)
     return True
 
@@ -385,6 +385,18 @@ def function_view(out, given, maker):
         out._vc = version_of(root)
         remember(root, out)
     out._view.made, out._view.maker = "function", maker
+
+
+def view_of(t, steps):
+    """A new view of ``t`` through movement ``steps`` (recorded from ``t``'s value now)."""
+    out = wrap(replay(t._node, steps))
+    pv = t._view
+    root = t if pv is None else pv.root
+    base = t if pv is None or pv.base is None else pv.base
+    out._view = ViewOf(root, steps if pv is None else pv.steps + steps, base, None)
+    out._vc = version_of(t)
+    remember(root, out)
+    return out
 
 
 def detached_view(t, out, share_version):

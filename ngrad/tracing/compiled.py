@@ -157,6 +157,13 @@ class CompiledFunction:
             # graph was not consumed by a backward() in the call (see Variant for the second half)
             graph = any(n.requires_grad and not (n.meta or NO_META).freed for n in roots)
             changes, effect_roots, clears = effects(trace, flat)
+            position = {id(a): k for k, a in enumerate(flat) if isinstance(a, Tensor)}
+            views = {}
+            for i, t in enumerate(found):  # outputs that are arguments, or views of one
+                if id(t) in position:  # a new tensor that aliases the argument
+                    views[i] = (position[id(t)], ())
+                elif t._view is not None and id(t._view.root) in position and t._view.base is not None:
+                    views[i] = (position[id(t._view.root)], t._view.steps)
             variant = Variant(
                 trace,
                 flat,
@@ -167,6 +174,7 @@ class CompiledFunction:
                 graph,
                 None if kwargs else key,
                 parts,
+                views,
             )
             restore(trace)
             del trace, result, found, roots, changes, effect_roots, clears, call_args, call_kwargs, call_flat

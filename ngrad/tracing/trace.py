@@ -47,7 +47,7 @@ class Trace:
 
     def __init__(self):
         self.changed = {}  # id(tensor) -> (weakref to it, its node before the trace)
-        self.versions = {}  # id(tensor) -> its version before the trace
+        self.versions = {}  # id(version counter) -> (the counter, its value before the trace)
         self.grads = {}  # id(tensor) -> (weakref to it, its .grad before the trace)
         self.traced = set()  # ids of nodes that hold this call's argument values
         self.arg_of = {}  # id(node) -> position of the argument it holds
@@ -58,7 +58,9 @@ class Trace:
         """``t`` is about to get a new node (an in-place update)."""
         if id(t) not in self.changed:
             self.changed[id(t)] = (weakref.ref(t), t._node)
-            self.versions[id(t)] = t._version
+            vc = t._vc
+            if vc is not None and id(vc) not in self.versions:  # one counter, shared by views
+                self.versions[id(vc)] = (vc, vc.value)
 
     def note_grad(self, t):
         """``t.grad`` is read or about to be written."""
@@ -144,7 +146,8 @@ def effects(trace, flat=()):
             continue
         if key not in args and (t._view is not None or key in viewed):
             continue
-        found.append((key, ref, "node", old.requires_grad and not old.differentiable, t._version - trace.versions[key]))
+        before = trace.versions.get(id(t._vc), (None, 0))[1] if t._vc is not None else 0
+        found.append((key, ref, "node", old.requires_grad and not old.differentiable, t._version - before))
         roots.append(t._node)
     for key, (ref, old) in trace.grads.items():
         t = ref()
@@ -166,12 +169,12 @@ def effects(trace, flat=()):
 
 def restore(trace):
     """Undo what tracing did to tensors (the program will redo it with real values)."""
-    for key, (ref, old) in trace.changed.items():
+    for _key, (ref, old) in trace.changed.items():
         t = ref()
         if t is not None:
             t._node = old
-            if t._vc is not None:  # the program's effects count the call's updates again
-                t._vc.value = trace.versions[key]
+    for vc, value in trace.versions.values():  # the program's effects count the call's updates again
+        vc.value = value
     for _key, (ref, old) in trace.grads.items():
         t = ref()
         if t is not None:

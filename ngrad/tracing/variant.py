@@ -30,7 +30,7 @@ from ..engine.transform import differentiate
 from ..tensor.core import Tensor
 from ..tensor.inplace import inplace_update, replace_node, replacements
 from ..tensor.record import wrap
-from ..tensor.views import live_views, version_of
+from ..tensor.views import live_views, version_of, view_of
 from .probe import make_entry
 from .trace import Stale
 from .trees import build_result
@@ -217,8 +217,11 @@ class Variant:
     output tree. Inputs are ("arg", k), ("const", node), ("node", target), ("grad", target) or
     ("call", getter) (a runtime scalar)."""
 
-    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, signature, parts):
+    def __init__(self, trace, flat, roots, effects, out_spec, n_out, graph, signature, parts, views=None):
         origins = _Origins(trace, flat)
+        # output position -> (argument position, view steps): outputs that are an argument, or a
+        # view of one, are made from the argument on every call, as the eager call returns them
+        self.views = views or {}
         self.guards = origins.guards
         unique = self._unique(roots)
         low = self._lower(unique, origins)
@@ -230,7 +233,9 @@ class Variant:
         self.seen = replacements[0]
         self.statics = trace.statics
         self.entry, self.probe = (
-            (None, None) if graph else make_entry(self, [isinstance(a, Tensor) for a in flat], signature, parts)
+            (None, None)
+            if graph or self.views
+            else make_entry(self, [isinstance(a, Tensor) for a in flat], signature, parts)
         )
 
     def _unique(self, roots):
@@ -311,7 +316,7 @@ class Variant:
             made = replay(self.tape, nodes, True)
         made = [made[w] for w in self.where]
         self.apply_effects(flat, realize(made[self.n_out :]))
-        return build_result(self.out_spec, iter(wrap(n) for n in made[: self.n_out]))
+        return build_result(self.out_spec, iter(self._views_of(flat, [wrap(n) for n in made[: self.n_out]])))
 
     def _forward(self, flat, nodes):
         """Run the forward program; the differentiable outputs get a ``Backward`` as grad_fn."""
@@ -338,7 +343,14 @@ class Variant:
             else:
                 made[w] = source(value, dtype)
         ctx._outputs = tuple(specs)
-        return build_result(self.out_spec, iter(wrap(made[w]) for w in self.where[: self.n_out]))
+        outs = [wrap(made[w]) for w in self.where[: self.n_out]]
+        return build_result(self.out_spec, iter(self._views_of(flat, outs)))
+
+    def _views_of(self, flat, outs):
+        """``outs`` with the outputs that are arguments, or views of them, made from them."""
+        for i, (k, steps) in self.views.items():
+            outs[i] = view_of(flat[k], steps)
+        return outs
 
     def apply_effects(self, flat, arrays):
         """Give the tensors the call updates their new values ``arrays`` (one per effect with a
