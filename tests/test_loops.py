@@ -205,3 +205,21 @@ def test_a_value_set_outside_realize_leaves_no_spurious_depth(monkeypatch):
         x = x * 2.0  # recorded deeper than the bound, but only 5 nodes are pending
     assert x._node.value is None and pending_count([x._node]) == 5 and x._node.depth == 5
     np.testing.assert_array_equal(x.numpy(), (np.arange(3.0) + 8.0) * 32.0)
+
+
+def test_graphs_of_one_structure_share_a_tape_and_keep_their_own_values(monkeypatch):
+    tapes = []
+    run = realize_mod.run
+    monkeypatch.setattr(
+        realize_mod, "run", lambda tape, values, target: tapes.append(tape) or run(tape, values, target)
+    )
+    xs = np.linspace(-1.0, 1.0, 5)
+    x = ngrad.tensor(xs)
+    got = [(x * k + (k - 1.0)).sin().numpy() for k in (2.0, 3.0)]  # runtime scalars: one structure
+    got += [(x**p).numpy() for p in (2, 3)]  # literal exponents: two structures
+    got += [(x * x).numpy(), (x * x.exp()).numpy()]  # a shared source against two different ones
+    want = [np.sin(xs * 2.0 + 1.0), np.sin(xs * 3.0 + 2.0), xs**2, xs**3, xs * xs, xs * np.exp(xs)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-15)
+    assert tapes[0] is tapes[1]
+    assert tapes[2] is not tapes[3] and tapes[4] is not tapes[5]
