@@ -19,7 +19,7 @@ class NodeMeta:
     ``name``: PyTorch's grad_fn name (None: derived from the prim); ``hooks``/``post_hooks``:
     tensor hooks and the post-accumulate hooks of a leaf (id -> callable); ``ctx``: the custom
     Function context that produced the node; ``tangent``: (level, tangent node) of a dual tensor
-    made by ``forward_ad.make_dual``; ``stale``: (version counter, version, reader ids) once an
+    made by ``forward_ad.make_dual``; ``stale``: a ``Stale`` (``ngrad.tensor.inplace``) once an
     in-place op made the value stale; ``is_inference``: made under ``inference_mode``; ``trace``:
     where it was recorded, under anomaly detection; ``owner``: weakref of the tensor whose
     ``.grad`` receives its gradient; ``saves``: False for composites whose PyTorch counterpart

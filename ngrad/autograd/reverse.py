@@ -127,7 +127,7 @@ def _host_value(n):
 def stale_error(n):
     """PyTorch's error for a saved value that an in-place operation has changed since."""
     m = n.meta or NO_META
-    vc, version, _ = m.stale
+    vc, version = m.stale.counter, m.stale.version
     # PyTorch names the node without its "Backward0" suffix here
     name = re.sub(r"Backward\d*$", "", m.name or n.op.capitalize())
     which = f", which is output 0 of {name}," if n.differentiable else ""
@@ -152,7 +152,7 @@ def _check_saved(low, joint):
                     "a clone to get a normal tensor and use it in autograd."
                 )
             # the in-place operation's own result read the old value legitimately
-            allowed = m.stale[2]
+            allowed = m.stale.readers(n)
             if any(id(low.node_of_instr.get(i)) not in allowed for i in saved[s]):
                 raise stale_error(n)
     for i in joint.reads_saved:
@@ -225,7 +225,7 @@ def _allow_readers(outputs, graph):
         for s in m.srcs:
             stale = (s.meta or NO_META).stale
             if stale is not None:
-                stale[2].add(id(m))
+                stale.readers(s).add(id(m))
             stack.append(s)
 
 

@@ -154,15 +154,15 @@ def inplace_update(t, result, uniform=False):
     # exp_() output of a slice): PyTorch's one counter per storage makes them stale as well
     parts = root.__dict__.pop("_parts", ())
     if root._vc is vc:
-        own_meta(old).stale = (vc, vc.value, readers_of(new, old, depth))
+        own_meta(old).stale = Stale(vc, new, depth)
         for p in parts:
             if p.requires_grad and (p.meta or NO_META).stale is None:
-                own_meta(p).stale = (vc, vc.value, readers_of(new, p, depth))
+                own_meta(p).stale = Stale(vc, new, depth)
     if view is not None and r.requires_grad:
         root.__dict__["_parts"] = (r,)
     for u in views:
         if u._vc is vc and u._view is not None:  # a .data alias has its own counter, and autograd does not see it
-            own_meta(u._node).stale = (vc, vc.value, readers_of(new, u._node, depth))
+            own_meta(u._node).stale = Stale(vc, new, depth)
     replace_node(root, new)  # before the bump: an ngrad.compile trace notes the version it had
     vc.value += 1
     for u in views:
@@ -174,6 +174,25 @@ def inplace_update(t, result, uniform=False):
             name_node(node, "AsStridedBackward0")  # PyTorch's grad_fn of a view its base's update regenerated
         replace_node(u, node)
     return t
+
+
+class Stale:
+    """Why a node's value is stale: the version counter and the version it had when an in-place
+    update replaced it, and that update's result. The readers the update itself recorded (the
+    op reading its own input) may still read the old value; they are found only when a backward
+    needs them (``readers``), not on every update."""
+
+    __slots__ = ("counter", "version", "new", "depth", "allowed")
+
+    def __init__(self, counter, new, depth):
+        self.counter, self.version, self.new, self.depth, self.allowed = counter, counter.value, new, depth, None
+
+    def readers(self, old):
+        """Ids of the nodes allowed to read ``old`` (the stale node) in a backward."""
+        if self.allowed is None:
+            self.allowed = readers_of(self.new, old, self.depth)
+            self.new = None
+        return self.allowed
 
 
 def readers_of(new, old, depth=4):
