@@ -185,12 +185,16 @@ class Stale:
     __slots__ = ("counter", "version", "new", "depth", "allowed")
 
     def __init__(self, counter, new, depth):
-        self.counter, self.version, self.new, self.depth, self.allowed = counter, counter.value, new, depth, None
+        # weakly: a chain of updates must not keep every past value alive through its stale nodes
+        self.counter, self.version, self.new, self.depth = counter, counter.value, weakref.ref(new), depth
+        self.allowed = None
 
     def readers(self, old):
-        """Ids of the nodes allowed to read ``old`` (the stale node) in a backward."""
+        """Ids of the nodes allowed to read ``old`` (the stale node) in a backward (none once the
+        update's result is gone: so are the nodes it recorded)."""
         if self.allowed is None:
-            self.allowed = readers_of(self.new, old, self.depth)
+            new = self.new()
+            self.allowed = set() if new is None else readers_of(new, old, self.depth)
             self.new = None
         return self.allowed
 
