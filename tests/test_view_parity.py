@@ -671,11 +671,8 @@ def compiled_writes_through_a_view_of_a_captured_tensor(lib):
 
 # Cases ngrad fails today, with what differs from torch (strict: a fixed case must lose its entry).
 XFAIL = {
-    "leaves_made_from_detach_aliases_updated_under_no_grad": "p.requires_grad becomes False (torch: True)",
-    "errors_for_views_of_inference_mode_and_of_custom_function_outputs": "no error; the no_grad-view error",
     "custom_function_mark_dirty_on_a_view": "no FunctionCtx.mark_dirty",
     "error_multiple_output_view_used_after_its_base_is_written": "no error (torch: multiple-output view error)",
-    "view_made_in_no_grad_written_in_no_grad": "a no_grad view of b requiring grad: requires_grad False (torch: True)",
 }
 
 

@@ -598,3 +598,20 @@ def test_data_aliases_and_compiled_writes_count_versions_as_pytorch():
         g = ngrad.compile(f) if lib is ngrad else f
         out.append((x.tolist(), x._version, d._version, g(1.0).item(), g(2.0).item(), buf.tolist(), buf._version))
     assert out[1] == out[0]
+
+
+def test_clone_keeps_a_dense_layout_as_pytorch_does():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        x = lib.arange(24.0, dtype=lib.float64).reshape(2, 3, 4)
+        c = x.permute(2, 0, 1).clone()
+        w = c.as_strided((3, 2), (1, 6), 2)
+        w.mul_(-1)
+        out.append(
+            (c.stride(), c.is_contiguous(), c.contiguous().stride(), c[1:].stride(), c.tolist(), w.tolist())
+            + (x[:, ::2].clone().stride(), c.clone(memory_format=lib.contiguous_format).stride())
+        )
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            c.view(-1)
+    assert out[1] == out[0]

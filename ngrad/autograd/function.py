@@ -239,6 +239,9 @@ class Function:
         is_tuple = isinstance(out, tuple)
         outs = out if is_tuple else (out,)
         if not any(ctx.needs_input_grad):
+            for o in outs:  # views made in forward are still PyTorch's views made in a Function
+                if isinstance(o, Tensor) and o._view is not None:
+                    function_view(o, None, cls.__name__)
             return out
         inputs = {id(a) for a in args if isinstance(a, Tensor)}
         seen, result, specs = set(), [], []

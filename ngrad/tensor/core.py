@@ -33,7 +33,6 @@ from .record import (
     device_name,
     host_value,
     is_traced,
-    named,
     normalize_dim,
     record_op,
     tensor,
@@ -45,7 +44,17 @@ from .record import (
 )
 from .reduce_ops import ReduceOps
 from .shape_ops import ShapeOps
-from .views import Storage, detached_view, install, is_contiguous, layout_of, storage_key
+from .views import (
+    Storage,
+    contiguous_format,
+    contiguous_strides,
+    dense,
+    detached_view,
+    install,
+    is_contiguous,
+    layout_of,
+    storage_key,
+)
 
 _gm = _grad_mode.state
 
@@ -168,6 +177,8 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         n.requires_grad = bool(requires_grad)
         if requires_grad or n.meta is not None:
             own_meta(n).owner = weakref.ref(self) if requires_grad else None
+        if self._view is not None:  # a view made a leaf (x.detach().requires_grad_()) stays one
+            self._view.leaf = bool(requires_grad)
         return self
 
     @property
@@ -542,7 +553,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
 
     def contiguous(self, memory_format=None):
         """This tensor if its elements are laid out in row-major order, else a copy that is."""
-        return self if self.is_contiguous() else named(self.clone(), "CloneBackward0")
+        return self if self.is_contiguous() else self.clone(memory_format=contiguous_format)
 
     # storage --------------------------------------------------------------------------------------
     @property
@@ -596,16 +607,25 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         v = self._view
         return Storage(self if v is None else v.root)
 
-    def clone(self):
-        """A copy with its own storage; gradients flow through it."""
+    def clone(self, *, memory_format=None):
+        """A copy with its own storage; gradients flow through it. As in PyTorch, the copy of a
+        tensor whose elements fill a block of memory in another order (a transpose) keeps that
+        order (``stride()``), unless ``memory_format=ngrad.contiguous_format``."""
         n = self._node
         if not n.requires_grad and n.value is not None and not is_traced(n) and (n.meta or NO_META).tangent is None:
             if n.device == "cuda":
                 from ..engine.targets.cuda import device_copy
 
-                return wrap(source(device_copy(n.value), n.dtype))
-            return wrap(source(np.array(n.value), n.dtype))
-        return record_op("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")
+                out = wrap(source(device_copy(n.value), n.dtype))
+            else:
+                out = wrap(source(np.array(n.value), n.dtype))
+        else:
+            out = record_op("reshape", (n,), {"shape": n.shape}, n.shape, n.dtype, "CloneBackward0")
+        if memory_format is not contiguous_format and (self._view is not None or self._strides is not None):
+            strides = layout_of(self)[0]
+            if strides != contiguous_strides(n.shape) and dense(n.shape, strides):
+                out._strides = strides
+        return out
 
     def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
         from ..factories import tensor

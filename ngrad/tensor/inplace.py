@@ -136,6 +136,8 @@ def inplace_update(t, result, uniform=False):
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         root, m, tracked = t, r, True
     else:
+        if view.leaf and _gm.enabled and n.requires_grad:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         if not uniform and overlaps(t):
             raise RuntimeError(OVERLAP)
         err = view_error(t, r)
@@ -170,6 +172,10 @@ def inplace_update(t, result, uniform=False):
             continue
         with _grad_mode.set_grad_enabled(u._view.grad):
             node = replay(new, u._view.steps)
+        if u._view.leaf:
+            node = leaf_update(node, u._node)
+        elif u._view.made == "no_grad" and new.requires_grad and not node.requires_grad:
+            node.requires_grad = True  # as when it was made (views.make_view)
         if node.requires_grad and u._view.steps and u._view.steps[-1].op != "detach":
             name_node(node, "AsStridedBackward0")  # PyTorch's grad_fn of a view its base's update regenerated
         replace_node(u, node)

@@ -38,6 +38,7 @@ class TensorBase:
     _vc = None  # the version counter, made at the first in-place update or view
     _view = None  # a ViewOf (ngrad.tensor.views) when this tensor shares another's storage
     _views = None  # on a storage root: weak references to the tensors viewing it
+    _strides = None  # on a storage root laid out other than row-major (a clone of a transpose)
 
 
 # the class ``wrap`` instantiates: ngrad.tensor.core.Tensor once it is built (it is made of op

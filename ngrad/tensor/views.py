@@ -68,10 +68,32 @@ IN_FUNCTION = (
     "leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning the output of the "
     "custom Function."
 )
+INFERENCE_VIEW = (
+    "A view was created in inference mode and is being modified inplace in normal mode. Given that this use case "
+    "is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both the view and the "
+    "inplace either both inside the inference_mode block (if you don't want the inplace to be tracked) or both "
+    "outside (if you want the inplace to be tracked)."
+)
 OVERLAP = (
     "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
     "Please clone() the tensor before performing the operation."
 )
+
+
+class MemoryFormat:
+    """PyTorch's memory formats: ``ngrad.contiguous_format`` and ``ngrad.preserve_format``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"ngrad.{self.name}"
+
+
+contiguous_format = MemoryFormat("contiguous_format")
+preserve_format = MemoryFormat("preserve_format")
 
 
 class Step:
@@ -103,13 +125,15 @@ class ViewOf:
     """How a view relates to its storage: ``root`` (the tensor owning the storage), ``steps``
     from the root's value, ``base`` (PyTorch's ``_base``: None for ``detach()``), ``layout``
     (strides, storage offset), ``made`` (None, ``"no_grad"``, ``"multi"``, ``"function"``,
-    ``"inference"``), the grad mode it was made in and its output number and maker's name."""
+    ``"inference"``), the grad mode it was made in, its output number and maker's name, and
+    whether ``requires_grad_()`` made it a leaf (it stays one when its storage is updated)."""
 
-    __slots__ = ("root", "steps", "base", "layout", "made", "grad", "out", "maker")
+    __slots__ = ("root", "steps", "base", "layout", "made", "grad", "out", "maker", "leaf")
 
     def __init__(self, root, steps, base, layout, made=None, out=0, maker=None):
         self.root, self.steps, self.base, self.layout = root, steps, base, layout
         self.made, self.grad, self.out, self.maker = made, _gm.enabled, out, maker
+        self.leaf = False  # made a leaf that requires grad by requires_grad_()
 
 
 # layout ---------------------------------------------------------------------------------------------
@@ -125,9 +149,9 @@ def layout_of(t):
     """(strides, storage offset) of tensor ``t`` in elements (a view's is computed when asked)."""
     v = t._view
     if v is None:
-        return contiguous_strides(t._node.shape), 0
+        return t._strides or contiguous_strides(t._node.shape), 0
     if v.layout is None:
-        layout, shape = (contiguous_strides(v.root._node.shape), 0), v.root._node.shape
+        layout, shape = layout_of(v.root), v.root._node.shape
         for step in v.steps:
             layout = step_layout(layout, shape, step) or layout
             shape = step.shape if step.shape is not None else shape
@@ -242,6 +266,19 @@ def splice(old, new):
     return record_op("splice", (old, new), None, old.shape, old.dtype, name)._node
 
 
+def tracked_after(old, new):
+    """The history a ``detach()`` alias keeps once a write gave it value ``new`` (``old``: the
+    history it had, or None): the write's own if it requires grad; else, under ``no_grad``, the
+    old history with the new value, and in grad mode the new value with a zero gradient to it."""
+    if new.requires_grad or old is None:
+        return new if new.requires_grad else None
+    if not _gm.enabled:
+        with _grad_mode.enable_grad():
+            return splice(old, new)
+    keep = expand_node(const_node(True, D.bool_), new.shape)
+    return record_op("where", (keep, new, old), None, new.shape, new.dtype, "CopySlices")._node
+
+
 def undo_step(parent, step, new):
     """The value of ``parent`` once its view through ``step`` became ``new``."""
     op = step.op
@@ -255,7 +292,7 @@ def undo_step(parent, step, new):
         inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         return record_op("permute", (new,), {"perm": inverse}, parent.shape, new.dtype, "PermuteBackward0")._node
     if op == "detach":  # the detached tensor keeps the write's history; its root does not see it
-        step.params["tracked"] = new if new.requires_grad else None
+        step.params["tracked"] = tracked_after(step.params["tracked"], new)
         return Node("detach", (new,), None, new.shape, new.dtype) if new.requires_grad else new
     if op == "take":
         idx = step.params["index"].reshape(-1)
@@ -325,7 +362,11 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
     while n is not src:  # movements only, or it is a new value
         if n.op not in MOVES or len(n.srcs) != 1 or len(here) > 16:
             return False
-        if n.op == "reshape" and (pv is not None or n.srcs[0] is not src) and not _trivial(n.srcs[0].shape, n.shape):
+        if (
+            n.op == "reshape"
+            and (pv is not None or n.srcs[0] is not src or parent._strides is not None)
+            and not _trivial(n.srcs[0].shape, n.shape)
+        ):
             strided = True  # strides decide whether this reshape is a view (of a contiguous root it is)
         here.append(Step(n.op, n.params, n.shape, (n.meta or NO_META).name))
         n = n.srcs[0]
@@ -358,6 +399,10 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
     out._view = ViewOf(root, steps, base, layout, made, index, maker)
     if out._vc is None:
         out._vc = version_of(parent)  # the root's, or a .data alias's own
+    if made == "no_grad" and src.requires_grad and not out._node.requires_grad:
+        # PyTorch's view made under no_grad of a tensor that requires grad: it requires grad, as a
+        # leaf without grad_fn whose gradient goes nowhere
+        out._node.requires_grad = True
     remember(root, out)
     return True
 
@@ -497,6 +542,8 @@ def view_error(t, r):
     base = v.base._node
     if not (base.requires_grad or r.requires_grad or t._node.requires_grad):
         return None
+    if v.made == "inference" and not _gm.inference:
+        return RuntimeError(INFERENCE_VIEW)
     if v.made in ("no_grad", "multi", "function"):
         name = t._node.requires_grad and re.sub(r"Backward\d*$", "", v.maker or (t._node.meta or NO_META).name or "")
         head = f"Output {v.out} of {name} is a view and is being modified inplace." if name else NO_GRAD_VIEW
@@ -545,6 +592,10 @@ def as_strided(t, size, stride, storage_offset=None):
     for k, (n, s) in enumerate(zip(size, stride)):
         index += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(size) - k - 1))
     steps = (Step("reshape", {"shape": (total,)}, (total,), "ViewBackward0"),)
+    if root._strides is not None:  # the storage holds the root's elements in the order of its strides
+        order = tuple(sorted(range(len(root._strides)), key=lambda d: -root._strides[d]))
+        moved = tuple(root._node.shape[d] for d in order)
+        steps = (Step("permute", {"perm": order}, moved, "PermuteBackward0"),) + steps
     steps += (Step("take", {"index": index, "layout": (stride, offset)}, size, "AsStridedBackward0"),)
     if pv is not None and untracked(pv.steps):
         steps = (boundary(),) + steps
@@ -599,7 +650,7 @@ INPUT_OVERLAP = (
 )
 
 
-def _dense(shape, strides):
+def dense(shape, strides):
     """Whether the elements fill a block of storage without gaps or repeats (any dim order)."""
     expected = 1
     for size, stride in sorted(zip(shape, strides), key=lambda p: p[1]):
@@ -625,7 +676,7 @@ def check_overlap(out, *inputs):
         if (t if tv is None else tv.root) is not root or not math.prod(shape) or not t.numel():
             continue
         (sa, a0), (sb, b0) = layout_of(out), layout_of(t)
-        if not (_dense(shape, sa) and _dense(t._node.shape, sb)):
+        if not (dense(shape, sa) and dense(t._node.shape, sb)):
             continue
         a1, b1 = a0 + math.prod(shape), b0 + t.numel()
         if (a0 == b0 and a1 == b1 and sa != sb) or ((a0, a1) != (b0, b1) and a0 < b1 and b0 < a1):
