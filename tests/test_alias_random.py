@@ -54,16 +54,12 @@ KNOWN = {
         "view_write_after_leaf_write": "a compiled f(x) doing x.fill_(c) then x[:1].add_(1) under no_grad, or two "
         "writes through detach() aliases of x, raises Stale (writes to x and its detach aliases are left out)",
     },
-    "forward": {
-        "setitem_mask": "x[x > c] = v on a dual tensor drops its tangent (torch: zero where written, kept elsewhere)",
-        "write_to_detached": "x.detach().fill_(c) drops x's tangent (torch: x keeps it; the write is invisible to AD)",
-    },
+    "forward": {},
 }
 
 # The steps the sequences of each gap's test start with: (view, source, op, args) or (write, target, op, args).
 FORCED = {
     "setitem_mask": [("write", 0, "setitem_mask", (1.0, 0.5))],
-    "write_to_detached": [("view", 0, "detach", ()), ("write", 1, "fill", (1.0,))],
     "grad_outside_after_leaf_update": [("view", 0, "narrow", (0, 0, 1)), ("write", 1, "add_scalar", (0.5,))],
     "view_write_after_leaf_write": [("write", 0, "fill", (1.0,)), ("view", 0, "narrow", (0, 0, 1))]
     + [("write", 1, "add_scalar", (0.5,))],

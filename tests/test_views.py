@@ -615,3 +615,20 @@ def test_clone_keeps_a_dense_layout_as_pytorch_does():
         with pytest.raises(RuntimeError, match="view size is not compatible"):
             c.view(-1)
     assert out[1] == out[0]
+
+
+def test_forward_mode_tangents_survive_reads_masks_and_writes_through_detach():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        fw = lib.autograd.forward_ad
+        with fw.dual_level():
+            x = fw.make_dual(lib.tensor([1.0, -2.0, 3.0], dtype=lib.float64), lib.ones(3, dtype=lib.float64))
+            y = x.sin() * 2
+            repr(y)  # a read computes y: its tangent is still computed through its graph
+            b = x * 1.5
+            b[b > 0] = -1.5
+            z = x * 1.5
+            z.detach().fill_(1)
+            out.append([fw.unpack_dual(t).tangent.tolist() for t in (y, y.clone(), b, z)])
+    np.testing.assert_allclose(np.array(out[1]), np.array(out[0]), rtol=1e-12)

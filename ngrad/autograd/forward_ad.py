@@ -12,7 +12,7 @@ from collections import namedtuple
 
 from .. import grad_mode
 from ..engine.ir.graph import Node, lower, post_order, replay
-from ..engine.runtime.realize import realize
+from ..engine.runtime.realize import KEEP_SOURCES, realize
 from ..engine.transform.differentiate import jvp
 from ..tensor.core import Tensor
 from ..tensor.record import wrap
@@ -38,6 +38,7 @@ def enter_dual_level():
         )
     _Levels.current = _Levels.counter
     _Levels.counter += 1
+    KEEP_SOURCES[0] = True  # a value computed inside keeps the graph its tangent comes from
     return _Levels.current
 
 
@@ -49,6 +50,7 @@ def exit_dual_level(*, level=None):
         )
     _Levels.current = None
     _Levels.duals = weakref.WeakSet()
+    KEEP_SOURCES[0] = False
 
 
 class dual_level:

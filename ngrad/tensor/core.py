@@ -18,7 +18,7 @@ from ..autograd.graph_nodes import BackwardNode
 from ..autograd.meta import NO_META, SEGMENT_NODES, inherit_leaf, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
-from ..engine.runtime.realize import realize
+from ..engine.runtime.realize import KEEP_SOURCES, realize
 from .indexing import IndexingOps
 from .inplace import InplaceOps, replace_node
 from .linalg_ops import LinalgOps
@@ -612,7 +612,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         tensor whose elements fill a block of memory in another order (a transpose) keeps that
         order (``stride()``), unless ``memory_format=ngrad.contiguous_format``."""
         n = self._node
-        if not n.requires_grad and n.value is not None and not is_traced(n) and (n.meta or NO_META).tangent is None:
+        if not n.requires_grad and n.value is not None and not is_traced(n) and not KEEP_SOURCES[0]:
             if n.device == "cuda":
                 from ..engine.targets.cuda import device_copy
 

@@ -14,6 +14,7 @@ from .. import grad_mode as _grad_mode
 from ..autograd.meta import NO_META, inherit_leaf, name_node, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
+from ..engine.runtime.realize import KEEP_SOURCES
 from .functions import pow, where
 from .record import (
     TORCH_NAME,
@@ -96,6 +97,8 @@ def root_value(n, m, tracked):
     that needs no gradient still makes a tensor that requires grad (its gradient is zero)."""
     if n.requires_grad and not n.differentiable:
         return leaf_update(m, n)
+    if not tracked and KEEP_SOURCES[0] and m is not n:
+        return splice(n, m)  # forward mode: a write through detach() leaves the tangent as it was
     if not n.requires_grad or m is n:
         return m
     if not tracked or not _gm.enabled:

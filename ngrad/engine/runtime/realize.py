@@ -19,7 +19,7 @@ from ..ir.tape import params_key
 from ..recent import Recent
 from .dispatch import run
 
-__all__ = ["realize", "held", "pending_count"]
+__all__ = ["KEEP_SOURCES", "realize", "held", "pending_count"]
 
 # views are as cheap to recompute as to keep (and keeping an expand would materialize it): a held
 # view keeps its source's value instead
@@ -66,11 +66,17 @@ def realize(nodes, keep=False):
     return [n.value for n in nodes]
 
 
+# Set while forward-mode AD is active (the facade's dual_level): tangents are computed through the
+# graph, so a realized node keeps its sources
+KEEP_SOURCES = [False]
+
+
 def _store(group, outs):
+    keep = KEEP_SOURCES[0]
     for n, v in zip(group, outs):
         n.value = v
         n.depth = 0
-        if not n.differentiable:
+        if not n.differentiable and not keep:
             n.srcs = ()
 
 
