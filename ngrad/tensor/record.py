@@ -444,9 +444,14 @@ def realize_values(nodes):
 def _realize_deep(node):
     """``Node``'s hook for a node that ends a chain of more than ``PENDING_DEPTH`` pending nodes:
     realize it, with the values still held (see ``realize``), unless ``ngrad.compile`` is
-    tracing (its program is the whole graph) or the chain is shorter than recorded."""
-    if _gm.trace is None and settle_depth(node) > _graph.PENDING_DEPTH:
+    tracing (its program is the whole graph) or the chain is shorter than recorded. A movement
+    waits for the next computation: it may be a view, which must still reach its base's value
+    through its sources (``views.make_view``), and it costs nothing to keep pending."""
+    if _gm.trace is None and node.op not in _MOVEMENTS and settle_depth(node) > _graph.PENDING_DEPTH:
         realize([node], keep=True)
+
+
+_MOVEMENTS = frozenset(["reshape", "permute", "expand", "slice"])
 
 
 _graph.ON_DEEP[0] = _realize_deep

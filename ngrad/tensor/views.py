@@ -232,6 +232,26 @@ def steps_between(parent, child):
     return tuple(out)
 
 
+def join(steps, more):
+    """``steps`` followed by ``more``, two reshapes or two permutes where they meet made one (a
+    loop of transposes or reshapes of a view keeps its steps few)."""
+    out = list(steps)
+    for step in more:
+        last = out[-1] if out else None
+        if last is not None and last.op == step.op == "reshape":
+            out[-1] = step
+        elif last is not None and last.op == step.op == "permute":
+            first, then = last.params["perm"], step.params["perm"]
+            perm = tuple(first[i] for i in then)
+            if perm == tuple(range(len(perm))):
+                out.pop()
+            else:
+                out[-1] = Step("permute", {"perm": perm}, step.shape, step.name)
+        else:
+            out.append(step)
+    return tuple(out)
+
+
 def apply_step(n, step):
     """Record ``step`` on node ``n``."""
     if step.op == "detach":
@@ -383,7 +403,7 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
                     "spans across two contiguous subspaces). Use .reshape(...) instead."
                 )
             return False
-    steps = tuple(here) if pv is None else pv.steps + tuple(here)
+    steps = tuple(here) if pv is None else join(pv.steps, here)
     base = parent if pv is None or pv.base is None else pv.base
     if _gm.inference:
         made = "inference"
