@@ -55,7 +55,7 @@ from .grad_mode import (
 )
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
 from .tensor.functions import as_strided_scatter, diagonal_scatter, select_scatter, slice_scatter
-from .tensor.views import contiguous_format, preserve_format
+from .tensor.layout import contiguous_format, preserve_format
 from .tracing import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 
 float = float32  # noqa: A001

@@ -9,7 +9,10 @@ order they build on each other:
 
 - ``record``: making a node from operands (type promotion, broadcasting, shape errors), the
   ``TensorBase`` layout, realizing values, devices;
-- ``inplace``: version counters, aliases and PyTorch's rules for in-place updates;
+- ``layout``: strides, storage offsets, storage identities and memory formats;
+- ``views``: tensors sharing a base's storage, and how a write through one reaches the base and
+  every other view (functionalization);
+- ``inplace``: version counters and PyTorch's rules for in-place updates;
 - ``functions``: operations with no single owning tensor (``cat``, ``stack``, ``where``...);
 - ``indexing``: ``t[key]`` and ``t[key] = value``;
 - ``math_ops``, ``reduce_ops``, ``shape_ops``, ``linalg_ops``: the op families of ``Tensor``;

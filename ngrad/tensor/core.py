@@ -21,6 +21,7 @@ from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import KEEP_SOURCES, realize
 from .indexing import IndexingOps
 from .inplace import InplaceOps, replace_node
+from .layout import Storage, contiguous_format, contiguous_strides, dense, is_contiguous, storage_key
 from .linalg_ops import LinalgOps
 from .math_ops import MathOps
 from .record import (
@@ -44,17 +45,7 @@ from .record import (
 )
 from .reduce_ops import ReduceOps
 from .shape_ops import ShapeOps
-from .views import (
-    Storage,
-    contiguous_format,
-    contiguous_strides,
-    dense,
-    detached_view,
-    install,
-    is_contiguous,
-    layout_of,
-    storage_key,
-)
+from .views import detached_view, install, layout_of
 
 _gm = _grad_mode.state
 

@@ -22,6 +22,7 @@ from .. import grad_mode as _grad_mode
 from ..autograd.meta import NO_META, name_node
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
+from .layout import contiguous_strides, dense, step_layout
 from .record import TensorBase, const_node, expand_node, index_source, record_op, wrap
 
 _gm = _grad_mode.state
@@ -80,22 +81,6 @@ OVERLAP = (
 )
 
 
-class MemoryFormat:
-    """PyTorch's memory formats: ``ngrad.contiguous_format`` and ``ngrad.preserve_format``."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"ngrad.{self.name}"
-
-
-contiguous_format = MemoryFormat("contiguous_format")
-preserve_format = MemoryFormat("preserve_format")
-
-
 class Step:
     """One movement from a value to its view: a prim (``reshape``, ``permute``, ``expand``,
     ``slice``) or ``detach``, its params, the shape it makes and the grad_fn name it carries."""
@@ -136,15 +121,6 @@ class ViewOf:
         self.leaf = False  # made a leaf that requires grad by requires_grad_()
 
 
-# layout ---------------------------------------------------------------------------------------------
-def contiguous_strides(shape):
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
-
-
 def layout_of(t):
     """(strides, storage offset) of tensor ``t`` in elements (a view's is computed when asked)."""
     v = t._view
@@ -163,59 +139,6 @@ def _trivial(before, after):
     """Whether reshaping ``before`` to ``after`` is a view whatever the strides (it only adds or
     drops ones)."""
     return [s for s in before if s != 1] == [s for s in after if s != 1]
-
-
-def view_strides(old_shape, old_strides, new_shape):
-    """The strides of ``old`` viewed as ``new_shape`` without a copy, or None when some dimension
-    would span two non-contiguous pieces (ATen's ``computeStride``)."""
-    if math.prod(old_shape) == 0 or not old_shape:
-        return contiguous_strides(new_shape)
-    new = [0] * len(new_shape)
-    view_d = len(new_shape) - 1
-    chunk = old_strides[-1]
-    tensor_numel = view_numel = 1
-    for d in range(len(old_shape) - 1, -1, -1):
-        tensor_numel *= old_shape[d]
-        if d == 0 or (old_shape[d - 1] != 1 and old_strides[d - 1] != tensor_numel * chunk):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-                new[view_d] = view_numel * chunk
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if d > 0:
-                chunk = old_strides[d - 1]
-                tensor_numel = view_numel = 1
-    return tuple(new) if view_d == -1 else None
-
-
-def step_layout(layout, shape, step):
-    """The layout after ``step`` of a tensor of ``shape`` laid out as ``layout``; None when the
-    step is a reshape the strides do not allow."""
-    strides, offset = layout
-    op, p = step.op, step.params
-    if op == "detach":
-        return layout
-    if op == "take":
-        return p["layout"]
-    if op == "permute":
-        return tuple(strides[i] for i in p["perm"]), offset
-    if op == "slice":
-        offset += sum(a * s for a, s in zip(p["starts"], strides))
-        return tuple(s * c for s, c in zip(strides, p["steps"])), offset
-    if op == "expand":
-        return tuple(0 if a != b else s for s, a, b in zip(strides, shape, step.shape)), offset
-    new = view_strides(shape, strides, step.shape)
-    return None if new is None else (new, offset)
-
-
-def is_contiguous(shape, strides):
-    expected = 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != expected:
-            return math.prod(shape) == 0
-        expected *= size
-    return True
 
 
 # steps ----------------------------------------------------------------------------------------------
@@ -627,57 +550,10 @@ def as_strided(t, size, stride, storage_offset=None):
     return out
 
 
-_next_key = [1 << 32]
-
-
-def storage_key(root):
-    """A stable number per storage root (``data_ptr``'s base): distinct roots never share one."""
-    key = root.__dict__.get("_storage_key")
-    if key is None:
-        key = root.__dict__["_storage_key"] = _next_key[0]
-        _next_key[0] += 1 << 32
-    return key
-
-
-class Storage:
-    """What ``untyped_storage()`` returns: the storage of a tensor, compared by identity."""
-
-    __slots__ = ("_root",)
-
-    def __init__(self, root):
-        self._root = root
-
-    def data_ptr(self):
-        return storage_key(self._root)
-
-    def nbytes(self):
-        n = self._root._node
-        return math.prod(n.shape) * n.dtype.np.itemsize
-
-    def size(self):
-        return self.nbytes()
-
-    def __eq__(self, other):
-        return isinstance(other, Storage) and other._root is self._root
-
-    def __hash__(self):
-        return id(self._root)
-
-
 INPUT_OVERLAP = (
     "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
     "location. Please clone() the tensor before performing the operation."
 )
-
-
-def dense(shape, strides):
-    """Whether the elements fill a block of storage without gaps or repeats (any dim order)."""
-    expected = 1
-    for size, stride in sorted(zip(shape, strides), key=lambda p: p[1]):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def check_overlap(out, *inputs):
