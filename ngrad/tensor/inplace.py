@@ -57,9 +57,12 @@ def replace_node(t, node):
     if old.requires_grad and not old.differentiable and node.requires_grad and not node.differentiable:
         # a leaf updated in place is the same leaf to autograd.grad: graphs recorded before the
         # update reach its old node (kept only while such a graph holds it)
-        earlier = [r for r in (t.__dict__.get("_earlier") or ()) if r() is not None]
+        earlier = t.__dict__.get("_earlier")
+        if earlier is None:
+            earlier = t.__dict__["_earlier"] = []
+        elif len(earlier) >= 16 and len(earlier) & (len(earlier) - 1) == 0:  # dead ones go as it doubles
+            earlier[:] = [r for r in earlier if r() is not None]
         earlier.append(weakref.ref(old))
-        t.__dict__["_earlier"] = earlier
     if t._retains_grad and node.requires_grad and node.differentiable:
         # retain_grad follows the tensor to its new value, as in PyTorch
         own_meta(old).owner = None
