@@ -3,9 +3,10 @@
 Contract: values are immutable, so an in-place op makes the tensor hold a new node
 (``replace_node``, which tells an active ``ngrad.compile`` trace and marks the old node
 ``replaced``). ``inplace_update(t, result)`` applies PyTorch's checks (shape, dtype, leaves,
-inference tensors), bumps the version counter ``t`` shares with its ``detach()`` aliases, marks
-the old node ``stale`` for backward and updates every alias. ``InplaceOps`` holds the ``*_``
-methods and ``+=``-style operators of ``Tensor``.
+inference tensors, views), writes through a view into its storage root (``views.write_back``),
+bumps the version counter the root shares with its views, marks the old values ``stale`` for
+backward and re-derives every live view from the root's new value. ``InplaceOps`` holds the
+``*_`` methods and ``+=``-style operators of ``Tensor``.
 """
 
 import weakref
@@ -137,13 +138,12 @@ def inplace_update(t, result, uniform=False):
             "clone to get a normal tensor before doing inplace update.See "
             "https://github.com/pytorch/rfcs/pull/17 for more details."
         )
+    # a leaf, or a view requires_grad_() made one (a view of a leaf has its own error, view_error)
+    if _gm.enabled and n.requires_grad and (not n.differentiable if view is None else view.leaf):
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if view is None:
-        if n.requires_grad and not n.differentiable and _gm.enabled:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         root, m, tracked = t, r, True
     else:
-        if view.leaf and _gm.enabled and n.requires_grad:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         if not uniform and overlaps(t):
             raise RuntimeError(OVERLAP)
         err = view_error(t, r)

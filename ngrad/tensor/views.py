@@ -7,8 +7,8 @@ PyTorch ``_base`` and layout (strides and storage offset, for ``stride()``/``is_
 and how it was made (in ``no_grad``, as one of several outputs, by a custom Function). Values
 stay immutable and the tape stays SSA: ``write_back`` turns a write through a view into a new
 value of the root (each step undone: a slice becomes a ``slice_scatter``, a reshape or permute
-its inverse), and ``rederive`` makes every live view of a root read its new value, so an
-in-place update through any view is seen by the base and every other view. ``view_error`` holds
+its inverse), and ``inplace.inplace_update`` re-derives every live view of the root from it
+(``replay``), so an in-place update through any view is seen by the base and every other view. ``view_error`` holds
 PyTorch's rules for in-place updates of views. ``viewing`` wraps the view methods of ``Tensor``.
 """
 
@@ -299,21 +299,16 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
     ``check``: ``view``'s rule, an error when the strides do not allow it. Returns whether
     ``out`` is a view (a reshape the strides do not allow is a copy)."""
     pv = parent._view
-    root = parent if pv is None else pv.root
-    src, n = parent._node, out._node
-    here, strided = [], False
-    while n is not src:  # movements only, or it is a new value
-        if n.op not in MOVES or len(n.srcs) != 1 or len(here) > 16:
-            return False
-        if (
-            n.op == "reshape"
-            and (pv is not None or n.srcs[0] is not src or parent._strides is not None)
-            and not _trivial(n.srcs[0].shape, n.shape)
-        ):
-            strided = True  # strides decide whether this reshape is a view (of a contiguous root it is)
-        here.append(Step(n.op, n.params, n.shape, (n.meta or NO_META).name))
-        n = n.srcs[0]
-    here.reverse()
+    src = parent._node
+    here = steps_between(src, out._node)
+    if here is None:  # not made by movements alone: a new value
+        return False
+    # strides decide whether a reshape is a view (of a contiguous root it always is)
+    shape, strided = src.shape, False
+    for k, step in enumerate(here):
+        if step.op == "reshape" and (pv is not None or k or parent._strides is not None):
+            strided = strided or not _trivial(shape, step.shape)
+        shape = step.shape
     if layout is None and strided:
         layout, shape = layout_of(parent), src.shape
         for step in here:
@@ -326,8 +321,8 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
                     "spans across two contiguous subspaces). Use .reshape(...) instead."
                 )
             return False
-    steps = tuple(here) if pv is None else join(pv.steps, here)
-    base = parent if pv is None or pv.base is None else pv.base
+    root, base = origin(parent)
+    steps = here if pv is None else join(pv.steps, here)
     if _gm.inference:
         made = "inference"
     elif not _gm.enabled:
@@ -339,15 +334,29 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
         ov.made = made or ov.made
         ov.out, ov.maker = index, maker or ov.maker
         return True
-    out._view = ViewOf(root, steps, base, layout, made, index, maker)
-    if out._vc is None:
-        out._vc = version_of(parent)  # the root's, or a .data alias's own
+    # the root's version counter, or a .data alias's own
+    attach(out, root, steps, base, layout, out._vc or version_of(parent), made, index, maker)
     if made == "no_grad" and src.requires_grad and not out._node.requires_grad:
         # PyTorch's view made under no_grad of a tensor that requires grad: it requires grad, as a
         # leaf without grad_fn whose gradient goes nowhere
         out._node.requires_grad = True
-    remember(root, out)
     return True
+
+
+def origin(t):
+    """``t``'s storage root, and what a view of ``t`` reports as its ``_base`` (PyTorch's: the
+    root, or the ``detach()`` alias it was taken from)."""
+    v = t._view
+    if v is None:
+        return t, t
+    return v.root, (t if v.base is None else v.base)
+
+
+def attach(out, root, steps, base, layout, counter, made=None, index=0, maker=None):
+    """Make ``out`` a view of ``root``'s storage through ``steps`` with version ``counter``."""
+    out._view = ViewOf(root, steps, base, layout, made, index, maker)
+    out._vc = counter
+    remember(root, out)
 
 
 def remember(root, view):
@@ -366,35 +375,27 @@ def function_view(out, given, maker):
     its inputs (``given``, returned as it is, or None when ``out`` is a view made in
     ``forward``), as PyTorch does: modifying it in place is an error."""
     if given is not None:
+        root, base = origin(given)
         v = given._view
-        root = given if v is None else v.root
-        base = given if v is None or v.base is None else v.base
-        out._view = ViewOf(root, () if v is None else v.steps, base, layout_of(given))
-        out._vc = version_of(root)
-        remember(root, out)
+        attach(out, root, () if v is None else v.steps, base, layout_of(given), version_of(root))
     out._view.made, out._view.maker = "function", maker
 
 
 def view_of(t, steps):
     """A new view of ``t`` through movement ``steps`` (recorded from ``t``'s value now)."""
     out = wrap(replay(t._node, steps))
+    root, base = origin(t)
     pv = t._view
-    root = t if pv is None else pv.root
-    base = t if pv is None or pv.base is None else pv.base
-    out._view = ViewOf(root, steps if pv is None else pv.steps + steps, base, None)
-    out._vc = version_of(t)
-    remember(root, out)
+    attach(out, root, steps if pv is None else join(pv.steps, steps), base, None, version_of(t))
     return out
 
 
 def detached_view(t, out, share_version):
     """Register ``out`` (``t.detach()`` or ``t.data``) as sharing ``t``'s storage."""
     pv = t._view
-    root = t if pv is None else pv.root
+    root = origin(t)[0]
     steps = (boundary(),) if pv is None else pv.steps + (boundary(),)
-    out._view = ViewOf(root, steps, None, layout_of(t))
-    out._vc = version_of(root) if share_version else Version()
-    remember(root, out)
+    attach(out, root, steps, None, layout_of(t), version_of(root) if share_version else Version())
     return out
 
 
@@ -520,7 +521,7 @@ def as_strided(t, size, stride, storage_offset=None):
     if any(s < 0 for s in stride):
         raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}")
     pv = t._view
-    root = t if pv is None else pv.root
+    root, base = origin(t)
     offset = layout_of(t)[1] if storage_offset is None else int(storage_offset)
     if offset < 0:
         raise RuntimeError(f"Tensor: invalid storage offset {offset}")
@@ -543,10 +544,7 @@ def as_strided(t, size, stride, storage_offset=None):
     if pv is not None and untracked(pv.steps):
         steps = (boundary(),) + steps
     out = wrap(replay(root._node, steps))
-    base = t if pv is None or pv.base is None else pv.base
-    out._view = ViewOf(root, steps, base, (stride, offset))
-    out._vc = version_of(root)
-    remember(root, out)
+    attach(out, root, steps, base, (stride, offset), version_of(root))
     return out
 
 
@@ -560,16 +558,14 @@ def check_overlap(out, *inputs):
     """PyTorch's error when an input of an in-place operation on ``out`` shares some, but not
     all, of ``out``'s memory (``x[1:].add_(x[:-1])``); like PyTorch, only tensors that fill a
     dense block are compared (anything else is allowed)."""
-    ov = out._view
-    if ov is None and not out._views:
+    if out._view is None and not out._views:
         return
-    root = out if ov is None else ov.root
+    root = origin(out)[0]
     shape = out._node.shape
     for t in inputs:
         if not isinstance(t, TensorBase) or t is out:
             continue
-        tv = t._view
-        if (t if tv is None else tv.root) is not root or not math.prod(shape) or not t.numel():
+        if origin(t)[0] is not root or not math.prod(shape) or not t.numel():
             continue
         (sa, a0), (sb, b0) = layout_of(out), layout_of(t)
         if not (dense(shape, sa) and dense(t._node.shape, sb)):
