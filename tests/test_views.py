@@ -657,3 +657,19 @@ def test_a_view_made_at_the_end_of_a_deep_pending_chain_is_a_view():
     assert v._base is y
     v.mul_(2.0)
     assert y.tolist() == [1500.0, 3000.0, 3000.0, 3000.0]
+
+
+def test_forward_mode_a_dual_value_written_through_a_detach_alias_is_the_alias_tangent():
+    torch = pytest.importorskip("torch")
+    out = []
+    for lib in (torch, ngrad):
+        fw = lib.autograd.forward_ad
+        with fw.dual_level():
+            leaf = fw.make_dual(lib.tensor([1.0, 2.0], dtype=lib.float64), lib.ones(2, dtype=lib.float64))
+            x = lib.ones(2, dtype=lib.float64) * 3
+            d = x.detach()
+            x.add_(-1.5)
+            d.add_(leaf * -1.5)
+            d[1:].mul_(leaf[1:])
+            out.append((fw.unpack_dual(d).tangent.tolist(), fw.unpack_dual(x).tangent, d.tolist(), x.tolist()))
+    assert out[1] == out[0]

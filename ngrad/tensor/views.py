@@ -22,6 +22,7 @@ from .. import grad_mode as _grad_mode
 from ..autograd.meta import NO_META, name_node
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
+from ..engine.runtime.realize import KEEP_SOURCES
 from .layout import contiguous_strides, dense, step_layout
 from .record import TensorBase, const_node, expand_node, index_source, record_op, wrap
 
@@ -212,9 +213,12 @@ def splice(old, new):
 def tracked_after(old, new):
     """The history a ``detach()`` alias keeps once a write gave it value ``new`` (``old``: the
     history it had, or None): the write's own if it requires grad; else, under ``no_grad``, the
-    old history with the new value, and in grad mode the new value with a zero gradient to it."""
-    if new.requires_grad or old is None:
-        return new if new.requires_grad else None
+    old history with the new value, and in grad mode the new value with a zero gradient to it.
+    While forward-mode AD is active the write's value is kept as well: its tangent is the alias's."""
+    if new.requires_grad or KEEP_SOURCES[0]:  # forward mode: its tangent, too, is the alias's own
+        return new
+    if old is None:
+        return None
     if not _gm.enabled:
         with _grad_mode.enable_grad():
             return splice(old, new)
