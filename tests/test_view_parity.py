@@ -671,7 +671,6 @@ def compiled_writes_through_a_view_of_a_captured_tensor(lib):
 
 # Cases ngrad fails today, with what differs from torch (strict: a fixed case must lose its entry).
 XFAIL = {
-    "custom_function_mark_dirty_on_a_view": "no FunctionCtx.mark_dirty",
     "error_multiple_output_view_used_after_its_base_is_written": "no error (torch: multiple-output view error)",
 }
 

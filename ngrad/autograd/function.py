@@ -9,12 +9,15 @@ can be differentiated again.
 """
 
 import functools
+import inspect
 
 from .. import grad_mode
 from ..engine.ir.graph import Node
+from ..engine.runtime.realize import KEEP_SOURCES
 from ..tensor.core import Tensor
+from ..tensor.inplace import inplace_update
 from ..tensor.record import wrap
-from ..tensor.views import function_view
+from ..tensor.views import function_view, version_of
 from .meta import NO_META, SEGMENT_NODES, own_meta
 from .reverse import FREED
 
@@ -32,6 +35,7 @@ class FunctionCtx:
         self.to_save = ()
         self._saved = None
         self._non_differentiable = set()
+        self._dirty = {}
         self._freed = False
         self._input_nodes = ()
         self._outputs = ()
@@ -67,6 +71,12 @@ class FunctionCtx:
                     f"detection with ngrad.autograd.set_detect_anomaly(True)."
                 )
         return tuple(t for t, _, _ in self._saved)
+
+    def mark_dirty(self, *args):
+        """Declare inputs that ``forward`` modified in place; ``forward`` must return them. Each
+        comes back as the same tensor object, its version bumped and its history continued by
+        this Function (through a view, the base is rewritten as for any in-place op)."""
+        self._dirty.update((id(a), a) for a in args)
 
     def mark_non_differentiable(self, *args):
         """Declare outputs that have no gradient: they do not require grad, and ``backward``
@@ -104,7 +114,7 @@ class FunctionCtx:
         if not reached:
             return [], []
         name = type(self).__name__
-        res = self._cls.backward(self, *grads)
+        res = _user_backward(self._cls)(self, *grads)
         if not isinstance(res, tuple):
             res = (res,)
         n = len(self._input_nodes)
@@ -150,6 +160,17 @@ class FunctionCtx:
 
 
 _TYPE = {"f32": "Float", "f64": "Double", "i64": "Long", "i32": "Int", "b8": "Bool"}
+
+
+def _user_backward(cls):
+    """The reverse rule a Function defines: ``backward``, or its alias ``vjp`` (not both)."""
+    backward, vjp = cls.backward, cls.vjp
+    if backward is not Function.backward and vjp is not Function.vjp and backward is not vjp:
+        raise RuntimeError(
+            "Implementing both 'backward' and 'vjp' for a custom Function is not allowed. You should "
+            "only implement one of them."
+        )
+    return vjp if vjp is not Function.vjp else backward
 
 
 def _expandable(shape, to):
@@ -226,11 +247,16 @@ class Function:
     def apply(cls, *args, **kwargs):
         """Run ``forward`` on ``args`` and attach ``backward`` to the tensors it returns."""
         ctx = cls._backward_cls()
+        new_style = cls.setup_context is not Function.setup_context
+        if new_style:  # setup_context sees the defaults of forward's arguments, as in PyTorch
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
         enabled = grad_mode.is_grad_enabled()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad and enabled for a in args)
         ctx._input_nodes = tuple(a._node if isinstance(a, Tensor) else None for a in args)
         with grad_mode.no_grad():
-            if cls.setup_context is not Function.setup_context:
+            if new_style:
                 out = cls.forward(*args, **kwargs)
                 cls.setup_context(ctx, args, out)
             else:
@@ -238,39 +264,75 @@ class Function:
         ctx._forward_inputs = args
         is_tuple = isinstance(out, tuple)
         outs = out if is_tuple else (out,)
-        if not any(ctx.needs_input_grad):
-            for o in outs:  # views made in forward are still PyTorch's views made in a Function
-                if isinstance(o, Tensor) and o._view is not None:
+        _check_dirty(ctx, outs)
+        track = any(ctx.needs_input_grad)
+        if not track and not KEEP_SOURCES[0]:  # nothing to differentiate, in either mode
+            for o in outs:
+                if isinstance(o, Tensor) and id(o) in ctx._dirty:
+                    version_of(o).value += 1
+                elif isinstance(o, Tensor) and o._view is not None:  # still PyTorch's view made in a Function
                     function_view(o, None, cls.__name__)
             return out
-        inputs = {id(a) for a in args if isinstance(a, Tensor)}
-        seen, result, specs = set(), [], []
-        for o in outs:
-            if not isinstance(o, Tensor):
-                result.append(o)
-                specs.append(None)
-                continue
-            raw = o._node
-            differentiable = id(o) not in ctx._non_differentiable and raw.dtype.is_floating_point
-            node = Node("detach", (raw,), None, raw.shape, raw.dtype, differentiable)
-            if differentiable:
-                meta = own_meta(node)
-                meta.ctx, meta.name = ctx, type(ctx).__name__
-                SEGMENT_NODES.add(node)
-            if id(o) in inputs or id(o) in seen:
-                given = o
-                o = wrap(node)  # an input returned as it is keeps its own node; the output is new
-                function_view(o, given, type(ctx).__name__)
-            else:
-                o._node = node
-                if o._view is not None:  # a view made in forward
-                    function_view(o, None, type(ctx).__name__)
-            seen.add(id(o))
-            result.append(o)
-            specs.append((node, raw.shape, raw.dtype))
+        result, specs = _attach(ctx, args, outs, track)
         ctx._outputs = tuple(specs)
         ctx._saved = [(t, t._node, t._version) if t is not None else (None, None, 0) for t in ctx.to_save]
         return tuple(result) if is_tuple else result[0]
+
+
+def _check_dirty(ctx, outs):
+    """PyTorch's checks of ``mark_dirty``: every dirty tensor is returned, none is a leaf that
+    requires grad (checked only while gradients are recorded)."""
+    if not ctx._dirty:
+        return
+    returned = {id(o) for o in outs if isinstance(o, Tensor)}
+    if any(k not in returned for k in ctx._dirty):
+        raise RuntimeError(
+            "Some elements marked as dirty during the forward method were not returned as output. The "
+            "inputs that are modified inplace must all be outputs of the Function."
+        )
+    for t, n in zip(ctx._forward_inputs, ctx._input_nodes):
+        if id(t) in ctx._dirty and grad_mode.is_grad_enabled() and n.requires_grad and t._view is None:
+            if not n.differentiable:
+                raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+
+
+def _attach(ctx, args, outs, track):
+    """Give each tensor ``forward`` returned a node whose gradient is ``ctx``'s ``backward``
+    (and whose tangent is its ``jvp``). ``track``: some input requires grad, so the outputs do.
+    Returns the outputs to hand back and one (node, shape, dtype) per output (None for others)."""
+    name = type(ctx).__name__
+    inputs = {id(a) for a in args if isinstance(a, Tensor)}
+    position = {id(o): i for i, o in enumerate(outs)}  # a tensor returned twice is its last output
+    result, specs = [], []
+    for i, o in enumerate(outs):
+        if not isinstance(o, Tensor):
+            result.append(o)
+            specs.append(None)
+            continue
+        raw = o._node
+        differentiable = track and id(o) not in ctx._non_differentiable and raw.dtype.is_floating_point
+        node = Node("detach", (raw,), None, raw.shape, raw.dtype, differentiable)
+        meta = own_meta(node)
+        meta.ctx, meta.name = ctx, name
+        if differentiable:
+            SEGMENT_NODES.add(node)
+        specs.append((node, raw.shape, raw.dtype))
+        if position[id(o)] != i:  # an earlier position of a tensor returned twice: no gradient reaches it
+            result.append(o)
+        elif id(o) in ctx._dirty:  # modified in place: the same tensor, its history continued here
+            with grad_mode.enable_grad():
+                inplace_update(o, wrap(node))
+            result.append(o)
+        elif id(o) in inputs:  # an input returned as it is: a new tensor viewing it
+            out = wrap(node)
+            function_view(out, o, name)
+            result.append(out)
+        else:
+            o._node = node
+            if o._view is not None:  # a view made in forward
+                function_view(o, None, name)
+            result.append(o)
+    return result, specs
 
 
 class _DelayedError(Function):
