@@ -328,3 +328,116 @@ def test_value_like_torch(name, call):
     assert tuple(got.shape) == tuple(want.shape)
     assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+# --- value checks inside a compiled function ---------------------------------------------------
+# (id, function of the library and its tensors, arguments as lists, exception type, key phrase):
+# the values exist only when the program runs, so the ``require`` step, gather and index check
+# them there; the table runs eagerly on PyTorch too
+F64, I64 = "float64", "int64"
+COMPILED = [
+    ("gather_neg", lambda m, x, i: x.gather(1, i), [(M22, F64), ([[-1], [0]], I64)], RuntimeError, "index -1 is out"),
+    ("gather_big", lambda m, x, i: x.gather(1, i), [(M22, F64), ([[0], [2]], I64)], RuntimeError, "index 2 is out"),
+    (
+        "index_select_neg",
+        lambda m, x, i: x.index_select(0, i),
+        [([1.0, 2.0], F64), ([-1], I64)],
+        IndexError,
+        "index out of range in self",
+    ),
+    (
+        "index_select_dim1",
+        lambda m, x, i: x.index_select(1, i),
+        [(M22, F64), ([0, 5], I64)],
+        RuntimeError,
+        "INDICES element is out of DATA bounds, id=5 axis_dim=2",
+    ),
+    (
+        "index_select_computed",
+        lambda m, x, i: x.index_select(0, x.argmax().reshape(1) - 2 + i),
+        [([1.0, 2.0], F64), ([0], I64)],
+        IndexError,
+        "index out of range in self",
+    ),
+    (
+        "index_big",
+        lambda m, x, i: x[i],
+        [(M22, F64), ([2], I64)],
+        IndexError,
+        "index 2 is out of bounds for dimension 0 with size 2",
+    ),
+    ("floordiv_zero", lambda m, a, b: a // b, [([1, 2], I64), ([0, 1], I64)], RuntimeError, "ZeroDivisionError"),
+    ("remainder_zero", lambda m, a, b: a % b, [([1, 2], I64), ([1, 0], I64)], RuntimeError, "ZeroDivisionError"),
+    ("rmod_zero", lambda m, a, b: 7 % (b * a), [([1, 2], I64), ([1, 0], I64)], RuntimeError, "ZeroDivisionError"),
+    ("fmod_zero", lambda m, a, b: a.fmod(b), [([1, 2], I64), ([0, 0], I64)], RuntimeError, "ZeroDivisionError"),
+    (
+        "div_trunc_zero",
+        lambda m, a, b: a.div(b, rounding_mode="trunc"),
+        [([1, 2], I64), ([3, 0], I64)],
+        RuntimeError,
+        "ZeroDivisionError",
+    ),
+    (
+        "div_floor_computed_zero",
+        lambda m, a, b: a.div(b - b, rounding_mode="floor"),
+        [([1, 2], I64), ([3, 4], I64)],
+        RuntimeError,
+        "ZeroDivisionError",
+    ),
+]
+MODES = ["interpreted", pytest.param("compiled", marks=pytest.mark.numba)]
+
+
+def _args(m, spec):
+    return [m.tensor(v, dtype=getattr(m, d)) for v, d in spec]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name, fn, spec, exc, phrase", COMPILED, ids=[c[0] for c in COMPILED])
+def test_compiled_function_raises(name, fn, spec, exc, phrase, mode, request):
+    if mode == "compiled":
+        request.getfixturevalue("jit_always")
+    f = ngrad.compile(lambda *a: fn(ngrad, *a))
+    for _ in range(2):  # the first call traces, the second replays the program
+        with pytest.raises(exc) as info:
+            f(*_args(ngrad, spec))
+        assert phrase in str(info.value) and type(info.value).__module__ == "builtins"
+
+
+@pytest.mark.parametrize("name, fn, spec, exc, phrase", COMPILED, ids=[c[0] for c in COMPILED])
+def test_compiled_table_is_torchs(name, fn, spec, exc, phrase):
+    torch = torch_or_skip()
+    with pytest.raises(exc) as info:
+        fn(torch, *_args(torch, spec))
+    assert phrase in str(info.value)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compiled_checks_pass_good_values_and_gradients(mode, request):
+    # the same programs on values PyTorch accepts: the results and gradients, call after call
+    if mode == "compiled":
+        request.getfixturevalue("jit_always")
+    w = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+
+    @ngrad.compile
+    def f(x, i, a, b):
+        y = (x.index_select(1, i) * ngrad.tensor(w)).sum() + x[i.flip(0) - 2].sum()
+        return y, a // b, a % b, a.fmod(b), a.div(b, rounding_mode="trunc")
+
+    for i0, b0 in (([1, 0], [2, -3]), ([1, 1], [5, 1]), ([0, 1], [-1, 7])):
+        x = ngrad.tensor(np.arange(6.0).reshape(3, 2), requires_grad=True)
+        a, b = ngrad.tensor([7, -7]), ngrad.tensor(b0)
+        y, q, r, fm, tr = f(x, ngrad.tensor(i0), a, b)
+        y.backward()
+        xs, iv = np.arange(6.0).reshape(3, 2), np.array(i0)
+        grad = np.zeros((3, 2))
+        np.add.at(grad, (slice(None), iv), w)
+        np.add.at(grad, (iv[::-1] - 2 + 3,), 1)  # negative indices count from the end, as in PyTorch
+        assert y.item() == pytest.approx((xs[:, iv] * w).sum() + xs[iv[::-1] - 2].sum())
+        np.testing.assert_array_equal(x.grad.numpy(), grad)
+        av, bv = np.array([7, -7]), np.array(b0)
+        np.testing.assert_array_equal(q.numpy(), av // bv)
+        np.testing.assert_array_equal(r.numpy(), av % bv)
+        np.testing.assert_array_equal(fm.numpy(), np.fmod(av, bv))
+        np.testing.assert_array_equal(tr.numpy(), np.trunc(av / bv).astype(np.int64))
+    assert f.traces == 1

@@ -1,10 +1,12 @@
 """Every primitive: forward against NumPy, VJP against finite differences (first and second order)."""
 
+import re
+
 import numpy as np
 import pytest
 
 from ngrad.engine.ir.interpret import interpret
-from ngrad.engine.ir.prims import PRIMS
+from ngrad.engine.ir.prims import PRIMS, TapeError
 from ngrad.engine.transform.differentiate import jvp, vjp
 
 from .oracles import dot_check, prim_tape, second_order_tape
@@ -97,6 +99,7 @@ NOT_DIFFERENTIABLE = {
     "argsort",
     "const",
     "detach",
+    "require",
 }
 
 
@@ -175,6 +178,35 @@ def test_logical_and_arg_reductions():
     np.testing.assert_array_equal(interpret(tape, [x])[0], [1, 0])
     tape, _ = prim_tape("argmin", [x], {"axis": 1, "keepdim": True})
     np.testing.assert_array_equal(interpret(tape, [x])[0], [[0], [0]])
+
+
+@pytest.mark.parametrize(
+    "test, params, bad, error, phrase",
+    [
+        ("divisor", {}, [3, 0, 1], RuntimeError, "ZeroDivisionError"),
+        ("index_select", {"bound": 3}, [0, -1], IndexError, "index out of range in self"),
+        ("index_select", {"bound": 3}, [3, 0], IndexError, "index out of range in self"),
+        ("index_select_dim1", {"bound": 3}, [0, 7, -1], RuntimeError, "id=7 axis_dim=3"),
+        ("target", {"bound": 3, "ignore": -100}, [0, -100, -2], IndexError, "Target -2 is out of bounds."),
+    ],
+)
+def test_require_passes_its_operand_or_raises_pytorchs_error(test, params, bad, error, phrase):
+    params = dict(params, test=test)
+    tape, _ = prim_tape("require", [np.array(bad, np.int64)], params)
+    with pytest.raises(error, match=re.escape(phrase)):
+        interpret(tape, [np.array(bad, np.int64)])
+    good = np.array({"divisor": [1, -2, 3], "target": [2, -100, 0]}.get(test, [0, 1, 2]), np.int64)
+    np.testing.assert_array_equal(interpret(tape, [good])[0], good)
+    with pytest.raises(TapeError, match="integer"):
+        prim_tape("require", [np.zeros(2)], params)
+
+
+def test_gather_refuses_negative_indices_as_pytorch_does():
+    x = np.arange(6.0).reshape(2, 3)
+    for idx, bad in (([[-1], [0]], -1), ([[0], [3]], 3)):
+        tape, _ = prim_tape("gather", [x, np.array(idx)], {"axis": 1})
+        with pytest.raises(RuntimeError, match=f"index {bad} is out of bounds for dimension 1 with size 3"):
+            interpret(tape, [x, np.array(idx)])
 
 
 def test_argsort_is_stable_both_ways_with_nan_largest():

@@ -16,6 +16,7 @@ from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
 from .functions import where
 from .inplace import inplace_update
+from .math_ops import require
 from .record import (
     TensorBase,
     const_node,
@@ -112,9 +113,9 @@ def _index_items(t, key):
             if k.dtype is D.bool_:
                 items.append(("mask", host_value(k)))
             elif k.dtype.category == 1:
-                # under ngrad.compile an index tensor on the CPU stays a tensor: its values may
-                # come from the arguments, and NumPy checks them when the program runs
-                lazy = _gm.trace is not None and k._node.device == "cpu" and t._node.device == "cpu"
+                # under ngrad.compile an index tensor stays a tensor: its values may come from
+                # the arguments, and the ``index`` step checks them when the program runs
+                lazy = _gm.trace is not None
                 items.append(("adv", k if lazy else host_value(k)))
             else:
                 raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
@@ -246,10 +247,20 @@ class IndexingOps:
         if idx.dtype.category != 1:
             raise RuntimeError("index_select(): Expected dtype int32/int64 for index")
         d = normalize_dim(dim, max(self.ndim, 1))
-        iv = host_value(idx).reshape(-1)
         size = self.shape[d] if self.ndim else 1
+        # PyTorch's CPU kernel for dim 1 of a matrix or more has its own bounds error
+        test = "index_select_dim1" if d == 1 and self.ndim > 1 else "index_select"
+        if _gm.trace is not None and idx.numel() and (self.ndim or idx.numel() == 1):
+            # under ngrad.compile the index may come from the arguments: checked when the program runs
+            checked = require(idx.reshape(-1).to(D.int64), test, size)
+            out = self._advanced(d, [checked]) if self.ndim else self.reshape(1)._advanced(0, [checked]).reshape(())
+            return named(out, "IndexSelectBackward0")
+        iv = host_value(idx).reshape(-1)
         # checked where the index is realized: unlike t[idx], index_select counts nothing from the end
         if iv.size and (iv.min() < 0 or iv.max() >= size):
+            if test == "index_select_dim1":
+                bad = iv[(iv < 0) | (iv >= size)][0]
+                raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={size}")
             raise IndexError("index out of range in self")
         if not self.ndim:  # a 0-d tensor is one entry, and so is the result
             if iv.size != 1:

@@ -49,26 +49,52 @@ def _refuse_bool_sub(t, other):
     )
 
 
+def require(t, test, bound=0, ignore=0):
+    """Integer tensor ``t`` with a value check recorded before its use: the ``require``
+    primitive, which raises PyTorch's error when the program runs if an element fails ``test``
+    (``"divisor"``: a zero; ``"index_select"``, ``"index_select_dim1"``: outside ``[0, bound)``;
+    ``"target"``: outside ``[0, bound)`` and not ``ignore``). For values that do not exist yet,
+    under ``ngrad.compile``; elsewhere the facade reads the values and raises at once.
+
+    ```python
+    >>> import ngrad
+    >>> f = ngrad.compile(lambda a, b: a // b)
+    >>> f(ngrad.tensor([7, 8]), ngrad.tensor([2, 3]))
+    tensor([3, 2])
+    >>> f(ngrad.tensor([7, 8]), ngrad.tensor([2, 0]))
+    Traceback (most recent call last):
+    ...
+    RuntimeError: ZeroDivisionError
+
+    ```
+    """
+    n = t._node
+    params = {"test": test} if test == "divisor" else {"test": test, "bound": bound, "ignore": ignore}
+    return record_op("require", (n,), params, n.shape, n.dtype, None)
+
+
 def check_divisor(a, b):
-    """Raise PyTorch's error for an integer division (``//``, ``%``, ``fmod``, ``div`` with a
-    rounding mode) of ``a`` by a ``b`` with a zero: the hardware result is garbage. Only integer
-    divisions pay for it; a divisor tensor is realized here, since its values decide (under
-    ``ngrad.compile`` they do not exist yet, and nothing is checked). Floating-point division by
-    zero gives inf or nan, as in PyTorch."""
+    """``b``, once checked for an integer division (``//``, ``%``, ``fmod``, ``div`` with a
+    rounding mode) of ``a`` by it: PyTorch raises for a zero, where the hardware result is
+    garbage. Only integer divisions pay for it; a divisor tensor is realized here, since its
+    values decide, except under ``ngrad.compile``, where they do not exist yet and ``b`` comes
+    back wrapped in a ``require`` step that checks them when the program runs. Floating-point
+    division by zero gives inf or nan, as in PyTorch."""
     if b.__class__ is int and b:  # the common case, a nonzero Python int: nothing to check
-        return
+        return b
     ca = a.dtype.category if isinstance(a, TensorBase) else category(a)
     cb = b.dtype.category if isinstance(b, TensorBase) else category(b)
     if ca is None or cb is None or ca == 2 or cb == 2:
-        return
+        return b
     if isinstance(b, TensorBase):
         if _gm.trace is not None:
-            return
+            return require(b, "divisor")
         zero = not host_value(b).all()
     else:
         zero = b == 0
     if zero:
         raise RuntimeError("ZeroDivisionError")
+    return b
 
 
 class MathOps:
@@ -152,7 +178,7 @@ class MathOps:
             raise RuntimeError(
                 f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
             )
-        check_divisor(self, other)
+        other = check_divisor(self, other)
         q = self / other
         if rounding_mode == "floor":
             q = q.floor()
@@ -188,20 +214,20 @@ class MathOps:
 
         ```
         """
-        check_divisor(self, other)
+        other = check_divisor(self, other)
         return binary("remainder", self, other, "RemainderBackward0")
 
     def __mod__(self, other):
         return self.remainder(other)
 
     def __rmod__(self, other):
-        check_divisor(other, self)
-        return binary("remainder", self, other, "RemainderBackward0", reverse=True)
+        divisor = check_divisor(other, self)
+        return binary("remainder", divisor, other, "RemainderBackward0", reverse=True)
 
     def fmod(self, other):
         """``self - other * trunc(self / other)``, computed exactly: the sign of ``self`` (C's
         ``fmod``). The gradient is 1 in ``self`` and ``-trunc(self / other)`` in ``other``."""
-        check_divisor(self, other)
+        other = check_divisor(self, other)
         return binary("fmod", self, other, "FmodBackward0")
 
     def addcmul(self, tensor1, tensor2, *, value=1):

@@ -159,6 +159,7 @@ class _Code:
                 f"_m.dtype = _D{k}",
                 f"_m.value = {self.outs[v.where[k]]}",
                 "_m.requires_grad = _m.differentiable = False",
+                *(["_m.device = 'cuda'"] if v.target == "cuda" else []),
                 "if _RECORD[0] is not None: _RECORD[0](_m)",
                 f"_r{k} = _new(_Tensor)",
                 f"_r{k}._node = _m",
@@ -242,7 +243,8 @@ def make_entry(variant, is_tensor, signature, parts):
     if parts is None:  # the probe has each argument's node already
         for at, line in code.probed:
             reads[at] = line
-    inlined = inline(variant.tape, code.vals, code.g, "return _entry(flat)")
+    # a CUDA program runs through its own runtime: there is no CPU driver to inline
+    inlined = inline(variant.tape, code.vals, code.g, "return _entry(flat)") if variant.target == "cpu" else None
     if inlined is not None:
         driver, results = inlined
         call = driver + [f"{o} = {r}" for o, r in zip(code.outs, results)]

@@ -278,8 +278,12 @@ class Variant:
             position = {s: i for i, s in enumerate(low.tape.inputs)}
             self.passed = [position.get(s) for s in low.tape.outputs]  # an input returned as it is
             self.differentiable = [n.requires_grad for n in unique]
+        # a program of device tensors runs on the CUDA target (the CPU driver takes only host arrays)
+        self.target = where = target_of(unique) if unique else "cpu"
         self.run = (
-            None if graph and self.split is None else prepare(low.tape if self.split is None else self.split.forward)
+            None
+            if graph and self.split is None
+            else prepare(low.tape if self.split is None else self.split.forward, where)
         )
 
     def valid(self, flat):

@@ -197,10 +197,40 @@ class NumpyMath:
 
     @staticmethod
     def gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
+        """``take_along_axis`` with PyTorch's bounds: a negative index is an error too (NumPy
+        would count it from the end), a RuntimeError naming the index."""
+        if idx.size and idx.min() < 0:
+            raise RuntimeError(
+                f"index {int(idx.min())} is out of bounds for dimension {axis} with size {x.shape[axis]}"
+            )
         try:
             return np.take_along_axis(x, idx, axis=axis)
-        except IndexError as e:
-            raise _index_error(e) from None
+        except IndexError:
+            n = x.shape[axis]
+            bad = int(idx[idx >= n].reshape(-1)[0])
+            raise RuntimeError(f"index {bad} is out of bounds for dimension {axis} with size {n}") from None
+
+    @staticmethod
+    def require(x: np.ndarray, test: str, bound: int = 0, ignore: int = 0) -> np.ndarray:
+        """``x`` itself if every element passes ``test`` (see the ``require`` row), else PyTorch's
+        error for it. Works on CuPy arrays too (the CUDA target's glue)."""
+        if test == "divisor":
+            if not x.all():
+                raise RuntimeError("ZeroDivisionError")
+            return x
+        if not x.size or (0 <= x.min() and x.max() < bound):
+            return x
+        out = (x < 0) | (x >= bound)
+        if test == "target":
+            out &= x != ignore
+            if out.any():
+                raise IndexError(f"Target {int(x[out].reshape(-1)[0])} is out of bounds.")
+            return x
+        if test == "index_select_dim1":
+            raise RuntimeError(
+                f"INDICES element is out of DATA bounds, id={int(x[out].reshape(-1)[0])} axis_dim={bound}"
+            )
+        raise IndexError("index out of range in self")
 
     @staticmethod
     def scatter_add(x: np.ndarray, idx: np.ndarray, axis: int, shape: Sequence[int]) -> np.ndarray:

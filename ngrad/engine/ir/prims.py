@@ -499,6 +499,12 @@ P(
     per_arg(lambda g, out, x, idx, axis, shape: g.gather(idx, axis=axis), None),
     LINEAR,
 )
+# a value check: the operand itself once every element passes PyTorch's test for its use
+# (``test``: a divisor has no zero, an index_select index or a class target lies in
+# [0, bound), a target may also be ``ignore``), else PyTorch's error, raised when the program
+# runs. Recorded where the values are not known yet (under ngrad.compile); integer operands
+# only, so never differentiated; a glue step on every target, so no kernel reads out of bounds
+P("require", "require", S.require, lambda m, x, **params: m.require(x, **params))
 
 # linear algebra (inv, solve, det: stacks of matrices, LAPACK through NumPy, run as glue) and sources
 P(

@@ -180,6 +180,15 @@ def scatter_add(shapes: Shapes, dtypes: Dtypes, axis: int, shape: Ints) -> Typed
     return tuple(shape), dtypes[0]
 
 
+REQUIREMENTS = ("divisor", "index_select", "index_select_dim1", "target")
+
+
+def require(shapes: Shapes, dtypes: Dtypes, test: str, bound: int = 0, ignore: int = 0) -> Typed:
+    if test not in REQUIREMENTS or dtypes[0] not in ("i32", "i64"):
+        fail(f"require {test!r} of {dtypes[0]}: the tests are {REQUIREMENTS}, of integer operands")
+    return shapes[0], dtypes[0]
+
+
 def matmul(shapes: Shapes, dtypes: Dtypes) -> Typed:
     a, b = shapes
     if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2] or dtypes[0] != dtypes[1]:

@@ -74,6 +74,7 @@ class GlueKind(enum.Enum):
     IMPLICIT = "implicit"  # an expand NumPy broadcasts where it is read (``implicit_expands``)
     SCALAR_ALIAS = "scalar alias"  # a reshape or detach of a runtime scalar: the same NumPy scalar
     ALIAS = "alias"  # a detach: the same array
+    REQUIRE = "require"  # a value check (the interpreter's NumPy) whose result is its operand
     MATMUL_INTO = "matmul into"  # a matmul into a buffer of the plan's (``CompiledPlan.into``)
     RESHAPE = "reshape"
     SLICE = "slice"
@@ -104,6 +105,8 @@ def glue_kind(ins, tape, plan, implicit, scalar_operand):
         return GlueKind.SCALAR_ALIAS
     if ins.prim == "detach":
         return GlueKind.ALIAS
+    if ins.prim == "require":
+        return GlueKind.REQUIRE
     if out in plan.into:
         return GlueKind.MATMUL_INTO
     if ins.prim in ("reshape", "slice", "unslice"):
@@ -248,6 +251,12 @@ class _Writer:
             self._alias(out, a0, self.root[a0])
             return f"# %{out} = detach(%{a0}) is {self.var[a0]}"
         args = [f"asarray({self.var[a]})" if self.var[a] in self.scalar else self.var[a] for a in ins.args]
+        if kind is GlueKind.REQUIRE:
+            tape = self.tape
+            self.g[f"G{out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
+            self.lines.append(f"G{out}({args[0]})  # %{out} = require(%{a0}), {ins.params['test']}")
+            self._alias(out, a0, self.root.get(a0, self.var[a0]))
+            return f"# %{out} is {self.var[a0]}"
         if kind is GlueKind.MATMUL_INTO:
             return self._matmul_into(ins, args)
         if kind is GlueKind.UNSLICE:

@@ -61,6 +61,10 @@ def _batched_index(x: Var, idx: Sequence[Var], axis: int, size: int, scatter_sha
     return g.permute(perm=tuple(inv))
 
 
+# kinds whose rows take a leading batch axis as they are (a value check tests every element)
+_LEADING = frozenset(["unary", "binary", "compare", "logical", "where", "cast", "matmul", "linalg", "require"])
+
+
 def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[bool]]:
     """Rewrite ``tape`` so the inputs in ``batched`` carry a leading axis of ``size``."""
     b = Builder()
@@ -81,7 +85,7 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
             continue
         kind, name = PRIMS[ins.prim].kind, ins.prim
         lifted = [a if f else _lift(a, size) for a, f in zip(args, flags)]
-        if kind in ("unary", "binary", "compare", "logical", "where", "cast", "matmul", "linalg") or name in (
+        if kind in _LEADING or name in (
             "gather",
             "scatter_add",
             "cat",
