@@ -5,6 +5,7 @@ import inspect
 import os
 import threading
 import traceback
+import warnings
 
 from .autograd.meta import own_meta
 from .engine.ir import graph as _graph
@@ -64,6 +65,63 @@ def is_grad_enabled():
     return state.enabled
 
 
+def _in_mode(factory, gen):
+    """Run generator ``gen`` with a fresh ``factory()`` context around each of its steps, so the
+    mode holds inside it across yields and the caller's mode holds between them (sent values,
+    thrown exceptions and ``close`` are passed on)."""
+    try:
+        with factory():
+            response = gen.send(None)
+        while True:
+            try:
+                request = yield response
+            except GeneratorExit:
+                with factory():
+                    gen.close()
+                raise
+            except BaseException as e:  # thrown at us by the caller: the generator handles it
+                with factory():
+                    response = gen.throw(e)
+            else:
+                with factory():
+                    response = gen.send(request)
+    except StopIteration as e:
+        return e.value
+
+
+def decorate(factory, func):
+    """``func`` run inside ``factory()`` (a fresh context manager per call), PyTorch's way: a
+    generator function keeps the mode inside its body across yields, a class is wrapped as its
+    constructor with PyTorch's FutureWarning, and the wrapper keeps ``func``'s metadata."""
+    if inspect.isclass(func):
+        warnings.warn(
+            "Decorating classes is deprecated and will be disabled in future versions. You should only "
+            "decorate functions or methods. To preserve the current behavior of class decoration, you can "
+            "directly decorate the `__init__` method and nothing else.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        cls = func
+
+        def func(*args, **kwargs):
+            return cls(*args, **kwargs)
+
+    if inspect.isgeneratorfunction(func):
+
+        @functools.wraps(func)
+        def generator(*args, **kwargs):
+            return (yield from _in_mode(factory, func(*args, **kwargs)))
+
+        return generator
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with factory():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
 class _Mode:
     """A context manager that is also a decorator, with or without parentheses."""
 
@@ -84,20 +142,12 @@ class _Mode:
         state.enabled = self._prev.pop()
         return False
 
+    def clone(self):
+        """A new context manager of the same mode (each decorated call enters its own)."""
+        return type(self)()
+
     def __call__(self, func):
-        if inspect.isclass(func):
-            raise TypeError(f"{type(self).__name__} can only decorate functions")
-        mode = self._mode
-        cls = type(self)
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            ctx = object.__new__(cls)
-            ctx._prev, ctx._mode = [], mode
-            with ctx:
-                return func(*args, **kwargs)
-
-        return wrapper
+        return decorate(self.clone, func)
 
 
 class no_grad(_Mode):
@@ -158,7 +208,7 @@ class set_grad_enabled(_Mode):
     def __new__(cls, mode):
         self = object.__new__(cls)
         self._prev = [state.enabled]
-        self._mode = bool(mode)
+        self._mode = self.mode = bool(mode)
         state.enabled = self._mode
         return self
 
@@ -168,6 +218,15 @@ class set_grad_enabled(_Mode):
     def __exit__(self, *exc):
         state.enabled = self._prev.pop() if self._prev else True
         return False
+
+    def __call__(self, func):
+        # as a decorator the switch applies to the calls only, not from here on
+        state.enabled = self._prev[-1] if self._prev else True
+        return decorate(self.clone, func)
+
+    def clone(self):
+        """A new switch to the same mode (it takes effect at once, as the constructor does)."""
+        return type(self)(self.mode)
 
 
 def is_inference_mode_enabled():
@@ -179,7 +238,9 @@ class inference_mode:
     """Context manager and decorator for code that will never be differentiated: like
     ``no_grad``, and the tensors made inside are inference tensors, which cannot be updated in
     place outside inference mode nor saved for a backward pass (PyTorch's errors).
-    ``inference_mode(False)`` does nothing.
+    ``inference_mode(False)`` leaves inference mode and, as PyTorch's does, turns gradient
+    recording on, even inside ``inference_mode()`` or ``no_grad``. As decorators, all the
+    modes of this module keep their mode inside a generator across its yields.
 
     ```python
     >>> import ngrad
@@ -193,35 +254,37 @@ class inference_mode:
     ...     return x * w
     >>> predict(ngrad.tensor([1.0]))
     tensor([2.])
+    >>> with ngrad.inference_mode():
+    ...     with ngrad.inference_mode(False):
+    ...         (w * 3).requires_grad
+    True
 
     ```
     """
 
     def __new__(cls, mode=True):
         self = super().__new__(cls)
-        self._mode, self._prev = True, []
+        self.mode, self._prev = True, []
         if callable(mode):
             return self(mode)
-        self._mode = bool(mode)
+        self.mode = bool(mode)
         return self
 
     def __enter__(self):
+        # PyTorch's InferenceMode(mode) also sets grad mode to ``not mode``: inference_mode(False)
+        # inside inference_mode() (or no_grad) records gradients again
         self._prev.append((state.enabled, state.inference))
-        if self._mode:
-            state.enabled, state.inference = False, True
-            sync_recording()
+        state.enabled, state.inference = not self.mode, self.mode
+        sync_recording()
 
     def __exit__(self, *exc):
         state.enabled, state.inference = self._prev.pop()
         sync_recording()
         return False
 
+    def clone(self):
+        """A new context manager of the same mode."""
+        return type(self)(self.mode)
+
     def __call__(self, func):
-        mode = self._mode
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with inference_mode(mode):
-                return func(*args, **kwargs)
-
-        return wrapper
+        return decorate(self.clone, func)
