@@ -1,5 +1,6 @@
-"""Activations, losses and ``linear``, as in ``torch.nn.functional``: compositions of ngrad's
-operations, so they differentiate (to any order), trace and compile like code a user writes.
+"""Activations, losses, ``linear`` and the layers' functional forms (from ``layer_functions``),
+as in ``torch.nn.functional``: compositions of ngrad's operations, so they differentiate (to any
+order), trace and compile like code a user writes.
 
 ```python
 >>> import ngrad
@@ -20,6 +21,18 @@ import numpy as np
 from .. import grad_mode as _grad_mode
 from .. import tensor as _t
 from ..tensor.record import host_value
+from .layer_functions import (
+    batch_norm,
+    bilinear,
+    cosine_similarity,
+    dropout,
+    embedding,
+    layer_norm,
+    normalize,
+    one_hot,
+    pad,
+    pairwise_distance,
+)
 
 __all__ = [
     "relu",
@@ -42,6 +55,16 @@ __all__ = [
     "cross_entropy",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
+    "layer_norm",
+    "batch_norm",
+    "dropout",
+    "embedding",
+    "pad",
+    "one_hot",
+    "normalize",
+    "cosine_similarity",
+    "pairwise_distance",
+    "bilinear",
 ]
 
 

@@ -1,0 +1,45 @@
+"""The ``Module`` class and the layers, containers, activations and losses built on it."""
+
+from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .layers import Bilinear, Dropout, Embedding, Flatten, Identity, Linear, Unflatten
+from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
+from .module import Module
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+
+__all__ = [
+    "Module",
+    "Sequential",
+    "ModuleList",
+    "ModuleDict",
+    "ParameterList",
+    "ParameterDict",
+    "Identity",
+    "Linear",
+    "Bilinear",
+    "Embedding",
+    "Flatten",
+    "Unflatten",
+    "Dropout",
+    "LayerNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "ReLU",
+    "Tanh",
+    "Sigmoid",
+    "GELU",
+    "SiLU",
+    "ELU",
+    "LeakyReLU",
+    "Softplus",
+    "Softmax",
+    "LogSoftmax",
+    "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "CrossEntropyLoss",
+    "NLLLoss",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+]
