@@ -126,3 +126,78 @@ def test_inference_tensors_cannot_be_saved_or_updated_outside(lib):
     b = a.clone()
     (x * b).sum().backward()
     assert not b.is_inference()
+
+
+# --- anomaly mode --------------------------------------------------------------------------------
+
+
+def anomaly_state(lib):
+    mod = lib.autograd.anomaly_mode
+    enabled = getattr(lib, "is_anomaly_enabled", None) or mod.is_anomaly_enabled
+    check_nan = getattr(lib, "is_anomaly_check_nan_enabled", None) or mod.is_anomaly_check_nan_enabled
+    return enabled(), check_nan()
+
+
+def nan_function(lib):
+    class NanGrad(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x * 2 + y
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, g * float("nan")
+
+    return NanGrad
+
+
+@LIBS
+def test_anomaly_mode_names_the_custom_node_and_output_and_shows_its_forward_call(lib):
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.warns(UserWarning, match="Anomaly Detection has been enabled"), lib.autograd.detect_anomaly():
+        out = nan_function(lib).apply(x, x * 1)  # the line the warning must show
+        with pytest.warns(UserWarning) as caught:
+            with pytest.raises(RuntimeError, match=r"Function 'NanGradBackward' returned nan values in its 1th output"):
+                out.sum().backward()
+    messages = [str(w.message) for w in caught]
+    trace = [m for m in messages if m.startswith("Error detected in NanGradBackward. Traceback of forward call")]
+    assert trace and "the line the warning must show" in trace[0]
+    with lib.autograd.detect_anomaly(check_nan=False):
+        y = x * 1
+        nan_function(lib).apply(x, y).sum().backward()
+    assert x.grad is not None
+
+
+@LIBS
+def test_anomaly_mode_reports_the_forward_call_of_a_backward_that_raises(lib):
+    class Boom(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            raise ValueError("boom")
+
+    x = lib.tensor([1.0], requires_grad=True)
+    with pytest.warns(UserWarning), lib.autograd.detect_anomaly():
+        y = Boom.apply(x)  # recorded here
+        with pytest.warns(UserWarning, match="Error detected in BoomBackward") as caught:
+            with pytest.raises(ValueError, match="boom"):
+                y.sum().backward()
+    assert any("recorded here" in str(w.message) for w in caught)
+
+
+@LIBS
+def test_nested_anomaly_modes_restore_what_they_found(lib):
+    seen = []
+    with pytest.warns(UserWarning), lib.autograd.detect_anomaly():
+        seen.append(anomaly_state(lib))
+        with lib.autograd.set_detect_anomaly(False):
+            seen.append(anomaly_state(lib)[0])
+            with lib.autograd.detect_anomaly(check_nan=False):
+                seen.append(anomaly_state(lib))
+            seen.append(anomaly_state(lib))
+        seen.append(anomaly_state(lib))
+    seen.append(anomaly_state(lib))
+    assert seen == [(True, True), False, (True, False), (False, True), (True, True), (False, True)]

@@ -10,7 +10,13 @@ import warnings
 from ..grad_mode import Anomaly, sync_recording
 from .meta import NO_META
 
-__all__ = ["detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled", "is_anomaly_check_nan_enabled"]
+__all__ = [
+    "detect_anomaly",
+    "set_detect_anomaly",
+    "is_anomaly_enabled",
+    "is_anomaly_check_nan_enabled",
+    "forward_trace",
+]
 
 
 def is_anomaly_enabled():
@@ -86,6 +92,20 @@ class detect_anomaly:
         return wrapper
 
 
+def forward_trace(name, trace):
+    """PyTorch's warning for a node whose backward failed under anomaly detection: where the
+    forward call that made it was recorded (``trace``: frames, or None when anomaly detection
+    was off while it was recorded)."""
+    if not trace:
+        return (
+            f"Error detected in {name}. No forward pass information available. Enable detect anomaly "
+            f"during forward pass for more information."
+        )
+    return f"Error detected in {name}. Traceback of forward call that caused the error:\n" + "".join(
+        traceback.format_list(trace)
+    )
+
+
 def check_nan(low, joint, values):
     """Run the joint tape by the interpreter and raise at the first gradient rule whose
     cotangent holds a NaN (``values``: one array per tape input)."""
@@ -105,12 +125,7 @@ def check_nan(low, joint, values):
             meta = (node.meta if node is not None else None) or NO_META
             name = (meta.name or node.op.capitalize() + "Backward0") if node is not None else tape.instrs[i].prim
             where = "".join(traceback.format_list(meta.trace)) if meta.trace else ""
-            if where:
-                warnings.warn(
-                    f"Error detected in {name}. Traceback of forward call that caused the error:\n{where}",
-                    UserWarning,
-                    stacklevel=4,
-                )
+            warnings.warn(forward_trace(name, meta.trace), UserWarning, stacklevel=4)
             raise RuntimeError(
                 f"Function '{name}' returned nan values in its {k}th output."
                 + (f"\nThe forward operation was recorded at:\n{where}" if where else "")

@@ -10,14 +10,17 @@ can be differentiated again.
 
 import functools
 import inspect
+import warnings
 
 from .. import grad_mode
 from ..engine.ir.graph import Node
 from ..engine.runtime.realize import KEEP_SOURCES
+from ..grad_mode import Anomaly
 from ..tensor.core import Tensor
 from ..tensor.inplace import inplace_update
 from ..tensor.record import wrap
 from ..tensor.views import function_view, version_of
+from .anomaly_mode import forward_trace
 from .meta import NO_META, SEGMENT_NODES, own_meta
 from .reverse import FREED
 
@@ -114,9 +117,7 @@ class FunctionCtx:
         if not reached:
             return [], []
         name = type(self).__name__
-        res = _user_backward(self._cls)(self, *grads)
-        if not isinstance(res, tuple):
-            res = (res,)
+        res = _call_backward(self, grads)
         n = len(self._input_nodes)
         if len(res) != n:
             if len(res) > n and all(r is None for r in res[n:]):
@@ -160,6 +161,26 @@ class FunctionCtx:
 
 
 _TYPE = {"f32": "Float", "f64": "Double", "i64": "Long", "i32": "Int", "b8": "Bool"}
+
+
+def _call_backward(ctx, grads):
+    """The user's ``backward`` on ``grads``, as a tuple. Under anomaly detection a gradient
+    holding NaN is an error naming the node and the output, and any failure first warns with
+    the traceback of the forward call that made the node, as PyTorch does."""
+    try:
+        res = _user_backward(ctx._cls)(ctx, *grads)
+        if not isinstance(res, tuple):
+            res = (res,)
+        if Anomaly.enabled and Anomaly.check_nan:
+            for i, g in enumerate(res):
+                if isinstance(g, Tensor) and g.dtype.is_floating_point and bool(g.detach().isnan().any()):
+                    raise RuntimeError(f"Function '{type(ctx).__name__}' returned nan values in its {i}th output.")
+    except Exception:
+        if Anomaly.enabled:
+            trace = next(((s[0].meta or NO_META).trace for s in ctx._outputs if s is not None), None)
+            warnings.warn(forward_trace(type(ctx).__name__, trace), UserWarning, stacklevel=2)
+        raise
+    return res
 
 
 def _user_backward(cls):
