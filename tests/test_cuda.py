@@ -336,6 +336,24 @@ def test_ptx_type_checks_every_primitive_kernel(dtype, rng):
             assert ".entry" in ptx and ".visible" in ptx
 
 
+def test_kernels_compile_where_numpy_has_no_row_stack():
+    """NumPy 2.5 removed ``np.row_stack``, which numba-cuda 0.30 still registers an overload for
+    when its target first compiles; kernels must compile anyway and NumPy must stay as it was.
+    Run in a child process whose NumPy lacks the alias, as NumPy 2.5's does."""
+    _ptx_or_skip()
+    code = (
+        "import numpy as np\n"
+        "if hasattr(np, 'row_stack'):\n"
+        "    del np.row_stack; np.__all__.remove('row_stack')\n"
+        "from ngrad.engine.backend.cuda_source import cuda_fill_source\n"
+        "from ngrad.engine.targets.cuda import cuda_ptx\n"
+        "assert '.entry' in cuda_ptx(cuda_fill_source(), 'void(int64, float64[::1], float64)')\n"
+        "assert not hasattr(np, 'row_stack')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
 def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
     cuda_ptx = _ptx_or_skip()
     for name in sorted(test_ops.CASES):

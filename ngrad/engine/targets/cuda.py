@@ -42,8 +42,26 @@ def _cuda():
     if not _cuda_module:
         from numba import cuda
 
+        _load_registries_without_row_stack()
         _cuda_module.append(cuda)
     return _cuda_module[0]
+
+
+def _load_registries_without_row_stack():
+    """numba-cuda 0.30 registers a ``np.row_stack`` overload when its target first compiles, and
+    NumPy 2.5 removed that alias, so every kernel failed with an AttributeError
+    (NVIDIA/numba-cuda#907; the package is in maintenance mode and will not change). Importing
+    that registry once with the alias present makes later compiles find it loaded; the alias is
+    removed again, so NumPy is left as the user has it."""
+    if hasattr(np, "row_stack") or simulated():
+        return
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+    try:
+        import numba.cuda.np.arrayobj  # noqa: F401
+    except Exception:  # a numba-cuda without that module has no such overload to register
+        pass
+    finally:
+        del np.row_stack  # type: ignore[attr-defined]
 
 
 def cuda_status():
