@@ -1,4 +1,5 @@
-"""``ngrad.func``: function transforms (``grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``hessian``).
+"""``ngrad.func``: function transforms (``grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``hessian``)
+and ``functional_call`` (a module run with other parameters and buffers).
 
 Each takes a plain Python function of tensors and returns a function that computes a derivative
 through ngrad's reverse mode, the way ``torch.func`` and JAX spell it. They are eager (any
@@ -10,7 +11,7 @@ from . import grad_mode as _grad_mode
 from .autograd.reverse import grad as _grad
 from .tensor import Tensor
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "hessian"]
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "hessian", "functional_call"]
 
 
 def _argnums(argnums, n):
@@ -242,3 +243,81 @@ def hessian(func, argnums=0):
         return h.detach().reshape(tuple(x.shape) * 2)
 
     return wrapper
+
+
+def _tied_names(module):
+    """Every name of each parameter and buffer object that more than one name reaches."""
+    names = {}
+    for table in (module.named_parameters, module.named_buffers):
+        for name, t in table(remove_duplicate=False):
+            names.setdefault(id(t), []).append(name)
+    return {n: group for group in names.values() if len(group) > 1 for n in group}
+
+
+def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *, tie_weights=True, strict=False):
+    """Call ``module`` with the parameters and buffers named in ``parameter_and_buffer_dicts``
+    (a dict, or a sequence of dicts with distinct keys) in place of its own, which are put back
+    afterwards. ``tie_weights``: a tensor registered under several names takes the given value
+    under all of them. ``strict``: every parameter and buffer must be given, and nothing else.
+
+    ```python
+    >>> import ngrad
+    >>> fc = ngrad.nn.Linear(2, 1)
+    >>> w = {"weight": ngrad.ones(1, 2), "bias": ngrad.zeros(1)}
+    >>> ngrad.func.functional_call(fc, w, (ngrad.tensor([[1.0, 2.0]]),))
+    tensor([[3.]])
+
+    ```
+    """
+    if isinstance(parameter_and_buffer_dicts, dict):
+        given = dict(parameter_and_buffer_dicts)
+    else:
+        given = {}
+        for d in parameter_and_buffer_dicts:
+            for k, v in d.items():
+                if k in given:
+                    raise ValueError(f"{k} appeared in multiple dictionaries; behavior of functional call is ambiguous")
+                given[k] = v
+    if tie_weights:
+        tied = _tied_names(module)
+        for name in list(given):
+            for other in tied.get(name, ()):
+                if other in given and given[other] is not given[name]:
+                    raise ValueError(
+                        f"functional_call got multiple values for keys {sorted(tied[name])}, which are tied. "
+                        "Consider using tie_weights=False"
+                    )
+                given.setdefault(other, given[name])
+    if strict:
+        known = [n for n, _ in module.named_parameters(remove_duplicate=False)]
+        known += [n for n, _ in module.named_buffers(remove_duplicate=False)]
+        errors = []
+        unexpected = [k for k in given if k not in known]
+        missing = [k for k in known if k not in given]
+        if unexpected:
+            errors.append("Unexpected key(s): {}.".format(", ".join(map(repr, unexpected))))
+        if missing:
+            errors.append("Missing key(s): {}.".format(", ".join(map(repr, missing))))
+        if errors:
+            raise RuntimeError(f"Error(s) in reparametrizing for {module._get_name()}:\n\t" + "\n\t".join(errors))
+    args = args if isinstance(args, tuple) else (() if args is None else (args,))
+    undo = []
+    try:
+        for name, value in given.items():
+            path, _, attr = name.rpartition(".")
+            owner = module.get_submodule(path)
+            for table in (owner._parameters, owner._buffers, owner.__dict__):
+                if attr in table or table is owner.__dict__:
+                    undo.append((table, attr, table.get(attr, _ABSENT)))
+                    table[attr] = value
+                    break
+        return module(*args, **(kwargs or {}))
+    finally:
+        for table, attr, old in reversed(undo):
+            if old is _ABSENT:
+                del table[attr]
+            else:
+                table[attr] = old
+
+
+_ABSENT = object()
