@@ -655,3 +655,51 @@ def test_constant_subexpressions_are_computed_once(rng):
     t.mul_(0.5)
     np.testing.assert_allclose(vg(ngrad.tensor(x0))[1].numpy(), expect(t.numpy())[1], rtol=1e-12)
     assert vg.traces == 2
+
+
+def _put(x, k, v):
+    y = x * 1
+    y[k] = v
+    return y
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ([1], [7.0, 8.0, 9.0]),  # a row
+        ([-1, 0], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),  # rows, one counted from the end
+        ([[True, False, True], [False, True, False]], 7.0),  # a mask and a number
+        ([[True, False, True], [False, True, False]], [1.0, 2.0, 3.0]),  # a value per selected element
+        ([False, True], [1.0, 2.0, 3.0]),  # a mask of rows, the value broadcast along them
+    ],
+)
+def test_setitem_with_an_index_or_mask_argument_traces_and_replays(key, value, rng):
+    # the key's values are read when the program runs (the first call used to raise TraceError);
+    # values and gradients (of x's kept elements and of the value) as PyTorch's, call after call
+    torch = pytest.importorskip("torch")
+    f = ngrad.compile(_put)
+    for _ in range(3):
+        x0, w = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+        v0 = np.asarray(value) * rng.uniform(1, 2)
+        tx, tv = torch.tensor(x0, requires_grad=True), torch.tensor(v0, requires_grad=True)
+        ty = _put(tx, torch.tensor(key), tv)
+        (ty * torch.tensor(w)).sum().backward()
+        x, v = ngrad.tensor(x0, requires_grad=True), ngrad.tensor(v0, requires_grad=True)
+        y = f(x, ngrad.tensor(key), v)
+        (y * ngrad.tensor(w)).sum().backward()
+        np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-15)
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-15)
+        np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy(), rtol=1e-15)
+    assert f.traces == 1
+
+
+def test_setitem_with_repeated_indices_keeps_the_last_write_as_in_eager_mode():
+    f = ngrad.compile(_put)
+    x, v = ngrad.zeros(3, requires_grad=True), ngrad.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for key in ([2, 0, 2], [1, 1, 1]):
+        y = f(x, ngrad.tensor(key), v)
+        want = _put(x, ngrad.tensor(key), v)  # eager
+        np.testing.assert_array_equal(y.detach().numpy(), want.detach().numpy())
+        (gy,) = ngrad.autograd.grad(y.sum() * 1, v)
+        (gw,) = ngrad.autograd.grad(want.sum() * 1, v)
+        np.testing.assert_array_equal(gy.numpy(), gw.numpy())

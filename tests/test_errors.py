@@ -385,6 +385,24 @@ COMPILED = [
         "ZeroDivisionError",
     ),
 ]
+
+
+def _put(m, x, k, v):
+    y = x * 1
+    y[k] = v
+    return y
+
+
+COMPILED += [
+    ("setitem_big", _put, [(M22, F64), ([2], I64), ([1.0, 2.0], F64)], IndexError, "index 2 is out of bounds"),
+    (
+        "setitem_mask_count",
+        _put,
+        [(M22, F64), ([[True, False], [True, True]], "bool"), ([1.0, 2.0], F64)],
+        RuntimeError,
+        "shape mismatch: value tensor of shape [2] cannot be broadcast to indexing result of shape [3]",
+    ),
+]
 MODES = ["interpreted", pytest.param("compiled", marks=pytest.mark.numba)]
 
 

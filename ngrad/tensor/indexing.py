@@ -14,7 +14,7 @@ import numpy as np
 from .. import grad_mode as _grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
-from .functions import where
+from .functions import cat, where
 from .inplace import inplace_update
 from .math_ops import require
 from .record import (
@@ -235,6 +235,93 @@ def _apply_plan(t, plan):
     return out
 
 
+def _traced_setitem(t, key, value):
+    """``t[key] = value`` under ``ngrad.compile`` where ``key`` holds tensors whose values the
+    program reads when it runs (so nothing here may read them): integer indices, or one boolean
+    mask over leading dims. Returns False for keys the eager path handles (no tensor in them)."""
+    tensors = [k for k in key if isinstance(k, TensorBase)]
+    if not tensors:
+        return False
+    masks = [k for k in tensors if k.dtype is D.bool_]
+    if not masks:
+        _scatter_positions(t, key, value)
+        return True
+    m = masks[0]
+    if len(key) != 1 or m.ndim == 0 or tuple(m.shape) != tuple(t.shape[: m.ndim]):
+        return False  # the eager path reads the mask (a TraceError) or raises PyTorch's shape error
+    _masked_assign(t, m, value)
+    return True
+
+
+def _scatter_positions(t, key, value):
+    """``t[key] = value`` with integer tensor indices: the flat positions ``key`` picks from an
+    ``arange`` (negative entries count from the end; the ``index`` step checks the bounds), then
+    the values placed there, the last write of a repeated position winning as in eager mode."""
+    shape, d = t._node.shape, t.dtype
+    n = math.prod(shape)
+    picked = wrap(index_source(np.arange(n).reshape(shape)))[key]
+    m = picked.numel()
+    if m == 0:
+        return
+    pos = picked.reshape(-1)
+    work = d if d is not D.bool_ else D.int64
+    src = to_tensor(value).to(work)
+    vals = (src if tuple(src.shape) == tuple(picked.shape) else src.expand(tuple(picked.shape))).reshape(-1)
+    # the last of equal positions: a stable sort puts them together, in the order written
+    order = pos.argsort(stable=True)
+    run = pos[order]
+    last = wrap(const_node(True, D.bool_)).expand((1,))
+    if m > 1:
+        last = cat([run[1:] != run[:-1], last])
+    weight = _unindex(last.to(work), order, m)  # 1 for the write that lands, per write
+    placed = _unindex(vals * weight, pos, n)
+    hit = _unindex(wrap(const_node(1, work)).expand((m,)), pos, n)
+    kept = where(hit == 0, t.reshape(-1).to(work), wrap(const_node(0, work)))
+    inplace_update(t, named((kept + placed).reshape(shape).to(d), "IndexPutBackward0"))
+
+
+def _broadcasts(a, b):
+    """Whether shape ``a`` broadcasts to shape ``b``."""
+    try:
+        return np.broadcast_shapes(tuple(a), tuple(b)) == tuple(b)
+    except ValueError:
+        return False
+
+
+def _unindex(vals, pos, n):
+    """A length-``n`` vector of zeros with ``vals`` added at positions ``pos``."""
+    return record_op(
+        "unindex", (vals._node, pos._node), {"shape": (n,), "axis": 0}, (n,), vals.dtype, "IndexPutBackward0"
+    )
+
+
+def _masked_assign(t, mask, value):
+    """``t[mask] = value`` for a boolean ``mask`` over the leading dims of ``t``: a ``where``.
+    A value that broadcasts to the trailing dims fills every selected row; one with a row per
+    selected element is read through the mask's running count, which a ``require`` step checks
+    against its number of rows when the program runs (PyTorch's shape mismatch error)."""
+    shape, d = t._node.shape, t.dtype
+    lead, rest = math.prod(mask.shape), tuple(shape[mask.ndim :])
+    src = to_tensor(value).to(d)
+    rows = t.reshape((lead,) + rest)
+    cond = mask.reshape((lead,) + (1,) * len(rest)).expand((lead,) + rest)
+    vs = tuple(src.shape)
+    if len(vs) <= len(rest) or (len(vs) == len(rest) + 1 and vs[0] == 1):
+        new = where(cond, src.reshape(vs[1:] if len(vs) > len(rest) else vs).expand((lead,) + rest), rows)
+    else:
+        if len(vs) != len(rest) + 1 or not _broadcasts(vs[1:], rest):
+            # the number of selected rows is known only when the program runs
+            raise RuntimeError(
+                f"shape mismatch: value tensor of shape {list(vs)} cannot be broadcast to indexing result "
+                f"of shape [<selected rows>{''.join(f', {r}' for r in rest)}]"
+            )
+        count = mask.reshape(-1).to(D.int64).cumsum(0) - 1
+        at = require(count, "mask_count", vs[0], rest=rest)
+        at = where(at < 0, wrap(const_node(0, D.int64)), at)
+        new = where(cond, src.expand((vs[0],) + rest)[at], rows)
+    inplace_update(t, named(new.reshape(shape), "IndexPutBackward0"))
+
+
 class IndexingOps:
     """Indexing (``t[key]``, ``t[key] = v``, ``index_select``), a mixin of ``Tensor``."""
 
@@ -314,6 +401,9 @@ class IndexingOps:
         if all(k is None or k is Ellipsis or type(k) in (int, slice) for k in basic):
             # a view of the selected elements, written through: PyTorch's copy_ into a view
             self[key].copy_(value)
+            return
+
+        if _gm.trace is not None and _traced_setitem(self, basic, value):
             return
 
         def host(k):

@@ -49,12 +49,14 @@ def _refuse_bool_sub(t, other):
     )
 
 
-def require(t, test, bound=0, ignore=0):
+def require(t, test, bound=0, ignore=0, rest=()):
     """Integer tensor ``t`` with a value check recorded before its use: the ``require``
     primitive, which raises PyTorch's error when the program runs if an element fails ``test``
     (``"divisor"``: a zero; ``"index_select"``, ``"index_select_dim1"``: outside ``[0, bound)``;
-    ``"target"``: outside ``[0, bound)`` and not ``ignore``). For values that do not exist yet,
-    under ``ngrad.compile``; elsewhere the facade reads the values and raises at once.
+    ``"target"``: outside ``[0, bound)`` and not ``ignore``; ``"mask_count"``: a mask's running
+    count less one, whose last entry + 1 must be ``bound``, the rows of a value of trailing shape
+    ``rest``). For values that do not exist yet, under ``ngrad.compile``; elsewhere the facade
+    reads the values and raises at once.
 
     ```python
     >>> import ngrad
@@ -70,6 +72,8 @@ def require(t, test, bound=0, ignore=0):
     """
     n = t._node
     params = {"test": test} if test == "divisor" else {"test": test, "bound": bound, "ignore": ignore}
+    if rest:
+        params["rest"] = tuple(rest)
     return record_op("require", (n,), params, n.shape, n.dtype, None)
 
 

@@ -211,12 +211,20 @@ class NumpyMath:
             raise RuntimeError(f"index {bad} is out of bounds for dimension {axis} with size {n}") from None
 
     @staticmethod
-    def require(x: np.ndarray, test: str, bound: int = 0, ignore: int = 0) -> np.ndarray:
+    def require(x: np.ndarray, test: str, bound: int = 0, ignore: int = 0, rest: Sequence[int] = ()) -> np.ndarray:
         """``x`` itself if every element passes ``test`` (see the ``require`` row), else PyTorch's
         error for it. Works on CuPy arrays too (the CUDA target's glue)."""
         if test == "divisor":
             if not x.all():
                 raise RuntimeError("ZeroDivisionError")
+            return x
+        if test == "mask_count":  # x: a mask's running count less one; its last entry + 1 is the count
+            count = int(x.reshape(-1)[-1]) + 1 if x.size else 0
+            if count != bound:
+                raise RuntimeError(
+                    f"shape mismatch: value tensor of shape {[bound, *rest]} cannot be broadcast to "
+                    f"indexing result of shape {[count, *rest]}"
+                )
             return x
         if not x.size or (0 <= x.min() and x.max() < bound):
             return x

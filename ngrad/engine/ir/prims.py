@@ -501,7 +501,8 @@ P(
 )
 # a value check: the operand itself once every element passes PyTorch's test for its use
 # (``test``: a divisor has no zero, an index_select index or a class target lies in
-# [0, bound), a target may also be ``ignore``), else PyTorch's error, raised when the program
+# [0, bound), a target may also be ``ignore``, a mask's running count ends at ``bound``, the
+# rows of the value it assigns), else PyTorch's error, raised when the program
 # runs. Recorded where the values are not known yet (under ngrad.compile); integer operands
 # only, so never differentiated; a glue step on every target, so no kernel reads out of bounds
 P("require", "require", S.require, lambda m, x, **params: m.require(x, **params))
