@@ -237,6 +237,36 @@ def test_device_semantics_and_errors():
 
 
 @device
+def test_device_compiled_indexing_and_value_checks():
+    # a compiled program of device tensors runs on the device (it failed with "got FakeCUDAArray"
+    # in the simulator) and returns device tensors; its index and divisor checks raise PyTorch's errors
+    cuda = {"device": "cuda"}
+
+    @ngrad.compile
+    def f(x, i, j, a, b):
+        y = x * 1
+        y[j] = 0.5
+        return (x.gather(1, i) * 2).sum() + x.index_select(1, j).sum() + y.sum(), a // b
+
+    x0 = np.arange(6.0).reshape(2, 3)
+    for _ in range(2):  # traced, then replayed
+        x = ngrad.tensor(x0, dtype=ngrad.float64, requires_grad=True, **cuda)
+        i, j = ngrad.tensor([[2], [0]], **cuda), ngrad.tensor([1], **cuda)
+        s, q = f(x, i, j, ngrad.tensor([7, -7], **cuda), ngrad.tensor([2, 2], **cuda))
+        assert s.is_cuda and q.is_cuda
+        s.backward()
+        assert s.item() == 2 * (2.0 + 3.0) + (1.0 + 4.0) + (3.0 + 3 * 0.5)
+        np.testing.assert_array_equal(q.cpu().numpy(), [3, -4])
+        np.testing.assert_array_equal(x.grad.cpu().numpy(), [[1.0, 2.0, 3.0], [2.0, 1.0, 0.0]])
+    args = [ngrad.tensor([[-1], [0]], **cuda), ngrad.tensor([1], **cuda), ngrad.tensor([1], **cuda)]
+    with pytest.raises(RuntimeError, match="index -1 is out of bounds for dimension 1 with size 3"):
+        f(x.detach(), *args, ngrad.tensor([2, 2], **cuda))
+    args[0] = ngrad.tensor([[0], [0]], **cuda)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(x.detach(), *args, ngrad.tensor([2, 0], **cuda))
+
+
+@device
 def test_device_cuda_array_interface_in_and_out():
     from numba import cuda
 
