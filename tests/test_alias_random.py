@@ -46,7 +46,7 @@ class Entry:
 # (``FORCED``). In the leaf modes the base is the leaf itself, written under no_grad.
 KNOWN = {
     "eager": {},
-    "compiled": {"setitem_mask": "x[x > c] = v under ngrad.compile raises TraceError (the mask is read while tracing)"},
+    "compiled": {},
     "leaf": {},
     "compiled_leaf": {
         "grad_outside_after_leaf_update": "a compiled f(x) that updates x under no_grad, then returns x * x: the "
@@ -59,7 +59,6 @@ KNOWN = {
 
 # The steps the sequences of each gap's test start with: (view, source, op, args) or (write, target, op, args).
 FORCED = {
-    "setitem_mask": [("write", 0, "setitem_mask", (1.0, 0.5))],
     "grad_outside_after_leaf_update": [("view", 0, "narrow", (0, 0, 1)), ("write", 1, "add_scalar", (0.5,))],
     "view_write_after_leaf_write": [("write", 0, "fill", (1.0,)), ("view", 0, "narrow", (0, 0, 1))]
     + [("write", 1, "add_scalar", (0.5,))],
