@@ -1,5 +1,6 @@
-"""``ngrad.utils``: data loading (``ngrad.utils.data``), as ``torch.utils``."""
+"""``ngrad.utils``: data loading (``ngrad.utils.data``) and activation checkpointing
+(``ngrad.utils.checkpoint``), as ``torch.utils``."""
 
-from . import data
+from . import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]
