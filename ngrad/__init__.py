@@ -56,6 +56,7 @@ from .grad_mode import (
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
 from .tensor.functions import as_strided_scatter, diagonal_scatter, select_scatter, slice_scatter
 from .tensor.layout import contiguous_format, preserve_format
+from .tensor.reduce_ops import std_mean, var_mean
 from .tracing import TraceError, compile  # noqa: A004  (PyTorch spells it ngrad.compile)
 
 float = float32  # noqa: A001
@@ -87,7 +88,7 @@ cumsum reshape flatten squeeze unsqueeze permute transpose swapaxes swapdims t f
 trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt ge eq ne less less_equal
 greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone broadcast_to
 addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim moveaxis diff
-unflatten tile take_along_dim addmm inverse det sort argsort topk as_strided""".split()
+unflatten tile take_along_dim addmm inverse det sort argsort topk as_strided is_inference""".split()
 for _name in _METHODS:
     globals()[_name] = _function(_name)
 subtract = globals()["sub"]

@@ -405,14 +405,37 @@ def randn(*size, dtype=None, device=None, requires_grad=False):
     return _leaf(value, dtype, requires_grad, device)
 
 
-def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_grad=False):
-    """Uniform integers in [low, high): ``randint(low, high, size)`` or ``randint(high, size)``."""
-    if size is None and isinstance(high, (tuple, list)):
-        low, high, size = 0, low, high
-    if high is None:
-        low, high = 0, low
-    if size is None:
-        raise TypeError("randint() missing required argument 'size'")
+def randint(*args, size=None, low=None, high=None, dtype=None, device=None, requires_grad=False):
+    """Uniform integers in [low, high), with PyTorch's signatures: ``randint(high, size)``,
+    ``randint(low, high, size)`` (``low`` defaults to 0) and their keyword forms.
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.randint(3, (4,)).shape, ngrad.randint(5, 6, size=(2,)), ngrad.randint(high=2, size=(1,)).dtype
+    (ngrad.Size([4]), tensor([5, 5]), ngrad.int64)
+
+    ```
+    """
+    if len(args) > 3:
+        raise TypeError(f"randint() takes from 2 to 3 positional arguments but {len(args)} were given")
+    if len(args) == 3:
+        low, high, size = args
+    elif len(args) == 2 and size is None:
+        high, size = args
+    elif len(args) == 2:
+        low, high = args
+    elif len(args) == 1 and high is None:
+        high = args[0]
+    elif len(args) == 1:
+        low = args[0]
+    if high is None or size is None:
+        raise TypeError(
+            "randint() received an invalid combination of arguments: expected (int high, tuple of ints size) "
+            "or (int low, int high, tuple of ints size)"
+        )
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"randint(): argument 'size' must be tuple of ints, not {type(size).__name__}")
+    low = 0 if low is None else low
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dtype = dtype or D.int64

@@ -21,6 +21,8 @@ from ..tensor.inplace import inplace_update
 from ..tensor.record import wrap
 from ..tensor.views import function_view, version_of
 from .anomaly_mode import forward_trace
+from .graph import pack_saved
+from .graph_nodes import check_unpacked
 from .meta import NO_META, SEGMENT_NODES, own_meta
 from .reverse import FREED
 
@@ -62,6 +64,9 @@ class FunctionCtx:
         place since, or if a backward pass without ``retain_graph`` has freed them."""
         if self._freed:
             raise RuntimeError(FREED)
+        packed = getattr(self, "_packed", None)
+        if packed is not None:  # saved through saved_tensors_hooks: what unpack returns, unchecked as in PyTorch
+            return tuple(None if p is None else check_unpacked(p[1](p[0])) for p in packed)
         if self._saved is None:
             return tuple(self.to_save)
         for t, node, version in self._saved:
@@ -297,6 +302,7 @@ class Function:
         result, specs = _attach(ctx, args, outs, track)
         ctx._outputs = tuple(specs)
         ctx._saved = [(t, t._node, t._version) if t is not None else (None, None, 0) for t in ctx.to_save]
+        ctx._packed = pack_saved(ctx.to_save)
         return tuple(result) if is_tuple else result[0]
 
 

@@ -1,17 +1,110 @@
 """The grad_fn objects: what ``tensor.grad_fn`` and ``next_functions`` return.
 
-Contract: a ``BackwardNode`` is a read-only view of one recorded node that requires grad (its
-name is PyTorch's grad_fn name, from the node's annotations); ``AccumulateGrad`` stands for a
-leaf, whose gradient is accumulated into its tensor's ``.grad``. Nothing here computes.
+Contract: a ``BackwardNode`` is a view of one recorded node that requires grad (its name is
+PyTorch's grad_fn name, from the node's annotations); ``AccumulateGrad`` stands for a leaf,
+whose gradient is accumulated into its tensor's ``.grad``. Views of one node are equal and
+share what PyTorch keeps on the node object: ``metadata``, hooks and pre-hooks (registered
+here, run by ``ngrad.autograd.reverse``), and the values saved-tensor hooks packed for it.
+``_saved_<name>`` attributes read the values PyTorch's node of that name saves, through the
+unpack hook where one packed them. Nothing here computes.
 """
 
-from .meta import NO_META
+from typing import Any, NamedTuple
 
-__all__ = ["AccumulateGrad", "BackwardNode"]
+from .. import _hooks
+from .meta import FREED, NO_META, SEGMENT_NODES, fn_state
+
+__all__ = ["SAVED", "AccumulateGrad", "BackwardNode", "GradientEdge", "check_unpacked", "output_nr", "saved_tensor"]
+
+
+def saved_tensor(node):
+    """The tensor PyTorch hands back for a saved ``node``: the leaf's own tensor where it is
+    alive and still holds the node, else a new tensor on the node."""
+    from ..tensor.record import wrap
+
+    owner = (node.meta or NO_META).owner
+    t = owner() if owner is not None else None
+    return t if t is not None and t._node is node else wrap(node)
+
+
+def _number(node):
+    """A Python number saved as a scalar (``x ** 2``'s exponent, ``2 ** x``'s base)."""
+    v = node.params["value"] if node.op == "const" else node.value
+    return v.item() if hasattr(v, "item") else v
+
+
+# (which saved tensor, the source that must require grad for PyTorch to save it, or None)
+def _src(i, unless=None):
+    return ("src", i, unless)
+
+
+_RESULT = ("result",)
+
+
+def _sizes(i):
+    return ("value", lambda n: tuple(n.srcs[i].shape))
+
+
+def _param(fn):
+    return ("value", fn)
+
+
+_ALPHA = {"alpha": _param(lambda n: 1)}
+_SELF = {"self": _src(0)}
+_RES = {"result": _RESULT}
+_BOTH = {"self": _src(0), "other": _src(1)}
+
+# grad_fn name -> (the prim its node must be, or None for any; saved attribute -> how to read it)
+SAVED = {
+    "MulBackward0": ("mul", {"self": _src(0, 1), "other": _src(1, 0)}),
+    "DivBackward0": ("div", {"self": _src(0, 1), "other": _src(1)}),
+    "AddBackward0": (None, _ALPHA),
+    "SubBackward0": (None, _ALPHA),
+    "ExpBackward0": ("exp", _RES),
+    "TanhBackward0": ("tanh", _RES),
+    "SigmoidBackward0": ("sigmoid", _RES),
+    "SqrtBackward0": ("sqrt", _RES),
+    "ReluBackward0": (None, _RES),
+    "LogBackward0": ("log", _SELF),
+    "SinBackward0": ("sin", _SELF),
+    "CosBackward0": ("cos", _SELF),
+    "AbsBackward0": ("abs", _SELF),
+    "PowBackward0": ("pow", {"self": _src(0), "exponent": _param(lambda n: _number(n.srcs[1]))}),
+    "PowBackward1": ("pow", {"self": _src(0), "exponent": _src(1), "result": _RESULT}),
+    "PowBackward2": ("pow", {"self": _param(lambda n: _number(n.srcs[0])), "exponent": _src(1), "result": _RESULT}),
+    "MaximumBackward0": ("maximum", _BOTH),
+    "MinimumBackward0": ("minimum", _BOTH),
+    "Atan2Backward0": ("atan2", _BOTH),
+    "MmBackward0": (
+        "matmul",
+        {"self": _src(0, 1), "mat2": _src(1, 0), "self_sym_sizes": _sizes(0), "mat2_sym_sizes": _sizes(1)},
+    ),
+    "SumBackward0": ("sum", {"self_sym_sizes": _sizes(0)}),
+    "SumBackward1": (
+        "sum",
+        {
+            "dim": _param(lambda n: tuple(n.params["axes"])),
+            "keepdim": _param(lambda n: n.params["keepdim"]),
+            "self_sym_sizes": _sizes(0),
+        },
+    ),
+    "ViewBackward0": ("reshape", {"self_sym_sizes": _sizes(0)}),
+    "ExpandBackward0": ("expand", {"self_sym_sizes": _sizes(0)}),
+    "PermuteBackward0": ("permute", {"dims": _param(lambda n: tuple(n.params["perm"]))}),
+    "TransposeBackward0": (
+        "permute",
+        {
+            "dim0": _param(lambda n: min(i for i, p in enumerate(n.params["perm"]) if p != i)),
+            "dim1": _param(lambda n: max(i for i, p in enumerate(n.params["perm"]) if p != i)),
+        },
+    ),
+    "CumsumBackward0": ("cumsum", {"dim": _param(lambda n: n.params["axis"])}),
+}
 
 
 class BackwardNode:
-    """What ``tensor.grad_fn`` returns: a view of one recorded operation of the graph."""
+    """What ``tensor.grad_fn`` returns: a view of one recorded operation of the graph
+    (``isinstance(fn, ngrad.autograd.graph.Node)`` holds)."""
 
     __slots__ = ("_node",)
 
@@ -26,9 +119,13 @@ class BackwardNode:
     @property
     def next_functions(self):
         out = []
-        for s in self._node.srcs:
+        ctx = (self._node.meta or NO_META).ctx
+        srcs = ctx._input_nodes if ctx is not None else self._node.srcs
+        for s in srcs:
+            if s is None:
+                continue  # a non-tensor argument of a custom Function has no edge
             if s.differentiable:
-                out.append((BackwardNode(s), 0))
+                out.append((BackwardNode(s), output_nr(s)))
             elif s.requires_grad:
                 out.append((AccumulateGrad(s), 0))
             else:
@@ -37,7 +134,59 @@ class BackwardNode:
 
     @property
     def metadata(self):
-        return {}
+        """A dict kept with this node (the same one on every access), for the user's notes."""
+        return fn_state(self._node).metadata
+
+    def register_prehook(self, fn):
+        """Register ``fn(grad_outputs) -> tuple or None``, called with the gradients flowing into
+        this node (a tuple), after the tensor hooks of its output; returning a tuple replaces
+        them. Returns a handle whose ``remove()`` unregisters it."""
+        return self._register(fn, "prehooks")
+
+    def register_hook(self, fn):
+        """Register ``fn(grad_inputs, grad_outputs) -> tuple or None``, called once this node
+        has computed the gradients of its inputs (``grad_inputs``, one per ``next_functions``
+        entry, None where none flows); returning a tuple replaces them. Returns a handle."""
+        return self._register(fn, "hooks")
+
+    def _register(self, fn, kind):
+        if not callable(fn):
+            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+        hooks = getattr(fn_state(self._node), kind)
+        if self._node.differentiable:
+            SEGMENT_NODES.add(self._node)
+        handle = _hooks.RemovableHandle(hooks)
+        hooks[handle.id] = fn
+        return handle
+
+    def __getattr__(self, attr):
+        if attr.startswith("_saved_"):
+            op, saved = SAVED.get(self.name(), (None, {}))
+            how = saved.get(attr[7:])
+            if how is not None and (op is None or op == self._node.op):
+                return self._saved(attr[7:], how)
+        raise AttributeError(f"'{self.name().rpartition(':')[2]}' object has no attribute '{attr}'")
+
+    def __dir__(self):
+        op, saved = SAVED.get(self.name(), (None, {}))
+        extra = ["_saved_" + k for k in saved] if op is None or op == self._node.op else []
+        return sorted(set(super().__dir__()) | set(extra))
+
+    def _saved(self, key, how):
+        n = self._node
+        if how[0] == "value":
+            return how[1](n)
+        if how[0] == "src" and how[2] is not None and not n.srcs[how[2]].requires_grad:
+            return None  # PyTorch saves this input only for the other input's gradient
+        m = n.meta or NO_META
+        if m.freed and m.saves:
+            raise RuntimeError(FREED)
+        which = "result" if how[0] == "result" else how[1]
+        packed = m.fn.packed if m.fn is not None else None
+        for w, p, unpack in packed or ():
+            if w == which:
+                return check_unpacked(unpack(p))
+        return saved_tensor(n if which == "result" else n.srcs[which])
 
     def __eq__(self, other):
         return isinstance(other, BackwardNode) and other._node is self._node
@@ -49,8 +198,37 @@ class BackwardNode:
         return f"<{self.name().rpartition(':')[2]} object at {hex(id(self._node))}>"
 
 
+def check_unpacked(t):
+    """An unpack hook's result must be a tensor (PyTorch's TypeError otherwise)."""
+    from ..tensor.record import TensorBase
+
+    if not isinstance(t, TensorBase):
+        raise TypeError(
+            f"Output of saved tensor unpack_hook expected to be a Tensor but got result of type {type(t).__name__}"
+        )
+    return t
+
+
+def output_nr(node):
+    """Which output of its grad_fn ``node`` is: its position among a custom Function's outputs."""
+    ctx = (node.meta or NO_META).ctx
+    if ctx is None:
+        return 0
+    return next((i for i, spec in enumerate(ctx._outputs) if spec is not None and spec[0] is node), 0)
+
+
+class GradientEdge(NamedTuple):
+    """Where a gradient flows into: output ``output_nr`` of grad_fn ``node``. Accepted as an
+    input of ``ngrad.autograd.grad`` and ``backward`` (the gradient of what flows there)."""
+
+    node: Any
+    output_nr: int
+    ownership_token: Any = None
+
+
 class AccumulateGrad(BackwardNode):
-    """The ``next_functions`` entry of a leaf: gradients are accumulated into its ``.grad``."""
+    """The ``next_functions`` entry of a leaf: gradients are accumulated into its ``.grad``.
+    Its pre-hooks see the gradient before accumulation, its hooks run after it (``backward``)."""
 
     __slots__ = ()
 

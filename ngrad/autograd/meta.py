@@ -10,7 +10,27 @@ one read-only ``NodeMeta`` per name (``shared``), so naming costs no allocation 
 
 import weakref
 
-__all__ = ["NAMED_META", "NO_META", "SEGMENT_NODES", "NodeMeta", "inherit_leaf", "name_node", "own_meta"]
+FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they "
+    "have already been freed). Saved intermediate values of the graph are freed when you call "
+    ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+    "graph a second time or if you need to access saved tensors after calling backward."
+)
+
+__all__ = [
+    "FREED",
+    "NAMED_META",
+    "NO_META",
+    "ON_NAMED",
+    "PACKED",
+    "SEGMENT_NODES",
+    "FnState",
+    "NodeMeta",
+    "fn_state",
+    "inherit_leaf",
+    "name_node",
+    "own_meta",
+]
 
 
 class NodeMeta:
@@ -24,8 +44,9 @@ class NodeMeta:
     where it was recorded, under anomaly detection; ``owner``: weakref of the tensor whose
     ``.grad`` receives its gradient; ``saves``: False for composites whose PyTorch counterpart
     saves no tensor (``mean``); ``replaced``: a tensor held the node and was updated in place;
-    ``freed``: a backward without ``retain_graph`` consumed it; ``shared``: read-only, shared
-    between nodes (see ``own_meta``).
+    ``freed``: a backward without ``retain_graph`` consumed it; ``fn``: the ``FnState`` of its
+    grad_fn (metadata, node hooks, packed saved values); ``shared``: read-only, shared between
+    nodes (see ``own_meta``).
     """
 
     __slots__ = (
@@ -41,12 +62,14 @@ class NodeMeta:
         "saves",
         "replaced",
         "freed",
+        "fn",
         "shared",
     )
 
     def __init__(self, name=None, shared=False):
         self.name = name
         self.hooks = self.post_hooks = self.ctx = self.tangent = self.stale = self.trace = self.owner = None
+        self.fn = None
         self.is_inference = self.replaced = self.freed = False
         self.saves = True
         self.shared = shared
@@ -58,6 +81,26 @@ class NodeMeta:
             setattr(out, field, getattr(self, field))
         out.shared = False
         return out
+
+
+class FnState:
+    """What a grad_fn object (``ngrad.autograd.graph.Node``) keeps across accesses: its
+    ``metadata`` dict, its pre-hooks and hooks (id -> callable, registration order), and the
+    values saved-tensor hooks packed for it (``packed``: ``(which, packed, unpack)`` triples,
+    ``which`` a source position or ``"result"``)."""
+
+    __slots__ = ("metadata", "prehooks", "hooks", "packed")
+
+    def __init__(self):
+        self.metadata, self.prehooks, self.hooks, self.packed = {}, {}, {}, None
+
+
+def fn_state(node):
+    """The ``FnState`` of ``node``'s grad_fn, made on first use."""
+    m = own_meta(node)
+    if m.fn is None:
+        m.fn = FnState()
+    return m.fn
 
 
 # the annotations of a node that has none; never written
@@ -81,9 +124,23 @@ def own_meta(node):
     return m
 
 
+# Set by ngrad.autograd.graph while saved-tensor hooks are active anywhere (NAMED_META is then
+# kept empty, so recording names every node through ``name_node``): called with each node named,
+# once it is complete, so the hooks can pack what its grad_fn saves.
+ON_NAMED = [None]
+
+# Set once saved-tensor hooks packed a value: from then on the reverse pass looks for values to
+# unpack in the nodes it runs.
+PACKED = [False]
+
+
 def name_node(node, name):
     """Give ``node`` PyTorch's grad_fn ``name`` (recording calls this for every node that
     requires grad, so a node with no other annotation shares its ``NodeMeta``)."""
+    if ON_NAMED[0] is not None:
+        own_meta(node).name = name
+        ON_NAMED[0](node)
+        return
     m = node.meta
     if m is None or m.shared:  # every shared NodeMeta but NO_META (never set on a node) is a name
         shared = NAMED_META.get(name)
@@ -100,3 +157,5 @@ def inherit_leaf(node, old):
     if m is not None and (m.owner is not None or m.hooks is not None or m.post_hooks is not None):
         own = own_meta(node)
         own.owner, own.hooks, own.post_hooks = m.owner, m.hooks, m.post_hooks
+    if m is not None and m.fn is not None:  # the leaf's AccumulateGrad node is the same node
+        own_meta(node).fn = m.fn

@@ -13,6 +13,7 @@ of the next segment. Every segment is an ordinary joint tape, compiled or interp
 """
 
 import re
+import threading
 import warnings
 
 import numpy as np
@@ -29,16 +30,10 @@ from ..tensor.core import Tensor
 from ..tensor.inplace import leaf_nodes, replace_node
 from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
-from .meta import NO_META, SEGMENT_NODES, own_meta
+from .graph_nodes import BackwardNode, GradientEdge, check_unpacked
+from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, own_meta
 
-__all__ = ["backward", "grad"]
-
-FREED = (
-    "Trying to backward through the graph a second time (or directly access saved tensors after they "
-    "have already been freed). Saved intermediate values of the graph are freed when you call "
-    ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
-    "graph a second time or if you need to access saved tensors after calling backward."
-)
+__all__ = ["FREED", "backward", "current_pass", "grad"]
 
 
 def _as_tuple(x, what):
@@ -112,8 +107,10 @@ def _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph, batched)
     if inputs is not None:
         ins = _as_tuple(inputs, "inputs")
         for t in ins:
+            if isinstance(t, GradientEdge):
+                continue
             if not isinstance(t, Tensor):
-                raise TypeError(f"inputs must be Tensors, got {type(t).__name__}")
+                raise TypeError(f"inputs must be Tensors or GradientEdges, got {type(t).__name__}")
             if not t.requires_grad:
                 raise RuntimeError("One of the differentiated Tensors does not require grad")
     return outs, seeds, ins, create_graph if retain_graph is None else retain_graph
@@ -153,12 +150,35 @@ def _check_saved(low, joint):
                 )
             # the in-place operation's own result read the old value legitimately
             allowed = m.stale.readers(n)
-            if any(id(low.node_of_instr.get(i)) not in allowed for i in saved[s]):
-                raise stale_error(n)
+            for i in saved[s]:
+                reader = low.node_of_instr.get(i)
+                if id(reader) not in allowed and not _mutation_allowed(reader):
+                    raise stale_error(n)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
         if n is not None and (n.meta or NO_META).freed and (n.meta or NO_META).saves:
             raise RuntimeError(FREED)
+
+
+def _mutation_allowed(node):
+    """Whether ``node`` saved its inputs inside an ``allow_mutation_on_saved_tensors`` context
+    that is still open (then it reads them as they were, whatever was written since)."""
+    fn = (node.meta or NO_META).fn if node is not None else None
+    for _, _, unpack in (fn.packed if fn is not None else None) or ():
+        ctx = getattr(unpack, "allows_mutation", None)
+        if ctx is not None and ctx.open:
+            return True
+    return False
+
+
+def _unpack(low, joint):
+    """Call the unpack hooks of the values saved-tensor hooks packed for the nodes whose
+    gradient this pass runs, latest node first (the order PyTorch's engine reads them)."""
+    for i in joint.ran:
+        if i in joint.reads_saved:
+            fn = (low.node_of_instr.get(i).meta or NO_META).fn
+            for _, packed, unpack in (fn.packed if fn is not None else None) or ():
+                check_unpacked(unpack(packed))
 
 
 def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cuts=(), ran=None):
@@ -170,6 +190,8 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
     joint = differentiate.joint(low.tape, present, keep=grad_mode.state.trace is not None)
+    if PACKED[0]:
+        _unpack(low, joint)
     _check_saved(low, joint)
     if Anomaly.enabled and Anomaly.check_nan and not batched:
         realize(list(seed_nodes))
@@ -206,10 +228,18 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
             n = low.node_of_instr.get(i)
             if n is not None:
                 if ran is None:
-                    own_meta(n).freed = True
+                    _free(n)
                 else:
                     ran.append(n)
     return result
+
+
+def _free(n):
+    """A pass without ``retain_graph`` ran ``n``'s gradient: its saved values are gone."""
+    m = own_meta(n)
+    m.freed = True
+    if m.fn is not None and m.fn.packed:
+        m.fn.packed = ()
 
 
 def _allow_readers(outputs, graph):
@@ -240,17 +270,62 @@ def _parents(v):
     return [n for n in v._input_nodes if n is not None and n.requires_grad]
 
 
+def _node_hooks(n, kind):
+    """The grad_fn hooks (``"hooks"``) or pre-hooks (``"prehooks"``) of node ``n``, if any."""
+    fn = (n.meta or NO_META).fn
+    return getattr(fn, kind) if fn is not None else None
+
+
 def _units(roots):
-    """The cut points below ``roots`` (non-leaf nodes with hooks, custom Function contexts),
-    each before every unit its gradient flows into (reverse post-order, iterative)."""
+    """The cut points below ``roots`` (non-leaf nodes with tensor or grad_fn hooks, the sources
+    of a node with grad_fn hooks, custom Function contexts), each before every unit its gradient
+    flows into (reverse post-order, iterative)."""
     post = post_order([r for r in roots if r.requires_grad], _parents)
-    return [v for v in reversed(post) if not isinstance(v, Node) or ((v.meta or NO_META).hooks and v.differentiable)]
+    relays = set()
+    for v in post:
+        if isinstance(v, Node) and v.differentiable and _node_hooks(v, "hooks"):
+            relays.update(s for s in v.srcs if s.differentiable)
+    return [
+        v
+        for v in reversed(post)
+        if not isinstance(v, Node)
+        or (v.differentiable and ((v.meta or NO_META).hooks or _node_hooks(v, "hooks") or _node_hooks(v, "prehooks")))
+        or v in relays
+    ]
+
+
+class _Pass:
+    """One backward pass (PyTorch's graph task): ``at_end`` holds callables run when it ends."""
+
+    __slots__ = ("at_end",)
+
+    def __init__(self):
+        self.at_end = []
+
+
+_passes = threading.local()
+
+
+def current_pass():
+    """The innermost backward pass running on this thread (None outside one)."""
+    stack = getattr(_passes, "stack", None)
+    return stack[-1] if stack else None
 
 
 def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
     """Gradient nodes of ``targets`` (None where none reaches one), tensor hooks applied."""
-    with paused():  # see ngrad/_gc.py
-        return _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched)
+    stack = getattr(_passes, "stack", None)
+    if stack is None:
+        stack = _passes.stack = []
+    this = _Pass()
+    stack.append(this)
+    try:
+        with paused():  # see ngrad/_gc.py
+            return _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched)
+    finally:
+        stack.pop()
+        for f in this.at_end:
+            f()
 
 
 def _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched):
@@ -297,9 +372,16 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
         if isinstance(u, Node):
             g = acc.get(u)
             if g is not None:
-                final[u] = g = _run_hooks(u, g)
-                if (u.meta or NO_META).ctx is not None:  # an output of a custom Function: its backward reads this
+                m = u.meta or NO_META
+                final[u] = g = _run_hooks(u, g) if m.hooks else g
+                g = _run_prehooks(u, g)
+                if m.ctx is not None:  # an output of a custom Function: its backward reads this
                     acc[u] = g
+                elif _node_hooks(u, "hooks"):
+                    # the gradients of its sources (cut points too), through the grad_fn's hooks
+                    needs = [s for s in u.srcs if s.requires_grad]
+                    res = _reverse([u], [g], needs, retain_graph, create_graph, batched, cuts - {u}, ran)
+                    segment(*_run_post_hooks(u, g, dict(zip(needs, res))))
                 else:
                     segment([u], [g], u)
         else:
@@ -307,8 +389,44 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             if not retain_graph:
                 u._freed = True
     for n in ran:
-        own_meta(n).freed = True
+        _free(n)
     return [final.get(t, acc.get(t)) for t in targets]
+
+
+def _hook_result(hook, got, expected):
+    if not isinstance(got, tuple):
+        raise TypeError(f"expected tuple, but hook returned '{type(got).__name__}'")
+    if len(got) != expected:
+        name = getattr(hook, "__name__", repr(hook))
+        raise RuntimeError(
+            f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but expected {expected})"
+        )
+    return got
+
+
+def _run_prehooks(n, g):
+    """Run the grad_fn pre-hooks of node ``n`` on ``(gradient,)``; one may replace it."""
+    hooks = _node_hooks(n, "prehooks")
+    if not hooks:
+        return g
+    grads = (wrap(g),)
+    for hook in list(hooks.values()):
+        r = hook(grads)
+        if r is not None:
+            grads = _hook_result(hook, r, 1)
+    return grads[0]._node if grads[0] is not None else g
+
+
+def _run_post_hooks(n, g, found):
+    """Run the grad_fn hooks of node ``n`` on ``(grad_inputs, grad_outputs)`` (one gradient per
+    source, None where none flows), and return the sources and gradients to carry on from."""
+    grad_inputs = tuple(None if found.get(s) is None else wrap(found[s]) for s in n.srcs)
+    for hook in list(_node_hooks(n, "hooks").values()):
+        r = hook(grad_inputs, (wrap(g),))
+        if r is not None:
+            grad_inputs = _hook_result(hook, r, len(n.srcs))
+    pairs = [(s, gi._node) for s, gi in zip(n.srcs, grad_inputs) if gi is not None and s.requires_grad]
+    return [s for s, _ in pairs], [gi for _, gi in pairs]
 
 
 def _run_hooks(n, g):
@@ -378,7 +496,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         owners = [n.meta.owner() for n in low_nodes]
         pairs = [(t, n) for t, n in zip(owners, low_nodes) if t is not None]
     else:
-        pairs = [(t, n) for t in owners for n in leaf_nodes(t)]
+        pairs = []
+        for t in owners:
+            if isinstance(t, GradientEdge):  # a leaf's accumulates into it; a non-leaf's goes nowhere
+                pairs.append((t.node.variable if type(t.node) is not BackwardNode else None, t.node._node))
+            else:
+                pairs.extend((t, n) for n in leaf_nodes(t))
     with grad_mode.set_grad_enabled(create_graph):
         result = _gradients(
             [o._node for o in outputs],
@@ -389,8 +512,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             False,
         )
         for (t, n), g in zip(pairs, result):
-            if g is not None:
+            if g is not None and t is not None:
+                g = _run_prehooks(n, g)
                 _accumulate(t, g, create_graph)
+                if _node_hooks(n, "hooks"):
+                    for hook in list(_node_hooks(n, "hooks").values()):
+                        hook((), (wrap(g),))
                 post_hooks = (n.meta or NO_META).post_hooks
                 if post_hooks:
                     for hook in list(post_hooks.values()):
@@ -411,8 +538,10 @@ def _leaves_and_retained(outputs):
             t = owner()
             if not n.differentiable or t._retains_grad:
                 found.append(n)
-        for p in _parents(n):
-            stack.extend((p,) if isinstance(p, Node) else [x for x in p._input_nodes if x is not None])
+        # first sources last on the stack: leaves are found (and their hooks run) in the order
+        # PyTorch's engine reaches them, first input first
+        for p in reversed(_parents(n)):
+            stack.extend((p,) if isinstance(p, Node) else [x for x in reversed(p._input_nodes) if x is not None])
     return found
 
 
@@ -452,7 +581,7 @@ def grad(
         warnings.warn(
             "only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
             "gradient for other parts of the graph, please use torch.autograd.backward.",
-            UserWarning,
+            FutureWarning,
             stacklevel=2,
         )
     keys = None
@@ -464,7 +593,8 @@ def grad(
         outputs, grad_outputs, inputs, retain_graph, create_graph, is_grads_batched
     )
     # a leaf updated in place is one leaf: graphs recorded before the update reach its older nodes
-    nodes = [leaf_nodes(t) for t in ins]
+    # (a GradientEdge names the one node it was taken from)
+    nodes = [[t.node._node] if isinstance(t, GradientEdge) else leaf_nodes(t) for t in ins]
     with grad_mode.set_grad_enabled(create_graph):
         found = _gradients(
             [o._node for o in outs],
@@ -483,16 +613,19 @@ def grad(
                 total = (wrap(total) + wrap(g))._node
             result.append(total)
     res = []
-    for t, g in zip(ins, result):
+    for i, (t, g) in enumerate(zip(ins, result)):
         if g is None:
             if not allow_unused:
                 raise RuntimeError(
-                    "One of the differentiated Tensors appears to not have been used in the graph. "
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                     "Set allow_unused=True if this is the desired behavior."
                 )
             if materialize_grads:
+                if isinstance(t, GradientEdge):
+                    raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
                 shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + tuple(t.shape)
-                res.append(wrap(source(value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype)))
+                zero = wrap(source(value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype))
+                res.append(zero.requires_grad_() if create_graph else zero)
             else:
                 res.append(None)
         else:

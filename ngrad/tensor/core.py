@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import grad_mode as _grad_mode
 from .._format import format_tensor
-from ..autograd.graph_nodes import BackwardNode
+from ..autograd.graph_nodes import BackwardNode, output_nr
 from ..autograd.meta import NO_META, SEGMENT_NODES, inherit_leaf, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
@@ -218,6 +218,15 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         if _gm.trace is not None:
             _gm.trace.note_grad(self)
         self._grad = value
+
+    @grad.deleter
+    def grad(self):
+        self.grad = None
+
+    @property
+    def output_nr(self):
+        """Which output of its ``grad_fn`` this tensor is (0 for leaves and single-output ops)."""
+        return output_nr(self._node)
 
     def retain_grad(self):
         """Keep this non-leaf tensor's gradient in ``.grad`` during ``backward`` (no-op on leaves)."""

@@ -253,6 +253,16 @@ class ReduceOps:
         zero = v == 0
         return named(where(zero, 0.0, where(zero, 1.0, v).sqrt()), "StdBackward0")
 
+    def _moments(self, dim, unbiased, keepdim, correction, spread, name):
+        """``(spread, mean)`` over ``dim``, both named ``name`` (PyTorch's ``var_mean``/``std_mean``)."""
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        if correction is not None and unbiased is not None:
+            raise TypeError(f"{spread}_mean() received an invalid combination of arguments: unbiased and correction")
+        first = getattr(self, spread)(dim, unbiased, keepdim, correction=correction)
+        mean = self.mean(normalize_dims(dim, self.ndim), keepdim=keepdim)
+        return named(first, name), named(mean, name)
+
     def norm(self, p="fro", dim=None, keepdim=False):
         """Vector p-norm over ``dim`` (all elements by default); the gradient at 0 is 0."""
         x = self
@@ -326,3 +336,30 @@ class ReduceOps:
         return record_op(
             "cumsum", (n,), {"axis": normalize_dim(dim, len(n.shape))}, n.shape, n.dtype, "CumsumBackward0"
         )
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``(var, mean)`` of ``input`` over ``dim`` in one call, as ``torch.var_mean``: ``correction``
+    (default 1) or ``unbiased`` choose the divisor ``n - correction``; both are differentiable.
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.var_mean(ngrad.tensor([1.0, 2.0, 6.0]))
+    (tensor(7.), tensor(3.))
+
+    ```
+    """
+    return input._moments(dim, unbiased, keepdim, correction, "var", "VarMeanBackward0")
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``(std, mean)`` of ``input`` over ``dim``, as ``torch.std_mean`` (see ``var_mean``).
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.std_mean(ngrad.tensor([[1.0, 3.0], [2.0, 2.0]]), dim=1, correction=0)
+    (tensor([1., 0.]), tensor([2., 2.]))
+
+    ```
+    """
+    return input._moments(dim, unbiased, keepdim, correction, "std", "StdMeanBackward0")
