@@ -11,7 +11,7 @@ tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 import builtins as _builtins
 import functools as _functools
 
-from . import autograd, cuda, func, linalg, nn, optim, scipy
+from . import autograd, cuda, func, linalg, nn, optim, scipy, utils
 from ._version import __version__
 from .contract import einsum, inner, tensordot
 from .engine.ir.dtypes import DType as dtype
@@ -53,6 +53,7 @@ from .grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from .serialization import load, save
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
 from .tensor.functions import as_strided_scatter, diagonal_scatter, select_scatter, slice_scatter
 from .tensor.layout import contiguous_format, preserve_format
