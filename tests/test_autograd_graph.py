@@ -426,3 +426,34 @@ def test_tensor_surface(lib):
     p, q = Two.apply(x)
     assert (p.output_nr, q.output_nr) == (0, 1)
     assert q.grad_fn.next_functions[0][0].name().endswith("AccumulateGrad")
+
+
+@LIBS
+def test_custom_function_grad_fn_is_shared_and_its_hooks_see_all_outputs(lib):
+    class F(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k, y):
+            return x * k * y, x + y
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            return g1 * 2 + g2, None, g1 * 3 + g2
+
+    x, y = t64(lib, [1.0, 2.0]), t64(lib, [3.0, 4.0])
+    a, b = F.apply(x, 5, y)
+    assert a.grad_fn == b.grad_fn and len(a.grad_fn.next_functions) == 2  # the int has no edge
+    calls = []
+    a.grad_fn.register_prehook(lambda go: calls.append(("pre", [listed(g) for g in go])))
+
+    def post(gi, go):
+        calls.append(("post", [listed(g) for g in gi], [listed(g) for g in go]))
+        return (gi[0] * 0, gi[1])
+
+    b.grad_fn.register_hook(post)
+    (a.sum() + 10 * b.sum()).backward()
+    # backward gets (1, 10): x's gradient 1 * 2 + 10 = 12 (zeroed by the hook), y's 1 * 3 + 10 = 13
+    assert calls == [
+        ("pre", [[1.0, 1.0], [10.0, 10.0]]),
+        ("post", [[12.0, 12.0], [13.0, 13.0]], [[1.0, 1.0], [10.0, 10.0]]),
+    ]
+    assert listed(x.grad) == [0.0, 0.0] and listed(y.grad) == [13.0, 13.0]

@@ -153,8 +153,8 @@ class BackwardNode:
         if not callable(fn):
             raise TypeError(f"hook must be callable, got {type(fn).__name__}")
         hooks = getattr(fn_state(self._node), kind)
-        if self._node.differentiable:
-            SEGMENT_NODES.add(self._node)
+        if self._node.differentiable and (self._node.meta or NO_META).ctx is None:
+            SEGMENT_NODES.add(self._node)  # a custom Function's outputs are there already
         handle = _hooks.RemovableHandle(hooks)
         hooks[handle.id] = fn
         return handle
@@ -188,11 +188,16 @@ class BackwardNode:
                 return check_unpacked(unpack(p))
         return saved_tensor(n if which == "result" else n.srcs[which])
 
+    def _identity(self):
+        # the outputs of one custom Function share its grad_fn
+        ctx = (self._node.meta or NO_META).ctx
+        return self._node if ctx is None else ctx
+
     def __eq__(self, other):
-        return isinstance(other, BackwardNode) and other._node is self._node
+        return isinstance(other, BackwardNode) and other._identity() is self._identity()
 
     def __hash__(self):
-        return id(self._node)
+        return id(self._identity())
 
     def __repr__(self):
         return f"<{self.name().rpartition(':')[2]} object at {hex(id(self._node))}>"

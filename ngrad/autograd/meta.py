@@ -27,6 +27,7 @@ __all__ = [
     "FnState",
     "NodeMeta",
     "fn_state",
+    "fn_state_of",
     "inherit_leaf",
     "name_node",
     "own_meta",
@@ -96,10 +97,28 @@ class FnState:
 
 
 def fn_state(node):
-    """The ``FnState`` of ``node``'s grad_fn, made on first use."""
+    """The ``FnState`` of ``node``'s grad_fn, made on first use. The outputs of one custom
+    Function share one grad_fn, as in PyTorch: its state is kept on their context."""
+    ctx = (node.meta or NO_META).ctx
+    if ctx is not None:
+        state = ctx.__dict__.get("_fn_state")
+        if state is None:
+            state = ctx._fn_state = FnState()
+        return state
     m = own_meta(node)
     if m.fn is None:
         m.fn = FnState()
+    return m.fn
+
+
+def fn_state_of(v):
+    """The ``FnState`` of the grad_fn of ``v`` (a graph node, or a custom Function context), or
+    None if nothing made one."""
+    if hasattr(v, "_input_nodes"):  # a custom Function's context
+        return v.__dict__.get("_fn_state")
+    m = v.meta or NO_META
+    if m.ctx is not None:
+        return m.ctx.__dict__.get("_fn_state")
     return m.fn
 
 

@@ -31,7 +31,7 @@ from ..tensor.inplace import leaf_nodes, replace_node
 from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
 from .graph_nodes import BackwardNode, GradientEdge, check_unpacked
-from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, own_meta
+from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, fn_state_of, own_meta
 
 __all__ = ["FREED", "backward", "current_pass", "grad"]
 
@@ -270,9 +270,10 @@ def _parents(v):
     return [n for n in v._input_nodes if n is not None and n.requires_grad]
 
 
-def _node_hooks(n, kind):
-    """The grad_fn hooks (``"hooks"``) or pre-hooks (``"prehooks"``) of node ``n``, if any."""
-    fn = (n.meta or NO_META).fn
+def _node_hooks(v, kind):
+    """The grad_fn hooks (``"hooks"``) or pre-hooks (``"prehooks"``) of ``v`` (a node or a
+    custom Function context), if any."""
+    fn = fn_state_of(v)
     return getattr(fn, kind) if fn is not None else None
 
 
@@ -283,15 +284,18 @@ def _units(roots):
     post = post_order([r for r in roots if r.requires_grad], _parents)
     relays = set()
     for v in post:
-        if isinstance(v, Node) and v.differentiable and _node_hooks(v, "hooks"):
+        if isinstance(v, Node) and v.differentiable and (v.meta or NO_META).ctx is None and _node_hooks(v, "hooks"):
             relays.update(s for s in v.srcs if s.differentiable)
-    return [
-        v
-        for v in reversed(post)
-        if not isinstance(v, Node)
-        or (v.differentiable and ((v.meta or NO_META).hooks or _node_hooks(v, "hooks") or _node_hooks(v, "prehooks")))
-        or v in relays
-    ]
+    return [v for v in reversed(post) if not isinstance(v, Node) or v in relays or _is_cut(v)]
+
+
+def _is_cut(v):
+    """A node the pass must stop at: tensor hooks, or grad_fn hooks (a custom Function's output
+    only for tensor hooks: its grad_fn hooks run around its context's backward)."""
+    if not v.differentiable:
+        return False
+    m = v.meta or NO_META
+    return bool(m.hooks) or (m.ctx is None and bool(_node_hooks(v, "hooks") or _node_hooks(v, "prehooks")))
 
 
 class _Pass:
@@ -385,7 +389,10 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
                 else:
                     segment([u], [g], u)
         else:
-            segment(*u._backward(acc, create_graph, seed_nodes[0].shape[0] if batched else None))
+            outputs = [spec[0] if spec is not None else None for spec in u._outputs]
+            _ctx_prehooks(u, outputs, acc)
+            roots, seeds = u._backward(acc, create_graph, seed_nodes[0].shape[0] if batched else None)
+            segment(*_ctx_post_hooks(u, outputs, acc, roots, seeds))
             if not retain_graph:
                 u._freed = True
     for n in ran:
@@ -427,6 +434,43 @@ def _run_post_hooks(n, g, found):
             grad_inputs = _hook_result(hook, r, len(n.srcs))
     pairs = [(s, gi._node) for s, gi in zip(n.srcs, grad_inputs) if gi is not None and s.requires_grad]
     return [s for s, _ in pairs], [gi for _, gi in pairs]
+
+
+def _ctx_prehooks(ctx, outputs, acc):
+    """A custom Function's grad_fn pre-hooks: the gradients of all its outputs, replaceable."""
+    hooks = _node_hooks(ctx, "prehooks")
+    if not hooks:
+        return
+    grads = tuple(wrap(acc[n]) if n in acc else None for n in outputs)
+    for hook in list(hooks.values()):
+        r = hook(grads)
+        if r is not None:
+            grads = _hook_result(hook, r, len(outputs))
+    for n, g in zip(outputs, grads):
+        if n is not None and g is not None:
+            acc[n] = g._node
+
+
+def _ctx_post_hooks(ctx, outputs, acc, roots, seeds):
+    """A custom Function's grad_fn hooks, on the gradients its ``backward`` returned for its
+    tensor inputs (None where none) and those of its outputs; returns what to carry on from."""
+    hooks = _node_hooks(ctx, "hooks")
+    if not hooks:
+        return roots, seeds
+    inputs = [n for n in ctx._input_nodes if n is not None]
+    pending = list(zip(roots, seeds))
+    grad_inputs = []
+    for n in inputs:  # backward's results, matched to the inputs in order (one input may repeat)
+        j = next((j for j, (r, _) in enumerate(pending) if r is n), None)
+        grad_inputs.append(None if j is None else wrap(pending.pop(j)[1]))
+    grad_inputs = tuple(grad_inputs)
+    grad_outputs = tuple(wrap(acc[n]) if n in acc else None for n in outputs)
+    for hook in list(hooks.values()):
+        r = hook(grad_inputs, grad_outputs)
+        if r is not None:
+            grad_inputs = _hook_result(hook, r, len(inputs))
+    pairs = [(n, g._node) for n, g in zip(inputs, grad_inputs) if g is not None and n.requires_grad]
+    return [n for n, _ in pairs], [g for _, g in pairs]
 
 
 def _run_hooks(n, g):
