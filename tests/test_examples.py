@@ -58,3 +58,9 @@ def test_logistic_regression_reaches_the_optimum():
     assert np.abs(grad_w).max() < 2e-5 and abs(np.mean(p - y)) < 2e-5  # from about 0.1 at w = 0
     np.testing.assert_allclose(w, w_true, atol=0.2)
     assert accuracy > 0.6
+
+
+def test_pytorch_style_regression_with_modules_and_a_data_loader_fits():
+    mod = runpy.run_path(str(EXAMPLES / "regression_nn.py"))
+    first, last, held_out = mod["train"](epochs=25)
+    assert last < first / 20 and held_out < 0.02  # the noise alone is 0.0025
