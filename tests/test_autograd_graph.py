@@ -457,3 +457,40 @@ def test_custom_function_grad_fn_is_shared_and_its_hooks_see_all_outputs(lib):
         ("post", [[12.0, 12.0], [13.0, 13.0]], [[1.0, 1.0], [10.0, 10.0]]),
     ]
     assert listed(x.grad) == [0.0, 0.0] and listed(y.grad) == [13.0, 13.0]
+
+
+@LIBS
+def test_gradient_edges_as_outputs(lib):
+    get_gradient_edge = lib.autograd.graph.get_gradient_edge
+    x = t64(lib, [1.0, 2.0])
+    h = x * 3
+    # the value flowing into h's node, seeded with ones: d(3x)/dx = 3
+    assert listed(lib.autograd.grad(get_gradient_edge(h), x, lib.ones(2, dtype=lib.float64), retain_graph=True)[0]) == [
+        3.0,
+        3.0,
+    ]
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        lib.autograd.grad(get_gradient_edge(h), x, retain_graph=True)
+    assert listed(lib.autograd.grad((h * h).sum(), get_gradient_edge(h))[0]) == [6.0, 12.0]  # one edge, not a tuple
+    lib.autograd.backward([get_gradient_edge(h)], [lib.ones(2, dtype=lib.float64)])
+    assert listed(x.grad) == [3.0, 3.0]
+
+
+@LIBS
+def test_saved_values_of_composite_nodes(lib):
+    x = t64(lib, [[1.0, 2.0], [3.0, 4.0]])
+    m = x.mean(1, keepdim=True).grad_fn
+    assert (m._saved_dim, m._saved_keepdim, tuple(m._saved_self_sym_sizes), m._saved_self_sym_numel) == (
+        (1,),
+        True,
+        (2, 2),
+        4,
+    )
+    assert x.mean().grad_fn._saved_self_sym_numel == 4
+    s = x.softmax(1)
+    assert s.grad_fn._saved_dim == 1 and np.allclose(listed(s.grad_fn._saved_result), listed(s))
+    ls = x.log_softmax(0)
+    assert ls.grad_fn._saved_dim == 0 and np.allclose(listed(ls.grad_fn._saved_result), listed(ls))
+    assert x.unsqueeze(1).grad_fn._saved_dim == 1
+    saved = sorted(a for a in dir(x.mean(0).grad_fn) if a.startswith("_saved"))
+    assert saved == ["_saved_dim", "_saved_keepdim", "_saved_self_sym_numel", "_saved_self_sym_sizes"]

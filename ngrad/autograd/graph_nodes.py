@@ -9,6 +9,7 @@ here, run by ``ngrad.autograd.reverse``), and the values saved-tensor hooks pack
 unpack hook where one packed them. Nothing here computes.
 """
 
+import math
 from typing import Any, NamedTuple
 
 from .. import _hooks
@@ -54,8 +55,52 @@ _SELF = {"self": _src(0)}
 _RES = {"result": _RESULT}
 _BOTH = {"self": _src(0), "other": _src(1)}
 
-# grad_fn name -> (the prim its node must be, or None for any; saved attribute -> how to read it)
+
+def _mean_of(n):
+    return n.op in ("mul", "div") and n.srcs[0].op == "sum"
+
+
+def _softmax_of(n):
+    return n.op == "div" and n.srcs[1].op == "sum"
+
+
+def _log_softmax_of(n):
+    return n.op == "sub" and n.srcs[1].op == "log" and n.srcs[1].srcs[0].op == "sum"
+
+
+def _inserted(n):
+    """The dimension a reshape inserted (``unsqueeze``)."""
+    src, out = n.srcs[0].shape, n.shape
+    return next(i for i in range(len(out)) if i >= len(src) or out[i] != src[i])
+
+
+def _reduced(n):
+    return n.srcs[0].srcs[0].shape
+
+
+_MEAN = {
+    "self_sym_sizes": _param(lambda n: tuple(_reduced(n))),
+    "self_sym_numel": _param(lambda n: math.prod(_reduced(n))),
+}
+
+# grad_fn name -> (the prim its node must be, a test of the node, or None for any; saved
+# attribute -> how to read it). Composites are recognised by the shape of their last nodes.
 SAVED = {
+    "MeanBackward0": (_mean_of, _MEAN),
+    "MeanBackward1": (
+        _mean_of,
+        {
+            **_MEAN,
+            "dim": _param(lambda n: tuple(n.srcs[0].params["axes"])),
+            "keepdim": _param(lambda n: n.srcs[0].params["keepdim"]),
+        },
+    ),
+    "SoftmaxBackward0": (_softmax_of, {"dim": _param(lambda n: n.srcs[1].params["axes"][0]), "result": _RESULT}),
+    "LogSoftmaxBackward0": (
+        _log_softmax_of,
+        {"dim": _param(lambda n: n.srcs[1].srcs[0].params["axes"][0]), "result": _RESULT},
+    ),
+    "UnsqueezeBackward0": ("reshape", {"dim": _param(_inserted)}),
     "MulBackward0": ("mul", {"self": _src(0, 1), "other": _src(1, 0)}),
     "DivBackward0": ("div", {"self": _src(0, 1), "other": _src(1)}),
     "AddBackward0": (None, _ALPHA),
@@ -161,18 +206,22 @@ class BackwardNode:
 
     def __getattr__(self, attr):
         if attr.startswith("_saved_"):
-            op, saved = SAVED.get(self.name(), (None, {}))
-            how = saved.get(attr[7:])
-            if how is not None and (op is None or op == self._node.op):
-                return self._saved(attr[7:], how)
+            how = self._recorded_saves().get(attr[7:])
+            if how is not None:
+                return self._read_saved(how)
         raise AttributeError(f"'{self.name().rpartition(':')[2]}' object has no attribute '{attr}'")
 
-    def __dir__(self):
-        op, saved = SAVED.get(self.name(), (None, {}))
-        extra = ["_saved_" + k for k in saved] if op is None or op == self._node.op else []
-        return sorted(set(super().__dir__()) | set(extra))
+    def _recorded_saves(self):
+        """The ``_saved_*`` attributes of this node (none where ngrad recorded another shape)."""
+        test, saved = SAVED.get(self.name(), (None, {}))
+        n = self._node
+        ok = test is None or (test == n.op if isinstance(test, str) else test(n))
+        return saved if ok else {}
 
-    def _saved(self, key, how):
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | {"_saved_" + k for k in self._recorded_saves()})
+
+    def _read_saved(self, how):
         n = self._node
         if how[0] == "value":
             return how[1](n)

@@ -37,7 +37,7 @@ __all__ = ["FREED", "backward", "current_pass", "grad"]
 
 
 def _as_tuple(x, what):
-    if isinstance(x, Tensor):
+    if isinstance(x, (Tensor, GradientEdge)):  # an edge is a tuple, but one input
         return (x,)
     if x is None:
         return ()
@@ -99,7 +99,8 @@ def _check_outputs(outputs):
 
 def _prepare(outputs, grad_outputs, inputs, retain_graph, create_graph, batched):
     """Shared argument handling of ``backward`` and ``grad``: outputs, seeds, inputs, retain_graph."""
-    outs = _as_tuple(outputs, "tensors")
+    # an output given as a GradientEdge is the value flowing into that node: its tensor
+    outs = tuple(wrap(o.node._node) if isinstance(o, GradientEdge) else o for o in _as_tuple(outputs, "tensors"))
     gos = _as_tuple(grad_outputs, "grad_tensors") if grad_outputs is not None else (None,) * len(outs)
     _check_outputs(outs)
     seeds = _seeds(outs, gos, batched)
