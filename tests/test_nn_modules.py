@@ -104,6 +104,12 @@ def test_state_dict_round_trip_and_load_errors_match_pytorch():
         assert repr(res) == repr(theirs)
     with pytest.raises(TypeError, match="Expected state_dict to be dict-like"):
         fresh.load_state_dict([1])
+    new_w = ngrad.full((2, 3), 5.0)
+    old = fresh.fc.weight
+    fresh.load_state_dict({"fc.weight": new_w}, strict=False, assign=True)  # the tensor itself, as a Parameter
+    assert fresh.fc.weight is not old and isinstance(fresh.fc.weight, nn.Parameter) and fresh.fc.weight.requires_grad
+    new_w.add_(1)
+    assert fresh.fc.weight.tolist() == [[6.0] * 3] * 2  # shares the given tensor's storage
 
     def bad(nn_, t):
         m = _block(nn_, t)
