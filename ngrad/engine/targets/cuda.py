@@ -8,7 +8,9 @@ runtime and the facade need; ``cuda_ptx`` compiles a kernel to PTX without a GPU
 is imported on first use, so a CPU-only process never loads it.
 """
 
+import contextlib
 import importlib.util
+import threading
 
 import numpy as np
 from numba import types
@@ -42,26 +44,32 @@ def _cuda():
     if not _cuda_module:
         from numba import cuda
 
-        _load_registries_without_row_stack()
         _cuda_module.append(cuda)
     return _cuda_module[0]
 
 
-def _load_registries_without_row_stack():
-    """numba-cuda 0.30 registers a ``np.row_stack`` overload when its target first compiles, and
-    NumPy 2.5 removed that alias, so every kernel failed with an AttributeError
-    (NVIDIA/numba-cuda#907; the package is in maintenance mode and will not change). Importing
-    that registry once with the alias present makes later compiles find it loaded; the alias is
-    removed again, so NumPy is left as the user has it."""
-    if hasattr(np, "row_stack") or simulated():
+_registries = threading.Lock()
+_registries_loaded: list[bool] = []
+
+
+@contextlib.contextmanager
+def _numpy_aliases():
+    """The first compile with NumPy's ``row_stack`` alias present. numba-cuda 0.30 registers an
+    overload of ``np.row_stack`` when its target first compiles, and NumPy 2.5 removed that alias,
+    so every kernel failed with an AttributeError (NVIDIA/numba-cuda#907; numba-cuda is in
+    maintenance mode and will not change). Once one compile has loaded those registries the
+    alias is never needed again; it is removed after that compile, so NumPy stays as the user
+    has it."""
+    if _registries_loaded or hasattr(np, "row_stack"):
+        yield
         return
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
-    try:
-        import numba.cuda.np.arrayobj  # noqa: F401
-    except Exception:  # a numba-cuda without that module has no such overload to register
-        pass
-    finally:
-        del np.row_stack  # type: ignore[attr-defined]
+    with _registries:
+        np.row_stack = np.vstack  # type: ignore[attr-defined]
+        try:
+            yield
+            _registries_loaded.append(True)
+        finally:
+            del np.row_stack  # type: ignore[attr-defined]
 
 
 def cuda_status():
@@ -210,7 +218,8 @@ class CudaKernel(Kernel):
         if self.ready:
             r = self.fn[grid, block](*args)
         else:
-            r = self.first_call(lambda fn: fn[grid, block](*args))
+            with _numpy_aliases():
+                r = self.first_call(lambda fn: fn[grid, block](*args))
         if self.launcher is None and not simulated():
             self.launcher = _Launcher.of(self.fn)
         return r
@@ -294,7 +303,8 @@ def cuda_ptx(text, signature, cc=(9, 0)):
     spec = importlib.util.spec_from_loader(name, loader=None)
     module = importlib.util.module_from_spec(spec)
     exec(compile(text, f"<{key}>", "exec"), module.__dict__)
-    return cuda.compile_ptx(module.kernel, signature, cc=cc)[0]
+    with _numpy_aliases():
+        return cuda.compile_ptx(module.kernel, signature, cc=cc)[0]
 
 
 def kernel(text):
