@@ -16,9 +16,10 @@ from ..engine.transform.differentiate import jvp as _jvp_tape
 from ..tensor.core import Tensor
 from ..tensor.record import wrap
 from . import forward_ad
+from .meta import NO_META
 from .reverse import grad as _grad
 
-__all__ = ["vjp", "jvp", "jacobian", "hessian", "vhp", "hvp"]
+__all__ = ["vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "batched_jvp"]
 
 
 def _as_tuple(x, arg, fn):
@@ -303,44 +304,62 @@ def _jacobian_rows(out, i, inputs, create_graph, strict, vectorize):
     )
 
 
+def batched_jvp(outputs, inputs, tangents):
+    """Tangents of ``outputs`` (tensors computed from ``inputs``) for a batch of input
+    tangents, as one batched tangent program: ``tangents[k]`` has shape ``(B,) +
+    inputs[k].shape`` (or is None); returns one ``(B,) + outputs[i].shape`` tensor per output,
+    or None where no tangent reaches it. Custom Functions' ``jvp`` cannot be batched this way:
+    a graph through one is an error (compute its tangents one by one with ``forward_ad``)."""
+    roots = [o._node for o in outputs]
+    sources = [x._node for x in inputs]
+    depends = forward_ad.dependents(roots, set(sources))
+    custom = next((n for n in depends if (n.meta or NO_META).ctx is not None), None)
+    if custom is not None:
+        raise RuntimeError(
+            f"batched forward-mode derivatives do not go through the custom Function node "
+            f"{custom.meta.name}: its jvp is called on one tangent at a time (use forward_ad, or "
+            f"jacobian(..., strategy='reverse-mode'))"
+        )
+    realize(sources)
+    low = lower(roots, cuts=set(sources), recompute=depends)
+    wrt, seeds, size = [], [], None
+    for x, t in zip(inputs, tangents):
+        slot = low.slot_of.get(x._node)
+        if t is not None and slot is not None and slot in low.tape.inputs:
+            wrt.append(slot)
+            seeds.append(t._node)
+            size = t.shape[0]
+    tan = _jvp_tape(low.tape, wrt) if wrt else None
+    if tan is None or not any(p is not None for p in tan.tangents):
+        return [None] * len(outputs)
+    tape, batched = batch(tan.tape, set(tan.inputs), size)
+    nodes = replay(tape, low.sources + seeds, False)
+    return [wrap(nodes[p]) if p is not None and batched[p] else None for p in tan.tangents]
+
+
 def _jacobian_forward(outputs, inputs):
     """All Jacobian columns as one batched tangent program (basis tangents of every input)."""
     from ..factories import eye, zeros
     from ..tensor import cat
 
-    roots = [o._node for o in outputs]
-    sources = [x._node for x in inputs]
-    depends = forward_ad.dependents(roots, set(sources))
-    realize(sources)
-    low = lower(roots, cuts=set(sources), recompute=depends)
     sizes = [x.numel() for x in inputs]
     total = sum(sizes)
-    wrt, seeds, start = [], [], 0
+    tangents, start = [], 0
     for x, n in zip(inputs, sizes):
-        slot = low.slot_of.get(x._node)
-        if slot is not None and slot in low.tape.inputs:
-            block = cat(
-                [zeros((start, n), dtype=x.dtype), eye(n, dtype=x.dtype), zeros((total - start - n, n), dtype=x.dtype)]
-            )
-            wrt.append(slot)
-            seeds.append(block.reshape((total,) + tuple(x.shape))._node)
+        block = cat(
+            [zeros((start, n), dtype=x.dtype), eye(n, dtype=x.dtype), zeros((total - start - n, n), dtype=x.dtype)]
+        )
+        tangents.append(block.reshape((total,) + tuple(x.shape)))
         start += n
     result = []
-    tan = _jvp_tape(low.tape, wrt) if wrt else None
-    nodes = None
-    if tan is not None and any(p is not None for p in tan.tangents):
-        tape, batched = batch(tan.tape, set(tan.inputs), total)
-        nodes = replay(tape, low.sources + seeds, False)
-        nodes = [nodes[p] if p is not None and batched[p] else None for p in tan.tangents]
-    for i, o in enumerate(outputs):
+    for o, t in zip(outputs, batched_jvp(outputs, inputs, tangents)):
         row, start = [], 0
-        t = None if nodes is None else nodes[i]
         for x, n in zip(inputs, sizes):
             shape = tuple(o.shape) + tuple(x.shape)
             if t is None:
                 row.append(zeros(shape, dtype=o.dtype))
             else:
-                block = wrap(t)[start : start + n]  # (n, *out)
+                block = t[start : start + n]  # (n, *out)
                 k = len(x.shape)
                 perm = tuple(range(k, k + o.ndim)) + tuple(range(k))
                 row.append(block.reshape(tuple(x.shape) + tuple(o.shape)).permute(perm))
