@@ -88,11 +88,6 @@ OPS = {
 
 # (op, dtype) -> why ngrad still differs from PyTorch there
 KNOWN: dict[tuple[str, str], str] = {
-    **{
-        ("pow_neg_half", d): "PyTorch's x ** -0.5 is a reciprocal square root, -inf at -0.0; the pow forward "
-        "(C's pow) gives inf"
-        for d in ("float64", "float32")
-    },
     ("softmax", "float32"): "the gradient of sum(softmax) is 0 up to rounding: its residue (6e-8) and sign differ",
     **{
         ("prod", d): "with a zero anywhere PyTorch takes the product of the others for the whole tensor "

@@ -43,6 +43,8 @@ def _pow_literal(x, value):
         return f"math.sqrt({t})"
     if value == -1:
         return f"({typed(1, x.dtype)} / {t})"
+    if value == -0.5:  # PyTorch's: a reciprocal square root (-inf at -0.0, where C's pow gives inf)
+        return f"({typed(1, x.dtype)} / math.sqrt({t}))"
     return None
 
 

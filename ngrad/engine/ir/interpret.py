@@ -78,10 +78,18 @@ class NumpyMath:
     sin, cos, tan, asin, acos, atan = np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan
     sinh, cosh, tanh, abs = np.sinh, np.cosh, np.tanh, np.abs
     floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
-    maximum, minimum, where, pow = np.maximum, np.minimum, np.where, np.power
+    maximum, minimum, where = np.maximum, np.minimum, np.where
     remainder, fmod, atan2 = np.remainder, np.fmod, np.arctan2
     logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
     matmul = staticmethod(matmul_into)
+
+    @staticmethod
+    def pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``x ** y``; a constant exponent of -0.5 is PyTorch's reciprocal square root (-inf at
+        -0.0, where C's pow gives inf), as the generated kernels compute it."""
+        if y.__class__ is np.ndarray and y.size and not any(y.strides) and y.flat[0] == -0.5:
+            return 1 / np.sqrt(x)
+        return np.power(x, y)
 
     @staticmethod
     def sign(x: np.ndarray) -> np.ndarray:

@@ -183,9 +183,7 @@ def scatter_add(shapes: Shapes, dtypes: Dtypes, axis: int, shape: Ints) -> Typed
 REQUIREMENTS = ("divisor", "index_select", "index_select_dim1", "target", "mask_count")
 
 
-def require(
-    shapes: Shapes, dtypes: Dtypes, test: str, bound: int = 0, ignore: int = 0, rest: Ints = ()
-) -> Typed:
+def require(shapes: Shapes, dtypes: Dtypes, test: str, bound: int = 0, ignore: int = 0, rest: Ints = ()) -> Typed:
     if test not in REQUIREMENTS or dtypes[0] not in ("i32", "i64"):
         fail(f"require {test!r} of {dtypes[0]}: the tests are {REQUIREMENTS}, of integer operands")
     return shapes[0], dtypes[0]
