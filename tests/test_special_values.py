@@ -88,21 +88,30 @@ OPS = {
 
 # (op, dtype) -> why ngrad still differs from PyTorch there
 KNOWN: dict[tuple[str, str], str] = {
-    ("softmax", "float32"): "the gradient of sum(softmax) is 0 up to rounding: its residue (6e-8) and sign differ",
+    ("softmax", "float32"): "accumulation order: the gradient of sum(softmax) is 0 but for rounding, and its "
+    "leftover (6e-8) and sign come from the order PyTorch's vectorised kernel sums y * g; matching it would "
+    "mean its lane order in every softmax backward",
     **{
-        ("prod", d): "with a zero anywhere PyTorch takes the product of the others for the whole tensor "
-        "(3, not NaN, beside a NaN; -inf, not NaN, beside inf); ngrad takes out / x where a row has no zero"
+        ("prod", d): "PyTorch's prod backward switches formula for the whole tensor when any element is "
+        "0: the product of the others, from exclusive cumulative products (3, not NaN, beside a NaN; -inf, "
+        "not NaN, beside inf), else out / x; ngrad has no cumulative product primitive and takes out / x "
+        "where a row has no zero"
         for d in ("float64", "float32")
     },
-    ("std", "float32"): "PyTorch's float32 std of [3e38, 3e38, -1] is 1.7e38 (it accumulates in float64); "
-    "ngrad's variance overflows to inf first",
+    ("std", "float32"): "accumulation precision: PyTorch's float32 std of [3e38, 3e38, -1] is 1.7e38 because "
+    "it accumulates the sum of squares in float64; ngrad's float32 variance overflows to inf, and "
+    "accumulating in float64 would double the memory traffic of every float32 var/std",
     **{
-        ("norm_2", d): "the gradient at a zero norm is 0 * -0.0 = -0.0 for a -0.0 entry, PyTorch's +0.0"
+        ("norm_2", d): "the sign of a zero gradient at a zero norm: PyTorch masks x / norm after dividing "
+        "(+0.0); ngrad's gradient is 2 * x times a zero cotangent (-0.0 for a -0.0 entry), and masking x "
+        "first would add a second pass over x to every 2-norm"
         for d in ("float64", "float32")
     },
     **{
-        ("logsumexp", d): "PyTorch's gradient exp(x - out) sums to 2 at [3e38, 3e38] (out rounds to 3e38); "
-        "ngrad's is the softmax, 0.5 each"
+        ("logsumexp", d): "PyTorch's own logsumexp kernel has the gradient exp(x - out), which rounds to 1 "
+        "each at [3e38, 3e38] (out rounds to 3e38; the sum is 2); ngrad's logsumexp is fused arithmetic "
+        "whose gradient is the softmax, 0.5 each (exact); PyTorch's formula needs a logsumexp primitive "
+        "run outside the fused loops, slowing every compiled logsumexp"
         for d in ("float64", "float32")
     },
 }
