@@ -172,3 +172,16 @@ def test_iterable_datasets_and_option_errors_match_pytorch():
         assert str(mine.value) == str(theirs.value), i
     with pytest.raises(RuntimeError, match="each element in list of batch should be of equal size"):
         default_collate([[1, 2], [3]])
+
+
+def test_tensor_datasets_are_batched_by_one_indexing_with_the_same_result():
+    ds = _dataset(11)
+    parts = random_split(ds, [7, 4], generator=np.random.default_rng(1))
+    for data in (ds, parts[0], Subset(parts[1], [3, 0, 2])):
+        fast = list(DataLoader(data, batch_size=3))
+        slow = list(DataLoader(data, batch_size=3, collate_fn=lambda b: default_collate(b)))
+        assert len(fast) == len(slow) == -(-len(data) // 3)
+        for a, b in zip(fast, slow):
+            assert type(a) is list and [t.dtype for t in a] == [t.dtype for t in b]
+            assert [t.tolist() for t in a] == [t.tolist() for t in b]
+    assert list(DataLoader(TensorDataset(ngrad.zeros(0, 2)), batch_size=2)) == []

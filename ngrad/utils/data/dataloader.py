@@ -15,7 +15,7 @@ import numpy as np
 
 from ...engine.ir import dtypes as D
 from ...tensor import Tensor
-from .dataset import IterableDataset
+from .dataset import IterableDataset, Subset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "default_collate", "default_convert"]
@@ -83,6 +83,20 @@ def default_collate(batch):
     raise TypeError(
         f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {type(first)}"
     )
+
+
+def _tensor_rows(dataset, indices):
+    """``default_collate`` of the samples at ``indices`` of a ``TensorDataset`` (reached through
+    ``Subset``\\ s), as one indexing per tensor; None for any other dataset."""
+    while isinstance(dataset, Subset):
+        indices = [dataset.indices[i] for i in indices]
+        dataset = dataset.dataset
+    if type(dataset) is not TensorDataset:
+        return None
+    if not indices:
+        return []
+    index = np.asarray(indices, dtype=np.int64)
+    return [t[index] for t in dataset.tensors]
 
 
 class DataLoader:
@@ -171,6 +185,10 @@ class DataLoader:
         if self._iterable:
             return self._iterate_stream()
         if self.batch_sampler is not None:
+            if self.collate_fn is default_collate and _tensor_rows(self.dataset, []) is not None:
+                # rows of a TensorDataset (or a Subset of one) read with one index per tensor: what
+                # stacking each sample gives, without a Python round trip per sample
+                return (_tensor_rows(self.dataset, idx) for idx in self.batch_sampler)
             return (self.collate_fn([self.dataset[i] for i in idx]) for idx in self.batch_sampler)
         return (self.collate_fn(self.dataset[i]) for i in self.sampler)
 
