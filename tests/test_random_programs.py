@@ -55,7 +55,7 @@ def _setitem(m, a, i, j):
 
 def _setmask(m, a, i, j):
     b = a * 1
-    b[a > 0.2] = -a.detach().mean()
+    b[a > 0.2] = -a.mean()
     return b
 
 
