@@ -284,10 +284,10 @@ def test_register_multi_grad_hook_all_and_any(lib):
     graph = lib.autograd.graph
     a, b = t64(lib, 2.0), t64(lib, 3.0)
     seen = []
-    handle = graph.register_multi_grad_hook((a, b), lambda gs: seen.append(tuple(listed(g) for g in gs)))
+    handle = graph.register_multi_grad_hook((a, b), lambda gs: seen.append([type(gs)] + [listed(g) for g in gs]))
     (a * 5).backward()
     (a * b).backward()
-    assert seen == [(5.0, None), (3.0, 2.0)]
+    assert seen == [[list, 5.0, None], [list, 3.0, 2.0]]
     handle.remove()
     (a * b).backward()
     assert len(seen) == 2
@@ -298,6 +298,16 @@ def test_register_multi_grad_hook_all_and_any(lib):
     assert first == [3.0, 7.0]
     with pytest.raises(ValueError, match="Expects mode to be one of"):
         graph.register_multi_grad_hook((a, b), print, mode="x")
+    with pytest.raises(AssertionError, match="Expected gradient function to be set"):
+        graph.register_multi_grad_hook((t64(lib, 1.0), lib.ones(1)), print)
+    # non-leaf tensors, and a backward restricted by inputs= (PyTorch's documented example)
+    a, b = t64(lib, [[1.0, 2.0, 3.0]]), t64(lib, [[4.0, 5.0, 6.0]])
+    c, d = a * b, a * b
+    got = []
+    graph.register_multi_grad_hook((a, b, c, d), lambda gs: got.append([g is not None for g in gs]))
+    c.sum().backward(retain_graph=True)
+    c.sum().backward(inputs=(a,))
+    assert got == [[True, True, True, False], [True, False, True, False]]
 
 
 @LIBS

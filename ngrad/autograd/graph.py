@@ -324,8 +324,8 @@ class _MultiHandle:
 def register_multi_grad_hook(tensors, fn, *, mode="all"):
     """Call ``fn`` once per backward pass from the gradients of several tensors.
 
-    ``mode="all"``: ``fn(grads)`` with one entry per tensor (None for those the pass computed
-    no gradient for), once all of them are known. ``mode="any"``: ``fn(grad)`` with the first
+    ``mode="all"``: ``fn(grads)`` with a list of one entry per tensor (None for those the pass
+    computed no gradient for), once all of them are known. ``mode="any"``: ``fn(grad)`` with the first
     gradient computed among the tensors. Returns a handle whose ``remove()`` unregisters it.
 
     ```python
@@ -337,7 +337,7 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
     >>> h = register_multi_grad_hook((a, b), lambda grads: seen.append(grads))
     >>> (a * 5).backward()
     >>> seen
-    [(tensor(5.), None)]
+    [[tensor(5.), None]]
 
     ```
     """
@@ -358,6 +358,8 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
 
         return _MultiHandle([t.register_hook(first) for t in tensors if t.requires_grad])
 
+    if not all(t.requires_grad for t in tensors):  # PyTorch looks up every grad_fn first
+        raise AssertionError("Expected gradient function to be set")
     buffers = {}
 
     def collector(i):
@@ -368,14 +370,14 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
                 buf = buffers[id(p)] = [None] * len(tensors)
 
                 def finish():
-                    fn(tuple(buffers.pop(id(p))))
+                    fn(buffers.pop(id(p)))
 
                 p.at_end.append(finish)
             buf[i] = grad
 
         return hook
 
-    return _MultiHandle([t.register_hook(collector(i)) for i, t in enumerate(tensors) if t.requires_grad])
+    return _MultiHandle([t.register_hook(collector(i)) for i, t in enumerate(tensors)])
 
 
 # --- mutation of saved values ------------------------------------------------------------------

@@ -176,8 +176,9 @@ def _unpack(low, joint):
     """Call the unpack hooks of the values saved-tensor hooks packed for the nodes whose
     gradient this pass runs, latest node first (the order PyTorch's engine reads them)."""
     for i in joint.ran:
-        if i in joint.reads_saved:
-            fn = (low.node_of_instr.get(i).meta or NO_META).fn
+        n = low.node_of_instr.get(i) if i in joint.reads_saved else None
+        if n is not None:
+            fn = (n.meta or NO_META).fn
             for _, packed, unpack in (fn.packed if fn is not None else None) or ():
                 check_unpacked(unpack(packed))
 
