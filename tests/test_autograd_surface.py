@@ -512,7 +512,7 @@ def test_functional_shapes_and_errors():
         F.jacobian(lambda t: x * 2, x, strict=True)
     with pytest.raises(RuntimeError, match="Output 0 of the user-provided function is independent of input 1"):
         F.jacobian(lambda t, u: t * 2, (x, x), strict=True)
-    with pytest.raises(RuntimeError, match="`strict=True` and `vectorize=True` are not supported together"):
+    with pytest.raises(RuntimeError, match="`strict=True` and `vectorized=True` are not supported together"):
         F.jacobian(lambda t: t, x, strict=True, vectorize=True)
     with pytest.raises(
         RuntimeError,

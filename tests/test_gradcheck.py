@@ -1,7 +1,8 @@
 """``gradcheck``/``gradgradcheck`` with PyTorch's options and messages: nondeterministic
 backward (``nondet_tol``), undefined output gradients, batched gradients in both modes, forward
 mode, ``fast_mode``, functions that close over an input (perturbed in place), no differentiable
-output, the option checks. Each case runs on ngrad and, where installed, on PyTorch."""
+output, the option checks; and ``autograd.functional``'s strict mode. Each case runs on ngrad and,
+where installed, on PyTorch."""
 
 import itertools
 import sys
@@ -170,3 +171,61 @@ def test_batched_forward_mode_through_a_custom_function_is_a_clear_error():
         ngrad.autograd.functional.jacobian(lambda a: a * 2, vec(ngrad), vectorize=True, strategy="forward-mode"),
         2 * np.eye(3),
     )
+
+
+# --- autograd.functional in strict mode ----------------------------------------------------------
+
+STRICT_CASES = {  # name: (function of two inputs, scalar version for hessian/hvp/vhp)
+    "independent": (lambda a, b: a * 2, lambda a, b: (a**2).sum()),
+    "detached": (lambda a, b: a.detach() * 2 + b.detach(), lambda a, b: (a.detach() ** 2).sum()),
+    "linear": (lambda a, b: a * 2 + b, lambda a, b: (a * 2 + b).sum()),
+}
+
+
+def strict_error(lib, fn, case, create_graph):
+    """The message of ``lib.autograd.functional.<fn>(..., strict=True)`` on ``case``, or None."""
+    F = lib.autograd.functional
+    x, y, v = vec(lib, (1.0, 2.0), False), vec(lib, (3.0, 4.0), False), vec(lib, (1.0, 1.0), False)
+    plain, scalar = STRICT_CASES[case]
+    f = scalar if fn in ("hessian", "hvp", "vhp") else plain
+    try:
+        if fn in ("jacobian", "hessian"):
+            getattr(F, fn)(f, (x, y), strict=True, create_graph=create_graph)
+        elif fn == "vjp":
+            F.vjp(f, (x, y), v, strict=True, create_graph=create_graph)
+        else:
+            getattr(F, fn)(f, (x, y), (v, v), strict=True, create_graph=create_graph)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("fn", ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"])
+def test_strict_mode_messages_are_pytorchs(fn):
+    found = {(c, g): strict_error(ngrad, fn, c, g) for c in STRICT_CASES for g in (False, True)}
+    # standalone: what PyTorch's documentation of strict mode promises, worded as PyTorch does
+    assert "does not require gradients" in found[("detached", False)]
+    if fn in ("vjp", "jacobian", "jvp"):
+        assert found[("linear", False)] is None  # a linear function is fine without create_graph
+        assert (
+            "independent of input 0. This is not allowed in strict mode when create_graph=True"
+            in (found[("linear", True)])
+        )
+    else:
+        assert (
+            "found that the jacobian of the user-provided function with respect to input 0"
+            in (found[("linear", False)])
+        )
+    torch = pytest.importorskip("torch")
+    assert found == {(c, g): strict_error(torch, fn, c, g) for c in STRICT_CASES for g in (False, True)}
+
+
+def test_strict_mode_refuses_vectorize_and_forward_mode_as_pytorch_does():
+    F = ngrad.autograd.functional
+    x = vec(ngrad, (1.0, 2.0))
+    with pytest.raises(RuntimeError, match=r"`strict=True` and `vectorized=True` are not supported together"):
+        F.jacobian(lambda a: a * 2, x, strict=True, vectorize=True)
+    with pytest.raises(RuntimeError, match=r'`strict=True` and `strategy="forward-mode"` are not supported'):
+        F.jacobian(lambda a: a * 2, x, strict=True, vectorize=True, strategy="forward-mode")
+    with pytest.raises(RuntimeError, match="Output 0 of the user-provided function does not require gradients"):
+        F.jacobian(lambda a: a.detach(), x, strict=True, vectorize=True)  # the outputs are checked first

@@ -102,21 +102,66 @@ def _zeros_for(t):
     return zeros_like(t)
 
 
-def _check_independent(grads, inputs, strict, create_graph, fn, what="output"):
-    """PyTorch's strict mode, and zeros for inputs the result does not depend on."""
+STRICT_REQUIRES_GRAD = {
+    "outputs": (
+        "Output {i} of the user-provided function does not require gradients. The outputs must be computed "
+        "in a differentiable manner from the input when running in strict mode."
+    ),
+    "grad_inputs": (
+        "The gradient with respect to input {i} is independent of the inputs of the user-provided function. "
+        "This is not allowed in strict mode."
+    ),
+    "jacobian": (
+        "While computing the hessian, found that the jacobian of the user-provided function with respect to "
+        "input {i} is independent of the input. This is not allowed in strict mode. You should ensure that "
+        "your function is twice differentiable and that the jacobian depends on the inputs (this would be "
+        "violated by a linear function for example)."
+    ),
+}
+STRICT_NONE = {
+    "back": "The output of the user-provided function is independent of input {i}. This is not allowed in strict mode.",
+    "back_trick": (
+        "The gradient with respect to the input is independent of entry {i} in the grad_outputs when using "
+        "the double backward trick to compute forward mode gradients. This is not allowed in strict mode."
+    ),
+    "double_back": (
+        "The jacobian of the user-provided function is independent of input {i}. This is not allowed in strict mode."
+    ),
+    "double_back_trick": (
+        "The hessian of the user-provided function is independent of entry {i} in the grad_jacobian. This is "
+        "not allowed in strict mode as it prevents from using the double backward trick to replace forward "
+        "mode AD."
+    ),
+}
+
+
+def _require_grad(tensors, kind, strict):
+    """PyTorch's strict-mode check of intermediate results: each exists and requires grad
+    (``kind`` names what they are: "outputs", "grad_inputs" or "jacobian")."""
+    if not strict:
+        return
+    for i, t in enumerate(tensors):
+        if t is None:
+            raise RuntimeError(STRICT_NONE["back"].format(i=i))
+        if not t.requires_grad:
+            raise RuntimeError(STRICT_REQUIRES_GRAD[kind].format(i=i))
+
+
+def _fill_zeros(grads, refs, strict, create_graph, stage):
+    """Zeros for the results nothing reached, PyTorch's strict-mode errors for them (worded
+    by ``stage``: "back", "back_trick", "double_back", "double_back_trick"), and with
+    ``create_graph`` for results that cannot be differentiated again."""
     res = []
-    for i, (g, x) in enumerate(zip(grads, inputs)):
+    for i, (g, ref) in enumerate(zip(grads, refs)):
         if g is None:
             if strict:
-                raise RuntimeError(
-                    f"The {what} of the user-provided function is independent of input {i}. This is "
-                    f"not allowed in strict mode."
-                )
-            g = _zeros_for(x)
+                raise RuntimeError(STRICT_NONE[stage].format(i=i))
+            g = _zeros_for(ref)
         elif strict and create_graph and not g.requires_grad:
+            what = "hessian" if "double" in stage else "jacobian"
             raise RuntimeError(
-                f"The jacobian of the user-provided function is independent of input {i}. This is "
-                f"not allowed in strict mode when create_graph=True."
+                f"The {what} of the user-provided function is independent of input {i}. This is not allowed in "
+                f"strict mode when create_graph=True."
             )
         res.append(g)
     return tuple(res)
@@ -137,6 +182,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
         in_tuple, inputs = _as_tuple(inputs, "inputs", "vjp")
         inputs = _prepare(inputs, create_graph)
         out_tuple, outputs = _call(func, inputs, "vjp")
+        _require_grad(outputs, "outputs", strict)
         if v is not None:
             _, v = _as_tuple(v, "v", "vjp")
             _validate_v(v, outputs, out_tuple)
@@ -146,12 +192,6 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
                 "Tensor with a single element."
             )
         live = [i for i, o in enumerate(outputs) if o.requires_grad]
-        if strict and len(live) != len(outputs):
-            raise RuntimeError(
-                f"Output {next(i for i in range(len(outputs)) if i not in live)} of the user-provided "
-                f"function does not require gradients. The outputs must be computed in a "
-                f"differentiable manner from the input when running in strict mode."
-            )
         grads = (None,) * len(inputs)
         if live:
             grads = _grad(
@@ -161,7 +201,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
                 create_graph=create_graph,
                 allow_unused=True,
             )
-        grads = _check_independent(grads, inputs, strict, create_graph, "vjp")
+        grads = _fill_zeros(grads, inputs, strict, create_graph, "back")
     return _post(_unpack(outputs, out_tuple), create_graph), _post(_unpack(grads, in_tuple), create_graph)
 
 
@@ -190,20 +230,19 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
 
         v = (ones_like(inputs[0]),)
     inputs = _prepare(inputs, create_graph)
-    with grad_mode.set_grad_enabled(create_graph), forward_ad.dual_level():
+    # strict mode asks which outputs and inputs are connected: the outputs are recorded then
+    with grad_mode.set_grad_enabled(create_graph or strict), forward_ad.dual_level():
         duals = tuple(forward_ad.make_dual(x, t) for x, t in zip(inputs, v))
         out_tuple, outputs = _call(func, duals, "jvp")
         unpacked = [forward_ad.unpack_dual(o) for o in outputs]
-    res = []
-    for i, (o, (_primal, t)) in enumerate(zip(outputs, unpacked)):
-        if t is None:
-            if strict:
-                raise RuntimeError(
-                    f"The output of the user-provided function is independent of input {i}. This is "
-                    f"not allowed in strict mode."
-                )
-            t = _zeros_for(o)
-        res.append(t)
+    if strict:
+        _require_grad(outputs, "outputs", strict)
+        with grad_mode.enable_grad():
+            reached = _grad(outputs, duals, [_zeros_for(o) for o in outputs], retain_graph=True, allow_unused=True)
+        for i, g in enumerate(reached):
+            if g is None:
+                raise RuntimeError(STRICT_NONE["back"].format(i=i))
+    res = _fill_zeros([t for _, t in unpacked], outputs, strict, create_graph, "back_trick")
     return (
         _post(_unpack(tuple(outputs), out_tuple), create_graph),
         _post(_unpack(tuple(res), out_tuple), create_graph),
@@ -240,20 +279,26 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
                 '`strategy="forward-mode"` are not supported together (yet). Please either '
                 'set `create_graph=False` or make sure to use `strategy="reverse-mode"`.'
             )
+        if strict:
+            raise RuntimeError(
+                'torch.autograd.functional.jacobian: `strict=True` and `strategy="forward-mode"` are not '
+                'supported together (yet). Please either set `strict=False` or `strategy="reverse-mode"`.'
+            )
         if not vectorize:
             raise NotImplementedError(
                 "Computing Jacobian using forward-AD or forward-over-reverse Hessian is only "
                 "implemented for `vectorize=True`."
             )
-    if vectorize and strict:
-        raise RuntimeError(
-            "torch.autograd.functional.jacobian: `strict=True` and `vectorize=True` are not supported "
-            "together. Please either set `strict=False` or `vectorize=False`."
-        )
     with grad_mode.enable_grad():
         in_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
         inputs = _prepare(inputs, create_graph)
         out_tuple, outputs = _call(func, inputs, "jacobian")
+        _require_grad(outputs, "outputs", strict)
+        if vectorize and strict:  # PyTorch checks the outputs first
+            raise RuntimeError(
+                "torch.autograd.functional.jacobian: `strict=True` and `vectorized=True` are not supported "
+                "together. Please either set `strict=False` or `vectorize=False`."
+            )
         if strategy == "forward-mode":
             jac = _jacobian_forward(outputs, inputs)
         else:
@@ -268,13 +313,7 @@ def _jacobian_rows(out, i, inputs, create_graph, strict, vectorize):
 
     n = out.numel()
     shape = tuple(out.shape)
-    if not out.requires_grad:
-        if strict:
-            raise RuntimeError(
-                f"Output {i} of the user-provided function does not require gradients. The outputs "
-                f"must be computed in a differentiable manner from the input when running in strict "
-                f"mode."
-            )
+    if not out.requires_grad:  # (strict mode has refused it already)
         return tuple(zeros(shape + tuple(x.shape), dtype=x.dtype) for x in inputs)
     if vectorize:
         seeds = eye(n, dtype=out.dtype, device=out.device).reshape((n,) + shape)
@@ -290,6 +329,11 @@ def _jacobian_rows(out, i, inputs, create_graph, strict, vectorize):
     for k in range(n):
         grads = _grad(flat[k], inputs, retain_graph=True, create_graph=create_graph, allow_unused=True)
         for j, (g, x) in enumerate(zip(grads, inputs)):
+            if g is not None and strict and create_graph and not g.requires_grad:
+                raise RuntimeError(
+                    f"The jacobian of the user-provided function is independent of input {j}. This is not "
+                    f"allowed in strict mode when create_graph=True."
+                )
             if g is None:
                 if strict:
                     raise RuntimeError(
@@ -368,12 +412,13 @@ def _jacobian_forward(outputs, inputs):
     return tuple(result)
 
 
-def _scalar_function(func, fn):
+def _scalar_function(func, fn, strict):
     def f(*inputs):
         out = func(*inputs)
         is_tuple, t = _as_tuple(
             tuple(out) if isinstance(out, list) else out, "outputs of the user-provided function", fn
         )
+        _require_grad(t, "outputs", strict)
         if is_tuple or not isinstance(out, Tensor):
             raise RuntimeError(f"The function given to {fn} should return a single Tensor")
         if out.numel() != 1:
@@ -399,10 +444,16 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
     in_tuple, inputs = _as_tuple(inputs, "inputs", "hessian")
     if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
         raise ValueError('Expected strategy to be either "forward-mode" or "reverse-mode".')
-    f = _scalar_function(func, "hessian")
+    f = _scalar_function(func, "hessian", strict)
 
     def gradient(*xs):
-        return _grad(f(*xs), xs, create_graph=True, allow_unused=True, materialize_grads=True)
+        out = f(*xs)
+        if not out.requires_grad:
+            return tuple(_zeros_for(x) for x in xs)
+        jac = _grad(out, xs, create_graph=True, allow_unused=True)
+        jac = tuple(_zeros_for(x) if g is None else g for g, x in zip(jac, xs))  # zeros that need no grad
+        _require_grad(jac, "jacobian", strict)
+        return jac
 
     res = jacobian(
         gradient,
@@ -463,21 +514,20 @@ def _hessian_product(func, inputs, v, create_graph, strict, fn):
         from ..factories import ones_like
 
         v = (ones_like(inputs[0]),)
-    f = _scalar_function(func, fn)
+    f = _scalar_function(func, fn, strict)
     inputs = _prepare(inputs, create_graph)
     with grad_mode.enable_grad():
         out = f(*inputs)
-        grads = _grad(out, inputs, create_graph=True, allow_unused=True)
-        if strict and any(g is None for g in grads):
-            raise RuntimeError(
-                "The output of the user-provided function is independent of input "
-                f"{[g is None for g in grads].index(True)}. This is not allowed in strict mode."
-            )
+        grads = (None,) * len(inputs)
+        if out.requires_grad:
+            grads = _grad(out, inputs, create_graph=True, allow_unused=True)
+        _require_grad(grads, "jacobian", strict)
         live = [(g, t) for g, t in zip(grads, v) if g is not None and g.requires_grad]
         res = (None,) * len(inputs)
         if live:
             res = _grad(
                 [g for g, _ in live], inputs, [t for _, t in live], create_graph=create_graph, allow_unused=True
             )
-        res = _check_independent(res, inputs, strict, create_graph, fn, "hessian")
+        # PyTorch's hvp is a double-backward trick; its strict errors name that stage
+        res = _fill_zeros(res, inputs, strict, create_graph, "double_back" if fn == "vhp" else "double_back_trick")
     return _post(out, create_graph), _post(_unpack(res, in_tuple), create_graph)
