@@ -301,3 +301,19 @@ def test_loss_modules_keep_pytorch_constructor_arguments():
     assert "weight" in loss.state_dict()
     x = ngrad.tensor([[1.0, 2.0, 0.5]])
     assert loss(x, ngrad.tensor([0])).isnan().item()  # every target ignored: NaN, as PyTorch
+
+
+def test_module_parameter_gradients_pass_finite_differences():
+    """Without torch: every parameter gradient of a small model, through functional_call."""
+    _ = ngrad.manual_seed(2)
+    net = nn.Sequential(
+        nn.Linear(3, 4), nn.GELU(), nn.Linear(4, 4), nn.LayerNorm(4), nn.ELU(), nn.Linear(4, 2), nn.LogSoftmax(1)
+    ).double()
+    names = [k for k, _ in net.named_parameters()]
+    x = ngrad.tensor(np.random.default_rng(4).standard_normal((5, 3)))
+
+    def f(*params):
+        return ngrad.func.functional_call(net, dict(zip(names, params)), (x,))
+
+    params = tuple(p.detach().clone().requires_grad_() for p in net.parameters())
+    assert ngrad.autograd.gradcheck(f, params)
