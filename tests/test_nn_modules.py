@@ -321,13 +321,15 @@ def test_containers():
     md["y"] = b
     md.update([("z", c)])
     assert list(md) == ["x", "y", "z"] and "y" in md and md.pop("x") is a and len(md) == 2
+    assert list(nn.ModuleDict(md)) == ["y", "z"]
     pl = nn.ParameterList([ngrad.zeros(1)])
     pl.append(ngrad.ones(2))
     assert all(isinstance(p, nn.Parameter) for p in pl) and len(pl) == 2 and len(list(pl.parameters())) == 2
     pd = nn.ParameterDict({"w": ngrad.zeros(1)})
     pd["v"] = nn.Parameter(ngrad.ones(1))
     assert list(pd.keys()) == ["w", "v"] and isinstance(pd["w"], nn.Parameter) and "v" in pd
-    assert [k for k, _ in pd.named_parameters()] == ["w", "v"] and pd.pop("w").shape == (1,)
+    assert [k for k, _ in pd.named_parameters()] == ["w", "v"] and list(nn.ParameterDict(pd)) == ["w", "v"]
+    assert pd.pop("w").shape == (1,)
     with pytest.raises(RuntimeError, match="ParameterDict should not be called."):
         pd(1)
 

@@ -254,7 +254,7 @@ class ModuleDict(Module):
                 "ModuleDict.update should be called with an iterable of key/value pairs, but got "
                 + type(modules).__name__
             )
-        if isinstance(modules, Mapping):
+        if isinstance(modules, (Mapping, ModuleDict)):
             for k, m in modules.items():
                 self[k] = m
             return
@@ -417,7 +417,7 @@ class ParameterDict(Module):
                 "ParametersDict.update should be called with an iterable of key/value pairs, but got "
                 + type(parameters).__name__
             )
-        if isinstance(parameters, Mapping):
+        if isinstance(parameters, (Mapping, ParameterDict)):
             for k, v in parameters.items():
                 self[k] = v
             return
