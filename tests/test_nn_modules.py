@@ -432,3 +432,45 @@ def test_module_forward_inside_compile_follows_parameter_updates():
     np.testing.assert_allclose(f(x).detach().numpy(), net(x).detach().numpy(), rtol=1e-6)
     f(x).sum().backward()
     assert net[0].weight.grad.shape == (4, 3)
+
+
+def test_sequential_and_list_operations_match_pytorch():
+    def ops(nn_, t):
+        a, b, c = nn_.Linear(1, 1), nn_.ReLU(), nn_.Tanh()
+        out = []
+        s = nn_.Sequential(a, b)
+        s.insert(-1, c)
+        out.append([type(m).__name__ for m in s])
+        s += nn_.Sequential(c)
+        doubled = nn_.Sequential(a, b) * 2
+        out.append((len(s), len(doubled), doubled[2] is doubled[0], len(list(doubled.parameters())), len(2 * s)))
+        s *= 3
+        out.append(len(s))
+        s = nn_.Sequential(a, b, c)
+        del s[0:2]
+        out.append(list(s._modules))
+        s = nn_.Sequential(a, b, c)
+        out.append((type(s.pop(0)).__name__, list(s._modules)))
+        ml = nn_.ModuleList([a, b, c])
+        del ml[-1]
+        ml.extend([c])
+        out.append([type(m).__name__ for m in ml[::-1]])
+        pl = nn_.ParameterList([nn_.Parameter(t.zeros(1)) for _ in range(3)])
+        out.append((len(pl[1:]), type(pl[1:]).__name__))
+        bad = [
+            lambda: nn_.Sequential(a) * 0,
+            lambda: nn_.Sequential(a) * 1.5,
+            lambda: nn_.Sequential(a) + 1,
+            lambda: nn_.Sequential(a)[5],
+            lambda: nn_.Sequential(a).insert(3, b),
+        ]
+        for f in bad:
+            with pytest.raises(Exception) as e:
+                f()
+            out.append((e.type.__name__, str(e.value).split("<class")[0]))
+        return out
+
+    mine, theirs = both(ops)
+    assert mine[0] == ["Linear", "Tanh", "ReLU"] and mine[1] == (3, 4, True, 2, 6)
+    if theirs is not None:
+        assert mine == theirs

@@ -76,6 +76,37 @@ class Sequential(Module):
             out.append(m)
         return out
 
+    def __iadd__(self, other):
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)!s} is given.")
+        for m in list(other):
+            self.append(m)
+        return self
+
+    def __mul__(self, other):
+        if not isinstance(other, int) or isinstance(other, bool):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(other)}")
+        if other <= 0:
+            raise ValueError(f"Non-positive multiplication factor {other} for {type(self)}")
+        out = Sequential()
+        for _ in range(other):  # the same module objects repeated, as PyTorch's
+            for m in self:
+                out.append(m)
+        return out
+
+    __rmul__ = __mul__
+
+    def __imul__(self, other):
+        if not isinstance(other, int) or isinstance(other, bool):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(other)}")
+        if other <= 0:
+            raise ValueError(f"Non-positive multiplication factor {other} for {type(self)}")
+        mods = list(self)
+        for _ in range(other - 1):
+            for m in mods:
+                self.append(m)
+        return self
+
     def append(self, module):
         """Add ``module`` at the end; returns self."""
         self.add_module(str(len(self)), module)
@@ -89,7 +120,7 @@ class Sequential(Module):
         if not -n <= index <= n:
             raise IndexError(f"Index out of range: {index}")
         mods = list(self._modules.values())
-        mods.insert(index % (n + 1) if index < 0 else index, module)
+        mods.insert(index + n if index < 0 else index, module)
         self.__dict__["_modules"] = {str(i): m for i, m in enumerate(mods)}
         return self
 
