@@ -471,6 +471,6 @@ def test_sequential_and_list_operations_match_pytorch():
         return out
 
     mine, theirs = both(ops)
-    assert mine[0] == ["Linear", "Tanh", "ReLU"] and mine[1] == (3, 4, True, 2, 6)
+    assert mine[0] == ["Linear", "Tanh", "ReLU"] and mine[1] == (4, 4, True, 2, 8)
     if theirs is not None:
         assert mine == theirs
