@@ -120,6 +120,8 @@ def test_inference_tensors_cannot_be_saved_or_updated_outside(lib):
     assert a.is_inference()
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
         a.add_(1)
+    with pytest.raises(RuntimeError, match="Setting requires_grad=True on inference tensor outside InferenceMode"):
+        a.requires_grad_()
     x = lib.ones(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
         (x * a).sum().backward()

@@ -160,6 +160,8 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
             return self
         if requires_grad and not n.dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if requires_grad and (n.meta or NO_META).is_inference and not _gm.inference:
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
         if requires_grad and n.value is None and _gm.trace is None:
             # a leaf holds a value: computing it now also cuts its history (an optimizer loop's
             # `w = (w - lr * g).requires_grad_()` must not chain every past step into the graph);
