@@ -384,6 +384,15 @@ def test_kernels_compile_where_numpy_has_no_row_stack():
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@pytest.mark.parametrize("prim", ["floordiv", "remainder", "fmod"])
+def test_ptx_type_checks_integer_division(prim):
+    # integer operands only (never differentiated, so not in the primitive corpus)
+    _ptx_or_skip()
+    x, y = np.array([7, -7, 9]), np.array([2, 2, -4])
+    tape, _ = prim_tape(prim, [x, y], {})
+    assert all(".entry" in text for _, text in engine_cuda.ptx(tape))
+
+
 def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
     cuda_ptx = _ptx_or_skip()
     for name in sorted(test_ops.CASES):

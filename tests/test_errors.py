@@ -312,6 +312,13 @@ VALUES = [
     ("index_select_last", lambda m: m.tensor([1.0, 2.0]).index_select(0, m.tensor([1, 0]))),
     ("floordiv_nonzero", lambda m: m.tensor([-7, 7]) // m.tensor([2, -2])),
     ("float_floordiv_zero", lambda m: m.tensor([1.0, -1.0]) // 0),
+    # exact: a float quotient loses digits past 2**24 (float32) or 2**53
+    ("floordiv_big", lambda m: m.tensor([16777217, -(2**53) - 3, 2**62 + 1]) // m.tensor([1, 2, -3])),
+    (
+        "div_trunc_big",
+        lambda m: m.tensor([16777217, -(2**53) - 3, 2**62 + 1]).div(m.tensor([1, 2, -3]), rounding_mode="trunc"),
+    ),
+    ("floordiv_int32_scalar", lambda m: m.tensor([-16777219, 7], dtype=m.int32) // 2),
     ("advanced_index_neg", lambda m: m.tensor([1.0, 2.0])[m.tensor([-1])]),
     ("arange_empty", lambda m: m.arange(3, 3)),
     ("arange_down", lambda m: m.arange(3, 0, -1)),
@@ -442,9 +449,10 @@ def test_compiled_checks_pass_good_values_and_gradients(mode, request):
         y = (x.index_select(1, i) * ngrad.tensor(w)).sum() + x[i.flip(0) - 2].sum()
         return y, a // b, a % b, a.fmod(b), a.div(b, rounding_mode="trunc")
 
+    big = [7, -(2**53) - 3]  # exact past float64's 53 bits
     for i0, b0 in (([1, 0], [2, -3]), ([1, 1], [5, 1]), ([0, 1], [-1, 7])):
         x = ngrad.tensor(np.arange(6.0).reshape(3, 2), requires_grad=True)
-        a, b = ngrad.tensor([7, -7]), ngrad.tensor(b0)
+        a, b = ngrad.tensor(big), ngrad.tensor(b0)
         y, q, r, fm, tr = f(x, ngrad.tensor(i0), a, b)
         y.backward()
         xs, iv = np.arange(6.0).reshape(3, 2), np.array(i0)
@@ -453,9 +461,7 @@ def test_compiled_checks_pass_good_values_and_gradients(mode, request):
         np.add.at(grad, (iv[::-1] - 2 + 3,), 1)  # negative indices count from the end, as in PyTorch
         assert y.item() == pytest.approx((xs[:, iv] * w).sum() + xs[iv[::-1] - 2].sum())
         np.testing.assert_array_equal(x.grad.numpy(), grad)
-        av, bv = np.array([7, -7]), np.array(b0)
-        np.testing.assert_array_equal(q.numpy(), av // bv)
-        np.testing.assert_array_equal(r.numpy(), av % bv)
-        np.testing.assert_array_equal(fm.numpy(), np.fmod(av, bv))
-        np.testing.assert_array_equal(tr.numpy(), np.trunc(av / bv).astype(np.int64))
+        assert q.tolist() == [p // d for p, d in zip(big, b0)] and r.tolist() == [p % d for p, d in zip(big, b0)]
+        trunc = [abs(p) // abs(d) * (1 if (p < 0) == (d < 0) else -1) for p, d in zip(big, b0)]
+        assert tr.tolist() == trunc and fm.tolist() == [p - d * t for p, d, t in zip(big, b0, trunc)]
     assert f.traces == 1

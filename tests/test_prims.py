@@ -100,6 +100,7 @@ NOT_DIFFERENTIABLE = {
     "const",
     "detach",
     "require",
+    "floordiv",
 }
 
 
@@ -199,6 +200,13 @@ def test_require_passes_its_operand_or_raises_pytorchs_error(test, params, bad, 
     np.testing.assert_array_equal(interpret(tape, [good])[0], good)
     with pytest.raises(TapeError, match="integer"):
         prim_tape("require", [np.zeros(2)], params)
+
+
+def test_floordiv_is_exact_floor_division_of_integers():
+    x = np.array([2**53 + 1, -(2**62) - 3, 7, -7, 16777217], np.int64)
+    y = np.array([1, 5, -2, 2, 3], np.int64)
+    tape, _ = prim_tape("floordiv", [x, y], {})
+    assert interpret(tape, [x, y])[0].tolist() == [a // b for a, b in zip(x.tolist(), y.tolist())]
 
 
 def test_gather_refuses_negative_indices_as_pytorch_does():

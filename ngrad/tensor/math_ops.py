@@ -183,6 +183,12 @@ class MathOps:
                 f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
             )
         other = check_divisor(self, other)
+        if operands(self, other)[2].category == 1:
+            # integers: exact, where a float quotient loses digits past 2**24 (float32) or 2**53.
+            # x - fmod(x, y) is a multiple of y, so its floor quotient is the truncated one
+            if rounding_mode == "trunc":
+                return binary("floordiv", self - binary("fmod", self, other, "FmodBackward0"), other, "DivBackward0")
+            return binary("floordiv", self, other, "DivBackward0")
         q = self / other
         if rounding_mode == "floor":
             q = q.floor()

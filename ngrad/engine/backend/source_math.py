@@ -160,6 +160,10 @@ class SourceMath:
         return Expr(f"math.atan2({x.text}, {y.text})", x.dtype)
 
     @staticmethod
+    def floordiv(x, y):  # Python's (and NumPy's) floor division, on the CPU and on the device
+        return Expr(f"({x.text} // {y.text})", x.dtype)
+
+    @staticmethod
     def remainder(x, y):  # NumPy's: the sign of y, NaN for a zero float divisor
         return Expr(f"np.remainder({x.text}, {y.text})", x.dtype)
 

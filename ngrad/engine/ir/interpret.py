@@ -79,7 +79,7 @@ class NumpyMath:
     sinh, cosh, tanh, abs = np.sinh, np.cosh, np.tanh, np.abs
     floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
     maximum, minimum, where = np.maximum, np.minimum, np.where
-    remainder, fmod, atan2 = np.remainder, np.fmod, np.arctan2
+    remainder, fmod, atan2, floordiv = np.remainder, np.fmod, np.arctan2, np.floor_divide
     logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
     matmul = staticmethod(matmul_into)
 

@@ -368,6 +368,9 @@ P(
     lambda m, x, y: m.fmod(x, y),
     per_arg(lambda g, out, x, y: g, lambda g, out, x, y: -g * _trunc(x / y)),
 )
+# the floor of x / y, exact for integers (a float quotient loses digits past 2**24 or 2**53);
+# only integer operands, which are never differentiated
+P("floordiv", "binary", S.matching, lambda m, x, y: m.floordiv(x, y))
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
     P(_name, "compare", S.compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))  # noqa: B008
 P("logical_and", "logical", S.logical, lambda m, x, y: m.logical_and(x, y))
