@@ -158,6 +158,24 @@ def test_one_tensor_returned_twice_is_one_object_whose_gradient_is_the_last_outp
 
 
 @LIBS
+def test_an_input_returned_twice_is_two_views_with_their_own_gradients(lib):
+    class Both(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x, x
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            return g1 * 2 + g2 * 20
+
+    x = vec(lib, [1.0, 2.0], True)
+    a, b = Both.apply(x)
+    assert a is not b and a._base is x and b._base is x
+    (a.sum() + 2 * b.sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [42.0, 42.0])
+
+
+@LIBS
 def test_setup_context_sees_forwards_default_arguments(lib):
     class Scale(lib.autograd.Function):
         @staticmethod

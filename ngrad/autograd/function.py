@@ -344,16 +344,16 @@ def _attach(ctx, args, outs, track):
         if differentiable:
             SEGMENT_NODES.add(node)
         specs.append((node, raw.shape, raw.dtype))
-        if position[id(o)] != i:  # an earlier position of a tensor returned twice: no gradient reaches it
+        if id(o) in inputs and id(o) not in ctx._dirty:  # an input returned as it is: a new view of it each time
+            out = wrap(node)
+            function_view(out, o, name)
+            result.append(out)
+        elif position[id(o)] != i:  # an earlier position of a tensor returned twice: no gradient reaches it
             result.append(o)
         elif id(o) in ctx._dirty:  # modified in place: the same tensor, its history continued here
             with grad_mode.enable_grad():
                 inplace_update(o, wrap(node))
             result.append(o)
-        elif id(o) in inputs:  # an input returned as it is: a new tensor viewing it
-            out = wrap(node)
-            function_view(out, o, name)
-            result.append(out)
         else:
             o._node = node
             if o._view is not None:  # a view made in forward
