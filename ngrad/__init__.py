@@ -13,6 +13,7 @@ import functools as _functools
 
 from . import autograd, cuda, func, linalg, nn, optim, scipy, utils
 from ._version import __version__
+from .autograd.anomaly_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from .contract import einsum, inner, tensordot
 from .engine.ir.dtypes import DType as dtype
 from .engine.ir.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
