@@ -108,8 +108,10 @@ def test_state_dict_round_trip_and_load_errors_match_pytorch():
     old = fresh.fc.weight
     fresh.load_state_dict({"fc.weight": new_w}, strict=False, assign=True)  # the tensor itself, as a Parameter
     assert fresh.fc.weight is not old and isinstance(fresh.fc.weight, nn.Parameter) and fresh.fc.weight.requires_grad
-    new_w.add_(1)
-    assert fresh.fc.weight.tolist() == [[6.0] * 3] * 2  # shares the given tensor's storage
+    assert fresh.fc.weight.tolist() == [[5.0] * 3] * 2
+    kept = nn.Parameter(ngrad.ones(2), requires_grad=False)
+    fresh.load_state_dict({"scale": kept}, strict=False, assign=True)
+    assert fresh.scale is kept and kept.requires_grad  # put in place itself, with the module's requires_grad
 
     def bad(nn_, t):
         m = _block(nn_, t)
@@ -282,8 +284,10 @@ def test_parameter_and_buffer():
     p = nn.Parameter(data)
     assert repr(p) == "Parameter containing:\ntensor([0., 0.], requires_grad=True)"
     assert p.is_leaf and p.requires_grad and type(p * 2) is ngrad.Tensor and isinstance(p, ngrad.Tensor)
-    data.add_(1)  # shares data's storage, as PyTorch's Parameter does
-    assert p.tolist() == [1.0, 1.0]
+    data.add_(1)  # a new leaf holding data's value: unlike PyTorch's, not an alias of data (docs/nn.md)
+    with ngrad.no_grad():
+        p.add_(1)
+    assert p.tolist() == [1.0, 1.0] and data.tolist() == [1.0, 1.0] and not p._is_view()
     assert not nn.Parameter(ngrad.zeros(1), requires_grad=False).requires_grad
     assert nn.Parameter().shape == (0,)
     q = copy.deepcopy(p)
@@ -474,3 +478,31 @@ def test_sequential_and_list_operations_match_pytorch():
     assert mine[0] == ["Linear", "Tanh", "ReLU"] and mine[1] == (4, 4, True, 2, 8)
     if theirs is not None:
         assert mine == theirs
+
+
+def test_a_compiled_training_step_with_modules_equals_the_eager_one():
+    def setup():
+        _ = ngrad.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+        return net, ngrad.optim.Adam(net.parameters(), lr=1e-2)
+
+    x = ngrad.tensor(np.random.default_rng(0).standard_normal((16, 4)))
+    y = x.sum(1, keepdim=True).sin()
+    nets = []
+    for compiled in (False, True):
+        net, opt = setup()
+
+        def step(x, y, net=net, opt=opt):
+            opt.zero_grad()
+            loss = nn.MSELoss()(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        run = ngrad.compile(step) if compiled else step
+        losses = [run(x, y).item() for _ in range(4)]
+        nets.append((losses, [p.detach().numpy() for p in net.parameters()]))
+    np.testing.assert_allclose(nets[1][0], nets[0][0], rtol=1e-10)
+    assert nets[0][0][-1] < nets[0][0][0]
+    for a, b in zip(nets[1][1], nets[0][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10)

@@ -1,15 +1,21 @@
 """``Parameter`` and ``Buffer``: the tensors a ``Module`` registers when they are assigned to it.
 
-Contract: ``Parameter(data, requires_grad=True)`` is a ``Tensor`` subclass sharing ``data``'s
-storage (an in-place write to either shows in both), a leaf that requires grad unless told
-otherwise, printed as ``Parameter containing:`` and the tensor. Operations on it return plain
-tensors. ``Buffer(data, persistent=True)`` marks a tensor to be registered as a module buffer;
+Contract: ``Parameter(data, requires_grad=True)`` is a ``Tensor`` subclass, a new leaf holding
+``data``'s value (that requires grad unless told otherwise), printed as ``Parameter containing:``
+and the tensor. Operations on it return plain tensors. Unlike PyTorch's, it does not alias
+``data``'s storage: an in-place write to one is not seen by the other. (A parameter made as an
+alias would be a view to ngrad, and every optimizer update of a view writes its storage root and
+derives the view again: about 20 µs per parameter and step, for a sharing nobody uses once the
+initial tensor is dropped.) ``Buffer(data, persistent=True)`` marks a tensor to be registered as a module buffer;
 as in PyTorch it is a plain ``Tensor`` for which ``isinstance(t, Buffer)`` is true.
 """
 
 import numpy as np
 
+from .. import grad_mode as _grad_mode
+from ..engine.ir.graph import source
 from ..tensor import Tensor
+from ..tensor.record import value_of, wrap
 
 __all__ = ["Parameter", "Buffer"]
 
@@ -38,7 +44,10 @@ class Parameter(Tensor):
             data = empty(0)
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter(): argument 'data' must be Tensor, not {type(data).__name__}")
-        t = data.detach()  # shares data's storage and version counter, as _make_subclass does
+        if _grad_mode.state.trace is None:
+            t = wrap(source(value_of(data), data.dtype))  # values are immutable: the array is shared, not copied
+        else:  # ngrad.compile traces: the value may not exist yet
+            t = data.detach().clone()
         t.__class__ = cls
         if requires_grad:
             t.requires_grad_(True)

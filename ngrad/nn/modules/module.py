@@ -588,8 +588,11 @@ def _load_one(key, mine, theirs, table, name, assign, errors):
         )
         return
     if assign:
-        if isinstance(mine, Parameter) and not isinstance(theirs, Parameter):
-            theirs = Parameter(theirs, requires_grad=mine.requires_grad)
+        if isinstance(mine, Parameter):
+            if isinstance(theirs, Parameter):
+                theirs.requires_grad_(mine.requires_grad)
+            else:
+                theirs = Parameter(theirs, requires_grad=mine.requires_grad)
         table[name] = theirs
         return
     try:
