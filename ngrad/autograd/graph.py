@@ -137,9 +137,9 @@ class saved_tensors_hooks:
 
     ``pack_hook`` runs while the operation is recorded; ``unpack_hook`` runs when a backward
     pass runs that node's gradient (once per saved value and pass), and when a ``_saved_*``
-    attribute is read. A custom Function's ``ctx.saved_tensors`` returns what ``unpack_hook``
-    returns; for built-in operations the compiled reverse pass reads the recorded values, and
-    the unpacked tensor is checked, not used (see docs/autograd-graph.md).
+    attribute is read. What ``unpack_hook`` returns is what the gradient reads: a custom
+    Function's ``ctx.saved_tensors``, and for built-in operations the reverse part of the joint
+    tape, rewritten to read it (see docs/autograd-graph.md).
 
     ```python
     >>> import ngrad
@@ -390,7 +390,7 @@ class _AllowMutation(saved_tensors_hooks):
     active = None  # the context open on this process, if any
 
     def __init__(self):
-        self.open = False  # the reverse pass lets readers packed while open read updated values
+        self.open = False  # backward may unpack only while the context is open
 
         def pack(t):
             return wrap(t._node)  # the node is immutable: it keeps the value as saved
@@ -403,7 +403,6 @@ class _AllowMutation(saved_tensors_hooks):
                 )
             return t
 
-        unpack.allows_mutation = self
         super().__init__(pack, unpack)
 
 

@@ -30,8 +30,9 @@ from ..tensor.core import Tensor
 from ..tensor.inplace import leaf_nodes, replace_node
 from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
-from .graph_nodes import BackwardNode, GradientEdge, check_unpacked
+from .graph_nodes import BackwardNode, GradientEdge
 from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, fn_state_of, own_meta
+from .saved import reading, through_hooks, unpacked
 
 __all__ = ["FREED", "backward", "current_pass", "grad"]
 
@@ -153,34 +154,12 @@ def _check_saved(low, joint):
             allowed = m.stale.readers(n)
             for i in saved[s]:
                 reader = low.node_of_instr.get(i)
-                if id(reader) not in allowed and not _mutation_allowed(reader):
+                if id(reader) not in allowed and not through_hooks(reader):
                     raise stale_error(n)
     for i in joint.reads_saved:
         n = low.node_of_instr.get(i)
         if n is not None and (n.meta or NO_META).freed and (n.meta or NO_META).saves:
             raise RuntimeError(FREED)
-
-
-def _mutation_allowed(node):
-    """Whether ``node`` saved its inputs inside an ``allow_mutation_on_saved_tensors`` context
-    that is still open (then it reads them as they were, whatever was written since)."""
-    fn = (node.meta or NO_META).fn if node is not None else None
-    for _, _, unpack in (fn.packed if fn is not None else None) or ():
-        ctx = getattr(unpack, "allows_mutation", None)
-        if ctx is not None and ctx.open:
-            return True
-    return False
-
-
-def _unpack(low, joint):
-    """Call the unpack hooks of the values saved-tensor hooks packed for the nodes whose
-    gradient this pass runs, latest node first (the order PyTorch's engine reads them)."""
-    for i in joint.ran:
-        n = low.node_of_instr.get(i) if i in joint.reads_saved else None
-        if n is not None:
-            fn = (n.meta or NO_META).fn
-            for _, packed, unpack in (fn.packed if fn is not None else None) or ():
-                check_unpacked(unpack(packed))
 
 
 def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cuts=(), ran=None):
@@ -192,8 +171,9 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
     joint = differentiate.joint(low.tape, present, keep=grad_mode.state.trace is not None)
-    if PACKED[0]:
-        _unpack(low, joint)
+    # unpack hooks run when the pass runs the gradients that read their values; what they return
+    # is what those gradients read
+    subs = unpacked(low, joint) if PACKED[0] else ()
     _check_saved(low, joint)
     if Anomaly.enabled and Anomaly.check_nan and not batched:
         realize(list(seed_nodes))
@@ -201,22 +181,23 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
 
     pos = dict(zip(present, joint.grads))
     n_out = len(roots)
+    tape, extra = reading(joint.tape, len(low.tape.instrs), subs) if subs else (joint.tape, [])
     if create_graph or grad_mode.state.trace is not None:
         # recorded, not run: to differentiate again, or because ngrad.compile is tracing
-        tape, known = joint.tape, {s: n for n, s in low.slot_of.items() if n.value is None or n.differentiable}
+        known = {s: n for n, s in low.slot_of.items() if n.value is None or n.differentiable}
         if batched:
             tape, _ = batch(tape, set(joint.seeds), seed_nodes[0].shape[0])
             known = None
         with grad_mode.set_grad_enabled(create_graph):
-            nodes = replay(tape, low.sources + seed_nodes, create_graph, known)
+            nodes = replay(tape, low.sources + seed_nodes + extra, create_graph, known)
         result = [None if w is None or pos[w] is None else nodes[pos[w]] for w in wrt]
         _allow_readers(result, low.slot_of)
     else:
-        tape = joint.tape
         if batched:
             tape, _ = batch(tape, set(joint.seeds), seed_nodes[0].shape[0])
-        realize(seed_nodes)
-        values = run(tape, [n.value for n in low.sources] + [n.value for n in seed_nodes], target_of(roots))
+        realize(seed_nodes + extra)
+        values = [n.value for n in low.sources + seed_nodes + extra]
+        values = run(tape, values, target_of(roots))
         for r, v in zip(roots, values[:n_out]):
             if r.value is None:
                 r.value = v
