@@ -151,7 +151,7 @@ def test_random_values_are_drawn_once():
     np.testing.assert_array_equal(x.grad.numpy(), grad_ck)
 
 
-def backward_peak(segments, depth=16, width=32, batch=4096):
+def backward_peak(segments, depth=32, width=32, batch=2048):
     """Peak traced memory (bytes) of a tanh MLP's forward and backward; ``segments`` 0: plain."""
     rng = np.random.default_rng(0)
     ws = [ngrad.tensor(rng.standard_normal((width, width)) / width**0.5, requires_grad=True) for _ in range(depth)]
@@ -177,5 +177,6 @@ def test_checkpointing_lowers_the_peak_memory_of_the_backward():
     checkpointed, got = backward_peak(4)
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-12)
-    # 16 activations of 1 MiB are alive at once without it; 3 boundaries and 4 activations with it
-    assert checkpointed < 0.6 * plain, (checkpointed / 2**20, plain / 2**20)
+    # 32 activations of 0.5 MiB are alive at once without it; 3 boundaries and 8 activations with
+    # it (measured: 17.2 against 7.3 MiB)
+    assert checkpointed < 0.55 * plain, (checkpointed / 2**20, plain / 2**20)
