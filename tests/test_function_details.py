@@ -267,6 +267,12 @@ def test_once_differentiable_backward_runs_without_recording(lib):
     np.testing.assert_allclose(g.detach().numpy(), [2.0, 6.0])
     assert not g.requires_grad
     assert Square.backward.__name__ == "backward"
+    go = vec(lib, [1.0, 1.0], True)  # a cotangent that requires grad: the result does too, and fails
+    (g,) = lib.autograd.grad(Square.apply(x), x, go, create_graph=True)
+    assert g.grad_fn.name() == "torch::autograd::Error"
+    np.testing.assert_allclose(g.detach().numpy(), [2.0, 6.0])
+    with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was marked with"):
+        g.sum().backward()
 
 
 UNREACHED = (

@@ -327,7 +327,7 @@ def _attach(ctx, args, outs, track):
     """Give each tensor ``forward`` returned a node whose gradient is ``ctx``'s ``backward``
     (and whose tangent is its ``jvp``). ``track``: some input requires grad, so the outputs do.
     Returns the outputs to hand back and one (node, shape, dtype) per output (None for others)."""
-    name = type(ctx).__name__
+    name = getattr(ctx._cls, "node_name", None) or type(ctx).__name__
     inputs = {id(a) for a in args if isinstance(a, Tensor)}
     position = {id(o): i for i, o in enumerate(outs)}  # a tensor returned twice is its last output
     result, specs = [], []
@@ -364,6 +364,8 @@ def _attach(ctx, args, outs, track):
 
 class _DelayedError(Function):
     """Stands in for the gradient of a ``once_differentiable`` backward: differentiating it fails."""
+
+    node_name = "torch::autograd::Error"  # PyTorch's grad_fn there (printed as grad_fn=<Error>)
 
     @staticmethod
     def forward(ctx, value, *inputs):
