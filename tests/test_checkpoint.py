@@ -180,3 +180,22 @@ def test_checkpointing_lowers_the_peak_memory_of_the_backward():
     # 32 activations of 0.5 MiB are alive at once without it; 3 boundaries and 8 activations with
     # it (measured: 17.2 against 7.3 MiB)
     assert checkpointed < 0.55 * plain, (checkpointed / 2**20, plain / 2**20)
+
+
+@LIBS
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_hooks_retain_grad_and_a_freed_graph_across_boundaries(lib, reentrant):
+    checkpoint, _ = checkpoint_of(lib)
+    w = lib.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=lib.float64, requires_grad=True)
+    x = lib.tensor([[1.0, 2.0]], dtype=lib.float64, requires_grad=True)
+    y = checkpoint(lambda t: (t @ w).tanh(), x, use_reentrant=reentrant)
+    y.register_hook(lambda g: g * 2)
+    y.retain_grad()
+    z = checkpoint(lambda t: t.sin() * 3, y, use_reentrant=reentrant)
+    z.sum().backward()
+    ys = np.tanh(np.array([[1.0, 2.0]]) @ w.detach().numpy())
+    gy = 3 * np.cos(ys)
+    np.testing.assert_allclose(y.grad.numpy(), 2 * gy)  # retain_grad sees the hooked gradient
+    np.testing.assert_allclose(w.grad.numpy(), np.array([[1.0], [2.0]]) * (2 * gy * (1 - ys**2)))
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        z.sum().backward()
