@@ -99,6 +99,8 @@ def test_node_type_metadata_and_saved_values(lib):
     x, y = t64(lib, [1.0, 2.0]), t64(lib, [3.0, 4.0])
     p = x * y
     assert isinstance(p.grad_fn, Node) and not isinstance(x, Node)
+    assert p.grad_fn is p.grad_fn and (p * 2).grad_fn.next_functions[0][0] is p.grad_fn
+    assert lib.autograd.graph.get_gradient_edge(p).node is p.grad_fn
     assert p.grad_fn._saved_self is x and p.grad_fn._saved_other is y
     p.grad_fn.metadata["tag"] = 7
     assert p.grad_fn.metadata == {"tag": 7}

@@ -25,7 +25,7 @@ from ..engine.transform import differentiate
 from ..tensor.core import Tensor
 from ..tensor.record import wrap
 from . import reverse
-from .graph_nodes import AccumulateGrad, BackwardNode, GradientEdge, saved_tensor
+from .graph_nodes import BackwardNode, GradientEdge, grad_fn_of, saved_tensor
 from .meta import NAMED_META, NO_META, ON_NAMED, PACKED, fn_state
 
 __all__ = [
@@ -104,7 +104,7 @@ def get_gradient_edge(tensor):
     if not tensor.requires_grad:
         raise RuntimeError("It is not possible to get the gradient edge for a Tensor that does not require gradients")
     n = tensor._node
-    return GradientEdge(BackwardNode(n) if n.differentiable else AccumulateGrad(n), tensor.output_nr)
+    return GradientEdge(grad_fn_of(n), tensor.output_nr)
 
 
 # --- saved-tensor hooks ------------------------------------------------------------------------

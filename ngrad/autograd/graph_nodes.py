@@ -10,12 +10,33 @@ unpack hook where one packed them. Nothing here computes.
 """
 
 import math
+import weakref
 from typing import Any, NamedTuple
 
 from .. import _hooks
 from .meta import FREED, NO_META, SEGMENT_NODES, fn_state
 
-__all__ = ["SAVED", "AccumulateGrad", "BackwardNode", "GradientEdge", "check_unpacked", "output_nr", "saved_tensor"]
+__all__ = [
+    "SAVED",
+    "AccumulateGrad",
+    "BackwardNode",
+    "GradientEdge",
+    "check_unpacked",
+    "grad_fn_of",
+    "output_nr",
+    "saved_tensor",
+]
+
+
+def grad_fn_of(node):
+    """The grad_fn object of ``node`` (``AccumulateGrad`` for a leaf): the same object for as
+    long as one is alive, so ``y.grad_fn is y.grad_fn`` holds as in PyTorch."""
+    state = fn_state(node)
+    obj = state.obj() if state.obj is not None else None
+    if obj is None:
+        obj = BackwardNode(node) if node.differentiable else AccumulateGrad(node)
+        state.obj = weakref.ref(obj)
+    return obj
 
 
 def saved_tensor(node):
@@ -151,7 +172,7 @@ class BackwardNode:
     """What ``tensor.grad_fn`` returns: a view of one recorded operation of the graph
     (``isinstance(fn, ngrad.autograd.graph.Node)`` holds)."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("_node", "__weakref__")
 
     def __init__(self, node):
         self._node = node
@@ -170,9 +191,9 @@ class BackwardNode:
             if s is None:
                 continue  # a non-tensor argument of a custom Function has no edge
             if s.differentiable:
-                out.append((BackwardNode(s), output_nr(s)))
+                out.append((grad_fn_of(s), output_nr(s)))
             elif s.requires_grad:
-                out.append((AccumulateGrad(s), 0))
+                out.append((grad_fn_of(s), 0))
             else:
                 out.append((None, 0))
         return tuple(out)

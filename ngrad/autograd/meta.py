@@ -88,12 +88,13 @@ class FnState:
     """What a grad_fn object (``ngrad.autograd.graph.Node``) keeps across accesses: its
     ``metadata`` dict, its pre-hooks and hooks (id -> callable, registration order), and the
     values saved-tensor hooks packed for it (``packed``: ``(which, packed, unpack)`` triples,
-    ``which`` a source position or ``"result"``)."""
+    ``which`` a source position or ``"result"``), and a weak reference to the grad_fn object
+    while one is alive (``obj``: every access returns that object, as PyTorch's does)."""
 
-    __slots__ = ("metadata", "prehooks", "hooks", "packed")
+    __slots__ = ("metadata", "prehooks", "hooks", "packed", "obj")
 
     def __init__(self):
-        self.metadata, self.prehooks, self.hooks, self.packed = {}, {}, {}, None
+        self.metadata, self.prehooks, self.hooks, self.packed, self.obj = {}, {}, {}, None, None
 
 
 def fn_state(node):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import grad_mode as _grad_mode
 from .._format import format_tensor
-from ..autograd.graph_nodes import BackwardNode, output_nr
+from ..autograd.graph_nodes import BackwardNode, grad_fn_of, output_nr
 from ..autograd.meta import NO_META, SEGMENT_NODES, inherit_leaf, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
@@ -181,7 +181,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
     @property
     def grad_fn(self):
         n = self._node
-        return BackwardNode(n) if n.differentiable else None
+        return grad_fn_of(n) if n.differentiable else None
 
     @property
     def grad(self):
