@@ -185,3 +185,25 @@ def test_prepared_driver_checks_inputs_and_copies_aliased_outputs(rng):
     ident = lower([b._node, b.reshape(3, 1)._node])
     outs = runtime.prepare(ident.tape)([b._node.value])
     assert not np.shares_memory(outs[0], b._node.value) and not np.shares_memory(outs[1], outs[0])
+
+
+def test_a_driver_takes_numbers_and_checks_anything_else_as_a_runtime_scalar(rng):
+    # run() hands Python and NumPy numbers straight to a driver; a 0-d array is checked and
+    # taken, a str or a list is the tape's TypeError (a driver's dtype.type() would parse "2.5")
+    x = ngrad.tensor(rng.standard_normal(6))
+    low = lower([(x * 2.5 + 1.0)._node])
+    assert "scalar" in low.tape.kinds
+    values = [n.value for n in low.sources]
+    want = runtime.run(low.tape, values)[0]
+    assert runtime.dispatch.tier_for(low.tape, "always").tier.ready()
+    k = low.tape.kinds.index("scalar")
+    for number in (2.5, np.float64(2.5), np.asarray(2.5), np.float32(2.5)):
+        same = list(values)
+        same[k] = number
+        np.testing.assert_allclose(runtime.run(low.tape, same)[0], runtime.run(low.tape, values)[0])
+    for bad in ("2.5", [2.5], None):
+        wrong = list(values)
+        wrong[k] = bad
+        with pytest.raises(TypeError, match="must be a scalar"):
+            runtime.run(low.tape, wrong)
+    np.testing.assert_allclose(runtime.run(low.tape, values)[0], want)

@@ -35,6 +35,9 @@ __all__ = ["run", "prepare", "inline", "tier_for", "records"]
 
 records: dict[tuple, tiering.Record] = Recent()  # tape structure (``Tape.key()``) -> its tiering.Record
 
+# the runtime scalars a driver takes as they are: anything else (a 0-d array, a str) is checked
+_NUMBERS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_])
+
 
 def tier_for(tape, mode, now=False, policy=None):
     """The record of ``tape`` with its tier compiled if it is due (None under ``NGRAD_JIT=never``
@@ -119,7 +122,7 @@ def run(tape, values, target="cpu", *, policy=None):
             if len(values) != len(tape.inputs):
                 check(tape, values)
             for i, kind in enumerate(tape.kinds):
-                if kind == "scalar":
+                if kind == "scalar" and values[i].__class__ not in _NUMBERS:
                     check_one(tape, i, values[i])
             return drive(values)
     check(tape, values)
