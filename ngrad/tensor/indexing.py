@@ -337,8 +337,10 @@ class IndexingOps:
         size = self.shape[d] if self.ndim else 1
         # PyTorch's CPU kernel for dim 1 of a matrix or more has its own bounds error
         test = "index_select_dim1" if d == 1 and self.ndim > 1 else "index_select"
-        if _gm.trace is not None and idx.numel() and (self.ndim or idx.numel() == 1):
+        if _gm.trace is not None:
             # under ngrad.compile the index may come from the arguments: checked when the program runs
+            if not self.ndim and idx.numel() != 1:
+                raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.numel()} value(s)")
             checked = require(idx.reshape(-1).to(D.int64), test, size)
             out = self._advanced(d, [checked]) if self.ndim else self.reshape(1)._advanced(0, [checked]).reshape(())
             return named(out, "IndexSelectBackward0")

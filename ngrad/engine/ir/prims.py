@@ -139,7 +139,7 @@ def _det_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var
 
 def _pow_base(g: Var, out: Var, x: Var, y: Var) -> Var:
     c = x.bld.literal(y)
-    if c == 0.5:  # PyTorch's x ** -0.5 is a reciprocal square root: -inf, not inf, at -0.0
+    if c == 0.5:  # PyTorch's x ** 0.5 is a square root: its gradient is -inf, not inf, at -0.0
         return g * 0.5 / x.sqrt()
     if c is not None and c != 0:  # x ** c with a literal c: no mask needed, and c == 1, 2 need no pow
         return g * c if c == 1 else (g * (x * c) if c == 2 else g * c * x.pow(c - 1))
