@@ -114,6 +114,13 @@ def test_inference_mode_false_inside_inference_mode_records_again(lib):
 
 
 @LIBS
+def test_the_modes_are_one_object_under_each_name(lib):
+    grad_mode = lib.autograd.grad_mode
+    for name in ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode"):
+        assert getattr(grad_mode, name) is getattr(lib, name) is getattr(lib.autograd, name)
+
+
+@LIBS
 def test_inference_tensors_cannot_be_saved_or_updated_outside(lib):
     with lib.inference_mode():
         a = lib.ones(3)

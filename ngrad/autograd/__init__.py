@@ -1,6 +1,6 @@
 """``ngrad.autograd``: reverse-mode differentiation with ``torch.autograd``'s API."""
 
-from ..grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from ..grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import anomaly_mode, forward_ad, function, functional, grad_mode, graph
 from .anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from .function import Function, FunctionCtx, once_differentiable
