@@ -162,14 +162,24 @@ def post_order(roots, parents):
 def settle_depth(root):
     """Make ``depth`` exact on the pending graph below ``root`` (a source realized since a node
     was recorded leaves that node's depth too high) and return ``root``'s."""
-    for v in post_order([root], lambda v: [s for s in v.srcs if s.value is None]):
-        d = 0
+    settled = set()
+    stack = [root]
+    while stack:
+        v = stack[-1]
+        d, waiting = 0, False
         for s in v.srcs:
             if s.value is not None:
                 s.depth = 0
+            elif s not in settled:
+                stack.append(s)
+                waiting = True
             elif s.depth > d:
                 d = s.depth
+        if waiting:
+            continue
+        stack.pop()
         v.depth = d + 1
+        settled.add(v)
     return root.depth
 
 

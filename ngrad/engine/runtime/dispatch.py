@@ -24,7 +24,7 @@ from ..ir.interpret import interpret, np_dtype
 from ..recent import Recent
 from . import tiering
 from .buffers import owned
-from .checks import check, check_one
+from .checks import NUMBERS, check, check_one
 from .driver import driver_code, driver_of
 from .executor import executed
 from .machine import Machine, machine_for
@@ -34,9 +34,6 @@ from .tiering import Decision, Record, next_state, small_steps
 __all__ = ["run", "prepare", "inline", "tier_for", "records"]
 
 records: dict[tuple, tiering.Record] = Recent()  # tape structure (``Tape.key()``) -> its tiering.Record
-
-# the runtime scalars a driver takes as they are: anything else (a 0-d array, a str) is checked
-_NUMBERS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_])
 
 
 def tier_for(tape, mode, now=False, policy=None):
@@ -122,7 +119,7 @@ def run(tape, values, target="cpu", *, policy=None):
             if len(values) != len(tape.inputs):
                 check(tape, values)
             for i, kind in enumerate(tape.kinds):
-                if kind == "scalar" and values[i].__class__ not in _NUMBERS:
+                if kind == "scalar" and values[i].__class__ not in NUMBERS:
                     check_one(tape, i, values[i])
             return drive(values)
     check(tape, values)
