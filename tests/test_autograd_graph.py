@@ -533,3 +533,23 @@ def test_values_saved_through_hooks_are_not_version_checked(lib):
         x.mul_(2)
     a.sum().backward()
     assert listed(y.grad) == [2.0, 4.0] and listed(x.grad) == [3.0, 4.0]  # y's reads x as updated
+
+
+@LIBS
+def test_node_hooks_with_a_repeated_input_under_create_graph_and_on_unneeded_branches(lib):
+    x = t64(lib, [1.0, 2.0])
+    y = x * x
+    seen = []
+    y.grad_fn.register_hook(lambda gi, go: seen.append([listed(g) for g in gi] + [gi[0].requires_grad]))
+    (g,) = lib.autograd.grad(y.sum(), x, create_graph=True)
+    # one gradient per position (x each), their sum 2x, and a graph to differentiate again
+    assert seen == [[[1.0, 2.0], [1.0, 2.0], True]] and listed(g) == [2.0, 4.0]
+    assert listed(lib.autograd.grad(g.sum(), x)[0]) == [2.0, 2.0]
+    a, b = t64(lib, [1.0]), t64(lib, [2.0])
+    p, q = a * 3, b * 4
+    calls = []
+    q.grad_fn.register_hook(lambda gi, go: calls.append("q node"))
+    q.register_hook(lambda g: calls.append("q tensor"))
+    p.grad_fn.register_prehook(lambda go: calls.append("p node"))
+    assert listed(lib.autograd.grad((p + q).sum(), a)[0]) == [3.0]
+    assert calls == ["p node"]  # q's branch leads to no requested input: nothing of it runs

@@ -275,17 +275,7 @@ def test_once_differentiable_backward_runs_without_recording(lib):
         g.sum().backward()
 
 
-UNREACHED = (
-    "ngrad runs a Function's backward whenever a gradient reaches its outputs "
-    "(reverse.py must skip units that lead to no requested input)"
-)
-
-
-@pytest.mark.parametrize(
-    "lib",
-    [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=UNREACHED) if m is ngrad else ()) for m in libs()],
-    ids=lambda m: m.__name__,
-)
+@LIBS
 def test_a_backward_that_cannot_reach_the_requested_inputs_is_not_run(lib):
     calls = []
 

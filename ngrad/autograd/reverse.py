@@ -31,7 +31,8 @@ from ..tensor.inplace import leaf_nodes, replace_node
 from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
 from .graph_nodes import BackwardNode, GradientEdge
-from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, fn_state_of, own_meta
+from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, own_meta
+from .node_hooks import ctx_post_hooks, ctx_prehooks, node_hooks, run_post_hooks, run_prehooks, run_tensor_hooks
 from .saved import reading, through_hooks, unpacked
 
 __all__ = ["FREED", "backward", "current_pass", "grad"]
@@ -253,23 +254,36 @@ def _parents(v):
     return [n for n in v._input_nodes if n is not None and n.requires_grad]
 
 
-def _node_hooks(v, kind):
-    """The grad_fn hooks (``"hooks"``) or pre-hooks (``"prehooks"``) of ``v`` (a node or a
-    custom Function context), if any."""
-    fn = fn_state_of(v)
-    return getattr(fn, kind) if fn is not None else None
-
-
-def _units(roots):
+def _units(roots, targets):
     """The cut points below ``roots`` (non-leaf nodes with tensor or grad_fn hooks, the sources
-    of a node with grad_fn hooks, custom Function contexts), each before every unit its gradient
+    of a node with grad_fn hooks, custom Function contexts) from which a gradient flows on to
+    one of ``targets`` (PyTorch's engine runs no other node), each before every unit its gradient
     flows into (reverse post-order, iterative)."""
     post = post_order([r for r in roots if r.requires_grad], _parents)
-    relays = set()
-    for v in post:
-        if isinstance(v, Node) and v.differentiable and (v.meta or NO_META).ctx is None and _node_hooks(v, "hooks"):
+    wanted, needed, relays = set(targets), set(), set()
+    for v in post:  # the vertices a vertex's gradient flows into come before it
+        if v in wanted or any(p in needed for p in _parents(v)):
+            needed.add(v)
+        if isinstance(v, Node) and v.differentiable and (v.meta or NO_META).ctx is None and node_hooks(v, "hooks"):
             relays.update(s for s in v.srcs if s.differentiable)
-    return [v for v in reversed(post) if not isinstance(v, Node) or v in relays or _is_cut(v)]
+    return [v for v in reversed(post) if v in needed and (not isinstance(v, Node) or v in relays or _is_cut(v))]
+
+
+def _position_grads(u, through):
+    """The gradient flowing into each source position of node ``u`` (None where none does), as
+    PyTorch's ``grad_inputs``; ``through(node, wrt)`` runs the reverse pass of one node. Where a
+    source repeats (``x * x``) a stand-in for ``u`` (same annotations) reads it through one
+    identity reshape per position (lowering keeps them apart), whose gradients are the positions'."""
+    needs = [s for s in u.srcs if s.requires_grad]
+    if len(set(needs)) == len(needs):
+        found = dict(zip(needs, through(u, needs)))
+        return [found.get(s) for s in u.srcs]
+    srcs = [Node("reshape", (s,), {"shape": s.shape}, s.shape, s.dtype, True) if s.requires_grad else s for s in u.srcs]
+    v = Node(u.op, tuple(srcs), u.params, u.shape, u.dtype, True)
+    v.meta = u.meta
+    wrt = [s for s in srcs if s.requires_grad]
+    found = dict(zip(wrt, through(v, wrt)))
+    return [found.get(s) for s in srcs]
 
 
 def _is_cut(v):
@@ -278,7 +292,7 @@ def _is_cut(v):
     if not v.differentiable:
         return False
     m = v.meta or NO_META
-    return bool(m.hooks) or (m.ctx is None and bool(_node_hooks(v, "hooks") or _node_hooks(v, "prehooks")))
+    return bool(m.hooks) or (m.ctx is None and bool(node_hooks(v, "hooks") or node_hooks(v, "prehooks")))
 
 
 class _Pass:
@@ -316,14 +330,14 @@ def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
 
 
 def _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched):
-    units = _units(roots) if SEGMENT_NODES else None
+    units = _units(roots, targets) if SEGMENT_NODES else None
     if units:
         result = _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched)
     else:
         result = _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched)
     for i, (n, g) in enumerate(zip(targets, result)):
         if g is not None and (n.meta or NO_META).hooks and not n.differentiable:
-            result[i] = _run_hooks(n, g)
+            result[i] = run_tensor_hooks(n, g)
     return result
 
 
@@ -360,120 +374,28 @@ def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, ba
             g = acc.get(u)
             if g is not None:
                 m = u.meta or NO_META
-                final[u] = g = _run_hooks(u, g) if m.hooks else g
-                g = _run_prehooks(u, g)
+                final[u] = g = run_tensor_hooks(u, g) if m.hooks else g
+                g = run_prehooks(u, g)
                 if m.ctx is not None:  # an output of a custom Function: its backward reads this
                     acc[u] = g
-                elif _node_hooks(u, "hooks"):
+                elif node_hooks(u, "hooks"):
                     # the gradients of its sources (cut points too), through the grad_fn's hooks
-                    needs = [s for s in u.srcs if s.requires_grad]
-                    res = _reverse([u], [g], needs, retain_graph, create_graph, batched, cuts - {u}, ran)
-                    segment(*_run_post_hooks(u, g, dict(zip(needs, res))))
+                    def through(v, wrt):
+                        return _reverse([v], [g], wrt, retain_graph, create_graph, batched, cuts - {u}, ran)
+
+                    segment(*run_post_hooks(u, g, _position_grads(u, through)))
                 else:
                     segment([u], [g], u)
         else:
             outputs = [spec[0] if spec is not None else None for spec in u._outputs]
-            _ctx_prehooks(u, outputs, acc)
+            ctx_prehooks(u, outputs, acc)
             roots, seeds = u._backward(acc, create_graph, seed_nodes[0].shape[0] if batched else None)
-            segment(*_ctx_post_hooks(u, outputs, acc, roots, seeds))
+            segment(*ctx_post_hooks(u, outputs, acc, roots, seeds))
             if not retain_graph:
                 u._freed = True
     for n in ran:
         _free(n)
     return [final.get(t, acc.get(t)) for t in targets]
-
-
-def _hook_result(hook, got, expected):
-    if not isinstance(got, tuple):
-        raise TypeError(f"expected tuple, but hook returned '{type(got).__name__}'")
-    if len(got) != expected:
-        name = getattr(hook, "__name__", repr(hook))
-        raise RuntimeError(
-            f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but expected {expected})"
-        )
-    return got
-
-
-def _run_prehooks(n, g):
-    """Run the grad_fn pre-hooks of node ``n`` on ``(gradient,)``; one may replace it."""
-    hooks = _node_hooks(n, "prehooks")
-    if not hooks:
-        return g
-    grads = (wrap(g),)
-    for hook in list(hooks.values()):
-        r = hook(grads)
-        if r is not None:
-            grads = _hook_result(hook, r, 1)
-    return grads[0]._node if grads[0] is not None else g
-
-
-def _run_post_hooks(n, g, found):
-    """Run the grad_fn hooks of node ``n`` on ``(grad_inputs, grad_outputs)`` (one gradient per
-    source, None where none flows), and return the sources and gradients to carry on from."""
-    grad_inputs = tuple(None if found.get(s) is None else wrap(found[s]) for s in n.srcs)
-    for hook in list(_node_hooks(n, "hooks").values()):
-        r = hook(grad_inputs, (wrap(g),))
-        if r is not None:
-            grad_inputs = _hook_result(hook, r, len(n.srcs))
-    pairs = [(s, gi._node) for s, gi in zip(n.srcs, grad_inputs) if gi is not None and s.requires_grad]
-    return [s for s, _ in pairs], [gi for _, gi in pairs]
-
-
-def _ctx_prehooks(ctx, outputs, acc):
-    """A custom Function's grad_fn pre-hooks: the gradients of all its outputs, replaceable."""
-    hooks = _node_hooks(ctx, "prehooks")
-    if not hooks:
-        return
-    grads = tuple(wrap(acc[n]) if n in acc else None for n in outputs)
-    for hook in list(hooks.values()):
-        r = hook(grads)
-        if r is not None:
-            grads = _hook_result(hook, r, len(outputs))
-    for n, g in zip(outputs, grads):
-        if n is not None and g is not None:
-            acc[n] = g._node
-
-
-def _ctx_post_hooks(ctx, outputs, acc, roots, seeds):
-    """A custom Function's grad_fn hooks, on the gradients its ``backward`` returned for its
-    tensor inputs (None where none) and those of its outputs; returns what to carry on from."""
-    hooks = _node_hooks(ctx, "hooks")
-    if not hooks:
-        return roots, seeds
-    inputs = [n for n in ctx._input_nodes if n is not None]
-    pending = list(zip(roots, seeds))
-    grad_inputs = []
-    for n in inputs:  # backward's results, matched to the inputs in order (one input may repeat)
-        j = next((j for j, (r, _) in enumerate(pending) if r is n), None)
-        grad_inputs.append(None if j is None else wrap(pending.pop(j)[1]))
-    grad_inputs = tuple(grad_inputs)
-    grad_outputs = tuple(wrap(acc[n]) if n in acc else None for n in outputs)
-    for hook in list(hooks.values()):
-        r = hook(grad_inputs, grad_outputs)
-        if r is not None:
-            grad_inputs = _hook_result(hook, r, len(inputs))
-    pairs = [(n, g._node) for n, g in zip(inputs, grad_inputs) if g is not None and n.requires_grad]
-    return [n for n, _ in pairs], [g for _, g in pairs]
-
-
-def _run_hooks(n, g):
-    """Run the tensor hooks of node ``n`` on gradient node ``g``; a hook may replace it."""
-    t = wrap(g)
-    for hook in list(n.meta.hooks.values()):
-        r = hook(t)
-        if r is None:
-            continue
-        name = getattr(hook, "__name__", repr(hook))
-        if not isinstance(r, Tensor):
-            raise TypeError(f"expected Tensor, but hook returned '{type(r).__name__}'")
-        if r.shape != t.shape:
-            raise RuntimeError(f"hook '{name}' has changed the size of value (was {list(t.shape)} got {list(r.shape)})")
-        if r.dtype is not t.dtype:
-            raise RuntimeError(f"hook '{name}' has changed the type of value (was {t.dtype} got {r.dtype})")
-        if r.device != t.device:
-            raise RuntimeError(f"hook '{name}' has changed the device of value (was {t.device} got {r.device})")
-        t = r
-    return t._node
 
 
 def _accumulate(t, g, create_graph):
@@ -540,10 +462,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         )
         for (t, n), g in zip(pairs, result):
             if g is not None and t is not None:
-                g = _run_prehooks(n, g)
+                g = run_prehooks(n, g)
                 _accumulate(t, g, create_graph)
-                if _node_hooks(n, "hooks"):
-                    for hook in list(_node_hooks(n, "hooks").values()):
+                if node_hooks(n, "hooks"):
+                    for hook in list(node_hooks(n, "hooks").values()):
                         hook((), (wrap(g),))
                 post_hooks = (n.meta or NO_META).post_hooks
                 if post_hooks:
