@@ -692,3 +692,24 @@ def test_matches_pytorch(name):
 @pytest.mark.parametrize("name", [p for p in params() if p.values[0].startswith("compiled_")])
 def test_compiled_kernels_match_pytorch(name, jit_always):
     same(CASES[name](torch), CASES[name](ngrad))
+
+
+@case
+def setting_data_shares_the_new_storage(lib):
+    # PyTorch's set_data: t.data = other makes t share other's storage (and no longer the one it
+    # shared before), with t's own version counter; a leaf that requires grad stays one
+    t = lib.zeros(2, dtype=lib.float64)
+    d = t.detach()
+    o = lib.ones(2, dtype=lib.float64)
+    d.data = o
+    d.add_(1)
+    a = seq(lib, 3, requires_grad=True)
+    b = seq(lib, 3, scale=-1.0)
+    a.data = b
+    b.mul_(5)
+    (a * a).sum().backward()
+    v = seq(lib, 4)
+    w = v[1:]
+    w.data = lib.ones(2, dtype=lib.float64)
+    w.add_(1)
+    return t, d, o, a, a.grad, a.is_leaf, b, v, w, d._version, t._version, a._version, b._version

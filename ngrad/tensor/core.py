@@ -45,7 +45,7 @@ from .record import (
 )
 from .reduce_ops import ReduceOps
 from .shape_ops import ShapeOps
-from .views import detached_view, install, layout_of
+from .views import detached_view, install, layout_of, rebind
 
 _gm = _grad_mode.state
 
@@ -369,7 +369,8 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
 
     @data.setter
     def data(self, other):
-        v = value_of(to_tensor(other))
+        other = to_tensor(other)
+        v = value_of(other)
         n = self._node
         if n.differentiable:
             raise RuntimeError("setting .data is only supported on leaf tensors")
@@ -377,6 +378,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, T
         new.requires_grad = n.requires_grad
         inherit_leaf(new, n)
         replace_node(self, new)
+        rebind(self, other)
 
     # values -------------------------------------------------------------------------------------
     def numpy(self, *, force=False):

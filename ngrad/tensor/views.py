@@ -292,7 +292,8 @@ def live_views(root):
     refs = root._views
     if not refs:
         return []
-    out = [v for v in (r() for r in refs) if v is not None]
+    # a tensor given another storage since (``t.data = other``) is no longer a view of this one
+    out = [v for v in (r() for r in refs) if v is not None and (v._view is None or v._view.root is root)]
     if len(out) != len(refs):
         root._views = [weakref.ref(v) for v in out]
     return out
@@ -401,6 +402,19 @@ def detached_view(t, out, share_version):
     steps = (boundary(),) if pv is None else pv.steps + (boundary(),)
     attach(out, root, steps, None, layout_of(t), version_of(root) if share_version else Version())
     return out
+
+
+def rebind(t, other):
+    """``t.data = other`` after ``t`` took ``other``'s value: ``t`` now shares ``other``'s storage
+    (PyTorch's ``set_data``) and no longer the one it shared before; it keeps its version counter
+    and stays a leaf."""
+    root = origin(other)[0]
+    if root is t:  # its own storage (x.data = x[1:]): nothing else to share
+        return
+    pv = other._view
+    steps = (boundary(),) if pv is None else pv.steps + (boundary(),)
+    attach(t, root, steps, None, layout_of(other), version_of(t))
+    t._view.leaf = t._node.requires_grad
 
 
 class Version:
