@@ -465,3 +465,41 @@ def test_compiled_checks_pass_good_values_and_gradients(mode, request):
         trunc = [abs(p) // abs(d) * (1 if (p < 0) == (d < 0) else -1) for p, d in zip(big, b0)]
         assert tr.tolist() == trunc and fm.tolist() == [p - d * t for p, d, t in zip(big, b0, trunc)]
     assert f.traces == 1
+
+
+def _assign(x, key):
+    y = x * 1
+    y[key] = 1.5
+    return y
+
+
+def _index_sweep():
+    """(id, call of library, x and index tensor, the index) for index_select, gather, advanced
+    indexing and assignment along each dim of a 2 x 3 x 4 tensor, indices from below -size to
+    past the end: PyTorch raises for some, counts others from the end, per op."""
+    for d, n in enumerate((2, 3, 4)):
+        lead = (slice(None),) * d
+        for v in (-n - 1, -n, -1, 0, n - 1, n, n + 2):
+            idx = np.zeros((2, 3, 4), np.int64)
+            idx[0, 0, 0] = v
+            yield f"index_select{d}{v}", lambda m, x, i, d=d: x.index_select(d, i), [v]
+            yield f"gather{d}{v}", lambda m, x, i, d=d: x.gather(d, i), idx
+            yield f"advanced{d}{v}", lambda m, x, i, lead=lead: x[lead + (i,)], [v, 0]
+            yield f"assign{d}{v}", lambda m, x, i, lead=lead: _assign(x, lead + (i,)), [v]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_indices_in_every_dim_raise_or_wrap_as_pytorch(compiled):
+    torch = torch_or_skip()
+    x0 = np.arange(24.0).reshape(2, 3, 4)
+    for name, fn, i in _index_sweep():
+        outcome = []
+        for m in (torch, ngrad):
+            x, ii = m.tensor(x0), m.tensor(np.asarray(i))
+            f = ngrad.compile(lambda x, i, fn=fn: fn(ngrad, x, i)) if compiled and m is ngrad else None
+            try:
+                r = f(x, ii) if f else fn(m, x, ii)
+                outcome.append(("value", r.detach().numpy().tolist()))
+            except Exception as e:  # noqa: BLE001 - compared with PyTorch's
+                outcome.append((type(e).__name__, str(e)))
+        assert outcome[0] == outcome[1], name

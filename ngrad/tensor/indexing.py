@@ -8,6 +8,7 @@ whose new value scatters ``value`` into the kept elements (the last write of a r
 """
 
 import math
+import re
 
 import numpy as np
 
@@ -235,6 +236,28 @@ def _apply_plan(t, plan):
     return out
 
 
+def _in_pytorch_words(e, key):
+    """NumPy's IndexError for ``key``: PyTorch numbers the dimension of a bad index among the
+    key's index arrays, where NumPy names the axis of the indexed array."""
+    found = re.search(r" axis (\d+) ", str(e))
+    if found is None:
+        return IndexError(str(e))
+    bad, axis, arrays = int(found.group(1)), 0, 0
+    for k in key:
+        if k is Ellipsis:
+            break  # the axes it spans are not known here: NumPy's number stays
+        if k is None:
+            continue
+        if isinstance(k, TensorBase):
+            array = k.dtype is not D.bool_
+        else:
+            array = isinstance(k, (list, np.ndarray)) and np.asarray(k).dtype != np.bool_
+        if axis == bad and array:
+            return IndexError(str(e).replace(found.group(0), f" dimension {arrays} "))
+        axis, arrays = axis + 1, arrays + array
+    return IndexError(str(e).replace(found.group(0), f" dimension {bad} "))
+
+
 def _traced_setitem(t, key, value):
     """``t[key] = value`` under ``ngrad.compile`` where ``key`` holds tensors whose values the
     program reads when it runs (so nothing here may read them): integer indices, or one boolean
@@ -368,14 +391,14 @@ class IndexingOps:
             shape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
             nodes = []
             for k, a in enumerate(arrays):
-                if not isinstance(a, TensorBase):
-                    a = wrap(index_array(np.asarray(a), n.shape[axis + k], axis + k))
+                if not isinstance(a, TensorBase):  # PyTorch numbers the dim among the index tensors
+                    a = wrap(index_array(np.asarray(a), n.shape[axis + k], k))
                 a = a.to(D.int64)
                 nodes.append((a if tuple(a.shape) == shape else a.expand(shape))._node)
             shape = n.shape[:axis] + shape + n.shape[axis + len(arrays) :]
             return record_op("index", (n, *nodes), {"axis": axis}, shape, n.dtype, "IndexBackward0")
         arrays = np.broadcast_arrays(*[np.asarray(a) for a in arrays])
-        fixed = [index_array(a, n.shape[axis + k], axis + k) for k, a in enumerate(arrays)]
+        fixed = [index_array(a, n.shape[axis + k], k) for k, a in enumerate(arrays)]
         shape = n.shape[:axis] + arrays[0].shape + n.shape[axis + len(arrays) :]
         return record_op("index", (n, *fixed), {"axis": axis}, shape, n.dtype, "IndexBackward0")
 
@@ -420,7 +443,7 @@ class IndexingOps:
         try:
             picked = np.arange(n, dtype=np.int64).reshape(shape)[host(key)]
         except IndexError as e:
-            raise IndexError(str(e)) from None
+            raise _in_pytorch_words(e, basic) from None
         sel = np.shape(picked)
         pos = np.asarray(picked, dtype=np.int64).reshape(-1)
         last = len(pos) - 1 - np.unique(pos[::-1], return_index=True)[1]  # the last write wins

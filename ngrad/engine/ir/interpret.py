@@ -11,6 +11,7 @@ so long tapes run in memory proportional to their live values.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -66,9 +67,12 @@ def _lapack(fn: Callable[..., np.ndarray], name: str, *args: np.ndarray) -> np.n
         raise RuntimeError(f"{name}: The input matrix is singular, so the computation could not be completed") from None
 
 
-def _index_error(e: IndexError) -> IndexError:
-    """NumPy's IndexError for indices a compiled program computed or was given, in PyTorch's words."""
-    return IndexError(str(e).replace(" axis ", " dimension "))
+def _index_error(e: IndexError, first: int) -> IndexError:
+    """NumPy's IndexError for indices a compiled program computed or was given, in PyTorch's
+    words: PyTorch numbers the dimension among the index tensors (``first``: the axis of the
+    first), where NumPy names the axis of the indexed array."""
+    text = re.sub(r" axis (\d+) ", lambda m: f" dimension {int(m.group(1)) - first} ", str(e))
+    return IndexError(text)
 
 
 class NumpyMath:
@@ -194,7 +198,7 @@ class NumpyMath:
         try:
             return x[(slice(None),) * axis + tuple(idx)]
         except IndexError as e:
-            raise _index_error(e) from None
+            raise _index_error(e, axis) from None
 
     @staticmethod
     def unindex(x: np.ndarray, idx: Sequence[np.ndarray], shape: Sequence[int], axis: int) -> np.ndarray:
