@@ -2,9 +2,12 @@
 
 Contract: ``__getitem__`` records a slice/select (views of basic items), a reshape for ``None``
 and dropped dims, then an ``index`` node for integer arrays, with PyTorch's grad_fn names and
-NumPy's ``IndexError`` messages; index arrays computed here are checked and made non-negative
-before they reach the engine. ``__setitem__`` is an in-place update (``inplace.inplace_update``)
-whose new value scatters ``value`` into the kept elements (the last write of a repeated index wins).
+``IndexError`` messages; index arrays computed here are checked and made non-negative before
+they reach the engine. ``__setitem__`` is an in-place update (``inplace.inplace_update``) whose
+new value scatters ``value`` into the kept elements (the last write of a repeated index wins).
+Under ``ngrad.compile`` nothing reads the values of index or mask tensors: they are steps of the
+program (``index``, an assignment by positions or a ``where``), and ``index_select`` records a
+``require`` step, so bad values raise PyTorch's errors when the program runs.
 """
 
 import math
