@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 
+from ngrad.engine.backend.bytecode import encode
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.prims import PRIMS, TapeError
 from ngrad.engine.transform.differentiate import jvp, vjp
@@ -200,6 +201,8 @@ def test_require_passes_its_operand_or_raises_pytorchs_error(test, params, bad, 
     np.testing.assert_array_equal(interpret(tape, [good])[0], good)
     with pytest.raises(TapeError, match="integer"):
         prim_tape("require", [np.zeros(2)], params)
+    # the bytecode tier takes float tapes only: a check always runs as a NumPy step of a plan
+    assert encode(tape) is None
 
 
 def test_floordiv_is_exact_floor_division_of_integers():
