@@ -169,7 +169,6 @@ class saved_tensors_hooks:
             raise RuntimeError(_local.disabled)
         _local.stack = _local.stack + ((self.pack_hook, self.unpack_hook),)
         _activate(1)
-        return self
 
     def __exit__(self, *exc):
         _local.stack = _local.stack[:-1]
