@@ -78,6 +78,9 @@ def test_materialize_grads_with_an_edge_or_create_graph(lib):
     assert listed(gx2) == [2.0, 2.0]
     (_, gz) = lib.autograd.grad((x * 2).sum(), [x, z], materialize_grads=True)
     assert not gz.requires_grad
+    eye = lib.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=lib.float64)
+    gx, gz = lib.autograd.grad(x * 2, [x, z], eye, is_grads_batched=True, materialize_grads=True)
+    assert listed(gx) == [[2.0, 0.0], [0.0, 2.0]] and listed(gz) == [0.0]  # PyTorch's zeros_like(z)
     with pytest.raises(RuntimeError, match="materialize_grads cannot be used when the given input is a GradientEdge"):
         lib.autograd.grad((x * 2).sum(), [lib.autograd.graph.get_gradient_edge(z)], materialize_grads=True)
 

@@ -572,8 +572,8 @@ def grad(
             if materialize_grads:
                 if isinstance(t, GradientEdge):
                     raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
-                shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + tuple(t.shape)
-                zero = wrap(source(value_on(np.zeros(shape, t.dtype.np), t._node.device), t.dtype))
+                # PyTorch's zeros_like(input), with no batch axis even under is_grads_batched
+                zero = wrap(source(value_on(np.zeros(t.shape, t.dtype.np), t._node.device), t.dtype))
                 res.append(zero.requires_grad_() if create_graph else zero)
             else:
                 res.append(None)
