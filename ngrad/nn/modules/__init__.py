@@ -6,6 +6,7 @@ from .layers import Bilinear, Dropout, Embedding, Flatten, Identity, Linear, Unf
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
 from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
     "Module",
@@ -42,4 +43,12 @@ __all__ = [
     "NLLLoss",
     "BCELoss",
     "BCEWithLogitsLoss",
+    "RNNBase",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "RNNCellBase",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
 ]
