@@ -556,3 +556,20 @@ def test_node_hooks_with_a_repeated_input_under_create_graph_and_on_unneeded_bra
     p.grad_fn.register_prehook(lambda go: calls.append("p node"))
     assert listed(lib.autograd.grad((p + q).sum(), a)[0]) == [3.0]
     assert calls == ["p node"]  # q's branch leads to no requested input: nothing of it runs
+
+
+@LIBS
+def test_saved_values_of_more_nodes(lib):
+    x = t64(lib, [[0.1, 0.2], [0.3, 0.4]])
+    y = t64(lib, [[0.5, 0.6], [0.7, 0.8]])
+    assert x.log1p().grad_fn._saved_self is x and x.erf().grad_fn._saved_self is x
+    assert np.allclose(listed(x.expm1().grad_fn._saved_result), np.expm1([[0.1, 0.2], [0.3, 0.4]]))
+    cond = x > 0.2
+    assert listed(lib.where(cond, x, y).grad_fn._saved_condition) == [[False, False], [True, True]]
+    p = x.prod(1).grad_fn
+    assert (p._saved_dim, p._saved_keepdim, p._saved_self is x) == (1, False, True)
+    assert np.allclose(listed(p._saved_result), [0.1 * 0.2, 0.3 * 0.4])
+    m = x.amax(1).grad_fn
+    assert (m._saved_dim, m._saved_keepdim) == ((1,), False) and np.allclose(listed(m._saved_result), [0.2, 0.4])
+    assert lib.cat([x, y], 1).grad_fn._saved_dim == 1 and x.flip(0).grad_fn._saved_dims == (0,)
+    assert (1 - x).grad_fn._saved_alpha == 1
