@@ -223,3 +223,19 @@ def test_graphs_of_one_structure_share_a_tape_and_keep_their_own_values(monkeypa
         np.testing.assert_allclose(g, w, rtol=1e-15)
     assert tapes[0] is tapes[1]
     assert tapes[2] is not tapes[3] and tapes[4] is not tapes[5]
+
+
+def test_chains_at_the_depth_bound_are_lowered_once(monkeypatch):
+    # each operation with a Python number adds a runtime scalar source: a chain at the real depth
+    # bound (1,024) is about 2,050 nodes, and every realization of it past the first must reuse
+    # its tape (it was lowered again each time, about 70 ms per 1,024 operations)
+    lowered = []
+    lower = realize_mod.lower
+    monkeypatch.setattr(realize_mod, "lower", lambda roots: lowered.append(len(roots)) or lower(roots))
+    xs = np.linspace(0.0, 1.0, 8)
+    s, want = ngrad.tensor(xs), xs.copy()
+    for _ in range(4 * graph.PENDING_DEPTH):
+        s = s * 0.999 + 0.001
+        want = want * 0.999 + 0.001
+    np.testing.assert_allclose(s.numpy(), want, rtol=1e-12)
+    assert 2 <= len(lowered) <= 3  # the first depth-bound chain (and the final read's shorter one)

@@ -26,9 +26,11 @@ __all__ = ["KEEP_SOURCES", "realize", "held", "pending_count"]
 _VIEWS = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
 # graph structure (``_scan``'s key) -> the tape ``lower`` made of it; only graphs of up to
-# _MAX_KEPT nodes, so that the keys stay small (a loop's graphs are, with the depth bound)
+# _MAX_KEPT nodes, so that the keys stay small. A loop's graphs are, with the depth bound: a chain
+# of PENDING_DEPTH (1,024) operations with a Python number each is 2,049 nodes (at 2,048, such a
+# chain was lowered again at every depth-bound realization)
 _tapes = Recent()
-_MAX_KEPT = 2048
+_MAX_KEPT = 4096
 
 
 def realize(nodes, keep=False):
