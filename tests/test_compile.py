@@ -671,6 +671,7 @@ def _put(x, k, v):
         ([[True, False, True], [False, True, False]], 7.0),  # a mask and a number
         ([[True, False, True], [False, True, False]], [1.0, 2.0, 3.0]),  # a value per selected element
         ([False, True], [1.0, 2.0, 3.0]),  # a mask of rows, the value broadcast along them
+        (True, [7.0]),  # a 0-d mask: all or nothing
     ],
 )
 def test_setitem_with_an_index_or_mask_argument_traces_and_replays(key, value, rng):

@@ -273,8 +273,14 @@ def _traced_setitem(t, key, value):
         _scatter_positions(t, key, value)
         return True
     m = masks[0]
-    if len(key) != 1 or m.ndim == 0 or tuple(m.shape) != tuple(t.shape[: m.ndim]):
+    if len(key) != 1 or tuple(m.shape) != tuple(t.shape[: m.ndim]):
         return False  # the eager path reads the mask (a TraceError) or raises PyTorch's shape error
+    if m.ndim == 0:  # all of t or nothing: the value broadcast to a leading dim of 1
+        src = to_tensor(value).to(t.dtype)
+        vs = tuple(src.shape)
+        src = src.reshape(vs[1:]) if len(vs) > t.ndim and vs[0] == 1 else src
+        inplace_update(t, named(where(m, src.expand(tuple(t.shape)), t), "IndexPutBackward0"))
+        return True
     _masked_assign(t, m, value)
     return True
 
