@@ -64,3 +64,9 @@ def test_pytorch_style_regression_with_modules_and_a_data_loader_fits():
     mod = runpy.run_path(str(EXAMPLES / "regression_nn.py"))
     first, last, held_out = mod["train"](epochs=25)
     assert last < first / 20 and held_out < 0.02  # the noise alone is 0.0025
+
+
+def test_lstm_learns_to_continue_sine_waves():
+    mod = runpy.run_path(str(EXAMPLES / "lstm_sequence.py"))
+    first, last, held_out, repeat = mod["train"]()
+    assert last < first / 20 and held_out < repeat / 10

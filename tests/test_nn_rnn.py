@@ -327,3 +327,45 @@ def test_input_shape_errors_are_pytorchs():
         lambda: nn.GRUCell(4, 3)(x[0], ngrad.ones(2, 5)),
     )
     _raises(ValueError, r"RNNCell: Expected hidden to be 1D or 2D, got 3D instead", lambda: nn.RNNCell(4, 3)(x[0], x))
+
+
+def _training_run(make, compiled, steps=3):
+    _ = ngrad.manual_seed(0)
+    mod = make().double()
+    opt = ngrad.optim.Adam(mod.parameters(), lr=1e-2)
+    r = np.random.default_rng(8)
+    x = ngrad.tensor(r.standard_normal((4, 2, 3)))
+    y = ngrad.tensor(r.standard_normal((4, 2, 4)))
+
+    def step(x, y):
+        opt.zero_grad()
+        out = mod(x)[0]
+        loss = ((out - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = ngrad.compile(step) if compiled else step
+    losses = [run(x, y).item() for _ in range(steps)]
+    return losses, [p.detach().numpy() for p in mod.parameters()]
+
+
+def _assert_same_runs(make):
+    (losses, params), (c_losses, c_params) = _training_run(make, False), _training_run(make, True)
+    np.testing.assert_allclose(c_losses, losses, rtol=1e-10)
+    assert losses[-1] < losses[0]
+    for a, b in zip(c_params, params):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+
+
+def test_a_traced_training_step_equals_the_eager_one():
+    """ngrad.compile traces the unrolled layers once and replays them (here on the interpreter):
+    losses and parameters after Adam steps equal the eager run's."""
+    _assert_same_runs(lambda: nn.LSTM(3, 3, num_layers=2, bidirectional=True, proj_size=2, dropout=0.5).eval())
+
+
+@pytest.mark.numba
+@pytest.mark.slow  # about 8 s of Numba with an empty kernel cache
+def test_a_compiled_training_step_equals_the_eager_one(jit_always):
+    """Compiled kernels (every tape compiled at once) against the interpreter's eager run."""
+    _assert_same_runs(lambda: nn.GRU(3, 4))
