@@ -11,7 +11,7 @@ tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 import builtins as _builtins
 import functools as _functools
 
-from . import autograd, cuda, func, linalg, nn, optim, scipy, utils
+from . import autograd, cuda, func, linalg, nn, optim, random, scipy, utils
 from ._version import __version__
 from .autograd.anomaly_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from .contract import einsum, inner, tensordot
@@ -22,6 +22,7 @@ from .engine.runtime import get_num_threads, set_num_threads
 from .factories import (
     arange,
     as_tensor,
+    bernoulli,
     empty,
     empty_like,
     eye,
@@ -32,12 +33,14 @@ from .factories import (
     is_tensor,
     linspace,
     manual_seed,
+    normal,
     numel,
     ones,
     ones_like,
     rand,
     rand_like,
     randint,
+    randint_like,
     randn,
     randn_like,
     randperm,
@@ -54,6 +57,7 @@ from .grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from .random import Generator, default_generator, get_rng_state, set_rng_state
 from .serialization import load, save
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
 from .tensor.functions import as_strided_scatter, diagonal_scatter, select_scatter, slice_scatter

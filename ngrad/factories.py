@@ -1,12 +1,15 @@
-"""Tensor factories (``tensor``, ``zeros``, ``randn`` ...) and the random generator."""
+"""Tensor factories (``tensor``, ``zeros``, ``arange``, and the random ones: ``rand``, ``randn``,
+``randint``, ``randperm``, ``normal``, ``bernoulli``, drawing from ``ngrad.random``'s generators)."""
 
 import collections
 import math
 
 import numpy as np
 
+from . import sampling
 from .engine.ir import dtypes as D
 from .engine.ir.graph import source
+from .random import generator_or_default, initial_seed, manual_seed, seed
 from .tensor.core import Tensor
 from .tensor.record import TORCH_NAME, device_name, host_value, shape_arg, value_of, value_on, wrap
 from .tracing import check_random
@@ -32,6 +35,9 @@ __all__ = [
     "rand_like",
     "randn_like",
     "randperm",
+    "randint_like",
+    "normal",
+    "bernoulli",
     "manual_seed",
     "seed",
     "initial_seed",
@@ -349,63 +355,57 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     return _leaf(np.linspace(start, end, steps).astype(dtype.np), dtype, requires_grad, device)
 
 
-# --- randomness -----------------------------------------------------------------------------------------
-
-_generator = [np.random.default_rng()]
-_seed = [None]
+# --- randomness: PyTorch's CPU generator and transforms (ngrad.random, ngrad.sampling) ------------------
 
 
-def manual_seed(seed):
-    """Seed ngrad's random generator (NumPy's PCG64); sequences differ from PyTorch's.
+def _draw(generator):
+    """The generator to draw from, unless ngrad.compile is tracing (a draw would be frozen)."""
+    check_random()
+    return generator_or_default(generator)
+
+
+def _random_leaf(shape, dtype, device, requires_grad, sample):
+    """A leaf of ``shape`` filled by ``sample(n)`` (a flat NumPy array of ``n`` values)."""
+    value = _allocated(shape, dtype, lambda: sample(math.prod(shape)).astype(dtype.np).reshape(shape))
+    return _leaf(value, dtype, requires_grad, device)
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Uniform samples from [0, 1): PyTorch's numbers for the same seed (float32: 24 random
+    bits a value, float64: 53).
 
     ```python
     >>> import ngrad
     >>> _ = ngrad.manual_seed(0)
-    >>> a = ngrad.rand(2)
-    >>> _ = ngrad.manual_seed(0)
-    >>> bool((a == ngrad.rand(2)).all())
-    True
+    >>> ngrad.rand(3)
+    tensor([0.4963, 0.7682, 0.0885])
 
     ```
     """
-    _seed[0] = int(seed)
-    _generator[0] = np.random.default_rng(int(seed))
-    return _generator[0]
-
-
-def seed():
-    s = int(np.random.SeedSequence().entropy % (2**63))
-    manual_seed(s)
-    return s
-
-
-def initial_seed():
-    return _seed[0]
-
-
-def _draw():
-    """The generator, unless ngrad.compile is tracing (a draw would be frozen into the program)."""
-    check_random()
-    return _generator[0]
-
-
-def rand(*size, dtype=None, device=None, requires_grad=False):
-    """Uniform samples from [0, 1)."""
     device = device_name(device)
     dtype, shape = _random_dtype(dtype, "check_uniform_bounds"), shape_arg(size)
-    value = _allocated(shape, dtype, lambda: _draw().random(shape).astype(dtype.np))
-    return _leaf(value, dtype, requires_grad, device)
+    gen = _draw(generator)
+    return _random_leaf(shape, dtype, device, requires_grad, lambda n: sampling.uniform(gen, n, dtype.np))
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False):
-    """Standard normal samples."""
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Standard normal samples: PyTorch's numbers for the same seed.
+
+    ```python
+    >>> import ngrad
+    >>> _ = ngrad.manual_seed(0)
+    >>> ngrad.randn(3)
+    tensor([ 1.5410, -0.2934, -2.1788])
+
+    ```
+    """
     device = device_name(device)
     dtype, shape = _random_dtype(dtype, "normal_kernel_cpu"), shape_arg(size)
-    value = _allocated(shape, dtype, lambda: _draw().standard_normal(shape).astype(dtype.np))
-    return _leaf(value, dtype, requires_grad, device)
+    gen = _draw(generator)
+    return _random_leaf(shape, dtype, device, requires_grad, lambda n: sampling.normal(gen, n, dtype.np))
 
 
-def randint(*args, size=None, low=None, high=None, dtype=None, device=None, requires_grad=False):
+def randint(*args, size=None, low=None, high=None, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform integers in [low, high), with PyTorch's signatures: ``randint(high, size)``,
     ``randint(low, high, size)`` (``low`` defaults to 0) and their keyword forms.
 
@@ -440,33 +440,97 @@ def randint(*args, size=None, low=None, high=None, dtype=None, device=None, requ
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dtype = dtype or D.int64
     device = device_name(device)
-    shape = shape_arg((size,))
-    value = _allocated(shape, dtype, lambda: _draw().integers(low, high, size=shape).astype(dtype.np))
-    return _leaf(value, dtype, requires_grad, device)
+    gen = _draw(generator)
+    sample = lambda n: sampling.integers(gen, n, dtype.np, int(low), int(high))  # noqa: E731
+    return _random_leaf(shape_arg((size,)), dtype, device, requires_grad, sample)
 
 
-def rand_like(input, *, dtype=None, device=None, requires_grad=False):
-    return rand(
-        input.shape,
+def rand_like(input, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """``rand`` of ``input``'s shape (and dtype and device unless given)."""
+    device = input.device if device is None else device
+    dtype = dtype or input.dtype
+    return rand(input.shape, generator=generator, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def randn_like(input, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """``randn`` of ``input``'s shape (and dtype and device unless given)."""
+    device = input.device if device is None else device
+    dtype = dtype or input.dtype
+    return randn(input.shape, generator=generator, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """``randint`` of ``input``'s shape: ``randint_like(input, high)`` or ``(input, low, high)``."""
+    if high is None:
+        low, high = 0, low
+    device = input.device if device is None else device
+    return randint(
+        low,
+        high,
+        tuple(input.shape),
+        generator=generator,
         dtype=dtype or input.dtype,
-        device=input.device if device is None else device,
+        device=device,
         requires_grad=requires_grad,
     )
 
 
-def randn_like(input, *, dtype=None, device=None, requires_grad=False):
-    return randn(
-        input.shape,
-        dtype=dtype or input.dtype,
-        device=input.device if device is None else device,
-        requires_grad=requires_grad,
-    )
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """A random permutation of ``0 .. n-1``: PyTorch's for the same seed.
 
+    ```python
+    >>> import ngrad
+    >>> _ = ngrad.manual_seed(0)
+    >>> ngrad.randperm(5)
+    tensor([4, 0, 1, 3, 2])
 
-def randperm(n, *, dtype=None, device=None):
+    ```
+    """
     dtype = dtype or D.int64
-    value = _allocated((n,), dtype, lambda: _draw().permutation(n).astype(dtype.np))
-    return _leaf(value, dtype, False, device_name(device))
+    gen = _draw(generator)
+    return _random_leaf((n,), dtype, device_name(device), requires_grad, lambda _: sampling.permutation(gen, n))
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """Normal samples, as ``torch.normal``: ``normal(mean, std, size)`` for numbers, else one
+    sample per element of the broadcast tensors ``mean`` and ``std`` (standard normals, times
+    ``std``, plus ``mean``).
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.normal(2.0, 0.0, size=(2,))
+    tensor([2., 2.])
+
+    ```
+    """
+    if not isinstance(mean, Tensor) and not isinstance(std, Tensor):
+        if size is None:
+            raise TypeError("normal() received an invalid combination of arguments: numbers need a size")
+        out = empty(*shape_arg((size,)), dtype=dtype, device=device)
+        return out.normal_(mean, std, generator=generator).requires_grad_(requires_grad)
+    ref = mean if isinstance(mean, Tensor) else std
+    shape = ref.shape if not (isinstance(mean, Tensor) and isinstance(std, Tensor)) else None
+    if shape is None:
+        from .tensor.record import broadcast_shapes
+
+        shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
+    out = empty(*shape, dtype=ref.dtype, device=ref.device).normal_(0.0, 1.0, generator=generator)
+    return out * std + mean
+
+
+def bernoulli(input, p=None, *, generator=None):
+    """Ones with probability ``input`` (per element), else zeros, in ``input``'s dtype; with a
+    number ``p``, probability ``p`` for every element of ``input``'s shape.
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.bernoulli(ngrad.tensor([0.0, 1.0]))
+    tensor([0., 1.])
+
+    ```
+    """
+    out = empty_like(input)
+    return out.bernoulli_(input if p is None else p, generator=generator)
 
 
 def is_tensor(obj):

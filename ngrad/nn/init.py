@@ -1,9 +1,12 @@
 """``ngrad.nn.init``: fill a tensor in place from a distribution, as ``torch.nn.init`` does.
 
 Contract: every function writes the tensor it is given in place, outside the graph (as under
-``no_grad``), and returns it; the draws come from ngrad's generator (``ngrad.manual_seed``), so
-the distributions are PyTorch's but the numbers are not bit for bit the same. Fans and gains are
-PyTorch's (``calculate_gain``, fan_in = ``size(1) * receptive field``).
+``no_grad``), and returns it; the draws come from ``generator`` (an ``ngrad.Generator``; the
+default one, ``ngrad.manual_seed``, when None) with PyTorch's transforms, so ``uniform_``,
+``normal_``, the xavier and kaiming fills and every layer's default initialisation give PyTorch's
+numbers for the same seed (``trunc_normal_`` and ``orthogonal_`` have PyTorch's distribution;
+their numbers differ after PyTorch's erfinv and QR). Fans and gains are PyTorch's
+(``calculate_gain``, fan_in = ``size(1) * receptive field``).
 
 ```python
 >>> import ngrad
@@ -83,43 +86,27 @@ def _fill(tensor, value):
     return tensor
 
 
-class _Draws:
-    """NumPy-style draws (``uniform``, ``normal``) from ngrad's generator, in float64."""
-
-    @staticmethod
-    def uniform(a, b, shape):
-        from ..factories import rand
-
-        return rand(shape, dtype=D.float64).numpy() * (b - a) + a
-
-    @staticmethod
-    def normal(mean, std, shape):
-        from ..factories import randn
-
-        return randn(shape, dtype=D.float64).numpy() * std + mean
+def uniform_(tensor, a=0.0, b=1.0, generator=None):
+    """Fill with samples of U(a, b): PyTorch's numbers for the same generator state."""
+    with _grad_mode.no_grad():
+        return tensor.uniform_(a, b, generator=generator)
 
 
-def _rng():
-    return _Draws
+def normal_(tensor, mean=0.0, std=1.0, generator=None):
+    """Fill with samples of N(mean, std**2): PyTorch's numbers for the same generator state."""
+    with _grad_mode.no_grad():
+        return tensor.normal_(mean, std, generator=generator)
 
 
-def uniform_(tensor, a=0.0, b=1.0):
-    """Fill with samples of U(a, b)."""
-    return _fill(tensor, _rng().uniform(a, b, tuple(tensor.shape)))
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """Fill with samples of N(mean, std**2) restricted to [a, b] (redrawn until inside; the
+    distribution is PyTorch's, the numbers are not: PyTorch inverts the CDF with its erfinv)."""
+    from ..factories import randn
 
-
-def normal_(tensor, mean=0.0, std=1.0):
-    """Fill with samples of N(mean, std**2)."""
-    return _fill(tensor, _rng().normal(mean, std, tuple(tensor.shape)))
-
-
-def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
-    """Fill with samples of N(mean, std**2) restricted to [a, b] (redrawn until inside)."""
-    rng = _rng()
     n = tensor.numel()
     out = np.empty(0)
     while out.size < n:
-        draw = rng.normal(mean, std, max(2 * (n - out.size), 16))
+        draw = randn(max(2 * (n - out.size), 16), dtype=D.float64, generator=generator).numpy() * std + mean
         out = np.concatenate([out, draw[(draw >= a) & (draw <= b)]])
     return _fill(tensor, out[:n].reshape(tuple(tensor.shape)))
 
@@ -168,17 +155,18 @@ def _fans(tensor):
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
-def xavier_uniform_(tensor, gain=1.0):
+def xavier_uniform_(tensor, gain=1.0, generator=None):
     """U(-a, a) with ``a = gain * sqrt(6 / (fan_in + fan_out))`` (Glorot)."""
     fan_in, fan_out = _fans(tensor)
-    a = math.sqrt(3.0) * gain * math.sqrt(2.0 / float(fan_in + fan_out))
-    return uniform_(tensor, -a, a)
+    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    a = math.sqrt(3.0) * std  # PyTorch's order of products: the same bound to the last bit
+    return uniform_(tensor, -a, a, generator)
 
 
-def xavier_normal_(tensor, gain=1.0):
+def xavier_normal_(tensor, gain=1.0, generator=None):
     """N(0, std**2) with ``std = gain * sqrt(2 / (fan_in + fan_out))`` (Glorot)."""
     fan_in, fan_out = _fans(tensor)
-    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
 
 
 def _kaiming_std(tensor, a, mode, nonlinearity):
@@ -188,24 +176,24 @@ def _kaiming_std(tensor, a, mode, nonlinearity):
     return calculate_gain(nonlinearity, a) / math.sqrt(fan)
 
 
-def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     """U(-b, b) with ``b = gain * sqrt(3 / fan)`` (He); what ``Linear`` uses with ``a=sqrt(5)``."""
     if 0 in tuple(tensor.shape):
         warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=2)
         return tensor
     bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     """N(0, std**2) with ``std = gain / sqrt(fan)`` (He)."""
     if 0 in tuple(tensor.shape):
         warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=2)
         return tensor
-    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity))
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
 
 
-def orthogonal_(tensor, gain=1):
+def orthogonal_(tensor, gain=1, generator=None):
     """Fill with a (semi-)orthogonal matrix (the trailing dimensions flattened), times ``gain``:
     the Q of a Gaussian matrix's QR decomposition, signs fixed by R's diagonal."""
     if tensor.ndim < 2:
@@ -214,7 +202,10 @@ def orthogonal_(tensor, gain=1):
         return tensor
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = _rng().normal(0.0, 1.0, (rows, cols))
+    from ..factories import empty
+
+    # PyTorch's draws (normal_ of a rows x cols tensor of this dtype); its QR is LAPACK's
+    flat = empty(rows, cols, dtype=tensor.dtype).normal_(0.0, 1.0, generator=generator).numpy()
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)

@@ -128,13 +128,15 @@ def dropout(input, p=0.5, training=True, inplace=False):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return input
-    from ..factories import rand
-
     if p == 1.0:
         out = input * 0.0
     else:
-        keep = rand(input.shape, dtype=input.dtype if input.is_floating_point() else None) >= p
-        out = _t.where(keep, input * (1.0 / (1.0 - p)), 0.0)
+        # PyTorch's CPU dropout: noise = empty_like(input).bernoulli_(1 - p) / (1 - p), then
+        # input * noise, so the mask and the scaled values are its own for the same seed
+        from ..factories import empty_like
+
+        noise = empty_like(input).bernoulli_(1 - p)
+        out = input * (noise / (1 - p))
     if inplace:
         return input.copy_(out)
     return out

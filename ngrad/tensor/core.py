@@ -24,6 +24,7 @@ from .inplace import InplaceOps, replace_node
 from .layout import Storage, contiguous_format, contiguous_strides, dense, is_contiguous, storage_key
 from .linalg_ops import LinalgOps
 from .math_ops import MathOps
+from .random_ops import RandomOps
 from .record import (
     CPU,
     CUDA,
@@ -50,7 +51,7 @@ from .views import detached_view, install, layout_of, rebind
 _gm = _grad_mode.state
 
 
-class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, TensorBase):
+class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, RandomOps, TensorBase):
     """A multi-dimensional array that records operations for automatic differentiation.
 
     Tensors are made by factories (``ngrad.tensor``, ``ngrad.zeros``, ``ngrad.randn`` ...) or

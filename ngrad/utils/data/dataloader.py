@@ -16,7 +16,7 @@ import numpy as np
 from ...engine.ir import dtypes as D
 from ...tensor import Tensor
 from .dataset import IterableDataset, Subset, TensorDataset
-from .sampler import BatchSampler, RandomSampler, SequentialSampler
+from .sampler import BatchSampler, RandomSampler, SequentialSampler, draw_base_seed
 
 __all__ = ["DataLoader", "default_collate", "default_convert"]
 
@@ -182,6 +182,7 @@ class DataLoader:
         self.collate_fn = collate_fn
 
     def __iter__(self):
+        draw_base_seed(self.generator)
         if self._iterable:
             return self._iterate_stream()
         if self.batch_sampler is not None:

@@ -104,15 +104,19 @@ class Subset(Dataset):
 
 
 def permutation(n, generator=None):
-    """A random permutation of ``range(n)`` as a list: from ``generator`` (a NumPy
-    ``Generator``) when given, else from ngrad's generator (``ngrad.manual_seed``)."""
-    if generator is None:
-        from ...factories import randperm
-
-        return randperm(n).tolist()
+    """A random permutation of ``range(n)`` as a list, PyTorch's ``randperm(n, generator=...)``:
+    from ``generator`` (an ``ngrad.Generator``; a NumPy ``Generator`` is also taken, with NumPy's
+    numbers) or, when None, from ngrad's default generator (``ngrad.manual_seed``)."""
     if isinstance(generator, np.random.Generator):
         return generator.permutation(n).tolist()
-    raise TypeError(f"generator must be None or a numpy.random.Generator, got {type(generator).__name__}")
+    from ...factories import randperm
+    from ...random import Generator
+
+    if generator is not None and not isinstance(generator, Generator):
+        raise TypeError(
+            f"generator must be None or a numpy.random.Generator (or a ngrad.Generator), got {type(generator).__name__}"
+        )
+    return randperm(n, generator=generator).tolist()
 
 
 def random_split(dataset, lengths, generator=None):
@@ -120,9 +124,9 @@ def random_split(dataset, lengths, generator=None):
     summing to ``len(dataset)``, or fractions summing to 1).
 
     ```python
-    >>> import numpy as np
+    >>> import ngrad
     >>> from ngrad.utils.data import random_split
-    >>> a, b = random_split(range(10), [0.7, 0.3], generator=np.random.default_rng(0))
+    >>> a, b = random_split(range(10), [0.7, 0.3], generator=ngrad.Generator().manual_seed(0))
     >>> len(a), len(b), sorted(list(a) + list(b)) == list(range(10))
     (7, 3, True)
 

@@ -2,15 +2,33 @@
 
 Contract: ``SequentialSampler`` yields 0..n-1; ``RandomSampler`` a new permutation each epoch
 (or ``num_samples`` draws with replacement); ``SubsetRandomSampler`` a permutation of given
-indices; ``BatchSampler`` groups another sampler's indices into lists of ``batch_size``
+indices; both draw as PyTorch's do (from their ``generator``, an ``ngrad.Generator``, or from a
+generator seeded by one draw of the default one), so they give PyTorch's orders for a seed;
+``BatchSampler`` groups another sampler's indices into lists of ``batch_size``
 (the last one shorter unless ``drop_last``).
 """
 
 import numpy as np
 
+from ...engine.ir.dtypes import int64
 from .dataset import permutation
 
-__all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "BatchSampler"]
+__all__ = ["draw_base_seed", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "BatchSampler"]
+
+
+def draw_base_seed(generator=None):
+    """Draw what PyTorch's DataLoader draws when an iteration starts (its workers' base seed, one
+    int64 from ``generator`` or the default generator), so that the draws after it stay PyTorch's;
+    a NumPy ``generator`` is left alone."""
+    if isinstance(generator, np.random.Generator):
+        return None
+    from ...factories import empty
+    from ...random import Generator
+
+    if generator is not None and not isinstance(generator, Generator):
+        permutation(0, generator)  # its TypeError
+
+    return int(empty((), dtype=int64).random_(generator=generator).item())
 
 
 class Sampler:
@@ -56,16 +74,23 @@ class RandomSampler(Sampler):
 
     def __iter__(self):
         n = len(self.data_source)
-        if self.replacement:
-            if self.generator is None:
-                from ...factories import randint
+        generator = self.generator
+        if generator is None:
+            # PyTorch seeds a fresh generator from one draw of the default one each epoch
+            from ...random import Generator
 
-                return iter(randint(0, n, (self.num_samples,)).tolist())
-            return iter(self.generator.integers(0, n, self.num_samples).tolist())
+            generator = Generator().manual_seed(draw_base_seed())
+        if self.replacement:
+            if isinstance(generator, np.random.Generator):
+                return iter(generator.integers(0, n, self.num_samples).tolist())
+            from ...factories import randint
+
+            # in blocks of 32, as PyTorch draws them (the same words either way)
+            return iter(randint(0, n, (self.num_samples,), generator=generator).tolist())
         order = []
         for _ in range(self.num_samples // n):
-            order += permutation(n, self.generator)
-        order += permutation(n, self.generator)[: self.num_samples % n]
+            order += permutation(n, generator)
+        order += permutation(n, generator)[: self.num_samples % n]
         return iter(order)
 
     def __len__(self):
