@@ -21,6 +21,7 @@ import numpy as np
 from .. import grad_mode as _grad_mode
 from .. import tensor as _t
 from ..tensor.record import host_value
+from .conv_functions import avg_pool1d, avg_pool2d, conv1d, conv2d, max_pool1d, max_pool2d
 from .layer_functions import (
     batch_norm,
     bilinear,
@@ -65,6 +66,12 @@ __all__ = [
     "cosine_similarity",
     "pairwise_distance",
     "bilinear",
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
 ]
 
 

@@ -2,10 +2,12 @@
 
 from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .conv import Conv1d, Conv2d
 from .layers import Bilinear, Dropout, Embedding, Flatten, Identity, Linear, Unflatten
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
 from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from .pooling import AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
@@ -51,4 +53,10 @@ __all__ = [
     "RNNCell",
     "LSTMCell",
     "GRUCell",
+    "Conv1d",
+    "Conv2d",
+    "MaxPool1d",
+    "MaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
 ]
