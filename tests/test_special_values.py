@@ -102,12 +102,6 @@ KNOWN: dict[tuple[str, str], str] = {
     "it accumulates the sum of squares in float64; ngrad's float32 variance overflows to inf, and "
     "accumulating in float64 would double the memory traffic of every float32 var/std",
     **{
-        ("norm_2", d): "the sign of a zero gradient at a zero norm: PyTorch masks x / norm after dividing "
-        "(+0.0); ngrad's gradient is 2 * x times a zero cotangent (-0.0 for a -0.0 entry), and masking x "
-        "first would add a second pass over x to every 2-norm"
-        for d in ("float64", "float32")
-    },
-    **{
         ("logsumexp", d): "PyTorch's own logsumexp kernel has the gradient exp(x - out), which rounds to 1 "
         "each at [3e38, 3e38] (out rounds to 3e38; the sum is 2); ngrad's logsumexp is fused arithmetic "
         "whose gradient is the softmax, 0.5 each (exact); PyTorch's formula needs a logsumexp primitive "
