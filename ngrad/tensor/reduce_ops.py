@@ -292,8 +292,11 @@ class ReduceOps:
         else:
             # x + 0.0 is x but for -0.0, which becomes +0.0: at a zero norm the gradient 2x * 0 is
             # then +0.0 for every entry, PyTorch's (its x / norm masked to 0), not -0.0 for a -0.0
-            xs = x + 0.0
-            s = (xs * xs).sum(axes, keepdim) if p == 2 else (x.abs() ** p).sum(axes, keepdim)
+            if p == 2:
+                xs = x + 0.0
+                s = (xs * xs).sum(axes, keepdim)
+            else:
+                s = (x.abs() ** p).sum(axes, keepdim)
             # the double-where keeps the derivative at s == 0 finite (PyTorch gives 0 there)
             zero = s == 0
             safe = where(zero, 1.0, s)
