@@ -369,3 +369,108 @@ def test_a_traced_training_step_equals_the_eager_one():
 def test_a_compiled_training_step_equals_the_eager_one(jit_always):
     """Compiled kernels (every tape compiled at once) against the interpreter's eager run."""
     _assert_same_runs(lambda: nn.GRU(3, 4))
+
+
+LENGTHS = [3, 5, 1, 4]  # unsorted: packing sorts them
+
+
+@pytest.mark.parametrize(
+    "name,kwargs,states",
+    [
+        ("LSTM", {"num_layers": 2, "bidirectional": True, "proj_size": 2}, [(4, 4, 2), (4, 4, H)]),
+        ("GRU", {"batch_first": True, "bidirectional": True}, [(2, 4, H)]),
+        ("RNN", {"nonlinearity": "relu"}, []),
+    ],
+)
+def test_packed_sequences_match_pytorch(name, kwargs, states):
+    """pack_padded_sequence -> layer -> pad_packed_sequence against torch's: the padded output,
+    lengths, final states and the gradients of the padded input, states and parameters."""
+    torch = pytest.importorskip("torch")
+    from ngrad.nn.utils import rnn as n_rnn
+
+    t_rnn = torch.nn.utils.rnn
+    t_mod = getattr(torch.nn, name)(I, H, **kwargs).double()
+    n_mod = getattr(nn, name)(I, H, **kwargs).double()
+    _copy_weights(t_mod, n_mod)
+    batch_first = kwargs.get("batch_first", False)
+    r = np.random.default_rng(9)
+    x = r.standard_normal((4, 5, I) if batch_first else (5, 4, I))
+    arrays = [x] + [r.standard_normal(s) for s in states]
+    results = []
+    for lib, R, mod in ((torch, t_rnn, t_mod), (ngrad, n_rnn, n_mod)):
+        inputs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        packed = R.pack_padded_sequence(inputs[0], LENGTHS, batch_first=batch_first, enforce_sorted=False)
+        hidden = None if not states else inputs[1] if len(states) == 1 else tuple(inputs[1:])
+        out, h = mod(packed, hidden)
+        assert type(out).__name__ == "PackedSequence"
+        padded, lengths = R.pad_packed_sequence(out, batch_first=batch_first, padding_value=0.5, total_length=6)
+        outs = [padded] + _flatten(h)
+        w = np.random.default_rng(10)
+        loss = sum((o * lib.tensor(w.standard_normal(tuple(o.shape)))).sum() for o in outs)
+        loss.backward()
+        grads = [a.grad.numpy() for a in inputs] + [p.grad.numpy() for p in mod.parameters()]
+        results.append(([o.detach().numpy() for o in outs], lengths.tolist(), out.batch_sizes.tolist(), grads))
+    (t_outs, t_len, t_bs, t_grads), (n_outs, n_len, n_bs, n_grads) = results
+    assert n_len == t_len == LENGTHS and n_bs == t_bs
+    for a, b in zip(n_outs + n_grads, t_outs + t_grads):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-12)
+
+
+def test_a_packed_batch_runs_each_sequence_as_if_alone():
+    """Without torch: each sequence's output and final state in a packed bidirectional LSTM
+    equal the LSTM run on that sequence alone (unbatched)."""
+    from ngrad.nn.utils.rnn import pack_sequence, unpack_sequence
+
+    _ = ngrad.manual_seed(5)
+    lstm = nn.LSTM(2, 3, num_layers=2, bidirectional=True, dtype=ngrad.float64)
+    r = np.random.default_rng(11)
+    seqs = [ngrad.tensor(r.standard_normal((n, 2))) for n in (2, 4, 3)]
+    out, (h_n, c_n) = lstm(pack_sequence(seqs, enforce_sorted=False))
+    for k, (seq, got) in enumerate(zip(seqs, unpack_sequence(out))):
+        alone, (h, c) = lstm(seq)
+        np.testing.assert_allclose(_np(got), _np(alone), rtol=1e-12)
+        np.testing.assert_allclose(_np(h_n)[:, k], _np(h), rtol=1e-12)
+        np.testing.assert_allclose(_np(c_n)[:, k], _np(c), rtol=1e-12)
+
+
+def test_padding_and_packing_helpers():
+    from ngrad.nn.utils import rnn as R
+
+    a, b = ngrad.tensor([[1.0], [2.0]]), ngrad.tensor([[3.0], [4.0], [5.0]])
+    assert R.pad_sequence([a, b], batch_first=True, padding_value=-1.0).tolist() == [
+        [[1.0], [2.0], [-1.0]],
+        [[3.0], [4.0], [5.0]],
+    ]
+    assert R.pad_sequence([a, b], padding_side="left").squeeze(2).tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    packed = R.pack_sequence([b, a])
+    assert packed.data.squeeze(1).tolist() == [3.0, 1.0, 4.0, 2.0, 5.0] and packed.batch_sizes.tolist() == [2, 2, 1]
+    assert packed.sorted_indices is None and packed.unsorted_indices is None
+    assert packed.batch_sizes.dtype is ngrad.int64 and not packed.is_cuda
+    assert packed.double().data.dtype is ngrad.float64
+    assert [t.tolist() for t in R.unpack_sequence(R.pack_sequence([a, b], enforce_sorted=False))] == [
+        a.tolist(),
+        b.tolist(),
+    ]
+    padded = R.pad_sequence([a, b])
+    assert [t.tolist() for t in R.unpad_sequence(padded, ngrad.tensor([2, 3]))] == [a.tolist(), b.tolist()]
+    assert R.invert_permutation(ngrad.tensor([1, 2, 0])).tolist() == [2, 0, 1]
+    assert R.PackedSequence((packed.data, packed.batch_sizes)).batch_sizes is packed.batch_sizes
+    x = ngrad.ones(3, 2, 1)
+    _raises(
+        RuntimeError, "`lengths` array must be sorted in decreasing order", lambda: R.pack_padded_sequence(x, [2, 3])
+    )
+    _raises(RuntimeError, "Length of all samples has to be greater than 0", lambda: R.pack_padded_sequence(x, [2, 0]))
+    _raises(
+        RuntimeError,
+        r"Expected `len\(lengths\)` to be equal to batch_size, but got 3 \(batch_size=2\)",
+        lambda: R.pack_padded_sequence(x, [3, 2, 1]),
+    )
+    _raises(RuntimeError, "at most the sequence length 3", lambda: R.pack_padded_sequence(x, [4, 2]))
+    _raises(
+        ValueError,
+        "Expected total_length to be at least the length of the longest sequence in input, but got total_length=1",
+        lambda: R.pad_packed_sequence(packed, total_length=1),
+    )
+    _raises(
+        RuntimeError, "Expected padding_side to be one of left or right", lambda: R.pad_sequence([a], padding_side="x")
+    )

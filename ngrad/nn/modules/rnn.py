@@ -22,6 +22,7 @@ from ... import tensor as _t
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
+from ..utils.rnn import PackedSequence
 from .module import Module
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
@@ -70,16 +71,34 @@ def _step(mode, gi, h, c, w):
     return _rnn_step(gi, h, w["w_hh"], w["b_hh"], mode == "RNN_RELU"), None
 
 
-def _direction(mode, x, h, c, w, reverse):
-    """Run one layer in one direction over the time-major ``x`` (T, B, features): the output
-    of every step in time order (T, B, hidden), and the last state."""
-    gi = F.linear(x, w["w_ih"], w["b_ih"])  # all steps' input projections in one product
-    steps = x.shape[0]
-    outputs = [None] * steps
-    for t in range(steps - 1, -1, -1) if reverse else range(steps):
-        h, c = _step(mode, gi[t], h, c, w)
+def _direction(mode, gi, sizes, h, c, w, reverse):
+    """Run one layer in one direction. ``gi`` holds the input projections of every step,
+    time-major, ``sizes[t]`` rows for step t (all equal for a padded batch; decreasing for a
+    packed one, whose shorter sequences stop early and keep their last state). Returns the
+    output rows in ``gi``'s order and the last state of every sequence."""
+    offsets = [0]
+    for b in sizes:
+        offsets.append(offsets[-1] + b)
+    outputs = [None] * len(sizes)
+    if reverse:
+        h0, c0 = h, c
+        h, c = h0[: sizes[-1]], None if c0 is None else c0[: sizes[-1]]
+    done = []  # (h, c) of sequences that ended, last rows first
+    for t in range(len(sizes) - 1, -1, -1) if reverse else range(len(sizes)):
+        b = sizes[t]
+        if b < h.shape[0]:  # forward over a packed batch: sequences b.. have ended
+            done.append((h[b:], None if c is None else c[b:]))
+            h, c = h[:b], None if c is None else c[:b]
+        elif b > h.shape[0]:  # backward over a packed batch: sequences start at their end
+            rows = h.shape[0]
+            h = _t.cat([h, h0[rows:b]])
+            c = None if c is None else _t.cat([c, c0[rows:b]])
+        h, c = _step(mode, gi[offsets[t] : offsets[t + 1]], h, c, w)
         outputs[t] = h
-    return _t.stack(outputs), h, c
+    if done:
+        h = _t.cat([h] + [d[0] for d in reversed(done)])
+        c = None if c is None else _t.cat([c] + [d[1] for d in reversed(done)])
+    return (outputs[0] if len(outputs) == 1 else _t.cat(outputs)), h, c
 
 
 def _check_cell_shapes(input, hiddens, input_size, hidden_size):
@@ -91,6 +110,13 @@ def _check_cell_shapes(input, hiddens, input_size, hidden_size):
             raise RuntimeError(f"Input batch size {input.shape[0]} doesn't match hidden{k} batch size {hx.shape[0]}")
         if hx.shape[1] != hidden_size:
             raise RuntimeError(f"hidden{k} has inconsistent hidden_size: got {hx.shape[1]}, expected {hidden_size}")
+
+
+def _batch(module, input, batch_sizes):
+    """The batch size: the first step's for packed input."""
+    if batch_sizes is not None:
+        return int(batch_sizes[0])
+    return input.size(0) if module.batch_first else input.size(1)
 
 
 class RNNBase(Module):
@@ -219,7 +245,7 @@ class RNNBase(Module):
             )
 
     def get_expected_hidden_size(self, input, batch_sizes=None):
-        batch = input.size(0) if self.batch_first else input.size(1)
+        batch = _batch(self, input, batch_sizes)
         directions = 2 if self.bidirectional else 1
         size = self.proj_size if self.proj_size > 0 else self.hidden_size
         return (self.num_layers * directions, batch, size)
@@ -232,8 +258,8 @@ class RNNBase(Module):
         self.check_input(input, batch_sizes)
         self.check_hidden_size(hidden, self.get_expected_hidden_size(input, batch_sizes))
 
-    def _zeros(self, input, size):
-        batch = input.size(0) if self.batch_first else input.size(1)
+    def _zeros(self, input, size, batch_sizes=None):
+        batch = _batch(self, input, batch_sizes)
         directions = 2 if self.bidirectional else 1
         return factories.zeros((self.num_layers * directions, batch, size), dtype=input.dtype, device=input.device)
 
@@ -243,29 +269,52 @@ class RNNBase(Module):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D{tensor_word} instead")
         return input.dim() == 2
 
-    def _run(self, input, hx, cx):
-        """The stack of layers over ``input`` (batched, in the module's layout): the last
-        layer's output and the final states ``(h_n, c_n)`` (``c_n`` None but for an LSTM)."""
-        x = input.transpose(0, 1) if self.batch_first else input
-        if x.shape[0] == 0:
-            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+    def _run(self, data, sizes, hx, cx):
+        """The stack of layers over ``data`` (time-major rows, ``sizes[t]`` for step t): the
+        last layer's output rows and the final states ``(h_n, c_n)`` (``c_n`` None but for an
+        LSTM)."""
         directions = 2 if self.bidirectional else 1
         h_n, c_n = [], []
+        x = data
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
                 index = layer * directions + direction
                 c0 = None if cx is None else cx[index]
                 w = self._layer_weights(index)
-                out, h, c = _direction(self.mode, x, hx[index], c0, w, direction == 1)
+                gi = F.linear(x, w["w_ih"], w["b_ih"])  # every step's input projection in one product
+                out, h, c = _direction(self.mode, gi, sizes, hx[index], c0, w, direction == 1)
                 outputs.append(out)
                 h_n.append(h)
                 c_n.append(c)
-            x = outputs[0] if directions == 1 else _t.cat(outputs, 2)
+            x = outputs[0] if directions == 1 else _t.cat(outputs, 1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        output = x.transpose(0, 1) if self.batch_first else x
-        return output, _t.stack(h_n), None if cx is None else _t.stack(c_n)
+        return x, _t.stack(h_n), None if cx is None else _t.stack(c_n)
+
+    def _run_padded(self, input, hx, cx):
+        """``_run`` over a batched input in the module's layout; the output in that layout."""
+        x = input.transpose(0, 1) if self.batch_first else input
+        steps, batch = x.shape[0], x.shape[1]
+        if steps == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+        out, h_n, c_n = self._run(x.reshape(steps * batch, x.shape[2]), [batch] * steps, hx, cx)
+        out = out.reshape(steps, batch, out.shape[1])
+        return (out.transpose(0, 1) if self.batch_first else out), h_n, c_n
+
+    def _run_packed(self, input, hx, cx):
+        """``_run`` over a ``PackedSequence``: states given in the caller's batch order are put
+        in the packed order and the final states back in the caller's."""
+        data, batch_sizes, sorted_indices, unsorted_indices = input
+        if sorted_indices is not None:
+            hx = hx.index_select(1, sorted_indices)
+            cx = None if cx is None else cx.index_select(1, sorted_indices)
+        self.check_forward_args(data, hx if cx is None else (hx, cx), batch_sizes)
+        out, h_n, c_n = self._run(data, [int(b) for b in batch_sizes.tolist()], hx, cx)
+        if unsorted_indices is not None:
+            h_n = h_n.index_select(1, unsorted_indices)
+            c_n = None if c_n is None else c_n.index_select(1, unsorted_indices)
+        return PackedSequence(out, batch_sizes, sorted_indices, unsorted_indices), h_n, c_n
 
     def extra_repr(self):
         s = "{input_size}, {hidden_size}"
@@ -288,6 +337,11 @@ class _SingleStateRNN(RNNBase):
     """``RNN`` and ``GRU``: one state tensor ``h``."""
 
     def forward(self, input, hx=None):
+        if isinstance(input, PackedSequence):
+            if hx is None:
+                hx = self._zeros(input.data, self.hidden_size, input.batch_sizes)
+            output, h_n, _ = self._run_packed(input, hx, None)
+            return output, h_n
         name = "RNN" if self.mode.startswith("RNN") else self.mode
         unbatched = self._unbatched(input, name, " tensor" if name == "RNN" else "")
         batch_dim = 0 if self.batch_first else 1
@@ -302,7 +356,7 @@ class _SingleStateRNN(RNNBase):
         if hx is None:
             hx = self._zeros(input, self.hidden_size)
         self.check_forward_args(input, hx)
-        output, h_n, _ = self._run(input, hx, None)
+        output, h_n, _ = self._run_padded(input, hx, None)
         if unbatched:
             return output.squeeze(batch_dim), h_n.squeeze(1)
         return output, h_n
@@ -440,7 +494,7 @@ class LSTM(RNNBase):
         )
 
     def get_expected_cell_size(self, input, batch_sizes=None):
-        batch = input.size(0) if self.batch_first else input.size(1)
+        batch = _batch(self, input, batch_sizes)
         return (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
 
     def check_forward_args(self, input, hidden, batch_sizes=None):
@@ -451,12 +505,21 @@ class LSTM(RNNBase):
         self.check_hidden_size(hidden[1], expected_c, "Expected hidden[1] size {}, got {}")
 
     def forward(self, input, hx=None):
+        out_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if isinstance(input, PackedSequence):
+            if hx is None:
+                batch_sizes = input.batch_sizes
+                hx = (
+                    self._zeros(input.data, out_size, batch_sizes),
+                    self._zeros(input.data, self.hidden_size, batch_sizes),
+                )
+            output, h_n, c_n = self._run_packed(input, hx[0], hx[1])
+            return output, (h_n, c_n)
         unbatched = self._unbatched(input, "LSTM", "")
         batch_dim = 0 if self.batch_first else 1
         if unbatched:
             input = input.unsqueeze(batch_dim)
         if hx is None:
-            out_size = self.proj_size if self.proj_size > 0 else self.hidden_size
             hx = (self._zeros(input, out_size), self._zeros(input, self.hidden_size))
         else:
             want = 2 if unbatched else 3
@@ -469,7 +532,7 @@ class LSTM(RNNBase):
             if unbatched:
                 hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
         self.check_forward_args(input, hx)
-        output, h_n, c_n = self._run(input, hx[0], hx[1])
+        output, h_n, c_n = self._run_padded(input, hx[0], hx[1])
         if unbatched:
             return output.squeeze(batch_dim), (h_n.squeeze(1), c_n.squeeze(1))
         return output, (h_n, c_n)

@@ -3,13 +3,15 @@
 Contract: ``clip_grad_norm_`` and ``clip_grad_value_`` rescale or clamp the ``.grad`` of the given
 parameters in place (outside the graph) with PyTorch's formulas and errors;
 ``parameters_to_vector`` concatenates the flattened parameters (differentiably) and
-``vector_to_parameters`` writes slices of a vector back into their values.
+``vector_to_parameters`` writes slices of a vector back into their values. ``rnn`` packs
+and pads sequences of different lengths for the recurrent layers.
 """
 
 import math
 
-from .. import grad_mode as _grad_mode
-from ..tensor import Tensor
+from ... import grad_mode as _grad_mode
+from ...tensor import Tensor
+from . import rnn
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
@@ -22,7 +24,7 @@ def _grads(parameters):
 
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False):
     """The ``norm_type`` norm of the norms of ``tensors`` (the norm of their concatenation)."""
-    from ..factories import tensor
+    from ...factories import tensor
 
     if isinstance(tensors, Tensor):
         tensors = [tensors]
@@ -45,7 +47,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False):
 
 
 def _stack(ts):
-    from ..tensor import stack
+    from ...tensor import stack
 
     return stack([t.to(ts[0].dtype) for t in ts])
 
@@ -92,7 +94,7 @@ def parameters_to_vector(parameters):
 
     ```
     """
-    from ..tensor import cat
+    from ...tensor import cat
 
     if isinstance(parameters, Tensor):
         parameters = [parameters]
