@@ -32,15 +32,20 @@ _MASK53 = np.uint64(2**53 - 1)
 
 
 def fma32(a, b, c):
-    """``a * b + c`` rounded once to float32 (a fused multiply-add), for float32 arrays: the
-    product is exact in float64, and the float64 sum is nudged off a float32 halfway point by
-    its rounding error so that the last rounding is the correct one."""
-    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-    c = np.asarray(c, np.float64)
+    """``a * b + c`` rounded once to float32 (a fused multiply-add), for float32 operands: the
+    product is exact in float64 and so, nearly always, is the sum; where the float64 sum landed
+    exactly halfway between two floats32, its rounding error decides the last rounding."""
+    p = np.multiply(a, b, dtype=np.float64)
     s = p + c
-    err = (p - (s - (s - p))) + (c - (s - p))
-    s = np.where(err != 0, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-    return s.astype(_F32)
+    out = s.astype(_F32)
+    tie = np.flatnonzero((s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000))
+    if tie.size:
+        pt, ct = p.reshape(-1)[tie], np.broadcast_to(np.asarray(c, np.float64), s.shape).reshape(-1)[tie]
+        st = s.reshape(-1)[tie]
+        err = (pt - (st - (st - pt))) + (ct - (st - pt))
+        nudged = np.where(err != 0, np.nextafter(st, np.where(err > 0, np.inf, -np.inf)), st)
+        out.reshape(-1)[tie] = nudged.astype(_F32)
+    return out
 
 
 def _halves(a):
