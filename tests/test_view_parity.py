@@ -713,3 +713,21 @@ def setting_data_shares_the_new_storage(lib):
     w.data = lib.ones(2, dtype=lib.float64)
     w.add_(1)
     return t, d, o, a, a.grad, a.is_leaf, b, v, w, d._version, t._version, a._version, b._version
+
+
+@case
+def inference_tensors_views_versions_and_saving(lib):
+    # views of an inference tensor are inference tensors in any mode; inference tensors have no
+    # version counter; saving one for backward is PyTorch's error
+    with lib.inference_mode():
+        t = seq(lib, 4)
+        inner = t[1:]
+    outside = (t.view(2, 2), t[::2], t.detach(), t.clone())
+    x = seq(lib, 4, requires_grad=True)
+    return (
+        [u.is_inference() for u in (t, inner, *outside)],
+        raises("Inference tensors do not track version counter", lambda: t._version),
+        raises("Inference tensors do not track version counter", lambda: inner._version),
+        outside[3]._version,
+        raises("Inference tensors cannot be saved for backward. Please do not use", lambda: (x * t).sum().backward()),
+    )

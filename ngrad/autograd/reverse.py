@@ -148,8 +148,10 @@ def _check_saved(low, joint):
         if (m.stale is not None or m.is_inference) and s in saved:
             if m.is_inference:
                 raise RuntimeError(
-                    "Inference tensors cannot be saved for backward. To work around you can make "
-                    "a clone to get a normal tensor and use it in autograd."
+                    "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+                    "inference mode in computation tracked by autograd. To work around this, you can make a "
+                    "clone to get a normal tensor and use it in autograd, or use `ngrad.no_grad()` instead of "
+                    "`ngrad.inference_mode()`."
                 )
             # the in-place operation's own result read the old value legitimately
             allowed = m.stale.readers(n)

@@ -300,6 +300,8 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, R
     @property
     def _version(self):
         """How many in-place updates this tensor's value has seen."""
+        if (self._node.meta or NO_META).is_inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return 0 if self._vc is None else self._vc.value
 
     def register_hook(self, hook):

@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 
 from .. import grad_mode as _grad_mode
-from ..autograd.meta import NO_META, name_node
+from ..autograd.meta import NO_META, name_node, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import KEEP_SOURCES
@@ -341,6 +341,8 @@ def make_view(parent, out, made=None, index=0, maker=None, check=False, layout=N
         return True
     # the root's version counter, or a .data alias's own
     attach(out, root, steps, base, layout, out._vc or version_of(parent), made, index, maker)
+    if (src.meta or NO_META).is_inference:  # a view of an inference tensor is one, in any mode
+        own_meta(out._node).is_inference = True
     if made == "no_grad" and src.requires_grad and not out._node.requires_grad:
         # PyTorch's view made under no_grad of a tensor that requires grad: it requires grad, as a
         # leaf without grad_fn whose gradient goes nowhere
