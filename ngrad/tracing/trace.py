@@ -147,15 +147,8 @@ def effects(trace, flat=()):
         if key not in args and (t._view is not None or key in viewed):
             continue
         before = trace.versions.get(id(t._vc), (None, 0))[1] if t._vc is not None else 0
-        found.append(
-            (
-                key,
-                ref,
-                "node",
-                old.requires_grad and not old.differentiable,
-                (0 if t._vc is None else t._vc.value) - before,
-            )
-        )
+        now = 0 if t._vc is None else t._vc.value  # not _version: an inference tensor's raises
+        found.append((key, ref, "node", old.requires_grad and not old.differentiable, now - before))
         roots.append(t._node)
     for key, (ref, old) in trace.grads.items():
         t = ref()
