@@ -573,3 +573,26 @@ def test_saved_values_of_more_nodes(lib):
     assert (m._saved_dim, m._saved_keepdim) == ((1,), False) and np.allclose(listed(m._saved_result), [0.2, 0.4])
     assert lib.cat([x, y], 1).grad_fn._saved_dim == 1 and x.flip(0).grad_fn._saved_dims == (0,)
     assert (1 - x).grad_fn._saved_alpha == 1
+
+
+@LIBS
+def test_grad_fn_classes_are_named_after_their_nodes(lib):
+    class Triple(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 3
+
+    x = t64(lib, [1.0, 2.0])
+    y = (x * 2).exp()
+    c = x.clone()
+    c[0] = 5.0
+    fns = [y.grad_fn, y.grad_fn.next_functions[0][0], Triple.apply(x).grad_fn, c.grad_fn]
+    fns.append(fns[1].next_functions[0][0])
+    names = [type(f).__name__ for f in fns]
+    assert names == ["ExpBackward0", "MulBackward0", "TripleBackward", "CopySlices", "AccumulateGrad"]
+    assert all(isinstance(f, lib.autograd.graph.Node) for f in fns)
+    assert type(y.grad_fn) is not type(fns[1]) and type(fns[1]) is type((x * 3).grad_fn)

@@ -34,9 +34,22 @@ def grad_fn_of(node):
     state = fn_state(node)
     obj = state.obj() if state.obj is not None else None
     if obj is None:
-        obj = BackwardNode(node) if node.differentiable else AccumulateGrad(node)
+        obj = _node_class(BackwardNode(node).name())(node) if node.differentiable else AccumulateGrad(node)
         state.obj = weakref.ref(obj)
     return obj
+
+
+_classes: dict[str, type] = {}
+
+
+def _node_class(name):
+    """PyTorch's grad_fn classes are named after their node (``type(y.grad_fn).__name__`` is
+    ``MulBackward0``, a custom Function's ``ExpBackward``): one subclass of ``BackwardNode`` per name."""
+    name = name.rpartition("::")[2]
+    cls = _classes.get(name)
+    if cls is None:
+        cls = _classes[name] = type(name, (BackwardNode,), {"__slots__": (), "__module__": __name__})
+    return cls
 
 
 def saved_tensor(node):

@@ -30,7 +30,7 @@ from ..tensor.core import Tensor
 from ..tensor.inplace import leaf_nodes, replace_node
 from ..tensor.record import TORCH_NAME, host_value, value_of, value_on, wrap
 from .anomaly_mode import check_nan
-from .graph_nodes import BackwardNode, GradientEdge
+from .graph_nodes import AccumulateGrad, GradientEdge
 from .meta import FREED, NO_META, PACKED, SEGMENT_NODES, own_meta
 from .node_hooks import ctx_post_hooks, ctx_prehooks, node_hooks, run_post_hooks, run_prehooks, run_tensor_hooks
 from .saved import reading, through_hooks, unpacked
@@ -450,7 +450,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         pairs = []
         for t in owners:
             if isinstance(t, GradientEdge):  # a leaf's accumulates into it; a non-leaf's goes nowhere
-                pairs.append((t.node.variable if type(t.node) is not BackwardNode else None, t.node._node))
+                pairs.append((t.node.variable if isinstance(t.node, AccumulateGrad) else None, t.node._node))
             else:
                 pairs.extend((t, n) for n in leaf_nodes(t))
     with grad_mode.set_grad_enabled(create_graph):
