@@ -30,29 +30,36 @@ __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell"
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
-def _rnn_step(gi, h, w_hh, b_hh, relu):
-    """One Elman step: ``act(gi + h @ w_hh.T + b_hh)``, ``gi`` the input projection."""
-    pre = gi + F.linear(h, w_hh, b_hh)
+def _project(h, w_t, b):
+    """``h @ w_t (+ b)``: the weights come transposed once per sequence, not once per step."""
+    out = h.matmul(w_t)
+    return out if b is None else out + b
+
+
+def _rnn_step(gi, h, w_hh_t, b_hh, relu):
+    """One Elman step: ``act(gi + h @ W_hh.T + b_hh)``, ``gi`` the input projection (holding
+    ``b_hh`` too when ``b_hh`` is None)."""
+    pre = gi + _project(h, w_hh_t, b_hh)
     return pre.relu() if relu else pre.tanh()
 
 
-def _lstm_step(gi, h, c, w_hh, b_hh, w_hr):
+def _lstm_step(gi, h, c, w_hh_t, b_hh, w_hr_t):
     """One LSTM step: gates in PyTorch's order (input, forget, cell, output), the new cell
-    state, and the new hidden state (projected by ``w_hr`` when given)."""
-    gates = gi + F.linear(h, w_hh, b_hh)
+    state, and the new hidden state (projected by ``W_hr`` when given)."""
+    gates = gi + _project(h, w_hh_t, b_hh)
     i, f, g, o = gates.chunk(4, -1)
     c = f.sigmoid() * c + i.sigmoid() * g.tanh()
     h = o.sigmoid() * c.tanh()
-    if w_hr is not None:
-        h = F.linear(h, w_hr)
+    if w_hr_t is not None:
+        h = h.matmul(w_hr_t)
     return h, c
 
 
-def _gru_step(gi, h, w_hh, b_hh):
+def _gru_step(gi, h, w_hh_t, b_hh):
     """One GRU step: reset and update gates, the candidate ``tanh(gi_n + r * (h @ W_hn.T +
     b_hn))`` (the reset gate multiplies the hidden projection with its bias, as PyTorch's), and
     ``(1 - z) * n + z * h``."""
-    gh = F.linear(h, w_hh, b_hh)
+    gh = _project(h, w_hh_t, b_hh)
     i_r, i_z, i_n = gi.chunk(3, -1)
     h_r, h_z, h_n = gh.chunk(3, -1)
     r = (i_r + h_r).sigmoid()
@@ -65,10 +72,10 @@ def _step(mode, gi, h, c, w):
     """One step of ``mode`` from the input projection ``gi``; returns ``(h, c)`` (``c`` None
     except for an LSTM)."""
     if mode == "LSTM":
-        return _lstm_step(gi, h, c, w["w_hh"], w["b_hh"], w["w_hr"])
+        return _lstm_step(gi, h, c, w["w_hh_t"], w["b_hh"], w["w_hr_t"])
     if mode == "GRU":
-        return _gru_step(gi, h, w["w_hh"], w["b_hh"]), None
-    return _rnn_step(gi, h, w["w_hh"], w["b_hh"], mode == "RNN_RELU"), None
+        return _gru_step(gi, h, w["w_hh_t"], w["b_hh"]), None
+    return _rnn_step(gi, h, w["w_hh_t"], w["b_hh"], mode == "RNN_RELU"), None
 
 
 def _direction(mode, gi, sizes, h, c, w, reverse):
@@ -220,13 +227,19 @@ class RNNBase(Module):
         return [[getattr(self, name) for name in names] for names in self._all_weights]
 
     def _layer_weights(self, index):
-        """The parameters of layer-direction ``index`` by role (None where absent)."""
-        names = self._all_weights[index]
-        w = {"b_ih": None, "b_hh": None, "w_hr": None}
-        for name in names:
+        """The parameters of layer-direction ``index`` as the steps use them: ``w_ih`` and
+        ``b_in`` for the input projection of all steps, ``w_hh_t`` and ``w_hr_t`` transposed
+        once, and ``b_hh`` for each step (None where absent). But for a GRU, whose reset gate
+        multiplies the hidden projection with its bias, ``b_hh`` is added once to ``b_in``."""
+        p = {"b_ih": None, "b_hh": None, "w_hr": None}
+        for name in self._all_weights[index]:
             stem = name.split("_l")[0]
             key = {"weight_ih": "w_ih", "weight_hh": "w_hh", "bias_ih": "b_ih", "bias_hh": "b_hh"}.get(stem, "w_hr")
-            w[key] = getattr(self, name)
+            p[key] = getattr(self, name)
+        w = {"w_ih": p["w_ih"], "b_in": p["b_ih"], "b_hh": p["b_hh"], "w_hh_t": p["w_hh"].t()}
+        w["w_hr_t"] = None if p["w_hr"] is None else p["w_hr"].t()
+        if self.mode != "GRU" and p["b_ih"] is not None:
+            w["b_in"], w["b_hh"] = p["b_ih"] + p["b_hh"], None
         return w
 
     def check_input(self, input, batch_sizes=None):
@@ -282,7 +295,7 @@ class RNNBase(Module):
                 index = layer * directions + direction
                 c0 = None if cx is None else cx[index]
                 w = self._layer_weights(index)
-                gi = F.linear(x, w["w_ih"], w["b_ih"])  # every step's input projection in one product
+                gi = F.linear(x, w["w_ih"], w["b_in"])  # every step's input projection in one product
                 out, h, c = _direction(self.mode, gi, sizes, hx[index], c0, w, direction == 1)
                 outputs.append(out)
                 h_n.append(h)
@@ -617,7 +630,7 @@ class RNNCell(RNNCellBase):
         if self.nonlinearity not in ("tanh", "relu"):
             raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
         gi = F.linear(input, self.weight_ih, self.bias_ih)
-        h = _rnn_step(gi, h, self.weight_hh, self.bias_hh, self.nonlinearity == "relu")
+        h = _rnn_step(gi, h, self.weight_hh.t(), self.bias_hh, self.nonlinearity == "relu")
         return h.squeeze(0) if unbatched else h
 
 
@@ -640,7 +653,7 @@ class LSTMCell(RNNCellBase):
     def forward(self, input, hx=None):
         input, (h, c), unbatched = self._prepare(input, hx, ("hx[0]", "hx[1]"))
         gi = F.linear(input, self.weight_ih, self.bias_ih)
-        h, c = _lstm_step(gi, h, c, self.weight_hh, self.bias_hh, None)
+        h, c = _lstm_step(gi, h, c, self.weight_hh.t(), self.bias_hh, None)
         return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
 
 
@@ -662,5 +675,5 @@ class GRUCell(RNNCellBase):
     def forward(self, input, hx=None):
         input, (h,), unbatched = self._prepare(input, None if hx is None else (hx,), ("hidden",))
         gi = F.linear(input, self.weight_ih, self.bias_ih)
-        h = _gru_step(gi, h, self.weight_hh, self.bias_hh)
+        h = _gru_step(gi, h, self.weight_hh.t(), self.bias_hh)
         return h.squeeze(0) if unbatched else h
