@@ -70,3 +70,9 @@ def test_lstm_learns_to_continue_sine_waves():
     mod = runpy.run_path(str(EXAMPLES / "lstm_sequence.py"))
     first, last, held_out, repeat = mod["train"]()
     assert last < first / 20 and held_out < repeat / 10
+
+
+def test_a_1d_cnn_tells_waveforms_apart():
+    mod = runpy.run_path(str(EXAMPLES / "cnn1d.py"))
+    first, last, accuracy = mod["train"]()
+    assert last < first / 5 and accuracy > 0.9  # chance is 1/3
