@@ -373,7 +373,37 @@ def _bad_cat(draw):
     return (lambda m, x, y: m.cat([x, y], dim)), [np.ones(a), np.ones(tuple(b))]
 
 
+def _bad_shape_op(draw):
+    shape = (draw(st.integers(2, 4)), draw(st.integers(2, 4)))  # no dim of 1: expand must fail
+    op = draw(st.sampled_from(["narrow", "expand", "permute", "transpose", "view", "split", "squeeze_dim"]))
+    far = shape[0] + draw(st.integers(1, 3))
+    calls = {
+        "narrow": lambda m, x: x.narrow(0, 1, far),
+        "expand": lambda m, x: x.expand(shape[0] + 1, shape[1] + 1),
+        "permute": lambda m, x: x.permute(0, 0),
+        "transpose": lambda m, x: x.transpose(0, 2 + draw(st.integers(0, 2))),
+        "view": lambda m, x: x.view(-1, far * shape[1] + 1),
+        "split": lambda m, x: x.split(0, 0),
+        "squeeze_dim": lambda m, x: x.squeeze(3),
+    }
+    return calls[op], [np.ones(shape)]
+
+
+def _bad_autograd(draw):
+    shape = (draw(st.integers(2, 4)), draw(st.integers(1, 4)))  # more than one element
+    op = draw(st.sampled_from(["non_scalar", "no_grad_leaf", "where_float", "clamp_none"]))
+    calls = {
+        "non_scalar": lambda m, x: (x.requires_grad_() * 2).backward(),
+        "no_grad_leaf": lambda m, x: (x * 2).sum().backward(),
+        "where_float": lambda m, x: m.where(x, x, x),
+        "clamp_none": lambda m, x: x.clamp(),
+    }
+    return calls[op], [np.ones(shape)]
+
+
 BAD = {
+    "shape_op": _bad_shape_op,
+    "autograd": _bad_autograd,
     "binary": _bad_binary,
     "matmul": _bad_matmul,
     "dim": _bad_dim,
