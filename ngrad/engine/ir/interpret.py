@@ -195,6 +195,15 @@ class NumpyMath:
 
     @staticmethod
     def index(x: np.ndarray, idx: Sequence[np.ndarray], axis: int) -> np.ndarray:
+        """``x`` indexed by the arrays ``idx`` from ``axis`` on (negative entries count from the
+        end). NumPy checks the bounds; CuPy (the CUDA target's glue) wraps silently, so its
+        indices are checked here."""
+        if x.__class__ is not np.ndarray:
+            for k, i in enumerate(idx):
+                n = x.shape[axis + k]
+                if i.size and (i.min() < -n or i.max() >= n):
+                    bad = int(i.max() if i.max() >= n else i.min())
+                    raise IndexError(f"index {bad} is out of bounds for dimension {k} with size {n}")
         try:
             return x[(slice(None),) * axis + tuple(idx)]
         except IndexError as e:
@@ -210,15 +219,15 @@ class NumpyMath:
     @staticmethod
     def gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
         """``take_along_axis`` with PyTorch's bounds: a negative index is an error too (NumPy
-        would count it from the end), a RuntimeError naming the index."""
-        if idx.size and idx.min() < 0:
-            raise RuntimeError(
-                f"index {int(idx.min())} is out of bounds for dimension {axis} with size {x.shape[axis]}"
-            )
+        would count it from the end), a RuntimeError naming the index. NumPy checks the upper
+        bound itself; CuPy (the CUDA target's glue) wraps silently, so it is checked here."""
+        n = x.shape[axis]
+        if idx.size and (idx.min() < 0 or (idx.__class__ is not np.ndarray and idx.max() >= n)):
+            bad = int(idx.min() if idx.min() < 0 else idx.max())
+            raise RuntimeError(f"index {bad} is out of bounds for dimension {axis} with size {n}")
         try:
             return np.take_along_axis(x, idx, axis=axis)
         except IndexError:
-            n = x.shape[axis]
             bad = int(idx[idx >= n].reshape(-1)[0])
             raise RuntimeError(f"index {bad} is out of bounds for dimension {axis} with size {n}") from None
 
