@@ -332,8 +332,13 @@ def _max_pool(nd, fn, input, kernel_size, stride, padding, dilation, ceil_mode, 
     fill = -math.inf if input.is_floating_point() else np.iinfo(input.dtype.name).min
     x, out_sizes, batched = _pool_input(nd, fn, input, kernel, stride, pads, dilation, ceil_mode, fill)
     windows = _columns(x, 2, 2, kernel, stride, dilation, out_sizes)  # (N, C, K, *out)
-    best = windows.argmax(2, keepdim=True)  # the first maximum, or the first NaN, as PyTorch
-    out = windows.gather(2, best).squeeze(2)
+    k = math.prod(kernel)
+    # the first maximum (or the first NaN) of each window, as PyTorch picks it; selected by a
+    # mask, not a gather: an eager gather reads its index on the host, which would run the
+    # forward once for the index and again in the backward pass
+    offsets = _factories.arange(k, device=input.device).reshape([1, 1, k] + [1] * nd)
+    chosen = windows.argmax(2, keepdim=True) == offsets
+    out = _t.where(chosen, windows, 0).sum(2)
     if not batched:
         out = out.squeeze(0)
     if not return_indices:
@@ -341,14 +346,14 @@ def _max_pool(nd, fn, input, kernel_size, stride, padding, dilation, ceil_mode, 
     # each offset's position in the unpadded input, flattened over the spatial dims
     sizes = list(input.shape[-nd:])
     grids = np.meshgrid(*(np.arange(n) for n in out_sizes), indexing="ij")
-    flat = np.zeros((math.prod(kernel), *out_sizes), np.int64)
+    flat = np.zeros((k, *out_sizes), np.int64)
     for i, ks in enumerate(itertools.product(*(range(k) for k in kernel))):
         pos = np.zeros(out_sizes, np.int64)
-        for g, k, s, p, d, n in zip(grids, ks, stride, pads, dilation, sizes):
-            pos = pos * n + (g * s - p + k * d)
+        for g, j, s, p, d, n in zip(grids, ks, stride, pads, dilation, sizes):
+            pos = pos * n + (g * s - p + j * d)
         flat[i] = pos
-    table = _factories.tensor(flat, device=input.device).expand(windows.shape)
-    indices = table.gather(2, best).squeeze(2)
+    table = _factories.tensor(flat, device=input.device)
+    indices = _t.where(chosen, table, 0).sum(2)
     return out, indices if batched else indices.squeeze(0)
 
 
