@@ -474,3 +474,30 @@ def test_padding_and_packing_helpers():
     _raises(
         RuntimeError, "Expected padding_side to be one of left or right", lambda: R.pad_sequence([a], padding_side="x")
     )
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "RNN"])
+def test_seeded_weights_and_dropout_masks_are_pytorchs(name):
+    """ngrad's generator is PyTorch's: after the same manual_seed the default initialisation
+    gives the same weights bit for bit, and dropout between layers in training mode zeroes the
+    same elements (outputs and gradients equal torch's)."""
+    torch = pytest.importorskip("torch")
+    mods = []
+    for lib in (torch, ngrad):
+        lib.manual_seed(1)
+        mods.append(getattr(lib.nn, name)(I, H, num_layers=3, dropout=0.5, bidirectional=True).double())
+        mods.append(getattr(lib.nn, name + "Cell")(I, H))
+    t_mod, t_cell, n_mod, n_cell = mods
+    for a, b in zip(
+        list(n_mod.parameters()) + list(n_cell.parameters()), list(t_mod.parameters()) + list(t_cell.parameters())
+    ):
+        assert np.array_equal(_np(a), b.detach().numpy())
+    x = np.random.default_rng(12).standard_normal((T, B, I))
+    outs = []
+    for lib, mod in ((torch, t_mod), (ngrad, n_mod)):
+        lib.manual_seed(2)
+        out = mod(lib.tensor(x))[0]
+        out.sum().backward()
+        outs.append([out.detach().numpy()] + [p.grad.numpy() for p in mod.parameters()])
+    for a, b in zip(outs[1], outs[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
