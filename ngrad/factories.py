@@ -11,6 +11,7 @@ from .engine.ir import dtypes as D
 from .engine.ir.graph import source
 from .random import generator_or_default, initial_seed, manual_seed, seed
 from .tensor.core import Tensor
+from .tensor.random_ops import zero_gradient_from
 from .tensor.record import TORCH_NAME, device_name, host_value, shape_arg, value_of, value_on, wrap
 from .tracing import check_random
 
@@ -515,7 +516,9 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None,
 
         shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
     out = empty(*shape, dtype=ref.dtype, device=ref.device).normal_(0.0, 1.0, generator=generator)
-    return out * std + mean
+    detached = [v.detach() if isinstance(v, Tensor) else v for v in (mean, std)]
+    # PyTorch's gradient of a draw with respect to mean and std is zero
+    return zero_gradient_from(out * detached[1] + detached[0], mean, std)
 
 
 def bernoulli(input, p=None, *, generator=None):

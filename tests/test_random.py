@@ -425,3 +425,17 @@ def test_a_seeded_script_gives_torchs_numbers_under_import_ngrad_as_torch():
             assert np.allclose(a, b, rtol=1e-5), i
         else:  # initial weights, shuffled batches, dropout masks: drawn, so bit for bit
             assert np.array_equal(a, b), i
+
+
+def test_draws_give_their_parameters_zero_gradients_as_in_pytorch():
+    mean = ngrad.zeros(3, requires_grad=True)
+    std = ngrad.ones(3, requires_grad=True)
+    p = ngrad.full((3,), 0.5, requires_grad=True)
+    out = ngrad.normal(mean, std).sum() + ngrad.bernoulli(p).sum() + ngrad.normal(mean, 2.0).sum()
+    out.backward()
+    assert mean.grad.tolist() == [0.0] * 3 and std.grad.tolist() == [0.0] * 3 and p.grad.tolist() == [0.0] * 3
+    x = ngrad.ones(2, requires_grad=True)
+    y = x * 2
+    y.uniform_()
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]

@@ -12,9 +12,10 @@ TensorIterator does).
 import numpy as np
 
 from .. import sampling
+from ..engine.ir import dtypes as D
 from ..random import generator_or_default
 
-__all__ = ["RandomOps"]
+__all__ = ["RandomOps", "zero_gradient_from"]
 
 
 def _memory_order(t):
@@ -23,7 +24,18 @@ def _memory_order(t):
     return sorted(range(t.dim()), key=lambda d: -strides[d])
 
 
-def _fill(t, sample):
+def zero_gradient_from(value, *sources):
+    """``value``, made to depend on each of ``sources`` that requires grad with a zero gradient
+    (PyTorch's derivative of a draw with respect to its parameters, e.g. ``normal``'s mean)."""
+    from .functions import where
+
+    for src in sources:
+        if getattr(src, "requires_grad", False):
+            value = where(value.new_zeros(tuple(value.shape), dtype=D.bool_), src.to(value.dtype), value)
+    return value
+
+
+def _fill(t, sample, *sources):
     """Write ``sample(n)`` (a flat array) into ``t`` in memory order."""
     from ..factories import tensor
 
@@ -31,7 +43,8 @@ def _fill(t, sample):
     shape = tuple(t.shape)
     flat = sample(t.numel()).astype(t.dtype.np)
     value = flat.reshape([shape[d] for d in order]).transpose(np.argsort(order))
-    return t.copy_(tensor(np.array(value, order="C"), dtype=t.dtype, device=t.device))
+    value = tensor(np.array(value, order="C"), dtype=t.dtype, device=t.device)
+    return t.copy_(zero_gradient_from(value, *sources))
 
 
 def _generator(generator):
@@ -97,7 +110,7 @@ class RandomOps:
                 raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
             probs = probs.transpose(_memory_order(self))
             drawn = sampling.bernoulli(gen, probs).reshape(-1)
-            return _fill(self, lambda n: drawn)
+            return _fill(self, lambda n: drawn, p)
         if not 0 <= p <= 1:
             raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
         return _fill(self, lambda n: sampling.bernoulli(gen, p, n))
