@@ -243,6 +243,8 @@ class RNNBase(Module):
         return w
 
     def check_input(self, input, batch_sizes=None):
+        """PyTorch's checks of the input: the weights' dtype, 3 dimensions (2 packed), and
+        ``input_size`` features."""
         weight = self._flat_weights[0]
         if input.dtype != weight.dtype:
             raise ValueError(
@@ -258,16 +260,19 @@ class RNNBase(Module):
             )
 
     def get_expected_hidden_size(self, input, batch_sizes=None):
+        """``(num_layers * directions, batch, proj_size or hidden_size)``."""
         batch = _batch(self, input, batch_sizes)
         directions = 2 if self.bidirectional else 1
         size = self.proj_size if self.proj_size > 0 else self.hidden_size
         return (self.num_layers * directions, batch, size)
 
     def check_hidden_size(self, hx, expected_hidden_size, msg="Expected hidden size {}, got {}"):
+        """A RuntimeError with ``msg`` unless ``hx`` has the expected shape."""
         if tuple(hx.size()) != tuple(expected_hidden_size):
             raise RuntimeError(msg.format(expected_hidden_size, list(hx.size())))
 
     def check_forward_args(self, input, hidden, batch_sizes=None):
+        """Check the input and the initial state before a forward pass."""
         self.check_input(input, batch_sizes)
         self.check_hidden_size(hidden, self.get_expected_hidden_size(input, batch_sizes))
 
@@ -507,10 +512,12 @@ class LSTM(RNNBase):
         )
 
     def get_expected_cell_size(self, input, batch_sizes=None):
+        """``(num_layers * directions, batch, hidden_size)``: the cell state's shape."""
         batch = _batch(self, input, batch_sizes)
         return (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
 
     def check_forward_args(self, input, hidden, batch_sizes=None):
+        """Check the input and both initial states, ``hidden = (h_0, c_0)``."""
         self.check_input(input, batch_sizes)
         expected_h = self.get_expected_hidden_size(input, batch_sizes)
         self.check_hidden_size(hidden[0], expected_h, "Expected hidden[0] size {}, got {}")

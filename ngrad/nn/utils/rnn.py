@@ -93,19 +93,24 @@ class PackedSequence(
         return type(self)(data, self.batch_sizes, sorted_indices, unsorted_indices)
 
     def cpu(self):
+        """On the CPU."""
         return self.to("cpu")
 
     def cuda(self, *args, **kwargs):
+        """On the CUDA device."""
         return self.to("cuda")
 
     def double(self):
+        """With float64 data."""
         return self.to(dtype=_dtype("float64"))
 
     def float(self):
+        """With float32 data."""
         return self.to(dtype=_dtype("float32"))
 
     @property
     def is_cuda(self):
+        """Whether the data is on a CUDA device."""
         return self.data.is_cuda
 
 
