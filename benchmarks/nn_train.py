@@ -15,7 +15,7 @@
 Each ngrad network starts from the PyTorch network's weights (load_state_dict), and the first
 losses are checked to agree before any time is taken. ngrad runs eagerly (recording every call)
 and as ``ngrad.compile(step)`` (the step traced once, replayed as one program). Times are
-medians over repeats after warm-up.
+the best and the median of rounds in which every system runs once in turn, after warm-up.
 
 Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nn_train.py
 """
@@ -29,15 +29,19 @@ import numpy as np
 import ngrad
 
 
-def _median_ms(fn, repeat=15, warmup=3):
-    for _ in range(warmup):
-        fn()
-    runs = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t)
-    return statistics.median(runs) * 1e3
+def _interleaved_ms(fns, rounds=15, warmup=3):
+    """``{name: (best, median)}`` ms of each function, called in turn round after round so
+    that a busy machine slows every system alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    runs = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            runs[name].append(time.perf_counter() - t)
+    return {name: (min(r) * 1e3, statistics.median(r) * 1e3) for name, r in runs.items()}
 
 
 def mlp(nn):
@@ -75,7 +79,7 @@ def bench_step(torch, make, x_shape, batch):
         return loss.item()
 
     first = {"PyTorch eager": t_step()}
-    times = {"PyTorch eager": _median_ms(t_step)}
+    steps = {"PyTorch eager": t_step}
     nx, ny = ngrad.tensor(x), ngrad.tensor(y)
     for compiled in (False, True):
         net = make(ngrad.nn)
@@ -92,26 +96,25 @@ def bench_step(torch, make, x_shape, batch):
         run = ngrad.compile(step) if compiled else step
         name = "ngrad.compile" if compiled else "ngrad eager"
         first[name] = run(nx, ny).item()
-        times[name] = _median_ms(lambda run=run: run(nx, ny).item())
+        steps[name] = lambda run=run: run(nx, ny).item()
     for name, loss in first.items():
         assert abs(loss - first["PyTorch eager"]) < 1e-4 * abs(loss) + 1e-5, (name, loss, first)
-    return times
+    return _interleaved_ms(steps)
 
 
 def bench_calls(torch):
-    """Microseconds per layer of a 20-layer Sequential's call."""
+    """Best microseconds per layer of a 20-layer Sequential's call, without gradients."""
     out = {}
     layers = {"Identity": lambda nn: nn.Identity(), "Linear(4, 4)": lambda nn: nn.Linear(4, 4)}
     for kind, make in layers.items():
-        for lib in (torch, ngrad):
-            net = lib.nn.Sequential(*[make(lib.nn) for _ in range(20)])
-            x = lib.ones(1, 4)
-            with lib.no_grad():
-                call = _median_ms(lambda net=net, x=x: net(x), repeat=200) * 1e3 / 20
-                out[(kind, lib.__name__, "call")] = call
-                if lib is ngrad:
-                    done = _median_ms(lambda net=net, x=x: net(x).numpy(), repeat=200) * 1e3 / 20
-                    out[(kind, lib.__name__, "+ result")] = done
+        t_net, n_net = (lib.nn.Sequential(*[make(lib.nn) for _ in range(20)]) for lib in (torch, ngrad))
+        tx, nx = torch.ones(1, 4), ngrad.ones(1, 4)
+        with torch.no_grad(), ngrad.no_grad():
+            times = _interleaved_ms(
+                {"torch": lambda: t_net(tx), "ngrad": lambda: n_net(nx), "ngrad + result": lambda: n_net(nx).numpy()},
+                rounds=300,
+            )
+        out[kind] = {name: best * 1e3 / 20 for name, (best, _) in times.items()}
     return out
 
 
@@ -151,7 +154,8 @@ def bench_conv_choice():
         w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
         buf = np.empty((n, o, size, size), np.float32)
         np.testing.assert_allclose(direct(x, w, buf), im2col(x, w), rtol=1e-3, atol=1e-3)
-        out[(n, c, o, size)] = (_median_ms(lambda x=x, w=w: im2col(x, w)), _median_ms(lambda: direct(x, w, buf)))
+        times = _interleaved_ms({"im2col": lambda x=x, w=w: im2col(x, w), "direct": lambda: direct(x, w, buf)})
+        out[(n, c, o, size)] = (times["im2col"][0], times["direct"][0])
     return out
 
 
@@ -163,6 +167,7 @@ def main():
 
     torch.set_num_threads(2)
     print(f"ngrad {ngrad.__version__}, PyTorch {torch.__version__}, NumPy {np.__version__}, float32")
+    print("\nTraining steps: best (median) of 15 rounds, each system once a round; ratios of the best")
     print(
         "\n| step | PyTorch eager (ms) | ngrad eager (ms) | ngrad.compile (ms) | eager / PyTorch | compile / PyTorch |"
     )
@@ -172,16 +177,19 @@ def main():
         ("cnn 3-16-32, batch 32", cnn, (3, 28, 28), 32),
     ):
         t = bench_step(torch, make, shape, batch)
-        pt, eager, comp = t["PyTorch eager"], t["ngrad eager"], t["ngrad.compile"]
-        print(f"| {name} | {pt:.2f} | {eager:.2f} | {comp:.2f} | {eager / pt:.2f}x | {comp / pt:.2f}x |")
+        (pt, ptm), (eager, eagerm), (comp, compm) = t["PyTorch eager"], t["ngrad eager"], t["ngrad.compile"]
+        print(
+            f"| {name} | {pt:.2f} ({ptm:.2f}) | {eager:.2f} ({eagerm:.2f}) | {comp:.2f} ({compm:.2f}) | "
+            f"{eager / pt:.2f}x | {comp / pt:.2f}x |"
+        )
+    print("\nModule calls, no_grad, best of 300 rounds")
     print("\n| Sequential of 20 | PyTorch call (us/layer) | ngrad call (us/layer) | ngrad call + result (us/layer) |")
     print("|---|---|---|---|")
     calls = bench_calls(torch)
-    for kind in ("Identity", "Linear(4, 4)"):
-        row = [calls[(kind, "torch", "call")], calls[(kind, "ngrad", "call")], calls[(kind, "ngrad", "+ result")]]
-        print(f"| {kind} | " + " | ".join(f"{v:.2f}" for v in row) + " |")
+    for kind, row in calls.items():
+        print(f"| {kind} | " + " | ".join(f"{row[k]:.2f}" for k in ("torch", "ngrad", "ngrad + result")) + " |")
     if not args.no_conv:
-        print("\n| conv forward (N, C_in, C_out, HxW), 3x3 | im2col + BLAS (ms) | direct Numba loop (ms) |")
+        print("\n| conv forward (N, C_in, C_out, HxW), 3x3, best of 15 | im2col + BLAS (ms) | direct Numba loop (ms) |")
         print("|---|---|---|")
         for (n, c, o, size), (cols, loop) in bench_conv_choice().items():
             print(f"| ({n}, {c}, {o}, {size}x{size}) | {cols:.2f} | {loop:.2f} |")
