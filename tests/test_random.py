@@ -175,6 +175,16 @@ def test_uniform_and_normal_pass_kolmogorov_smirnov(dtype, n):
     assert stats.kstest(m, "norm", args=(3.0, 0.5)).pvalue > 1e-3
 
 
+def test_init_fills_have_their_distributions():
+    t = ngrad.nn.init.trunc_normal_(ngrad.empty(20000), std=2.0, a=-1.0, b=3.0).numpy()
+    assert t.min() >= -1.0 and t.max() <= 3.0 and len(np.unique(t)) > 0.99 * t.size
+    tail = ngrad.nn.init.trunc_normal_(ngrad.empty(20000, dtype=ngrad.float64), a=2.0, b=3.0).numpy()
+    stats = pytest.importorskip("scipy.stats")
+    assert stats.kstest(tail, stats.truncnorm(2.0, 3.0).cdf).pvalue > 1e-3
+    q = ngrad.nn.init.orthogonal_(ngrad.empty(6, 9)).numpy()
+    assert np.allclose(q @ q.T, np.eye(6), atol=1e-5)
+
+
 def test_moments_of_exponential_bernoulli_and_integers():
     g = ngrad.Generator().manual_seed(99)
     e = ngrad.empty(200000, dtype=ngrad.float64).exponential_(2.0, generator=g).numpy()
@@ -328,6 +338,8 @@ def test_init_functions_and_default_initialisations_equal_torch():
             ("xavier_normal_", {}),
             ("kaiming_uniform_", {"a": math.sqrt(5)}),
             ("kaiming_normal_", {"mode": "fan_out", "nonlinearity": "relu"}),
+            ("trunc_normal_", {"mean": 0.2, "std": 1.5, "a": -1.0, "b": 2.5}),  # normals, redrawn
+            ("trunc_normal_", {"a": 1.0, "b": 3.0}),  # uniforms, accepted by the density
         ):
             for dt in ("float32", "float64"):
                 a = getattr(ngrad.nn.init, name)(ngrad.empty(*shape, dtype=getattr(ngrad, dt)), **kwargs)
@@ -344,11 +356,11 @@ def test_init_functions_and_default_initialisations_equal_torch():
         ours, theirs = getattr(ngrad.nn, name)(*args), getattr(torch.nn, name)(*args)
         for (k, p), (k2, q) in zip(ours.named_parameters(), theirs.named_parameters()):
             assert k == k2 and np.array_equal(p.detach().numpy(), q.detach().numpy()), k
-    # trunc_normal_ and orthogonal_: PyTorch's distribution (its erfinv and QR are not ours)
-    t = ngrad.nn.init.trunc_normal_(ngrad.empty(10000), std=2.0, a=-1.0, b=3.0).numpy()
-    assert t.min() >= -1.0 and t.max() <= 3.0
-    q = ngrad.nn.init.orthogonal_(ngrad.empty(6, 9)).numpy()
-    assert np.allclose(q @ q.T, np.eye(6), atol=1e-5)
+    # orthogonal_: PyTorch's normals, then QR by LAPACK in both, rounded differently
+    a = ngrad.nn.init.orthogonal_(ngrad.empty(6, 9, dtype=ngrad.float64), gain=2.0).numpy()
+    b = torch.nn.init.orthogonal_(torch.empty(6, 9, dtype=torch.float64), gain=2.0).numpy()
+    assert np.allclose(a, b, rtol=0, atol=1e-12)
+    assert np.array_equal(ngrad.rand(3).numpy(), torch.rand(3).numpy())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

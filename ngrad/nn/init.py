@@ -4,8 +4,8 @@ Contract: every function writes the tensor it is given in place, outside the gra
 ``no_grad``), and returns it; the draws come from ``generator`` (an ``ngrad.Generator``; the
 default one, ``ngrad.manual_seed``, when None) with PyTorch's transforms, so ``uniform_``,
 ``normal_``, the xavier and kaiming fills and every layer's default initialisation give PyTorch's
-numbers for the same seed (``trunc_normal_`` and ``orthogonal_`` have PyTorch's distribution;
-their numbers differ after PyTorch's erfinv and QR). Fans and gains are PyTorch's
+numbers for the same seed (``orthogonal_`` draws PyTorch's normals, then LAPACK's QR and
+NumPy's round differently in the last place). Fans and gains are PyTorch's
 (``calculate_gain``, fan_in = ``size(1) * receptive field``).
 
 ```python
@@ -24,7 +24,6 @@ import warnings
 import numpy as np
 
 from .. import grad_mode as _grad_mode
-from ..engine.ir import dtypes as D
 
 __all__ = [
     "calculate_gain",
@@ -99,16 +98,67 @@ def normal_(tensor, mean=0.0, std=1.0, generator=None):
 
 
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
-    """Fill with samples of N(mean, std**2) restricted to [a, b] (redrawn until inside; the
-    distribution is PyTorch's, the numbers are not: PyTorch inverts the CDF with its erfinv)."""
-    from ..factories import randn
+    """Fill with samples of N(mean, std**2) restricted to [a, b], drawn as PyTorch draws them:
+    when [a, b] holds more than 30% of the mass, normals with the ones outside redrawn (a whole
+    tensor of normals a round); otherwise uniforms on [a, b] accepted with probability
+    pdf / peak (two tensors of uniforms a round)."""
 
-    n = tensor.numel()
-    out = np.empty(0)
-    while out.size < n:
-        draw = randn(max(2 * (n - out.size), 16), dtype=D.float64, generator=generator).numpy() * std + mean
-        out = np.concatenate([out, draw[(draw >= a) & (draw <= b)]])
-    return _fill(tensor, out[:n].reshape(tuple(tensor.shape)))
+    def cdf(x):
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    if mean < a - 2 * std or mean > b + 2 * std:
+        warnings.warn(
+            "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
+            "The distribution of values may be incorrect.",
+            stacklevel=2,
+        )
+    with _grad_mode.no_grad():
+        if cdf((b - mean) / std) - cdf((a - mean) / std) > 0.3:
+            result = _redrawn_normals(tensor, mean, std, a, b, generator)
+        else:
+            result = _accepted_uniforms(tensor, mean, std, a, b, generator)
+    return _fill(tensor, result)
+
+
+def _redrawn_normals(tensor, mean, std, a, b, generator):
+    from ..factories import empty
+
+    dt = tensor.dtype.np
+    low, high = float(dt.type(a)), float(dt.type(b))  # the bounds as the tensor holds them
+
+    def draw():
+        return empty(*tensor.shape, dtype=tensor.dtype).normal_(mean, std, generator=generator).numpy()
+
+    result = tensor.normal_(mean, std, generator=generator).numpy()
+    while True:
+        outside = (result < low) | (result > high)
+        if not outside.any():
+            return result
+        result = np.where(outside, draw(), result)
+
+
+def _accepted_uniforms(tensor, mean, std, a, b, generator):
+    from ..factories import empty
+
+    dt = tensor.dtype.np.type
+    mode = max(a, min(mean, b))
+    log_peak = -0.5 * ((mode - mean) / std) ** 2
+
+    def uniform(low=0.0, high=1.0):
+        return empty(*tensor.shape, dtype=tensor.dtype).uniform_(low, high, generator=generator).numpy()
+
+    def log_pdf(x):  # in the tensor's dtype, operation by operation, as PyTorch's in-place chain
+        z = (x - dt(mean)) / dt(std)
+        return z * z * dt(-0.5) - dt(log_peak)
+
+    with np.errstate(divide="ignore"):
+        result = tensor.uniform_(a, b, generator=generator).numpy()
+        pending = np.log(uniform()) > log_pdf(result)
+        while pending.any():
+            candidates = uniform(a, b)
+            result = np.where(pending, candidates, result)
+            pending = np.where(pending, np.log(uniform()) > log_pdf(candidates), pending)
+    return result
 
 
 def constant_(tensor, val):
