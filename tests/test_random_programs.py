@@ -77,6 +77,12 @@ UNARY = {
     "flip": lambda m, a: a.flip(-1) if a.ndim else a,
     "transpose": lambda m, a: a.t() if a.ndim == 2 else a,
     "erf": lambda m, a: a.erf(),
+    "pow": lambda m, a: (a * a + 1) ** 1.5,
+    "slice": lambda m, a: a[..., ::2] if a.ndim else a,
+    "select_last": lambda m, a: a[-1] if a.ndim else a,
+    "expand": lambda m, a: a.unsqueeze(0).expand(2, *a.shape) * 0.5,
+    "permute": lambda m, a: a.permute(*reversed(range(a.ndim))) if a.ndim else a,
+    "cat": lambda m, a: m.cat([a, a * 0.5], -1) if a.ndim else a,
 }
 BINARY = {
     "add": lambda m, a, b: a + b,
@@ -85,6 +91,8 @@ BINARY = {
     "div": lambda m, a, b: a / (b * b + 1),
     "maximum": lambda m, a, b: m.maximum(a, b * 1.1),
     "where": lambda m, a, b: m.where(a > b, a, b),
+    "atan2": lambda m, a, b: m.atan2(a, b * b + 1),
+    "matmul": lambda m, a, b: a @ b if a.ndim == 2 and b.ndim and a.shape[-1] == b.shape[0] else a * b.sum(),
 }
 REDUCE = {
     "sum": lambda m, a: a.sum(-1) if a.ndim else a,
@@ -93,6 +101,9 @@ REDUCE = {
     "logsumexp": lambda m, a: a.logsumexp(-1) if a.ndim else a,
     "norm": lambda m, a: a.norm(),
     "var": lambda m, a: a.var(-1) if a.ndim and a.shape[-1] > 1 else a,
+    "min_dim": lambda m, a: a.min(-1)[0] if a.ndim else a,
+    "prod": lambda m, a: (a * 0.5 + 1).prod(-1) if a.ndim else a,
+    "std": lambda m, a: a.std(-1) if a.ndim and a.shape[-1] > 1 else a,
 }
 # steps that read the integer arguments (values known only when a compiled program runs)
 INDEXED = {
@@ -140,7 +151,7 @@ def loss(m, steps, weights, x, y, i, j):
     outs = run_program(m, steps, x, y, i, j)
     total = (x * x).sum() * 0.1 + (y * y).sum() * 0.1
     for o, w in zip(outs, weights):
-        total = total + (o * m.tensor(w[: o.numel()].reshape(tuple(o.shape)), device=o.device)).sum()
+        total = total + (o * m.tensor(np.resize(w, tuple(o.shape)), device=o.device)).sum()
     return total
 
 
@@ -148,7 +159,7 @@ def _draw_inputs(seed):
     rng = np.random.default_rng(seed)
     x, y = rng.uniform(-1.5, 1.5, (N, M)), rng.uniform(-1.5, 1.5, M)
     i, j = rng.integers(-N, N, N), rng.integers(0, 2 * N, N)
-    weights = [rng.standard_normal(N * M) for _ in range(8)]
+    weights = [rng.standard_normal(2 * N * M) for _ in range(8)]
     return x, y, i, j, weights
 
 
