@@ -1,6 +1,6 @@
 """The benchmark runner: each problem's gradient against finite differences and the hand-written
-NumPy reference, the agreement check, the CLI's output and JSON schema, and the GradBench tool
-protocol on scripted message sequences."""
+NumPy reference, the agreement check and the CLI's output and JSON schema (the GradBench tool:
+tests/test_gradbench.py)."""
 
 import importlib.util
 import json
@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.bench import gradbench
-from ngrad.bench.problems import PROBLEMS, ba, gmm, kmeans, lstm
+from ngrad.bench.problems import PROBLEMS, ba, kmeans
 from ngrad.bench.runner import agree, run_suite
 from ngrad.cli import main
 
@@ -176,133 +175,3 @@ def test_cli_rejects_bad_arguments(capsys):
 def test_python_dash_m_lists_problems():
     out = subprocess.run([sys.executable, "-m", "ngrad", "bench", "--list"], capture_output=True, text=True, check=True)
     assert all(name in out.stdout for name in PROBLEMS)
-
-
-# --- the GradBench tool protocol ------------------------------------------------------------------------------
-
-
-def _session(messages):
-    """Run the tool in a subprocess on these lines; its responses, parsed."""
-    lines = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages)
-    out = subprocess.run(
-        [sys.executable, "-m", "ngrad", "bench", "gradbench-tool"],
-        input=lines,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    return [json.loads(line) for line in out.stdout.splitlines()]
-
-
-def test_protocol_session_with_malformed_input():
-    x = [0.5, -1.0, 2.0, 0.25]
-    res = _session(
-        [
-            {"id": 0, "kind": "start", "eval": "lse"},
-            "this is not json",
-            {"id": 1, "kind": "define", "module": "lse"},
-            {"id": 2, "kind": "define", "module": "no-such-eval"},
-            {
-                "id": 3,
-                "kind": "evaluate",
-                "module": "lse",
-                "function": "gradient",
-                "input": {"x": x, "min_runs": 3, "min_seconds": 0},
-            },
-            {"id": 4, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"y": x}},
-            {"id": 5, "kind": "teleport"},
-            {"id": 6, "kind": "analysis", "of": 3, "valid": True},
-            {"id": 7, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}},
-        ]
-    )
-    assert [r["id"] for r in res] == [0, None, 1, 2, 3, 4, 5, 6, 7]
-    assert res[0]["tool"] == "ngrad"
-    assert res[1]["success"] is False and "not JSON" in res[1]["error"]
-    assert res[2]["success"] is True and [t["name"] for t in res[2]["timings"]] == ["compile"]
-    assert res[3]["success"] is False and "unknown module" in res[3]["error"]
-    soft = np.exp(x) / np.exp(x).sum()
-    np.testing.assert_allclose(res[4]["output"], soft, rtol=1e-12)
-    assert len(res[4]["timings"]) == 3 and all(
-        t["name"] == "evaluate" and t["nanoseconds"] > 0 for t in res[4]["timings"]
-    )
-    assert res[5]["success"] is False and "KeyError" in res[5]["error"]
-    assert res[6]["success"] is False and "unknown message kind" in res[6]["error"]
-    assert res[7] == {"id": 6}
-    assert np.isclose(res[8]["output"], np.log(np.exp(x).sum()), rtol=1e-12)
-
-
-def test_protocol_min_seconds_repeats_runs():
-    r = gradbench.respond(
-        json.dumps({"id": 1, "kind": "evaluate", "module": "hello", "function": "square", "input": 3.0})
-    )
-    assert r["output"] == 9.0 and len(r["timings"]) == 1
-    r = gradbench.respond(
-        json.dumps(
-            {
-                "id": 2,
-                "kind": "evaluate",
-                "module": "llsq",
-                "function": "gradient",
-                "input": {"x": [0.1, 0.2], "n": 5, "min_runs": 1, "min_seconds": 0.05},
-            }
-        )
-    )
-    assert sum(t["nanoseconds"] for t in r["timings"]) >= 0.04e9 and len(r["timings"]) >= 2
-
-
-def _evaluate(module, function, inp):
-    r = gradbench.respond(
-        json.dumps({"id": 1, "kind": "evaluate", "module": module, "function": function, "input": inp})
-    )
-    assert "error" not in r, r
-    return r["output"]
-
-
-def test_protocol_outputs_match_the_references():
-    rng = np.random.default_rng(5)
-    inp = gmm.inputs(7, rng, d=3, k=4)
-    js = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
-    js.update(d=3, k=4, n=7)
-    value, grads = gmm.numpy(inp)
-    assert np.isclose(_evaluate("gmm", "objective", js), value, rtol=1e-12)
-    jac = _evaluate("gmm", "jacobian", js)
-    for k in ("alpha", "mu", "q", "l"):
-        np.testing.assert_allclose(jac[k], grads[k], rtol=1e-10, atol=1e-12)
-
-    inp = lstm.inputs(5, rng, layers=2, b=3)
-    value, grads = lstm.numpy(inp)
-    js = {k: v.tolist() for k, v in inp.items()}
-    assert np.isclose(_evaluate("lstm", "objective", js), value, rtol=1e-12)
-    jac = _evaluate("lstm", "jacobian", js)
-    for k in ("main_params", "extra_params"):
-        np.testing.assert_allclose(jac[k], grads[k], rtol=1e-10, atol=1e-12)
-
-    pts = rng.standard_normal((20, 2))
-    js = {"points": pts.tolist(), "centroids": pts[:3].tolist()}
-    ref = kmeans.numpy({"points": pts, "centroids": pts[:3]})
-    assert np.isclose(_evaluate("kmeans", "cost", js), ref[0])
-    np.testing.assert_allclose(_evaluate("kmeans", "dir", js), ref[1]["dir"], rtol=1e-10)
-
-    x = rng.uniform(-1, 1, 6).tolist()
-    from ngrad.bench.problems import ode
-
-    v, g = ode.numpy({"x": np.array(x), "s": 3})
-    assert np.isclose(_evaluate("ode", "primal", {"x": x, "s": 3})[-1], v, rtol=1e-12)
-    np.testing.assert_allclose(_evaluate("ode", "gradient", {"x": x, "s": 3}), g["x"], rtol=1e-10)
-
-
-def test_protocol_ba_sparse_jacobian():
-    msg = dict(gradbench._WARM["ba"], n=3, m=4, p=7)
-    out = _evaluate("ba", "jacobian", msg)
-    p, n, m = 7, 3, 4
-    rows, cols, vals = (np.array(out[k]) for k in ("rows", "cols", "vals"))
-    assert len(rows) == 3 * p + 1 and rows[-1] == len(cols) == len(vals) == 31 * p
-    assert np.all(np.diff(rows) > 0) and cols.min() >= 0 and cols.max() < 11 * n + 3 * m + p
-    full = ba.expand(n, m, p, msg["cam"], msg["x"], msg["w"], msg["feat"])
-    np.testing.assert_allclose(vals, ba.numpy(full)[1]["vals"], rtol=1e-10, atol=1e-12)
-    # observation 5 sees camera 5 % 3 and point 5 % 4; its second row's columns
-    row = cols[rows[11] : rows[12]]
-    assert list(row) == list(range(22, 33)) + [33 + 3, 33 + 4, 33 + 5] + [45 + 5]
-    obj = _evaluate("ba", "objective", msg)
-    assert np.array(obj["reproj_error"]).shape == (p, 2) and np.allclose(obj["w_err"], 1 - msg["w"] ** 2)

@@ -7,9 +7,11 @@ fills L_k column by column), points ``x`` (n, d), and the prior's ``gamma`` and 
 is
 
     -n d/2 log(2 pi) + sum_i logsumexp_k(alpha_k + sum(q_k) - |Q_k (x_i - mu_k)|^2 / 2)
-    - n logsumexp(alpha) + sum_k (gamma^2/2 (|exp(q_k)|^2 + |l_k|^2) - m sum(q_k)) - k C(d, gamma, m)
+    - n logsumexp(alpha) - sum_k (gamma^2/2 (|exp(q_k)|^2 + |l_k|^2) - m sum(q_k)) + k C(d, gamma, m)
 
-with C the Wishart normaliser, and the gradient is with respect to alpha, mu, q and l. The
+with C the Wishart log-normaliser: the last two terms are the log-density of a Wishart prior on
+each precision Q_k^T Q_k, as GradBench's C++ reference (``cpp/gradbench/evals/gmm.hpp``) and its
+naive validator (``log_posterior``) compute it. The gradient is with respect to alpha, mu, q and l. The
 size is n, with d = 10 and k = 25 as in ADBench's standard files; alpha and x are standard
 normal, mu uniform on [0, 1], q and l normal with deviation 0.1, gamma = 1, m = 0.
 """
@@ -33,13 +35,14 @@ def ltri_index(d):
 
 
 def constant(n, d, k, gamma, m):
-    """The parts of the value that depend on no parameter."""
+    """The parts of the value that depend on no parameter: the Gaussians' and the k Wishart
+    normalisers."""
     nw = d + m + 1
     log_gamma_d = 0.25 * d * (d - 1) * math.log(math.pi) + sum(
         math.lgamma(0.5 * nw + 0.5 * (1 - j)) for j in range(1, d + 1)
     )
     wishart = nw * d * (math.log(gamma) - 0.5 * math.log(2)) - log_gamma_d
-    return -n * d * 0.5 * math.log(2 * math.pi) - k * wishart
+    return -n * d * 0.5 * math.log(2 * math.pi) + k * wishart
 
 
 def objective(T, alpha, mu, q, l, x, gamma, m):
@@ -51,7 +54,7 @@ def objective(T, alpha, mu, q, l, x, gamma, m):
     z = diag[:, None, :] * xc + T.matmul(xc, T.swapaxes(L, 1, 2))
     main = alpha[:, None] + T.sum(q, 1)[:, None] - 0.5 * T.sum(z * z, 2)  # (k, n)
     prior = T.sum(0.5 * gamma**2 * (T.sum(diag * diag, 1) + T.sum(l * l, 1)) - m * T.sum(q, 1))
-    return constant(n, d, k, gamma, m) + T.sum(T.logsumexp(main, 0)) - n * T.logsumexp(alpha, 0) + prior
+    return constant(n, d, k, gamma, m) + T.sum(T.logsumexp(main, 0)) - n * T.logsumexp(alpha, 0) - prior
 
 
 def _softmax(a, axis):
@@ -73,15 +76,15 @@ def numpy(inp):
     am = alpha.max()
     lse_alpha = am + np.log(np.exp(alpha - am).sum())
     prior = np.sum(0.5 * gamma**2 * ((e * e).sum(1) + (l * l).sum(1)) - m * q.sum(1))
-    value = constant(n, d, k, gamma, m) + slse - n * lse_alpha + prior
+    value = constant(n, d, k, gamma, m) + slse - n * lse_alpha - prior
     W = _softmax(main, 1)
     d_alpha = W.sum(0) - n * _softmax(alpha, 0)
-    d_q = np.einsum("nk,nkd->kd", W, 1 - z * e * xc) + gamma**2 * e * e - m
+    d_q = np.einsum("nk,nkd->kd", W, 1 - z * e * xc) - gamma**2 * e * e + m
     d_mu = np.einsum("nk,nkd->kd", W, e * z + np.einsum("kji,nkj->nki", L, z))
     G = -np.einsum("nk,nkj,nki->kji", W, z, xc)
     rows, cols = np.nonzero(index)
     order = np.argsort(index[rows, cols])
-    d_l = G[:, rows[order], cols[order]] + gamma**2 * l
+    d_l = G[:, rows[order], cols[order]] - gamma**2 * l
     return float(value), {"alpha": d_alpha, "mu": d_mu, "q": d_q, "l": d_l}
 
 

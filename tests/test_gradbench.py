@@ -1,0 +1,367 @@
+"""ngrad as a GradBench tool (``ngrad bench gradbench-tool``): every response against the
+protocol's message types (GradBench's CONTRIBUTING.md), every eval's output against values
+worked out independently of ngrad (SciPy's densities and rotations, closed forms, plain loops,
+central differences), and, where a GradBench checkout is given in ``GRADBENCH_REPO`` (with its
+C++ reference built in ``tools/manual/bin`` and its Python package importable), GradBench's own
+validator on each eval's output."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ngrad.bench import gradbench
+from ngrad.bench.problems import lstm
+
+# --- the protocol's response types (CONTRIBUTING.md, "Types"): field -> (types, required) -------------
+
+_TIMINGS = (list, False)
+RESPONSE_FIELDS = {
+    "start": {"id": (int, True), "tool": (str, False), "config": (object, False)},
+    "define": {"id": (int, True), "success": (bool, True), "timings": _TIMINGS, "error": (str, False)},
+    "evaluate": {
+        "id": (int, True),
+        "success": (bool, True),
+        "output": (object, False),
+        "timings": _TIMINGS,
+        "error": (str, False),
+    },
+    "analysis": {"id": (int, True)},
+}
+
+
+def check_response(kind, msg_id, r):
+    """Fails unless ``r`` is a response of GradBench's type for a message of ``kind``."""
+    fields = RESPONSE_FIELDS[kind]
+    assert set(r) <= set(fields), f"fields GradBench does not define: {set(r) - set(fields)}"
+    for name, (types, required) in fields.items():
+        if required:
+            assert name in r, f"{kind} response lacks {name!r}: {r}"
+        if name in r:
+            assert isinstance(r[name], types), f"{kind} response's {name!r} is not {types}: {r[name]!r}"
+    assert r["id"] == msg_id and not isinstance(r["id"], bool)
+    for t in r.get("timings", []):
+        assert set(t) == {"name", "nanoseconds"} and isinstance(t["name"], str)
+        assert isinstance(t["nanoseconds"], int) and t["nanoseconds"] >= 0
+    if kind == "evaluate" and r["success"]:
+        assert "output" in r and "error" not in r  # GradBench's intermediary rejects either
+    if kind == "define" and r["success"]:
+        assert "error" not in r
+
+
+def test_check_response_rejects_what_gradbench_rejects():
+    check_response("evaluate", 2, {"id": 2, "success": True, "output": 1.0, "timings": []})
+    for bad in (
+        {"id": 2, "output": 1.0},  # no success: what ngrad sent before
+        {"id": 2, "success": True},  # success without output
+        {"id": 2, "success": "yes", "output": 1.0},
+        {"id": 2, "success": True, "output": 1.0, "timings": [{"name": "evaluate", "nanoseconds": 1.5}]},
+    ):
+        with pytest.raises(AssertionError):
+            check_response("evaluate", 2, bad)
+
+
+def _evaluate(module, function, inp, min_runs=1):
+    msg = {"id": 7, "kind": "evaluate", "module": module, "function": function}
+    r = gradbench.respond(json.dumps(dict(msg, input=dict(inp, min_runs=min_runs, min_seconds=0))))
+    check_response("evaluate", 7, r)
+    assert r["success"], r
+    assert len(r["timings"]) == min_runs and {t["name"] for t in r["timings"]} == {"evaluate"}
+    return r["output"]
+
+
+def test_a_session_of_every_message_kind_follows_the_types():
+    x = [0.5, -1.0, 2.0]
+    msgs = [
+        {"id": 0, "kind": "start", "eval": "lse"},
+        {"id": 1, "kind": "define", "module": "lse"},
+        {"id": 2, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}},
+        {"id": 3, "kind": "analysis", "of": 2, "valid": True},
+        {"id": 4, "kind": "evaluate", "module": "lse", "function": "nope", "input": {"x": x}},
+        {"id": 5, "kind": "define", "module": "no-such-eval"},
+    ]
+    res = [gradbench.respond(json.dumps(m)) for m in msgs]
+    for m, r in zip(msgs, res, strict=True):
+        check_response(m["kind"], m["id"], r)
+    assert res[0]["tool"] == "ngrad" and res[1]["success"] and res[2]["success"]
+    assert res[3] == {"id": 3}
+    assert res[4]["success"] is False and "unknown function" in res[4]["error"]
+    assert res[5]["success"] is False and "unknown module" in res[5]["error"]
+
+
+def test_a_subprocess_session_survives_malformed_lines():
+    x = [0.5, -1.0, 2.0, 0.25]
+    lines = [
+        {"id": 0, "kind": "start", "eval": "lse"},
+        "this is not json",
+        {"id": 1, "kind": "evaluate", "module": "lse", "function": "gradient", "input": {"x": x, "min_runs": 3}},
+        {"id": 2, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"y": x}},
+        {"id": 3, "kind": "teleport"},
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "ngrad", "bench", "gradbench-tool"],
+        input="".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in lines),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    res = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["id"] for r in res] == [0, None, 1, 2, 3]
+    assert res[1]["success"] is False and "not JSON" in res[1]["error"]
+    check_response("evaluate", 1, res[2])
+    np.testing.assert_allclose(res[2]["output"], np.exp(x) / np.exp(x).sum(), rtol=1e-12)
+    assert len(res[2]["timings"]) == 3
+    assert res[3]["success"] is False and "KeyError" in res[3]["error"]
+    assert res[4]["success"] is False and "unknown message kind" in res[4]["error"]
+
+
+def test_min_seconds_counts_the_runs_time():
+    inp = {"x": [0.1, 0.2], "n": 5, "min_runs": 1, "min_seconds": 0.05}
+    r = gradbench.respond(
+        json.dumps({"id": 2, "kind": "evaluate", "module": "llsq", "function": "gradient", "input": inp})
+    )
+    check_response("evaluate", 2, r)
+    assert sum(t["nanoseconds"] for t in r["timings"]) >= 0.05e9 and len(r["timings"]) >= 2
+
+
+# --- each eval's function, against values worked out without ngrad ------------------------------------------
+
+
+def test_lse_and_llsq():
+    x = [0.5, -1.0, 2.0]
+    assert np.isclose(_evaluate("lse", "primal", {"x": x}), np.log(np.exp(x).sum()), rtol=1e-12)
+    c, n = np.array([0.3, -0.2, 0.1]), 9
+    t = -1 + 2 * np.arange(n) / (n - 1)  # GradBench's sample points
+    r = np.sign(t) - np.polynomial.polynomial.polyval(t, c)
+    assert np.isclose(_evaluate("llsq", "primal", {"x": c.tolist(), "n": n}), r @ r / 2, rtol=1e-12)
+    grad = _evaluate("llsq", "gradient", {"x": c.tolist(), "n": n})
+    np.testing.assert_allclose(grad, [-(r * t**j).sum() for j in range(3)], rtol=1e-10)
+
+
+def test_kmeans_direction_is_the_newton_step():
+    pts = np.random.default_rng(5).random((20, 2))
+    c = pts[-3:]
+    d2 = ((pts[:, None] - c[None]) ** 2).sum(2)
+    assert np.isclose(_evaluate("kmeans", "cost", {"points": pts.tolist(), "centroids": c.tolist()}), d2.min(1).sum())
+    own = d2.argmin(1)
+    # the cost is a sum of quadratics per centroid: J = 2 (count c - sum), H = 2 count, J / H = c - mean
+    step = np.stack([c[j] - pts[own == j].mean(0) for j in range(3)])
+    out = _evaluate("kmeans", "dir", {"points": pts.tolist(), "centroids": c.tolist()})
+    np.testing.assert_allclose(out, step, rtol=1e-10, atol=1e-14)
+
+
+def _gmm_input(rng, d, k, n, m, gamma):
+    return {
+        "d": d,
+        "k": k,
+        "n": n,
+        "m": m,
+        "gamma": gamma,
+        "x": rng.normal(size=(n, d)).tolist(),
+        "alpha": rng.normal(size=k).tolist(),
+        "mu": rng.uniform(size=(k, d)).tolist(),
+        "q": (0.3 * rng.normal(size=(k, d))).tolist(),
+        "l": (0.3 * rng.normal(size=(k, d * (d - 1) // 2))).tolist(),
+    }
+
+
+def _gmm_log_posterior(inp):
+    """The log of GradBench's posterior from SciPy's densities: a mixture of Gaussians with
+    precisions Q^T Q (Q lower triangular, diagonal exp(q), l below it column by column) and
+    a Wishart prior on each precision, scale I / gamma^2 and d + m + 1 degrees of freedom."""
+    stats = pytest.importorskip("scipy.stats")
+    d, k, gamma, m = inp["d"], inp["k"], inp["gamma"], inp["m"]
+    alpha, x = np.array(inp["alpha"]), np.array(inp["x"])
+    phi = np.exp(alpha) / np.exp(alpha).sum()
+    total, dens = 0.0, np.zeros((len(x), k))
+    for j in range(k):
+        Q = np.diag(np.exp(inp["q"][j]))
+        col, row = np.triu_indices(d, 1)  # below the diagonal, column by column
+        Q[row, col] = inp["l"][j]
+        P = Q.T @ Q
+        dens[:, j] = phi[j] * stats.multivariate_normal.pdf(x, inp["mu"][j], np.linalg.inv(P))
+        total += stats.wishart.logpdf(P, df=d + m + 1, scale=np.eye(d) / gamma**2)
+    return total + np.log(dens.sum(1)).sum()
+
+
+def test_gmm_objective_and_gradients_are_gradbenchs_log_posterior():
+    inp = _gmm_input(np.random.default_rng(6), d=3, k=2, n=5, m=1, gamma=0.7)
+    assert np.isclose(_evaluate("gmm", "objective", inp), _gmm_log_posterior(inp), rtol=1e-10)
+    jac = _evaluate("gmm", "jacobian", inp)
+    assert set(jac) == {"alpha", "mu", "q", "l"}
+    eps = 1e-6
+    for name in ("q", "l", "alpha"):  # the prior's terms are in q and l
+        arr = np.array(inp[name])
+        for idx in np.ndindex(*arr.shape):
+            plus, minus = arr.copy(), arr.copy()
+            plus[idx] += eps
+            minus[idx] -= eps
+            fd = (
+                _gmm_log_posterior(dict(inp, **{name: plus.tolist()}))
+                - _gmm_log_posterior(dict(inp, **{name: minus.tolist()}))
+            ) / (2 * eps)
+            assert np.isclose(np.array(jac[name])[idx], fd, rtol=1e-5, atol=1e-6), (name, idx)
+
+
+def test_ode_starts_at_zero_as_gradbench():
+    # y_i is a polynomial of degree i + 1 in t, so RK4 is exact for n = 4 at any step count:
+    # y_i(2) = x_0 ... x_i 2^(i+1) / (i+1)!, and the last one's gradient is y_3(2) / x_j
+    x = np.array([0.5, 0.8, -0.6, 0.9])
+    y = np.cumprod(x) * 2.0 ** np.arange(1, 5) / [math.factorial(i) for i in range(1, 5)]
+    np.testing.assert_allclose(_evaluate("ode", "primal", {"x": x.tolist(), "s": 3}), y, rtol=1e-12)
+    np.testing.assert_allclose(_evaluate("ode", "gradient", {"x": x.tolist(), "s": 3}), y[-1] / x, rtol=1e-10)
+
+
+def _lstm_loss(main, extra, state, seq):
+    """ADBench's LSTM objective in scalar loops, as its C++ states it (lse keeps the + 2)."""
+    sig = lambda a: 1 / (1 + math.exp(-a))  # noqa: E731
+    layers, b = len(main) // 2, len(main[0]) // 4
+    h = [list(state[2 * i]) for i in range(layers)]
+    c = [list(state[2 * i + 1]) for i in range(layers)]
+    total = 0.0
+    for t in range(len(seq) - 1):
+        inp = [seq[t][j] * extra[0][j] for j in range(b)]
+        for i in range(layers):
+            w, bias = main[2 * i], main[2 * i + 1]
+            for j in range(b):
+                f = sig(inp[j] * w[j] + bias[j])
+                ig = sig(h[i][j] * w[b + j] + bias[b + j])
+                o = sig(inp[j] * w[2 * b + j] + bias[2 * b + j])
+                ch = math.tanh(h[i][j] * w[3 * b + j] + bias[3 * b + j])
+                c[i][j] = c[i][j] * f + ig * ch
+                h[i][j] = o * math.tanh(c[i][j])
+            inp = h[i]
+        y = [inp[j] * extra[1][j] + extra[2][j] for j in range(b)]
+        lse = math.log(sum(math.exp(v) for v in y) + 2)
+        total += sum(seq[t + 1][j] * (y[j] - lse) for j in range(b))
+    return -total / ((len(seq) - 1) * b)
+
+
+def test_lstm_objective_keeps_adbenchs_plus_two_and_the_jacobian_is_flat():
+    rng = np.random.default_rng(7)
+    inp = {
+        "main_params": rng.random((4, 12)),
+        "extra_params": rng.random((3, 3)),
+        "state": rng.random((4, 3)),
+        "sequence": rng.integers(0, 2, (4, 3)).astype(float),
+    }
+    js = {k: v.tolist() for k, v in inp.items()}
+    assert np.isclose(
+        _evaluate("lstm", "objective", js),
+        _lstm_loss(inp["main_params"], inp["extra_params"], inp["state"], inp["sequence"]),
+        rtol=1e-12,
+    )
+    jac = _evaluate("lstm", "jacobian", js)
+    assert isinstance(jac, list) and all(isinstance(v, float) for v in jac) and len(jac) == 48 + 9
+    params, eps, fd = np.concatenate([inp["main_params"].ravel(), inp["extra_params"].ravel()]), 1e-6, []
+    for i in range(len(params)):
+        vals = []
+        for sign in (1, -1):
+            p = params.copy()
+            p[i] += sign * eps
+            vals.append(_lstm_loss(p[:48].reshape(4, 12), p[48:].reshape(3, 3), inp["state"], inp["sequence"]))
+        fd.append((vals[0] - vals[1]) / (2 * eps))
+    np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-8)
+
+
+BA_INPUT = {
+    "n": 3,
+    "m": 4,
+    "p": 20,
+    "cam": [0.1, -0.05, 0.02, 0.1, 0.2, 0.0, 1.0, 0.01, -0.01, 1e-3, 1e-4],
+    "x": [0.3, -0.2, 9.0],
+    "w": 0.9,
+    "feat": [0.05, -0.05],
+}
+
+
+def _ba_residual(params):
+    """One observation's two residuals from SciPy's rotation: params are a camera (11), a point
+    (3) and a weight."""
+    rotation = pytest.importorskip("scipy.spatial.transform").Rotation
+    cam, X, w = params[:11], params[11:14], params[14]
+    Xc = rotation.from_rotvec(cam[:3]).apply(X - cam[3:6])
+    proj = Xc[:2] / Xc[2]
+    rsq = proj @ proj
+    return w * (proj * (1 + cam[9] * rsq + cam[10] * rsq**2) * cam[6] + cam[7:9] - np.array(BA_INPUT["feat"]))
+
+
+def test_ba_outputs_have_the_references_shapes_and_values():
+    n, m, p = BA_INPUT["n"], BA_INPUT["m"], BA_INPUT["p"]
+    params = np.array(BA_INPUT["cam"] + BA_INPUT["x"] + [BA_INPUT["w"]])
+    obj = _evaluate("ba", "objective", BA_INPUT)
+    assert obj["reproj_error"]["repeated"] == p and obj["w_err"]["repeated"] == p
+    assert type(obj["reproj_error"]["repeated"]) is int and type(obj["w_err"]["repeated"]) is int
+    np.testing.assert_allclose(obj["reproj_error"]["elements"], _ba_residual(params), rtol=1e-12)
+    assert np.isclose(obj["w_err"]["element"], 1 - 0.9**2)
+    jac = _evaluate("ba", "jacobian", BA_INPUT)
+    assert all(len(v) == 31 for v in jac.values())
+    assert jac["rows"] == [15 * i for i in range(30)] + [31 * p]  # two rows of 15 per observation, p of one
+    first = list(range(11)) + [11 * n, 11 * n + 1, 11 * n + 2, 11 * n + 3 * m]
+    assert jac["cols"] == first + first + [11 * n + 3 * m + p - 1]
+    eps = 1e-6
+    fd = np.stack(
+        [(_ba_residual(params + eps * e) - _ba_residual(params - eps * e)) / (2 * eps) for e in np.eye(15)], 1
+    )
+    np.testing.assert_allclose(np.reshape(jac["vals"][:30], (2, 15)), fd, rtol=1e-5, atol=1e-6)
+    assert np.isclose(jac["vals"][30], -2 * 0.9)
+
+
+# --- GradBench's own validator, where a checkout with its built reference is given ----------------------
+
+
+def _gradbench_repo():
+    root = os.environ.get("GRADBENCH_REPO")
+    if not root or not (Path(root) / "tools/manual/bin").is_dir():
+        pytest.skip("set GRADBENCH_REPO to a GradBench checkout with tools/manual/bin built")
+    sys.path.insert(0, str(Path(root) / "python/gradbench"))
+    return Path(root), pytest.importorskip("gradbench.eval")
+
+
+def _json(inp):
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in inp.items()}
+
+
+def _validator_cases():
+    rng = np.random.default_rng(8)
+    x = rng.random(6).tolist()
+    pts = rng.random((30, 3))
+    lstm_inp = _json(lstm.inputs(5, rng, layers=2, b=4))
+    return [
+        ("lse", "primal", {"x": x}),
+        ("lse", "gradient", {"x": x}),
+        ("llsq", "primal", {"x": x, "n": 11}),
+        ("llsq", "gradient", {"x": x, "n": 11}),
+        ("ode", "primal", {"x": x, "s": 5}),
+        ("ode", "gradient", {"x": x, "s": 5}),
+        ("kmeans", "cost", {"points": pts.tolist(), "centroids": pts[-4:].tolist()}),
+        ("kmeans", "dir", {"points": pts.tolist(), "centroids": pts[-4:].tolist()}),
+        ("gmm", "objective", _gmm_input(rng, d=4, k=3, n=10, m=0, gamma=1.0)),
+        ("gmm", "jacobian", _gmm_input(rng, d=4, k=3, n=10, m=2, gamma=0.5)),
+        ("lstm", "objective", lstm_inp),
+        ("lstm", "jacobian", lstm_inp),
+        ("ba", "objective", BA_INPUT),
+        ("ba", "jacobian", BA_INPUT),
+    ]
+
+
+def test_gradbenchs_validator_accepts_every_output(monkeypatch):
+    root, gb = _gradbench_repo()
+    from gradbench import cpp
+
+    monkeypatch.chdir(root)  # its validator runs tools/manual/bin/<eval> from the checkout
+
+    def expect(module):
+        return lambda function, inp: cpp.evaluate(
+            tool="manual", module=module, function=function, input=inp | {"min_runs": 1, "min_seconds": 0}
+        )
+
+    for module, function, inp in _validator_cases():
+        analysis = gb.mismatch(expect(module))(function, inp, _evaluate(module, function, inp))
+        assert analysis.valid, (module, function, analysis.error)
