@@ -330,7 +330,7 @@ def test_values_and_gradients_without_torch():
     ]
     for f, args in cases:
         assert ngrad.autograd.gradcheck(f, args), f
-    for f, args in (conv, conv1):
+    for f, args in (conv, conv1, cases[2], cases[4]):  # and the pools, linear in their input
         assert ngrad.autograd.gradgradcheck(f, args), f
 
 
