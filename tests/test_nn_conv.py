@@ -128,13 +128,14 @@ def test_avg_pool_matches_pytorch(kw):
         _compare(lambda F, t, x, fn=fn, a=args: getattr(F, fn)(x, **a), [arr], torch)
 
 
-def test_integer_pooling_matches_pytorch():
+def test_integer_pooling_and_convolution_match_pytorch():
     torch = pytest.importorskip("torch")
     x = R.integers(-50, 50, (2, 3, 7, 7))
     for call in (
         lambda F: F.max_pool2d(x_, 3, 2, 1, return_indices=True),
         lambda F: F.avg_pool2d(x_, 2, ceil_mode=True),
         lambda F: F.avg_pool1d(x_[:, :, 0], 3, padding=1),
+        lambda F: F.conv2d(x_[:, :2], x_[:3, :1, :3, :2], groups=2, padding=1),
     ):
         x_ = ngrad.tensor(x)
         mine = call(F)
