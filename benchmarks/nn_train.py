@@ -20,13 +20,21 @@ the best and the median of rounds in which every system runs once in turn, after
 Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nn_train.py
 """
 
-import argparse
-import statistics
-import time
+import os
 
-import numpy as np
+# PyTorch and ngrad's MKL each run their threads on their own OpenMP runtime; by default an
+# idle OpenMP thread spins, so on a 2-core machine the threads one system left spinning took
+# the cores from the other's next call (PyTorch's CNN step measured 14 to 295 ms from run to
+# run). Sleeping idle threads make every system's times repeatable; set before either loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import ngrad
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import ngrad  # noqa: E402
 
 
 def _interleaved_ms(fns, rounds=15, warmup=3):
