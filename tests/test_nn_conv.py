@@ -393,3 +393,17 @@ def test_compiled_cnn_training_step_equals_eager(jit_always):
     ref_out, ref_idx = F.max_pool1d(x[:, 0, 0], 3, 2, 1, return_indices=True)
     np.testing.assert_array_equal(out.numpy(), ref_out.numpy())
     np.testing.assert_array_equal(idx.numpy(), ref_idx.numpy())
+
+
+def test_conv_modules_start_from_pytorch_weights_after_the_same_seed():
+    torch = pytest.importorskip("torch")
+    for make in (
+        lambda nn: nn.Conv2d(3, 8, 3),
+        lambda nn: nn.Conv1d(4, 6, 5, groups=2),
+        lambda nn: nn.Conv2d(2, 4, (3, 2), bias=False),
+    ):
+        _ = ngrad.manual_seed(7), torch.manual_seed(7)
+        mine, theirs = make(nn), make(torch.nn)
+        for (k, a), (k2, b) in zip(mine.state_dict().items(), theirs.state_dict().items()):
+            assert k == k2
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
