@@ -530,6 +530,24 @@ def test_device_programs_match_the_reference(monkeypatch, tmp_path_factory, step
 
 
 @pytest.mark.cuda
+@device
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(["add", "matmul", "cat", "where", "maximum"]), st.booleans())
+def test_device_mixed_devices_raise_pytorchs_error(op, compiled):
+    # one operand on the GPU, the other on the CPU: PyTorch's RuntimeError, eagerly and compiled
+    calls = {
+        "add": lambda a, b: a + b,
+        "matmul": lambda a, b: a @ b,
+        "cat": lambda a, b: ngrad.cat([a, b]),
+        "where": lambda a, b: ngrad.where(a > 0, a, b),
+        "maximum": lambda a, b: ngrad.maximum(b, a),
+    }
+    fn = calls[op]
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        (ngrad.compile(fn) if compiled else fn)(ngrad.ones(2, 2, device="cuda"), ngrad.ones(2, 2))
+
+
+@pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.skipif(
     ngrad.cuda.is_available() and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
