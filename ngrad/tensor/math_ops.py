@@ -213,6 +213,10 @@ class MathOps:
     def __rfloordiv__(self, other):
         return to_tensor(other).div(self, rounding_mode="floor")
 
+    def floor_divide(self, other):
+        """``self // other``: the quotient rounded down (exact for integers), as PyTorch's."""
+        return self.div(other, rounding_mode="floor")
+
     def remainder(self, other):
         """``self - other * floor(self / other)``, computed exactly: the sign of ``other`` (Python's
         ``%``). The gradient is 1 in ``self`` and ``-floor(self / other)`` in ``other``.
