@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import grad_mode as _grad_mode
 from .. import tensor as _t
+from ..tensor.math_ops import require
 from ..tensor.record import host_value
 from .conv_functions import avg_pool1d, avg_pool2d, conv1d, conv2d, max_pool1d, max_pool2d
 from .layer_functions import (
@@ -234,18 +235,22 @@ def _class_rows(input, target, name):
     return rows, target.reshape(-1), tuple(target.shape)
 
 
-def _check_targets(target, classes, ignore_index):
-    """PyTorch's error for a class index outside [0, classes) that is not ``ignore_index``, checked
-    when the targets are realized (reading the scores realizes them anyway). Under
-    ``ngrad.compile`` a target may not exist yet, and nothing is checked."""
-    if _grad_mode.state.trace is not None or not target.numel():
-        return
+def _check_targets(target, tgt, classes, ignore_index):
+    """``tgt`` (the flattened ``target``), once checked: PyTorch's error for a class index outside
+    [0, classes) that is not ``ignore_index``, raised when the targets are realized (reading the
+    scores realizes them anyway). Under ``ngrad.compile`` a target may not exist yet: ``tgt``
+    comes back behind a ``require`` step that checks it when the program runs."""
+    if not target.numel():
+        return tgt
+    if _grad_mode.state.trace is not None:
+        return require(tgt, "target", classes, ignore_index)
     v = host_value(target)
     if v.min() >= 0 and v.max() < classes:  # the common case: no target ignored or out of range
-        return
+        return tgt
     bad = v[(v != ignore_index) & ((v < 0) | (v >= classes))]
     if bad.size:
         raise IndexError(f"Target {int(bad[0])} is out of bounds.")
+    return tgt
 
 
 def _picked(rows, target, weight, ignore_index):
@@ -268,7 +273,7 @@ def _picked(rows, target, weight, ignore_index):
 def _indexed_loss(logp, target, weight, ignore_index, reduction, smoothing, name):
     """nll_loss, and cross_entropy's for class indices (with its label smoothing)."""
     rows, tgt, shape = _class_rows(logp, target, name)
-    _check_targets(target, rows.shape[1], ignore_index)  # target, not tgt: its value is there
+    tgt = _check_targets(target, tgt, rows.shape[1], ignore_index)  # target: its value is there
     score, w, valid = _picked(rows, tgt, weight, ignore_index)
     loss = -score * w
     if smoothing > 0:  # the uniform part: every class's (weighted) score, ignored rows out
