@@ -16,11 +16,11 @@ JSON line, until stdin ends:
   done once, outside the timings (GradBench's convention for its own tools). Each output has
   the type of the eval's specification (``evals/<name>/README.md`` in GradBench's repository)
   and, where that and GradBench's C++ reference differ, the reference's (``ba``).
-- ``{"id", "kind": "analysis", ...}`` -> ``{"id"}``.
+- ``{"id", "kind": "analysis", ...}``, or any other kind -> ``{"id"}``, as the protocol asks.
 
-A message that is not JSON, has no known kind, names an unknown module or function, or whose
-function raises, gets ``{"id", "success": false, "error": "..."}`` (``"id": null`` when none
-could be read), and the tool goes on with the next line.
+A message that is not JSON, names an unknown module or function, or whose function raises,
+gets ``{"id", "success": false, "error": "..."}`` (``"id": null`` when none could be read),
+and the tool goes on with the next line.
 
 ```python
 >>> import io, json
@@ -303,9 +303,9 @@ def respond(line):
             return {"id": mid, **_define(msg.get("module"))}
         if kind == "evaluate":
             return {"id": mid, **_evaluate(msg)}
-        if kind == "analysis":
-            return {"id": mid}
-        return {"id": mid, "success": False, "error": f"unknown message kind {kind!r}"}
+        # the protocol: any other kind (analysis, or one a later protocol adds) is acknowledged
+        # with its id alone
+        return {"id": mid}
     except Exception as e:  # the tool answers and goes on: GradBench reports the error
         return {"id": mid, "success": False, "error": f"{type(e).__name__}: {e}"}
 
