@@ -226,8 +226,9 @@ def tracked_after(old, new):
     return record_op("where", (keep, new, old), None, new.shape, new.dtype, "CopySlices")._node
 
 
-def undo_step(parent, step, new):
-    """The value of ``parent`` once its view through ``step`` became ``new``."""
+def undo_step(parent, step, new, ancestor=False):
+    """The value of ``parent`` once its view through ``step`` became ``new``. ``ancestor``: a
+    ``detach()`` step of an alias the written one was detached from (not the written alias's own)."""
     op = step.op
     if op == "slice":
         p = step.params
@@ -239,8 +240,14 @@ def undo_step(parent, step, new):
         inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         return record_op("permute", (new,), {"perm": inverse}, parent.shape, new.dtype, "PermuteBackward0")._node
     if op == "detach":  # the detached tensor keeps the write's history; its root does not see it
-        step.params["tracked"] = tracked_after(step.params["tracked"], new)
-        return Node("detach", (new,), None, new.shape, new.dtype) if new.requires_grad else new
+        old = step.params["tracked"]
+        if ancestor:  # an alias detached further up: its values change, its history and tangent stay
+            step.params["tracked"] = None if old is None else splice(old, new)
+        else:
+            step.params["tracked"] = tracked_after(old, new)
+        # nor its tangent (forward mode), nor another detach() alias the written one was made from
+        cut = new.requires_grad or KEEP_SOURCES[0]
+        return Node("detach", (new,), None, new.shape, new.dtype) if cut else new
     if op == "take":
         idx = step.params["index"].reshape(-1)
         size = parent.shape[0]
@@ -274,13 +281,13 @@ def write_back(root_node, steps, new):
     chain = [root_node]
     for step in steps[:-1]:
         chain.append(apply_step(chain[-1], step))
-    child = None
+    child, detached = None, False
     for step, parent in zip(reversed(steps), reversed(chain)):
         if step.op == "expand" and parent.shape != step.shape:
             new = unexpand(parent, step, new, child)
         else:
-            new = undo_step(parent, step, new)
-        child = step
+            new = undo_step(parent, step, new, detached)
+        child, detached = step, detached or step.op == "detach"
     if new.requires_grad and steps and not untracked(steps):
         name_node(new, "CopySlices")
     return new
@@ -403,6 +410,8 @@ def detached_view(t, out, share_version):
     root = origin(t)[0]
     steps = (boundary(),) if pv is None else pv.steps + (boundary(),)
     attach(out, root, steps, None, layout_of(t), version_of(root) if share_version else Version())
+    if (t._node.meta or NO_META).is_inference:  # as a view of an inference tensor is one
+        own_meta(out._node).is_inference = True
     return out
 
 
