@@ -236,16 +236,25 @@ def _allocated(shape, dtype, make):
         ) from None
 
 
+def _dtype_arg(dtype):
+    """``dtype``, or the default float for None; PyTorch's TypeError for anything but a dtype."""
+    if dtype is None:
+        return D.get_default_dtype()
+    if not isinstance(dtype, D.DType):
+        raise TypeError(f"argument 'dtype' must be ngrad.dtype, not {type(dtype).__name__}")
+    return dtype
+
+
 def _filled(size, value, dtype, requires_grad, device):
     device = device_name(device)
     shape = shape_arg(size)
-    dtype = dtype or D.get_default_dtype()
+    dtype = _dtype_arg(dtype)
     return _leaf(_allocated(shape, dtype, lambda: np.full(shape, value, dtype=dtype.np)), dtype, requires_grad, device)
 
 
 def _random_dtype(dtype, kernel):
     """``dtype`` (the default float if None), refused as PyTorch refuses a non-floating one."""
-    dtype = dtype or D.get_default_dtype()
+    dtype = _dtype_arg(dtype)
     if not dtype.is_floating_point:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{TORCH_NAME[dtype.short]}'")
     return dtype

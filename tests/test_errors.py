@@ -168,6 +168,7 @@ CASES = [
         "Expected a floating point or complex tensor as input. Got Long",
     ),
     ("randn_int", lambda m: m.randn(2, dtype=m.int64), NotImplementedError, "not implemented for 'Long'"),
+    ("zeros_dtype_str", lambda m: m.zeros(2, dtype="float32"), TypeError, "argument 'dtype' must be"),
     ("rand_int", lambda m: m.rand(2, dtype=m.int64), NotImplementedError, "not implemented for 'Long'"),
     ("argmax_bool", lambda m: m.tensor([True, False]).argmax(), RuntimeError, "argmax(): does not support bool input"),
     ("argmin_bool", lambda m: m.tensor([True, False]).argmin(0), RuntimeError, "argmin(): does not support bool input"),

@@ -468,13 +468,7 @@ def test_bad_calls_raise_ordinary_errors_as_pytorch(call):
 COMPILED_GAPS = ()
 # bad calls the search found where ngrad does not raise PyTorch's type yet, left out of the draws
 # above: (call, arrays, what differs), each a strict xfail
-GAPS = {
-    "zeros_dtype_str": (
-        lambda m, x: m.zeros(2, dtype="float32"),
-        [np.ones(1)],
-        "a dtype given as a string: AttributeError from factories.py (PyTorch: TypeError)",
-    ),
-}
+GAPS: dict = {}
 
 
 @pytest.mark.parametrize("name", sorted(GAPS))
