@@ -145,7 +145,8 @@ def _bench(args, console, names, sizes, threads):
         f"value + gradient, float64, {info['platform']}, {threads} thread{'s' if threads > 1 else ''} "
         f"per system; numpy {info['numpy']}, torch {info['torch'] or 'not installed'}, "
         f"jax {info['jax'] or 'not installed'}; ngrad's matrix products on "
-        f"{'MKL' if info['ngrad_blas'].startswith('MKL') else 'NumPy'}"
+        f"{'MKL' if info['ngrad_blas'].startswith('MKL') else 'NumPy'}; "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
     for name in names:
         rows = [r for r in results if r["problem"] == name]
