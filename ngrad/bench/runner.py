@@ -32,17 +32,16 @@ __all__ = ["run_suite", "machine_info", "pin_threads", "agree"]
 def pin_threads(threads):
     """Give every system ``threads`` threads: ngrad's loops and its products on MKL, PyTorch's
     intra-op pool, and XLA's CPU client (read when JAX starts, so this must run before JAX is
-    imported), with ``OMP_WAIT_POLICY=PASSIVE`` unless set (read when an OpenMP runtime starts,
-    so this must also run before PyTorch is imported). Returns a function restoring ngrad's and
-    PyTorch's previous settings."""
+    imported). Returns a function restoring ngrad's and PyTorch's previous settings.
+
+    OpenMP's wait policy is left as the user has it (the header prints it): on a quiet machine
+    ``OMP_WAIT_POLICY=PASSIVE`` made PyTorch's small problems slower (logsumexp 1e4: 0.11-0.15 ms
+    unset, 0.21-0.23 ms passive), and on a busy one the spinning of PyTorch's, MKL's and Numba's
+    runtimes in one process slowed PyTorch up to 10x (14.6 ms unset, 1.43 ms passive)."""
     import ngrad
 
     from ..engine.ir import blas
 
-    # idle OpenMP threads sleep instead of spinning (unless the user chose otherwise): PyTorch's,
-    # MKL's and Numba's runtimes in one process each spin on the cores the others need, which made
-    # PyTorch's timings here up to 10x slower than alone (logsumexp at 1e4: 14.6 ms against 1.43)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     before, blas_before = ngrad.get_num_threads(), blas.set_num_threads(threads)
     ngrad.set_num_threads(threads)
     os.environ.setdefault(
