@@ -748,6 +748,27 @@ def writes_through_a_detach_of_a_detach_keep_the_first_aliases_history(lib):
     return first, second, r, x.grad, name_of(first)
 
 
+@case
+def floor_division_in_place_through_views(lib):
+    # floor_divide_ and //= update the tensor itself (a //= b rebound a new tensor before), and a
+    # view of it sees the result
+    a = lib.tensor([7, -7, 9])
+    v = a[1:]
+    a.floor_divide_(2)
+    b = seq(lib, 3)
+    w = b[::2]
+    b //= 2.0
+    return (
+        a,
+        v,
+        b,
+        w,
+        a._version,
+        b._version,
+        raises("ZeroDivisionError", lambda: a.floor_divide_(lib.tensor([1, 0, 1]))),
+    )
+
+
 XFAIL = {
     "error_multiple_output_view_used_after_its_base_is_written": "no error (torch: multiple-output view error)",
 }

@@ -333,12 +333,16 @@ class InplaceOps:
         check_overlap(self, other)
         return inplace_update(self, self / other)
 
+    def __ifloordiv__(self, other):
+        check_overlap(self, other)
+        return inplace_update(self, self // other)
+
 
 # PyTorch's in-place forms of out-of-place methods: ``x.exp_()`` is ``x`` updated to ``x.exp()``
 IN_PLACE_FORMS = (
     "abs absolute negative exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal square sin cos tan asin acos "
     "atan arcsin arccos arctan sinh cosh tanh sigmoid relu erf sign floor ceil round trunc fix frac nan_to_num tril "
-    "triu remainder fmod atan2 arctan2"
+    "triu remainder fmod atan2 arctan2 floor_divide"
 ).split()
 
 
