@@ -11,6 +11,21 @@ from ngrad.engine.transform.differentiate import vjp
 EPS = 1e-6
 
 
+def libraries():
+    """ngrad, and PyTorch where it is installed: a parity test runs the same code on each."""
+    out = [ngrad]
+    try:
+        import torch
+
+        out.append(torch)
+    except ImportError:
+        pass
+    return out
+
+
+LIBS = pytest.mark.parametrize("lib", libraries(), ids=lambda m: m.__name__)
+
+
 def _short(a):
     return {
         np.dtype(np.float64): "f64",

@@ -8,21 +8,7 @@ PyTorch, against values worked out by hand (or finite differences)."""
 import numpy as np
 import pytest
 
-import ngrad
-
-
-def libs():
-    out = [ngrad]
-    try:
-        import torch
-
-        out.append(torch)
-    except ImportError:
-        pass
-    return out
-
-
-LIBS = pytest.mark.parametrize("lib", libs(), ids=lambda m: m.__name__)
+from .oracles import LIBS
 
 
 def t64(lib, values, grad=True):

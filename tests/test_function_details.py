@@ -7,21 +7,7 @@ out by hand, and on PyTorch too where it is installed (same values, same errors)
 import numpy as np
 import pytest
 
-import ngrad
-
-
-def libs():
-    out = [ngrad]
-    try:
-        import torch
-
-        out.append(torch)
-    except ImportError:
-        pass
-    return out
-
-
-LIBS = pytest.mark.parametrize("lib", libs(), ids=lambda m: m.__name__)
+from .oracles import LIBS
 
 
 def vec(lib, values, requires_grad=False):

@@ -6,21 +6,7 @@ it is installed, on PyTorch."""
 
 import pytest
 
-import ngrad
-
-
-def libs():
-    out = [ngrad]
-    try:
-        import torch
-
-        out.append(torch)
-    except ImportError:
-        pass
-    return out
-
-
-LIBS = pytest.mark.parametrize("lib", libs(), ids=lambda m: m.__name__)
+from .oracles import LIBS
 
 
 def modes(lib):

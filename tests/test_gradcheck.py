@@ -12,19 +12,7 @@ import pytest
 
 import ngrad
 
-
-def libs():
-    out = [ngrad]
-    try:
-        import torch
-
-        out.append(torch)
-    except ImportError:
-        pass
-    return out
-
-
-LIBS = pytest.mark.parametrize("lib", libs(), ids=lambda m: m.__name__)
+from .oracles import LIBS
 
 
 def failure(lib):
