@@ -280,25 +280,7 @@ class ModuleDict(Module):
 
     def update(self, modules):
         """Add the modules of a mapping or an iterable of ``(key, module)`` pairs."""
-        if not isinstance(modules, Iterable):
-            raise TypeError(
-                "ModuleDict.update should be called with an iterable of key/value pairs, but got "
-                + type(modules).__name__
-            )
-        if isinstance(modules, (Mapping, ModuleDict)):
-            for k, m in modules.items():
-                self[k] = m
-            return
-        for j, m in enumerate(modules):
-            if not isinstance(m, Iterable):
-                raise TypeError(
-                    "ModuleDict update sequence element #" + str(j) + " should be Iterable; is" + type(m).__name__
-                )
-            if not len(m) == 2:
-                raise ValueError(
-                    "ModuleDict update sequence element #" + str(j) + " has length " + str(len(m)) + "; 2 is required"
-                )
-            self[m[0]] = m[1]
+        _update_pairs(self, modules, "ModuleDict", "ModuleDict")
 
 
 def _param_line(k, p, type_name):
@@ -443,32 +425,29 @@ class ParameterDict(Module):
 
     def update(self, parameters):
         """Add the entries of a mapping or an iterable of ``(key, value)`` pairs."""
-        if not isinstance(parameters, Iterable):
-            raise TypeError(
-                "ParametersDict.update should be called with an iterable of key/value pairs, but got "
-                + type(parameters).__name__
-            )
-        if isinstance(parameters, (Mapping, ParameterDict)):
-            for k, v in parameters.items():
-                self[k] = v
-            return
-        for j, p in enumerate(parameters):
-            if not isinstance(p, Iterable):
-                raise TypeError(
-                    "ParameterDict update sequence element #" + str(j) + " should be Iterable; is" + type(p).__name__
-                )
-            if not len(p) == 2:
-                raise ValueError(
-                    "ParameterDict update sequence element #"
-                    + str(j)
-                    + " has length "
-                    + str(len(p))
-                    + "; 2 is required"
-                )
-            self[p[0]] = p[1]
+        _update_pairs(self, parameters, "ParametersDict", "ParameterDict")  # PyTorch's two spellings
 
     def extra_repr(self):
         return "\n".join(_param_line(k, p, lambda t: t.type()) for k, p in self.items())
 
     def __call__(self, input):
         raise RuntimeError("ParameterDict should not be called.")
+
+
+def _update_pairs(target, items, update_name, element_name):
+    """``ModuleDict``/``ParameterDict.update``: a mapping (or a dict of the same kind) entry by
+    entry, else an iterable of ``(key, value)`` pairs, with PyTorch's errors for anything else."""
+    if not isinstance(items, Iterable):
+        raise TypeError(
+            f"{update_name}.update should be called with an iterable of key/value pairs, but got {type(items).__name__}"
+        )
+    if isinstance(items, (Mapping, type(target))):
+        for k, v in items.items():
+            target[k] = v
+        return
+    for j, pair in enumerate(items):
+        if not isinstance(pair, Iterable):
+            raise TypeError(f"{element_name} update sequence element #{j} should be Iterable; is{type(pair).__name__}")
+        if not len(pair) == 2:
+            raise ValueError(f"{element_name} update sequence element #{j} has length {len(pair)}; 2 is required")
+        target[pair[0]] = pair[1]
