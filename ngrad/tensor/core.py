@@ -51,6 +51,26 @@ from .views import detached_view, install, layout_of, rebind
 _gm = _grad_mode.state
 
 
+def conversion_target(args, kwargs):
+    """``(dtype, device)`` that ``to(*args, **kwargs)`` asks for (None where it asks for neither), as
+    ``Tensor.to`` and ``nn.Module.to`` read them; PyTorch's TypeError for anything else."""
+    dtype, dev = kwargs.get("dtype"), kwargs.get("device")
+    for a in args:
+        if isinstance(a, D.DType):
+            dtype = a
+        elif isinstance(a, Tensor):
+            dtype, dev = a.dtype, a.device
+        elif isinstance(a, (str, device, int)) and not isinstance(a, bool):
+            dev = a
+        elif not isinstance(a, bool):  # non_blocking and copy are bools
+            got = ", ".join(type(x).__name__ for x in args)
+            raise TypeError(
+                f"to() received an invalid combination of arguments - got ({got}), but expected "
+                "one of: (ngrad.device device, ngrad.dtype dtype), (ngrad.dtype dtype), (Tensor other)"
+            )
+    return dtype, dev
+
+
 class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, RandomOps, TensorBase):
     """A multi-dimensional array that records operations for automatic differentiation.
 
@@ -487,20 +507,7 @@ class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, R
 
         ```
         """
-        dtype, dev = kwargs.get("dtype"), kwargs.get("device")
-        for a in args:
-            if isinstance(a, D.DType):
-                dtype = a
-            elif isinstance(a, Tensor):
-                dtype, dev = a.dtype, a.device
-            elif isinstance(a, (str, device, int)) and not isinstance(a, bool):
-                dev = a
-            elif not isinstance(a, bool):  # non_blocking and copy are bools
-                got = ", ".join(type(x).__name__ for x in args)
-                raise TypeError(
-                    f"to() received an invalid combination of arguments - got ({got}), but expected "
-                    "one of: (ngrad.device device, ngrad.dtype dtype), (ngrad.dtype dtype), (Tensor other)"
-                )
+        dtype, dev = conversion_target(args, kwargs)
         out = self
         if dev is not None:
             out = out._moved(device_name(dev))

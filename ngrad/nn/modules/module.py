@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from ... import grad_mode as _grad_mode
 from ..._hooks import RemovableHandle
-from ...engine.ir import dtypes as D
 from ...tensor import Tensor
+from ...tensor.core import conversion_target
 from ..parameter import Buffer, Parameter
 
 __all__ = ["Module"]
@@ -393,14 +393,7 @@ class Module:
     def to(self, *args, **kwargs):
         """Move or cast parameters and buffers in place (``to(dtype)`` casts floating ones only,
         ``to(device)``); returns self."""
-        dtype, dev = kwargs.get("dtype"), kwargs.get("device")
-        for a in args:
-            if isinstance(a, D.DType):
-                dtype = a
-            elif isinstance(a, Tensor):
-                dtype, dev = a.dtype, a.device
-            elif not isinstance(a, bool):
-                dev = a
+        dtype, dev = conversion_target(args, kwargs)
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError(
                 f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}"
