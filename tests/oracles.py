@@ -1,4 +1,9 @@
-"""Shared oracles: central finite differences in float64, at the tape and the facade level."""
+"""Shared oracles: central finite differences in float64, at the tape and the facade level; the
+libraries a parity test runs on; the CUDA simulator run of a file's device tests."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -24,6 +29,24 @@ def libraries():
 
 
 LIBS = pytest.mark.parametrize("lib", libraries(), ids=lambda m: m.__name__)
+
+
+def run_device_tests_simulated(path, tmp_path, skips_allowed=False):
+    """The ``test_device_*`` tests of the test file ``path`` in a child process under Numba's
+    CUDA simulator (without a GPU, so CI runs them on every commit): all must pass, and none
+    skip unless ``skips_allowed``."""
+    from ngrad.engine.targets.cuda import cuda_status
+
+    if "not installed" in cuda_status()[1]:
+        pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("already in the simulator")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_"]
+    r = subprocess.run([*command, os.path.abspath(path)], env=env, capture_output=True, text=True, timeout=600)
+    tail = (r.stdout + r.stderr)[-4000:]
+    assert r.returncode == 0 and "failed" not in tail and " passed" in tail, tail
+    assert skips_allowed or "skipped" not in tail, tail
 
 
 def _short(a):

@@ -14,8 +14,6 @@ and are dropped once their storage is written, ``detach()`` aliases values but n
 
 import contextlib
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,6 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import ngrad
+
+from .oracles import run_device_tests_simulated
 
 try:
     import torch
@@ -677,13 +677,4 @@ def test_device_view_parity_cases(name, monkeypatch, tmp_path_factory):
 @pytest.mark.skipif(HAVE_CUDA or SIMULATED, reason="a GPU runs the device tests directly; or already simulated")
 def test_simulator_runs_the_device_tests(tmp_path):
     """This file's ``test_device_*`` tests in a child process under Numba's CUDA simulator."""
-    from ngrad.engine.targets.cuda import cuda_status
-
-    if "not installed" in cuda_status()[1]:
-        pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
-    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_"]
-    r = subprocess.run([*command, os.path.abspath(__file__)], env=env, capture_output=True, text=True, timeout=600)
-    tail = (r.stdout + r.stderr)[-4000:]
-    assert r.returncode == 0 and "failed" not in tail and " passed" in tail, tail
-    assert torch is None or "skipped" not in tail, tail  # without torch the parity cases skip
+    run_device_tests_simulated(__file__, tmp_path, skips_allowed=torch is None)  # no torch: parity cases skip

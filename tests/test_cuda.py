@@ -21,7 +21,7 @@ from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.runtime import cuda as engine_cuda
 
 from . import test_ops, test_prims
-from .oracles import prim_tape
+from .oracles import prim_tape, run_device_tests_simulated
 from .test_compiled import corpus_joint, prim_joint
 
 HAVE_CUDA = ngrad.cuda.is_available()
@@ -410,32 +410,4 @@ def test_ptx_type_checks_the_op_corpus_and_fixed_kernels(rng):
     HAVE_CUDA and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="a real GPU runs the device tests directly"
 )
 def test_simulator_runs_the_device_tests(tmp_path):
-    from ngrad.engine.targets.cuda import cuda_status
-
-    if "not installed" in cuda_status()[1]:
-        pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        pytest.skip("already in the simulator")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-o",
-            "addopts=",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "test_device_",
-            os.path.abspath(__file__),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    tail = (r.stdout + r.stderr)[-4000:]
-    assert r.returncode == 0, tail
-    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    run_device_tests_simulated(__file__, tmp_path)

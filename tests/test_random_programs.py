@@ -20,8 +20,6 @@ The default run draws few examples; the ``slow``-marked ``*_deeply`` tests draw 
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,7 +28,7 @@ from hypothesis import strategies as st
 
 import ngrad
 
-from .oracles import tensor_fd_check
+from .oracles import run_device_tests_simulated, tensor_fd_check
 
 try:
     import torch
@@ -543,17 +541,4 @@ def test_device_mixed_devices_raise_pytorchs_error(op, compiled):
     reason="a real GPU runs the device tests directly",
 )
 def test_simulator_runs_the_device_tests(tmp_path):
-    from ngrad.engine.targets.cuda import cuda_status
-
-    if "not installed" in cuda_status()[1]:
-        pytest.skip("numba-cuda is not installed (pip install 'ngrad[cuda]')")
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        pytest.skip("already in the simulator")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", NGRAD_CACHE_DIR=str(tmp_path / "kernels"))
-    args = ["-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", "test_device_"]
-    r = subprocess.run(
-        [sys.executable, *args, os.path.abspath(__file__)], env=env, capture_output=True, text=True, timeout=600
-    )
-    tail = (r.stdout + r.stderr)[-4000:]
-    assert r.returncode == 0, tail
-    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    run_device_tests_simulated(__file__, tmp_path)
