@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.interpret import np_dtype
 
-__all__ = ["check", "check_one", "fix_input", "NUMBERS"]
+__all__ = ["check", "check_one", "check_scalars", "fix_input", "NUMBERS"]
 
 # the runtime scalars taken as they are (what check_one accepts at once): anything else is checked
 NUMBERS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_])
@@ -23,6 +23,14 @@ def check(tape, values, device=False):
     for i, (v, kind) in enumerate(zip(values, tape.kinds)):
         if kind != "scalar" or v.__class__ not in NUMBERS:
             check_one(tape, i, v, device)
+
+
+def check_scalars(tape, values):
+    """The runtime scalars of ``values`` against their slots (a generated driver checks its
+    arrays itself); Python and NumPy numbers are taken as they are."""
+    for i, kind in enumerate(tape.kinds):
+        if kind == "scalar" and values[i].__class__ not in NUMBERS:
+            check_one(tape, i, values[i])
 
 
 def check_one(tape, i, v, device=False):

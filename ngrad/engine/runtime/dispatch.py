@@ -24,7 +24,7 @@ from ..ir.interpret import interpret, np_dtype
 from ..recent import Recent
 from . import tiering
 from .buffers import owned
-from .checks import NUMBERS, check, check_one
+from .checks import check, check_one, check_scalars
 from .driver import driver_code, driver_of
 from .executor import executed
 from .machine import Machine, machine_for
@@ -118,9 +118,7 @@ def run(tape, values, target="cpu", *, policy=None):
         if drive is not None:
             if len(values) != len(tape.inputs):
                 check(tape, values)
-            for i, kind in enumerate(tape.kinds):
-                if kind == "scalar" and values[i].__class__ not in NUMBERS:
-                    check_one(tape, i, values[i])
+            check_scalars(tape, values)
             return drive(values)
     check(tape, values)
     if tier is None or not tier.ready():
