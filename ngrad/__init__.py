@@ -11,7 +11,7 @@ tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 import builtins as _builtins
 import functools as _functools
 
-from . import autograd, cuda, func, linalg, nn, optim, random, scipy, utils
+from . import autograd, cuda, fft, func, linalg, nn, optim, random, scipy, utils
 from ._version import __version__
 from .autograd.anomaly_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from .contract import einsum, inner, tensordot
@@ -60,6 +60,9 @@ from .grad_mode import (
 from .random import Generator, default_generator, get_rng_state, set_rng_state
 from .serialization import load, save
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
+from .tensor import complex_ops as _complex_ops
+from .tensor import scatter_ops as _scatter_ops
+from .tensor import select_ops as _select_ops
 from .tensor.functions import as_strided_scatter, diagonal_scatter, select_scatter, slice_scatter
 from .tensor.layout import contiguous_format, preserve_format
 from .tensor.reduce_ops import std_mean, var_mean
@@ -95,8 +98,10 @@ trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt
 greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone broadcast_to
 addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim moveaxis diff
 unflatten tile take_along_dim addmm inverse det sort argsort topk as_strided is_inference""".split()
-for _name in _METHODS:
+for _name in _METHODS + _complex_ops.FUNCTIONS + _scatter_ops.FUNCTIONS + _select_ops.FUNCTIONS:
     globals()[_name] = _function(_name)
+for _family in (_complex_ops, _scatter_ops, _select_ops):
+    globals().update({_name: getattr(_family, _name) for _name in _family.__all__})
 subtract = globals()["sub"]
 
 

@@ -19,6 +19,7 @@ from ..autograd.meta import NO_META, SEGMENT_NODES, inherit_leaf, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import KEEP_SOURCES, realize
+from .complex_ops import ComplexOps
 from .indexing import IndexingOps
 from .inplace import InplaceOps, replace_node
 from .layout import Storage, contiguous_format, contiguous_strides, dense, is_contiguous, storage_key
@@ -45,6 +46,8 @@ from .record import (
     wrap,
 )
 from .reduce_ops import ReduceOps
+from .scatter_ops import ScatterOps
+from .select_ops import SelectOps
 from .shape_ops import ShapeOps
 from .views import detached_view, install, layout_of, rebind
 
@@ -71,7 +74,19 @@ def conversion_target(args, kwargs):
     return dtype, dev
 
 
-class Tensor(MathOps, InplaceOps, ReduceOps, ShapeOps, IndexingOps, LinalgOps, RandomOps, TensorBase):
+class Tensor(
+    MathOps,
+    InplaceOps,
+    ReduceOps,
+    ShapeOps,
+    IndexingOps,
+    LinalgOps,
+    SelectOps,
+    ScatterOps,
+    ComplexOps,
+    RandomOps,
+    TensorBase,
+):
     """A multi-dimensional array that records operations for automatic differentiation.
 
     Tensors are made by factories (``ngrad.tensor``, ``ngrad.zeros``, ``ngrad.randn`` ...) or

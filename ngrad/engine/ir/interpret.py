@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import blas
-from .prims import PRIMS
+from .prims import FAMILIES, PRIMS
 from .tape import Instr, Tape
 
 __all__ = ["interpret", "NUMPY"]
@@ -60,13 +60,6 @@ def matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> 
     return blas.matmul(x, y, out)
 
 
-def _lapack(fn: Callable[..., np.ndarray], name: str, *args: np.ndarray) -> np.ndarray:
-    try:
-        return fn(*args)
-    except np.linalg.LinAlgError:
-        raise RuntimeError(f"{name}: The input matrix is singular, so the computation could not be completed") from None
-
-
 def _index_error(e: IndexError, first: int) -> IndexError:
     """NumPy's IndexError for indices a compiled program computed or was given, in PyTorch's
     words: PyTorch numbers the dimension among the index tensors (``first``: the axis of the
@@ -75,8 +68,9 @@ def _index_error(e: IndexError, first: int) -> IndexError:
     return IndexError(text)
 
 
-class NumpyMath:
-    """The math namespace the primitive table's forward expressions are evaluated against."""
+class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
+    """The math namespace the primitive table's forward expressions are evaluated against (the
+    rows of ``prims``' family modules bring their own, ``Numpy``)."""
 
     exp, log, log1p, expm1, sqrt = np.exp, np.log, np.log1p, np.expm1, np.sqrt
     sin, cos, tan, asin, acos, atan = np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan
@@ -103,16 +97,6 @@ class NumpyMath:
     @staticmethod
     def sigmoid(x: np.ndarray) -> np.ndarray:
         return 1 / (1 + np.exp(-x))
-
-    @staticmethod
-    def inv(a: np.ndarray) -> np.ndarray:
-        return _lapack(np.linalg.inv, "linalg.inv", a)
-
-    @staticmethod
-    def solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return _lapack(np.linalg.solve, "linalg.solve", a, b)
-
-    det = np.linalg.det
 
     @staticmethod
     def softplus(x: np.ndarray) -> np.ndarray:

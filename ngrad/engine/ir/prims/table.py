@@ -1,4 +1,5 @@
-"""The primitive table: one row per primitive.
+"""The primitive table: one row per primitive; the rows of the elementwise, reduction, movement,
+indexing and product primitives (the other families add theirs from their own modules).
 
 Contract: ``PRIMS[name]`` holds the primitive's kind, its forward expression written
 against a math namespace ``m`` (NumPy for the interpreter, source strings for codegen), its
@@ -22,11 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from . import shapes as S
-from .shapes import TapeError
+from .. import shapes as S
+from ..shapes import TapeError
 
 if TYPE_CHECKING:  # the builder's handles that rules compute with (tape imports this table)
-    from .tape import Var
+    from ..tape import Var
 
 __all__ = ["Prim", "PRIMS", "TapeError", "ELEMENTWISE", "Shape", "Params"]
 
@@ -70,7 +71,7 @@ def zeros_like(v: Var) -> Var:
     return v.bld.full(0, v.shape, v.dtype)
 
 
-def _sole(ts: Tangents) -> Var:
+def sole(ts: Tangents) -> Var:
     return cast("Var", ts[0])  # never None: a JVP rule runs once some tangent reaches its primitive
 
 
@@ -84,7 +85,7 @@ def _extreme_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
 
 def _extreme_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
     # the tangent averaged over ties, as the VJP spreads the cotangent over them
-    t, (x,), axes, keepdim = _sole(ts), args, params["axes"], params["keepdim"]
+    t, (x,), axes, keepdim = sole(ts), args, params["axes"], params["keepdim"]
     mask = x.eq(unreduce(out, x.shape, axes, keepdim)).cast(dtype=x.dtype)
     return (t * mask).sum(axes=axes, keepdim=keepdim) / mask.sum(axes=axes, keepdim=keepdim)
 
@@ -104,7 +105,7 @@ def _prod_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
 
 
 def _prod_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
-    return (_sole(ts) * _prod_others(args[0], params["axes"])).sum(**params)
+    return (sole(ts) * _prod_others(args[0], params["axes"])).sum(**params)
 
 
 def _matmul_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
@@ -113,28 +114,6 @@ def _matmul_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> 
         t for t in (tx.matmul(y) if tx is not None else None, x.matmul(ty) if ty is not None else None) if t is not None
     ]
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
-
-
-def _solve_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], params: Params) -> Cotangents:
-    a = args[0]
-    gb = _matmul_t(a).solve(g)  # one solve with A^T serves both cotangents
-    return [-gb.matmul(_matmul_t(out)) if need[0] else None, gb if need[1] else None]
-
-
-def _solve_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
-    (ta, tb), a = ts, args[0]
-    terms = [t for t in (tb, -ta.matmul(out) if ta is not None else None) if t is not None]
-    return a.solve(terms[0] if len(terms) == 1 else terms[0] + terms[1])
-
-
-def _det_vjp(g: Var, out: Var, a: Var) -> Var:
-    return (g * out).reshape(shape=out.shape + (1, 1)).expand(shape=a.shape) * _matmul_t(a.inv())
-
-
-def _det_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
-    t, (a,) = _sole(ts), args  # det(A) trace(A^-1 T)
-    r = len(a.shape)
-    return out * (_matmul_t(a.inv()) * t).sum(axes=(r - 2, r - 1), keepdim=False)
 
 
 def _pow_base(g: Var, out: Var, x: Var, y: Var) -> Var:
@@ -179,7 +158,7 @@ def _cat_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], axis: 
     return res
 
 
-def _matmul_t(v: Var) -> Var:
+def matrix_t(v: Var) -> Var:
     r = len(v.shape)
     return v.permute(perm=tuple(range(r - 2)) + (r - 1, r - 2))
 
@@ -307,7 +286,7 @@ P(
     S.cast,
     lambda m, x, dtype: m.cast(x, dtype),
     per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
-    lambda ts, out, args, params: _sole(ts).cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
+    lambda ts, out, args, params: sole(ts).cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
 )
 P("detach", "unary", S.unary, lambda m, x: x)
 # the value of y with the gradient path of x: an update autograd does not see (a write under
@@ -510,23 +489,13 @@ P(
 # only, so never differentiated; a glue step on every target, so no kernel reads out of bounds
 P("require", "require", S.require, lambda m, x, **params: m.require(x, **params))
 
-# linear algebra (inv, solve, det: stacks of matrices, LAPACK through NumPy, run as glue) and sources
-P(
-    "inv",
-    "linalg",
-    S.square,
-    lambda m, a: m.inv(a),
-    per_arg(lambda g, out, a: -_matmul_t(out).matmul(g).matmul(_matmul_t(out))),
-    lambda ts, out, args, params: -out.matmul(_sole(ts)).matmul(out),
-)
-P("solve", "linalg", S.solve, lambda m, a, b: m.solve(a, b), _solve_vjp, _solve_jvp)
-P("det", "linalg", S.det, lambda m, a: m.det(a), per_arg(_det_vjp), _det_jvp)
+# products and sources
 P(
     "matmul",
     "matmul",
     S.matmul,
     lambda m, x, y: m.matmul(x, y),
-    per_arg(lambda g, out, x, y: g.matmul(_matmul_t(y)), lambda g, out, x, y: _matmul_t(x).matmul(g)),
+    per_arg(lambda g, out, x, y: g.matmul(matrix_t(y)), lambda g, out, x, y: matrix_t(x).matmul(g)),
     _matmul_jvp,
 )
 P("const", "const", S.const, lambda m, value, dtype: m.const(value, dtype))

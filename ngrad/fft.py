@@ -1,0 +1,3 @@
+"""``ngrad.fft``: PyTorch's ``torch.fft`` (discrete Fourier transforms with their derivatives)."""
+
+__all__: list[str] = []
