@@ -6,8 +6,15 @@ simulator or a device), ``slow`` (more than about 5 s). The fast loop is
 ``python -m pytest -m "not numba and not cuda and not slow"``.
 """
 
+import os
+
 import numpy as np
 import pytest
+
+# Tests assert what a call compiled and when (tiering, the cache, warnings of a compile), so
+# compiles happen in the call that needs them, in this process and in the subprocesses tests
+# start; tests/test_background.py runs the default, compiles on the worker thread.
+os.environ.setdefault("NGRAD_COMPILE", "wait")
 
 # Modules whose tests compile kernels (the jit_always fixture or NGRAD_JIT=always, ngrad bench
 # and the examples in subprocesses, vmath's compiled-against-NumPy checks).

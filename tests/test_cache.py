@@ -64,16 +64,17 @@ def test_cache_cli(tmp_path, monkeypatch, capsys):
 def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
     """``on_disk`` (which decides whether a plan's kernels load at once) lists Numba's folder
     only when it changed: a kernel compiled, or its files removed, is seen at the next ask."""
+    from ngrad.engine import store
     from ngrad.engine.targets import cpu as c
 
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
     text = "def kernel(a):\n    a[0] += 2.0\n"
-    assert not c.on_disk(text)
+    assert not store.on_disk(text)
     k = c.kernel(text)
     a = np.zeros(1)
     k(a)
-    assert a[0] == 2.0 and c.on_disk(text)
-    assert not c.on_disk(text.replace("2.0", "3.0"))
-    for p in glob.glob(os.path.join(c.cache_dir(), "__pycache__", f"{c.key_of(text)}.*")):
+    assert a[0] == 2.0 and store.on_disk(text)
+    assert not store.on_disk(text.replace("2.0", "3.0"))
+    for p in glob.glob(os.path.join(store.cache_dir(), "__pycache__", f"{store.key_of(text)}.*")):
         os.unlink(p)
-    assert not c.on_disk(text)
+    assert not store.on_disk(text)

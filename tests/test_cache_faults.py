@@ -78,7 +78,7 @@ def test_a_cache_under_a_file_or_too_long_warns_once_and_runs_in_memory(cache, t
         store.write_plan("p", b"data")
         assert store.read_plan("p") is None
     _one_warning(caught, str(root), reason)
-    assert not c.on_disk(_text(1.25))
+    assert not store.on_disk(_text(1.25))
 
 
 PROGRAM = r"""

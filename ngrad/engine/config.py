@@ -21,6 +21,7 @@ __all__ = [
     "debug_level",
     "jit_mode",
     "jit_threshold",
+    "compile_mode",
     "blas_mode",
     "cache_root",
     "cache_owners",
@@ -52,6 +53,13 @@ def debug_level() -> int:
 def jit_mode() -> str:
     """``NGRAD_JIT``: ``auto`` (tiered), ``always`` (compile at once) or ``never`` (interpret)."""
     return _choice("NGRAD_JIT", "auto", ("auto", "always", "never"))
+
+
+def compile_mode() -> str:
+    """``NGRAD_COMPILE``: where ``auto`` compiles a tape's kernels: ``background`` (a worker
+    thread, while calls run on the interpreter or bytecode) or ``wait`` (in the call that needs
+    them)."""
+    return _choice("NGRAD_COMPILE", "background", ("background", "wait"))
 
 
 def jit_threshold() -> int:

@@ -19,10 +19,11 @@ import time
 
 import numpy as np
 
-from ..config import debug_level, jit_mode, jit_threshold
+from ..config import compile_mode, debug_level, jit_mode, jit_threshold
 from ..ir.interpret import interpret, np_dtype
 from ..recent import Recent
-from . import tiering
+from ..targets import CompileError
+from . import background, tiering
 from .buffers import owned
 from .checks import check, check_one, check_scalars
 from .driver import driver_code, driver_of
@@ -36,13 +37,16 @@ __all__ = ["run", "prepare", "inline", "tier_for", "records"]
 records: dict[tuple, tiering.Record] = Recent()  # tape structure (``Tape.key()``) -> its tiering.Record
 
 
-def tier_for(tape, mode, now=False, policy=None):
+def tier_for(tape, mode, now=False, policy=None, values=None):
     """The record of ``tape`` with its tier compiled if it is due (None under ``NGRAD_JIT=never``
     or for an empty tape): a record whose tier is not ready runs on the interpreter, and the
     caller adds that time to its ``rent``. ``now`` (``prepare``): planned and compiled at first
     sight, except under ``auto`` a plan needing more than ``prepare_functions`` new functions,
     which waits for its rent. ``policy``: the tiering rules (default ``tiering.POLICY`` with
-    ``NGRAD_JIT_THRESHOLD``)."""
+    ``NGRAD_JIT_THRESHOLD``). ``values``: the inputs of the call asking (``run``); with them,
+    under ``auto`` and ``NGRAD_COMPILE=background``, a due compile goes to the worker thread
+    (``background.submit``) and this call runs on the interpreter; without them (``prepare``)
+    the caller waits for it."""
     if mode == "never" or not tape.instrs:
         return None
     key = tape.key()
@@ -77,8 +81,19 @@ def tier_for(tape, mode, now=False, policy=None):
     if new is not None and debug_level() >= 2:
         _show(new)
     if decision is Decision.COMPILE:
+        if values is not None and mode == "auto" and compile_mode() == "background":
+            background.submit(record, tape, values)
+            return record
+        if record.compiling:  # a background compile of this tape: wait for it
+            background.wait(record)
+            return record
         t = time.perf_counter()
-        record.tier.compile()
+        try:
+            record.tier.compile()
+        except CompileError as e:
+            record.failed = True
+            background.warn_failed(e)
+            return record
         if debug_level() >= 3:
             print(
                 f"ngrad: prepared {len([k for k in record.tier.kernels if k])} kernels in "
@@ -109,7 +124,7 @@ def run(tape, values, target="cpu", *, policy=None):
     debug = debug_level()
     if debug >= 1:
         print(f"ngrad: running tape ({len(tape.instrs)} instrs)\n{tape.format()}", file=sys.stderr)
-    record = tier_for(tape, jit_mode(), policy=policy)
+    record = tier_for(tape, jit_mode(), policy=policy, values=values)
     tier = None if record is None else record.tier
     if tier is not None and debug < 3 and not isinstance(tier, Machine) and tier.ready():
         # a driver checks its array inputs itself (class, shape, dtype, layout): only the count

@@ -29,8 +29,10 @@ def executed(plan, tape, values):
     return owned(execute(plan, tape, values), values)
 
 
-def execute(plan, tape, values):
-    """The outputs of ``plan`` run on ``values`` (see the module docstring)."""
+def execute(plan, tape, values, kernels=None):
+    """The outputs of ``plan`` run on ``values`` (see the module docstring). ``kernels``: the
+    functions to call in place of the layout's own (a background compile runs the ones it has
+    not published yet, so that each specialises on the calls' argument types)."""
     debug = debug_level()
     env = bind(tape, values)
     n_threads = threads.get_num_threads()
@@ -38,7 +40,8 @@ def execute(plan, tape, values):
     made = []
     take = buffers.taker(plan, made)
     steps = plan.plan.steps
-    for seg, src, fn, gone, chunked in zip(lay.segments, lay.sources, lay.kernels, lay.dead, lay.chunked):
+    fns = lay.kernels if kernels is None else kernels
+    for seg, src, fn, gone, chunked in zip(lay.segments, lay.sources, fns, lay.dead, lay.chunked):
         if src is None:  # one glue step
             ins = steps[seg[0]].instr
             env[ins.out] = _glue(plan, tape, ins, env, take)

@@ -13,7 +13,7 @@ import sys
 from ..backend import bytecode
 from ..backend.bytecode import Bytecode, loop_ops, loops_name, plan_name, source
 from ..config import debug_level
-from ..store import read_plan, write_plan
+from ..store import on_disk, read_plan, write_plan
 from .tiering import POLICY, small_steps
 
 __all__ = ["Machine", "machine_for", "loops", "read_loops"]
@@ -26,8 +26,6 @@ class Machine:
     __slots__ = ("code", "fn", "cached")
 
     def __init__(self, code):
-        from ..targets.cpu import on_disk
-
         share_loop(code)
         self.code, self.fn = code, None
         self.cached = on_disk(code.source)
@@ -42,10 +40,15 @@ class Machine:
 
     def compile(self):
         """Compile (or load) the loop."""
+        if self.fn is None:
+            self.fn = self.build()
+
+    def build(self):
+        """The loop's function, made without publishing it: it compiles (or loads) for good at
+        its first call."""
         from ..targets.cpu import kernel
 
-        if self.fn is None:
-            self.fn = kernel(self.code.source)
+        return kernel(self.code.source)
 
     def run(self, values):
         """The outputs on checked ``values``: fresh arrays, sharing memory with nothing."""
@@ -76,16 +79,21 @@ def read_loops():
         return {}
 
 
+def _loaded(text):
+    """Whether the CPU target holds the kernel of ``text`` in memory; never imports the target
+    (and so Numba): nothing is loaded before it was imported."""
+    cpu = sys.modules.get("ngrad.engine.targets.cpu")
+    return cpu is not None and cpu.loaded(text)
+
+
 def share_loop(code):
     """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
     before (in this process, or on disk and still there), and remember the one it runs on."""
-    from ..targets.cpu import loaded, on_disk
-
     dt = code.arena()
     if not loops:
         loops.update(read_loops())
     known = loops.setdefault(dt, [])
-    usable = [ops for ops in known if loaded(text := source(ops, dt)) or on_disk(text)]
+    usable = [ops for ops in known if _loaded(text := source(ops, dt)) or on_disk(text)]
     ops = loop_ops(code.ops, usable)
     if ops != code.ops:
         code.use(ops)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backend.fuse import Glue, Kernel, fuse
 from ..backend.vmath import FUNCTIONS
+from ..store import on_disk
 from .layout import Layout, big, dead_after_steps
 from .threads import get_num_threads
 
@@ -86,17 +87,20 @@ class CompiledPlan:
 
     def missing(self):
         """How many of the layout's functions are not in the disk cache."""
-        from ..targets.cpu import on_disk
-
         return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
 
     def compile(self, lay=None):
         """Compile (or load) the functions of ``lay``, by default the current thread count's."""
-        from ..targets.cpu import kernel
-
         lay = lay or self.layout()
         if lay.kernels is None:
-            lay.kernels = [None if s is None else kernel(s.text) for s in lay.sources]
+            lay.kernels = self.build(lay)
+
+    def build(self, lay):
+        """The functions of ``lay`` (None for each glue step), made without publishing them:
+        each compiles (or loads) for good at its first call."""
+        from ..targets.cpu import kernel
+
+        return [None if s is None else kernel(s.text) for s in lay.sources]
 
 
 def _matmuls_into(plan, tape):

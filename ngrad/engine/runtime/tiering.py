@@ -79,7 +79,9 @@ class Record:
     ``rent``: seconds the interpreter spent on them; ``small``: whether every step is small
     (``small_steps``; None when the tape is too short for bytecode); ``offered``: bytecode was
     tried; ``functions``: how many functions the fused plan compiles, once planned; ``pending``:
-    how many are not on disk; ``cached``: the tier's code is all on disk (under ``auto``)."""
+    how many are not on disk; ``cached``: the tier's code is all on disk (under ``auto``);
+    ``compiling``: its tier compiles in the background (``background``); ``failed``: its compile
+    failed, so it stays on the interpreter."""
 
     tier: object = None
     seen: int = 0
@@ -89,6 +91,8 @@ class Record:
     functions: int | None = None
     pending: int = 0
     cached: bool = False
+    compiling: bool = False
+    failed: bool = False
 
 
 class Decision(enum.Enum):
@@ -125,6 +129,8 @@ def next_state(record, policy, *, mode, instrs, now=False, ready=False):
         return Decision.ENCODE
     if ready:
         return Decision.RUN
+    if record.compiling or record.failed:
+        return Decision.INTERPRET
     eager = policy.prepare_functions if now else policy.eager_functions
     if (
         mode == "auto"

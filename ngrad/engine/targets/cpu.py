@@ -18,7 +18,6 @@ disk cache. Only ``engine/targets/`` imports Numba; ``targets/cuda.py`` is the C
 """
 
 import glob
-import hashlib
 import os
 import sys
 import threading
@@ -29,13 +28,15 @@ import numba
 from llvmlite import ir
 from numba import types
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
+from numba.core.errors import NumbaError
 from numba.extending import intrinsic
 
 from ..backend import vmath
 from ..recent import Recent
-from ..store import cache_dir, cache_root, problem, refused, usable_dir, writable, write_atomically
+from ..store import cache_dir, cache_root, key_of, problem, usable_dir, writable, write_atomically
+from . import CompileError
 
-__all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "on_disk", "Kernel"]
+__all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "Kernel"]
 
 FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
@@ -382,7 +383,10 @@ class Kernel:
             # a corrupt Numba cache entry can fail to load: rebuild once from the source
             _purge(self.key)
             self.fn = self.build()
-            r = call(self.fn)
+            try:
+                r = call(self.fn)
+            except NumbaError as e:
+                raise CompileError(f"{type(e).__name__} in kernel {self.key}: {str(e).splitlines()[0]}") from e
         stats["seconds"] += time.perf_counter() - t
         misses = getattr(getattr(self.fn, "stats", None), "cache_misses", True)
         stats["compiled" if misses else "loaded"] += 1
@@ -416,40 +420,10 @@ def direct(kernel, args):
         return fn
 
 
-def key_of(text):
-    return "k" + hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
 def loaded(text):
     """True when ``kernel(text)`` was asked for in this process (its machine code is here, or
     comes with its first call)."""
     return key_of(text) in _memory
-
-
-# (Numba's cache folder, its modification time) and the keys with an index file there: listed
-# again only when the folder changed, since a glob per kernel scanned the whole folder (6 ms a
-# kernel with 3,800 files in it; 85 ms of a 0.4 s first call of ba)
-_indexed: list[tuple[tuple[object, object], frozenset[str]]] = [((None, None), frozenset())]
-
-
-def on_disk(text):
-    """True when this kernel's module and Numba's cache index already exist on disk."""
-    if refused():
-        return False
-    folder = os.path.join(cache_dir(), "__pycache__")
-    try:
-        stamp = (folder, os.stat(folder).st_mtime_ns)
-    except OSError:
-        return False
-    seen, keys = _indexed[0]
-    if seen != stamp:
-        try:
-            with os.scandir(folder) as entries:  # Numba's index files: {key}.{function}-{line}.py{version}.nbi
-                keys = frozenset(e.name.split(".", 1)[0] for e in entries if e.name.endswith(".nbi"))
-        except OSError:
-            return False
-        _indexed[0] = (stamp, keys)
-    return key_of(text) in keys
 
 
 def kernel(text):

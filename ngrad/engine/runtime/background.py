@@ -1,0 +1,140 @@
+"""Background compiles: a tape's kernels compile on one worker thread while its calls run on the
+interpreter, so no call waits for Numba.
+
+Contract: ``submit(record, tape, values)`` hands ``record.tier`` (a ``CompiledPlan`` or a bytecode
+``Machine`` that is not ready) to the worker thread and returns at once. The worker compiles (or
+loads from the disk cache) the tier's functions, runs the tier once on copies of ``values`` so that
+Numba specialises each function for exactly the argument types the calls pass, and only then
+publishes the functions: ``ready()`` turns true between two calls, never halfway through one, and
+no call ever compiles. While a job is queued or running ``record.compiling`` is true (tiering then
+keeps the structure on the interpreter). A compile that fails (``targets.CompileError``) leaves
+the record on the interpreter for good (``record.failed``) with one ``RuntimeWarning`` per
+process; any other error of the warm-up run (a value the program rejects) only leaves the tier
+unpublished, to be tried again with the next call's values. At most ``MAX_QUEUED`` jobs wait (each
+holds a copy of its call's inputs); a structure refused meanwhile is offered again at its next
+call. One thread, whatever the number of structures. ``synchronize(timeout)`` waits until every
+job has finished (``ngrad.synchronize_compiles``); ``wait(record)`` until that record's has.
+
+While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
+queue empties): Numba's front end is Python and holds the GIL, and a call that releases the GIL
+for a NumPy loop would otherwise wait up to 5 ms to get it back.
+"""
+
+import collections
+import sys
+import threading
+import warnings
+
+import numpy as np
+
+from ..targets import CompileError
+from .executor import execute
+from .machine import Machine
+
+__all__ = ["submit", "synchronize", "wait", "pending", "MAX_QUEUED"]
+
+MAX_QUEUED = 16
+SWITCH_S = 2e-4
+
+_cond = threading.Condition()
+_jobs = collections.deque()  # (record, tier, tape, values) not started yet
+_state = {"active": 0, "worker": None, "switch": None, "warned": False}
+
+
+def pending():
+    """How many jobs are queued or running."""
+    return _state["active"]
+
+
+def submit(record, tape, values):
+    """Compile and warm ``record.tier`` on the worker thread (see the module docstring); False
+    when the queue is full (nothing was queued)."""
+    with _cond:
+        if record.compiling:
+            return True
+        if len(_jobs) >= MAX_QUEUED:
+            return False
+        record.compiling = True
+        _jobs.append((record, record.tier, tape, _copies(values)))
+        if _state["active"] == 0:
+            _state["switch"] = sys.getswitchinterval()
+            sys.setswitchinterval(SWITCH_S)
+        _state["active"] += 1
+        worker = _state["worker"]
+        if worker is None or not worker.is_alive():
+            worker = _state["worker"] = threading.Thread(target=_work, name="ngrad-compile", daemon=True)
+            worker.start()
+        _cond.notify_all()
+    return True
+
+
+def synchronize(timeout=None):
+    """Wait until no compile is queued or running; False if ``timeout`` seconds passed first."""
+    with _cond:
+        return _cond.wait_for(lambda: _state["active"] == 0, timeout)
+
+
+def wait(record, timeout=None):
+    """Wait until ``record``'s compile (if any) has finished; False if ``timeout`` passed first."""
+    with _cond:
+        return _cond.wait_for(lambda: not record.compiling, timeout)
+
+
+def _copies(values):
+    """The call's inputs as the warm-up run reads them: arrays copied (the caller may update its
+    own in place meanwhile), with their writeable flag, which Numba types by."""
+    out = []
+    for v in values:
+        if v.__class__ is np.ndarray:
+            c = v.copy()
+            c.flags.writeable = v.flags.writeable
+            v = c
+        out.append(v)
+    return out
+
+
+def _work():
+    while True:
+        with _cond:
+            _cond.wait_for(lambda: bool(_jobs))
+            record, tier, tape, values = _jobs.popleft()
+        try:
+            _compile(record, tier, tape, values)
+        finally:
+            with _cond:
+                record.compiling = False
+                _state["active"] -= 1
+                if _state["active"] == 0 and _state["switch"] is not None:
+                    sys.setswitchinterval(_state["switch"])
+                _cond.notify_all()
+
+
+def _compile(record, tier, tape, values):
+    """Build, warm and publish ``tier``'s functions; a failed compile marks ``record``."""
+    try:
+        if isinstance(tier, Machine):
+            fn = tier.build()
+            tier.code.run(fn, values)
+            tier.fn = fn
+        else:
+            lay = tier.layout()
+            if lay.kernels is None:
+                kernels = tier.build(lay)
+                execute(tier, tape, values, kernels)
+                lay.kernels = kernels
+    except CompileError as e:
+        record.failed = True
+        warn_failed(e)
+    except Exception:  # noqa: BLE001  (a value the program rejects: the next call tries again)
+        pass
+
+
+def warn_failed(error):
+    """Say once per process that a compile failed and its program runs on the interpreter."""
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(
+            f"ngrad could not compile a program's kernels ({error}); it runs on the interpreter",
+            RuntimeWarning,
+            stacklevel=3,
+        )
