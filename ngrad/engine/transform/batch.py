@@ -62,7 +62,9 @@ def _batched_index(x: Var, idx: Sequence[Var], axis: int, size: int, scatter_sha
 
 
 # kinds whose rows take a leading batch axis as they are (a value check tests every element)
-_LEADING = frozenset(["unary", "binary", "compare", "logical", "where", "cast", "matmul", "linalg", "require"])
+_LEADING = frozenset(
+    ["unary", "binary", "compare", "logical", "where", "cast", "matmul", "linalg", "require", "complex_view"]
+)
 
 
 def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[bool]]:
@@ -88,6 +90,9 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
         if kind in _LEADING or name in (
             "gather",
             "scatter_add",
+            "searchsorted",
+            "scatter",
+            "scatter_reduce",
             "cat",
         ):
             if "axis" in p:
@@ -97,7 +102,17 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
             r = b.emit(name, lifted, p)
         elif name in ("sum", "prod", "amax", "amin"):
             r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
-        elif name in ("argmax", "argmin", "argsort", "cumsum"):
+        elif name in (
+            "argmax",
+            "argmin",
+            "argsort",
+            "cumsum",
+            "cumprod",
+            "logcumsumexp",
+            "cumargmax",
+            "cumargmin",
+            "argmode",
+        ):
             r = b.emit(name, args, dict(p, axis=p["axis"] + 1))
         elif name in ("reshape", "expand"):
             r = b.emit(name, args, dict(p, shape=(size,) + tuple(p["shape"])))
