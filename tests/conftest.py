@@ -19,6 +19,7 @@ os.environ.setdefault("NGRAD_COMPILE", "wait")
 # Modules whose tests compile kernels (the jit_always fixture or NGRAD_JIT=always, ngrad bench
 # and the examples in subprocesses, vmath's compiled-against-NumPy checks).
 NUMBA_MODULES = {
+    "test_background",
     "test_buffers",
     "test_bench",
     "test_bytecode",

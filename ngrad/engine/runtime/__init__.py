@@ -12,6 +12,9 @@ tape on the NumPy interpreter; ``always`` compiles every tape; ``auto`` (the def
 (``fuse``, ``codegen``, ``targets``), except long tapes of small arrays, which run as bytecode
 (``machine``) under the same tiering.
 
+Compiles under ``auto`` run on a worker thread (``background``) unless ``NGRAD_COMPILE=wait``;
+``synchronize_compiles`` waits for them.
+
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
 
@@ -24,7 +27,37 @@ Modules, each named by the decision it makes: ``checks`` (inputs against slots),
 """
 
 from ..config import debug_level, jit_mode
+from . import background
 from .dispatch import inline, prepare, run
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["run", "prepare", "inline", "debug_level", "jit_mode", "set_num_threads", "get_num_threads"]
+__all__ = [
+    "run",
+    "prepare",
+    "inline",
+    "debug_level",
+    "jit_mode",
+    "set_num_threads",
+    "get_num_threads",
+    "synchronize_compiles",
+]
+
+
+def synchronize_compiles(timeout=None):
+    """Wait until every kernel compiling in the background is compiled and in use, as a
+    benchmark that wants steady state does before it times; True once none is left, False if
+    ``timeout`` seconds passed first. Under ``NGRAD_JIT=auto`` a tape structure that repeats
+    compiles on a worker thread while its calls run on the interpreter (``NGRAD_COMPILE=wait``
+    compiles in the call instead).
+
+    ```python
+    >>> import ngrad
+    >>> x = ngrad.linspace(0, 1, 5, requires_grad=True)
+    >>> for _ in range(3):
+    ...     (x.sin() * x).sum().backward()
+    >>> ngrad.synchronize_compiles()
+    True
+
+    ```
+    """
+    return background.synchronize(timeout)

@@ -51,6 +51,8 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
         return None
     key = tape.key()
     record = records.get(key)
+    if now and record is not None and record.compiling:  # the worker compiles it: wait for it
+        background.wait(record)
     if record is not None and record.tier is not None and record.tier.ready():
         return record
     policy = policy or dataclasses.replace(tiering.POLICY, threshold=jit_threshold())
@@ -83,9 +85,6 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
     if decision is Decision.COMPILE:
         if values is not None and mode == "auto" and compile_mode() == "background":
             background.submit(record, tape, values)
-            return record
-        if record.compiling:  # a background compile of this tape: wait for it
-            background.wait(record)
             return record
         t = time.perf_counter()
         try:

@@ -1,0 +1,165 @@
+"""Background compiles (``runtime/background.py``, the default under ``NGRAD_JIT=auto``): calls
+run on the interpreter while the worker thread compiles, the results never change when the
+compiled tier takes over (plans and bytecode), a compile that fails leaves the program running
+with one warning, and a burst of new structures keeps one thread and a bounded queue."""
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.runtime import background, dispatch
+from ngrad.engine.targets import CompileError
+
+
+@pytest.fixture(autouse=True)
+def _background(monkeypatch, tmp_path):
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_COMPILE", "background")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path / "kernels"))
+    yield
+    assert background.synchronize(timeout=120)
+
+
+def _value_and_grad(x0, f):
+    x = ngrad.tensor(x0, requires_grad=True)
+    y = f(x)
+    y.backward()
+    return y.item(), x.grad.numpy()
+
+
+def _reference(x0, f, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setenv("NGRAD_JIT", "never")
+        return _value_and_grad(x0, f)
+
+
+def test_a_loop_gives_the_interpreters_results_before_during_and_after_its_compile(monkeypatch, rng):
+    def f(x):
+        return ((x.sin() * x.exp()) / (1 + x * x)).sum() + (x.tanh() ** 3).mean()
+
+    x0 = rng.standard_normal(1000)
+    want = _reference(x0, f, monkeypatch)
+    before = set(dispatch.records)
+    tiers = []
+    for i in range(60):
+        value, grad = _value_and_grad(x0, f)
+        np.testing.assert_allclose(value, want[0], rtol=1e-12)
+        np.testing.assert_allclose(grad, want[1], rtol=1e-12, atol=1e-15)
+        new = [r for k, r in dispatch.records.items() if k not in before]
+        tiers.append(any(r.tier is not None and r.tier.ready() for r in new))
+        if i == 30:
+            assert ngrad.synchronize_compiles(timeout=120)
+    # interpreted first, compiled once the worker published the kernels, and never failed
+    assert not tiers[0] and tiers[-1]
+    assert not any(r.failed for k, r in dispatch.records.items() if k not in before)
+
+
+def test_a_bytecode_tape_compiles_its_loop_in_the_background(monkeypatch, rng):
+    def f(x):
+        h = x
+        for _ in range(80):  # 80 small steps: hundreds of instructions on 16 elements
+            h = (h * 0.9).sin() + 0.1 * x
+        return (h * h).sum()
+
+    x0 = rng.standard_normal(16)
+    want = _reference(x0, f, monkeypatch)
+    for _ in range(3):
+        np.testing.assert_allclose(_value_and_grad(x0, f)[1], want[1], rtol=1e-10)
+    assert ngrad.synchronize_compiles(timeout=300)
+    from ngrad.engine.runtime.machine import Machine
+
+    machines = [r for r in dispatch.records.values() if isinstance(r.tier, Machine) and r.tier.ready()]
+    assert machines, "the tape ran as bytecode"
+    value, grad = _value_and_grad(x0, f)
+    np.testing.assert_allclose(value, want[0], rtol=1e-10)
+    np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+
+
+def test_a_compile_that_fails_warns_once_and_the_program_runs_on(monkeypatch, rng):
+    from ngrad.engine.runtime.plan import CompiledPlan
+
+    class Broken:
+        def __call__(self, *args):
+            raise CompileError("TypingError in kernel k0: a planted failure")
+
+    monkeypatch.setattr(CompiledPlan, "build", lambda self, lay: [None if s is None else Broken() for s in lay.sources])
+    monkeypatch.setitem(background._state, "warned", False)
+
+    def f(x):
+        return (x.cos() * x.sinh()).sum()
+
+    x0 = rng.standard_normal(300)
+    want = _reference(x0, f, monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            np.testing.assert_allclose(_value_and_grad(x0, f)[1], want[1], rtol=1e-12)
+            assert background.synchronize(timeout=60)
+        np.testing.assert_allclose(_value_and_grad(x0, f)[1], want[1], rtol=1e-12)
+    ours = [w for w in caught if "could not compile" in str(w.message)]
+    assert len(ours) == 1 and issubclass(ours[0].category, RuntimeWarning)
+    assert "planted failure" in str(ours[0].message)
+
+
+def test_the_same_failure_in_the_calling_thread_also_falls_back(monkeypatch, rng):
+    from ngrad.engine.runtime.plan import CompiledPlan
+
+    def broken(self, lay):
+        raise CompileError("LoweringError in kernel k1: planted")
+
+    monkeypatch.setenv("NGRAD_COMPILE", "wait")
+    monkeypatch.setattr(CompiledPlan, "build", broken)
+    monkeypatch.setitem(background._state, "warned", False)
+    x0 = rng.standard_normal(50)
+
+    def f(x):
+        return (x * x.atan()).sum()
+
+    want = _reference(x0, f, monkeypatch)
+    with pytest.warns(RuntimeWarning, match="could not compile"):
+        for _ in range(3):
+            np.testing.assert_allclose(_value_and_grad(x0, f)[1], want[1], rtol=1e-12)
+
+
+def test_many_new_structures_keep_one_thread_and_a_bounded_queue(monkeypatch, rng):
+    started = threading.active_count()
+    seen = []
+    for n in range(1, 41):  # 40 structures (a new rank of broadcast each time: new programs)
+        x0 = rng.standard_normal((2,) * (n % 5 + 1))
+        k = float(n)
+
+        def f(x, k=k, n=n):
+            y = x
+            for _ in range(n % 7 + 1):
+                y = (y * k).sin()
+            return y.sum()
+
+        for _ in range(2):
+            _value_and_grad(x0, f)
+            seen.append(background.pending())
+    assert max(seen) <= background.MAX_QUEUED + 1  # the queue and the job running
+    assert threading.active_count() <= started + 1
+    assert background.synchronize(timeout=300)
+    assert background.pending() == 0
+
+
+def test_a_prepared_program_waits_for_a_background_compile_of_its_tape(monkeypatch, rng):
+    """``prepare`` (``ngrad.compile``) wants the compiled tier: when the worker is compiling the
+    same tape it waits for it instead of compiling it a second time."""
+    from ngrad.engine.ir.tape import Builder
+
+    b = Builder()
+    x = b.input((64,), "f64")
+    tape = b.finish([((x * x).sin() + x).sum(axes=(0,), keepdim=False)])
+    v = [rng.standard_normal(64)]
+    want = interpret(tape, v)
+    for _ in range(2):
+        np.testing.assert_allclose(dispatch.run(tape, v)[0], want[0], rtol=1e-12)
+    record = dispatch.records[tape.key()]
+    fn = dispatch.prepare(tape)
+    assert not record.compiling and record.tier.ready()
+    np.testing.assert_allclose(fn(v)[0], want[0], rtol=1e-12)
