@@ -18,7 +18,7 @@ from .contract import einsum, inner, tensordot
 from .engine.ir.dtypes import DType as dtype
 from .engine.ir.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
 from .engine.ir.dtypes import float32, float64, get_default_dtype, int32, int64, set_default_dtype
-from .engine.runtime import get_num_threads, set_num_threads
+from .engine.runtime import get_num_threads, set_num_threads, synchronize_compiles
 from .factories import (
     arange,
     as_tensor,
