@@ -43,7 +43,7 @@ import numpy as np
 
 import ngrad
 
-from .problems import PROBLEMS, ba, ode
+from .problems import PROBLEMS, ba, det, ode
 
 __all__ = ["serve", "MODULES"]
 
@@ -173,6 +173,23 @@ def _ba_jacobian_post(out):
     return {k: np.concatenate([v[:30], v[-1:]]).tolist() for k, v in out.items()}
 
 
+def _det_prepare(inp):
+    return {"A": np.asarray(inp["A"], dtype=np.float64), "ell": int(inp["ell"])}
+
+
+def _det_primal(inp):
+    with ngrad.no_grad():
+        return det.det(ngrad, ngrad.from_numpy(inp["A"]), inp["ell"]).item()
+
+
+def _det_gradient(inp):
+    """Eager autograd, not the bench's ``ngrad.compile``: each ell is another program, and its
+    first call is better interpreted than compiled (tiering compiles it once it pays)."""
+    A = ngrad.from_numpy(inp["A"]).requires_grad_()
+    det.det(ngrad, A, inp["ell"]).backward()
+    return A.grad.numpy()
+
+
 MODULES = {
     "hello": {"square": (float, _hello_square, float), "double": (float, _hello_double, float)},
     "lse": {"primal": (_vector, _value("lse"), float), "gradient": (_vector, _outputs("lse", "x"), _one("x"))},
@@ -204,6 +221,7 @@ MODULES = {
         "objective": (_ba_prepare, _ba_objective, _ba_objective_post),
         "jacobian": (_ba_prepare, _ba_jacobian, _ba_jacobian_post),
     },
+    "det": {"primal": (_det_prepare, _det_primal, float), "gradient": (_det_prepare, _det_gradient, np.ndarray.tolist)},
 }
 
 # small inputs in GradBench's format, run at define time so that kernels compile there (no

@@ -184,10 +184,10 @@ def _jax(prob, jax):
 
 
 def _registry():
-    from . import ba, elementwise, gmm, kmeans, lstm, mlp, ode
+    from . import ba, det, elementwise, gmm, kmeans, lstm, mlp, ode
 
     probs = {}
-    for mod in (elementwise, ode, lstm, gmm, kmeans, ba, mlp):
+    for mod in (elementwise, ode, lstm, gmm, kmeans, ba, det, mlp):
         for p in mod.PROBLEMS:
             probs[p.name] = p
     return probs
