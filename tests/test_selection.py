@@ -252,3 +252,67 @@ def test_cumprod_and_logcumsumexp_have_forward_mode_derivatives(rng):
         eps = 1e-6
         numeric = (fn(ngrad.tensor(a + eps * t)).numpy() - fn(ngrad.tensor(a - eps * t)).numpy()) / (2 * eps)
         np.testing.assert_allclose(tangent, numeric, rtol=1e-5, atol=1e-8)
+
+
+# --- compiled plans and the CUDA target -----------------------------------------------------------
+
+
+def _selection_program(x):
+    """One loss over every row of the family and the selections built on them."""
+    b = ngrad.tensor([-1.0, 0.0, 1.0], dtype=ngrad.float64)
+    w = ngrad.tensor(RANDOM)
+    terms = (
+        x.cumprod(1) * w,
+        x.logcumsumexp(0) * w,
+        x.cummax(1).values * w,
+        x.cummin(0).values * w,
+        x.median(1).values,
+        x.mode(1).values,
+        x.kthvalue(2, 0).values,
+        x.quantile(ngrad.tensor([0.3, 0.8], dtype=ngrad.float64), dim=1),
+        ngrad.bucketize(x, b).double(),
+        ngrad.searchsorted(x.detach().sort(1).values, w, right=True).double(),
+    )
+    return sum(t.sum() for t in terms)
+
+
+def _selection_joint(rng):
+    from ngrad.engine.ir.graph import lower
+    from ngrad.engine.transform.differentiate import vjp
+
+    x = ngrad.tensor(ZEROS, requires_grad=True)
+    low = lower([_selection_program(x)._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node]])
+    return joint.tape, [n.value for n in low.sources] + [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
+
+
+@pytest.mark.numba
+@pytest.mark.slow
+@pytest.mark.usefixtures("jit_always")
+def test_compiled_plans_of_the_family_equal_the_interpreter(rng):
+    from .compiled import assert_same
+
+    tape, values = _selection_joint(rng)
+    assert_same(tape, values, rtol=1e-12)
+
+
+@pytest.mark.skipif(not ngrad.cuda.is_available(), reason="a CUDA device (or the simulator, below)")
+def test_device_the_family_runs_on_the_cuda_target(rng, monkeypatch, tmp_path):
+    from ngrad.engine.ir.interpret import interpret
+    from ngrad.engine.targets.cuda import to_device
+
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    tape, values = _selection_joint(rng)
+    dev = [to_device(v) if k == "tensor" else v for v, k in zip(values, tape.kinds)]
+    for got, ref in zip(ngrad.engine.runtime.run(tape, dev, "cuda"), interpret(tape, values)):
+        np.testing.assert_allclose(got.copy_to_host(), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.skipif(ngrad.cuda.is_available(), reason="a real GPU runs the device test directly")
+def test_simulator_runs_the_device_test(tmp_path):
+    from .oracles import run_device_tests_simulated
+
+    run_device_tests_simulated(__file__, tmp_path)
