@@ -316,3 +316,21 @@ def test_simulator_runs_the_device_test(tmp_path):
     from .oracles import run_device_tests_simulated
 
     run_device_tests_simulated(__file__, tmp_path)
+
+
+def test_batched_cotangents_equal_one_at_a_time(rng):
+    # the rows' batching rules (engine/transform/batch.py): is_grads_batched through each of them
+    x = ngrad.tensor(ZEROS, requires_grad=True)
+    for fn in (
+        lambda x: x.cumprod(1),
+        lambda x: x.logcumsumexp(0),
+        lambda x: x.cummax(1).values,
+        lambda x: x.mode(1).values,
+        lambda x: x.quantile(0.3, dim=1) * ngrad.bucketize(x, ngrad.tensor([0.0, 1.0])).sum(1),
+    ):
+        y = fn(x)
+        seeds = ngrad.tensor(rng.standard_normal((3, *y.shape)))
+        (batched,) = ngrad.autograd.grad(y, x, seeds, is_grads_batched=True, retain_graph=True)
+        for i in range(3):
+            (one,) = ngrad.autograd.grad(y, x, seeds[i], retain_graph=True)
+            np.testing.assert_allclose(batched[i].numpy(), one.numpy(), rtol=1e-12, atol=1e-12)

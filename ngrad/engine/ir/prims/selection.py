@@ -16,7 +16,7 @@ PyTorch's do. Median, kthvalue, quantile, histc and unique are compositions in t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -114,7 +114,7 @@ class Numpy:
 
     @staticmethod
     def searchsorted(seq: np.ndarray, values: np.ndarray, right: bool) -> np.ndarray:
-        side = "right" if right else "left"
+        side: Literal["left", "right"] = "right" if right else "left"
         if seq.ndim == 1 or not any(seq.strides[:-1]):  # one row, maybe broadcast: one search
             row = seq.reshape(-1, seq.shape[-1])[0] if seq.size else seq.reshape(seq.shape[-1])
             return np.searchsorted(row, values, side=side).astype(np.int64)
