@@ -1,8 +1,14 @@
 """Matrix products and linear algebra methods of ``Tensor`` (``mm``, ``bmm``, ``dot``, ``outer``,
-``addmm``, ``inverse``, ``det``, ``cross``, ``trace``, ``diag``, ``tril``/``triu``).
+``addmm``, ``inverse``, ``det``, ``logdet``, ``slogdet``, ``cholesky``, ``cholesky_solve``,
+``matrix_exp``, ``matrix_power``, ``pinverse``, ``qr``, ``svd``, ``cross``, ``trace``, ``diag``,
+``tril``/``triu``).
 
-Contract: a mixin of ``Tensor``; every method records through ``record`` or the free functions.
+Contract: a mixin of ``Tensor``; every method records through ``record`` or the free functions
+(the decompositions through ``ngrad.linalg``). ``FUNCTIONS`` names the methods ``ngrad`` also
+exports as functions (``ngrad.name(input, ...)``).
 """
+
+from collections import namedtuple
 
 import numpy as np
 
@@ -10,6 +16,11 @@ from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
 from .functions import cat, matmul, stack, where
 from .record import broadcast_shapes, named, normalize_dim, to_tensor, value_on, wrap
+
+FUNCTIONS = "logdet slogdet cholesky cholesky_solve matrix_exp matrix_power pinverse qr svd".split()
+_SVD = namedtuple("svd", ["U", "S", "V"])
+_QR = namedtuple("qr", ["Q", "R"])
+_SLOGDET = namedtuple("slogdet", ["sign", "logabsdet"])
 
 
 class LinalgOps:
@@ -94,6 +105,70 @@ class LinalgOps:
         from ..linalg import det
 
         return det(self)
+
+    def logdet(self):
+        """The log of the determinant of each square matrix: nan where it is negative, -inf
+        where it is zero (``ngrad.linalg.slogdet``'s log|det| with its sign)."""
+        from ..linalg import logdet
+
+        return logdet(self)
+
+    def slogdet(self):
+        """``(sign, logabsdet)`` of each square matrix (``ngrad.linalg.slogdet``)."""
+        from ..linalg import slogdet
+
+        return _SLOGDET(*slogdet(self))
+
+    def cholesky(self, upper=False):
+        """``ngrad.linalg.cholesky(self, upper=upper)``."""
+        from ..linalg import cholesky
+
+        return cholesky(self, upper=upper)
+
+    def cholesky_solve(self, input2, upper=False):
+        """``X`` with ``A @ X = self`` for ``A = L @ L.mT`` given its factor ``input2`` (upper:
+        ``L.mT @ L``)."""
+        from ..linalg import cholesky_solve
+
+        return cholesky_solve(self, input2, upper)
+
+    def matrix_exp(self):
+        """``ngrad.linalg.matrix_exp(self)``."""
+        from ..linalg import matrix_exp
+
+        return matrix_exp(self)
+
+    def matrix_power(self, n):
+        """``ngrad.linalg.matrix_power(self, n)``."""
+        from ..linalg import matrix_power
+
+        return matrix_power(self, n)
+
+    def pinverse(self, rcond=1e-15):
+        """The pseudo-inverse, singular values at or below ``rcond`` times the largest read as
+        zero (``ngrad.linalg.pinv(self, rtol=rcond)``)."""
+        from ..linalg import pinv
+
+        return pinv(self, rtol=rcond)
+
+    def qr(self, some=True):
+        """``(Q, R)``: ``ngrad.linalg.qr`` in mode 'reduced' (``some=True``) or 'complete'."""
+        from ..linalg import qr
+
+        return _QR(*qr(self, "reduced" if some else "complete"))
+
+    def svd(self, some=True, compute_uv=True):
+        """``(U, S, V)`` (V, not Vh: the old ``torch.svd``'s convention), reduced with
+        ``some=True``; with ``compute_uv=False``, U and V are zero matrices (m x m and n x n) and
+        S alone carries a gradient."""
+        from ..factories import zeros
+        from ..linalg import svd
+
+        U, S, Vh = svd(self, full_matrices=compute_uv and not some)
+        if compute_uv:
+            return _SVD(U, S, Vh.mT)
+        pad, (*batch, m, n) = dict(dtype=self.dtype, device=self.device), self.shape
+        return _SVD(zeros(*batch, m, m, **pad), S, zeros(*batch, n, n, **pad))
 
     def trace(self):
         """The sum of the main diagonal of a matrix."""

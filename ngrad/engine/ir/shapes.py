@@ -196,24 +196,5 @@ def matmul(shapes: Shapes, dtypes: Dtypes) -> Typed:
     return a[:-1] + (b[-1],), dtypes[0]
 
 
-def square(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    a = shapes[0]
-    if len(a) < 2 or a[-1] != a[-2] or dtypes[0][0] != "f":
-        fail(f"{a}:{dtypes[0]} is not a stack of square float matrices")
-    return a, dtypes[0]
-
-
-def solve(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    a, b = shapes
-    square(shapes[:1], dtypes)
-    if len(b) != len(a) or b[:-2] != a[:-2] or b[-2] != a[-1] or dtypes[1] != dtypes[0]:
-        fail(f"solve operands {a}:{dtypes[0]} and {b}:{dtypes[1]} do not fit")
-    return b, dtypes[0]
-
-
-def det(shapes: Shapes, dtypes: Dtypes) -> Typed:
-    return square(shapes, dtypes)[0][:-2], dtypes[0]
-
-
 def const(shapes: Shapes, dtypes: Dtypes, value: float, dtype: str) -> Typed:
     return (), dtype
