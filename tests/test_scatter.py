@@ -90,6 +90,43 @@ def _facade_cases():
         "put_accumulate": (lambda L, x, s: x.put(L.tensor([[0, -1], [7, 0]]), s, accumulate=True), [x, src[0]]),
         "take": (lambda L, x: x.take(L.tensor([[0, -1], [7, 0]])), [x]),
     }
+    a, b = R.standard_normal((5, 3)), R.standard_normal((2, 4, 3))
+    near = np.concatenate([a[:2], R.standard_normal((1, 3))])  # rows equal to a's: zero distances
+    cases.update(
+        {
+            "repeat_interleave_int": (lambda L, x: x.repeat_interleave(3, dim=1), [x]),
+            "repeat_interleave_flat": (lambda L, x: x.repeat_interleave(2), [x]),
+            "repeat_interleave_tensor": (
+                lambda L, x: x.repeat_interleave(L.tensor([2, 0, 1, 3]), dim=0, output_size=6),
+                [x],
+            ),
+            "repeat_interleave_one": (lambda L, x: L.repeat_interleave(x, L.tensor([2]), dim=-1), [x]),
+            "kron": (lambda L, x, y: L.kron(x, y), [x[:2, :3], R.standard_normal((3, 1, 2))]),
+            "block_diag": (lambda L, x, y, z: L.block_diag(x, y, z), [x[:2], R.standard_normal(3), np.array(1.5)]),
+            "cartesian_prod": (lambda L, x, y: L.cartesian_prod(x, y), [x[0], x[1, :3]]),
+            "combinations": (lambda L, x: L.combinations(x, 3), [x[0]]),
+            "combinations_replacement": (lambda L, x: L.combinations(x, 2, with_replacement=True), [x[0, :3]]),
+            "rot90": (lambda L, x: x.rot90(1, [1, 0]) * L.rot90(x, -1) + x.rot90(2)[:4, :4].sum(), [x[:4, :4]]),
+            "rot90_3d": (lambda L, x: x.rot90(3, [2, 0]), [R.standard_normal((2, 3, 4))]),
+            "roll": (lambda L, x: x.roll((1, -7, 2), (0, 1, 0)), [x]),
+            "roll_flat": (lambda L, x: x.roll(-3), [x]),
+        }
+    )
+    for p in (0, 0.5, 1, 1.5, 2, 3, float("inf")):
+        cases[f"cdist_{p}"] = (lambda L, x, y, p=p: L.cdist(x, y, p=p), [a, near])
+    cases["cdist_batched"] = (lambda L, x, y: L.cdist(x, y), [a[:4], b])
+    for mode in ("constant", "reflect", "replicate", "circular"):
+        for k, (shape, pad) in enumerate(
+            [((2, 5), (2, 1)), ((2, 3, 4), (1, 2, 2, 0)), ((1, 2, 3, 4, 5), (1, 2, 0, 2, 2, 1))]
+        ):
+            cases[f"pad_{mode}_{k + 1}d"] = (
+                lambda L, x, pad=pad, mode=mode: L.nn.functional.pad(x, pad, mode=mode),
+                [R.standard_normal(shape)],
+            )
+    cases["pad_circular_negative"] = (
+        lambda L, x: L.nn.functional.pad(x, (-1, 2, 1, -2), mode="circular"),
+        [R.standard_normal((2, 4, 5))],
+    )
     for reduce in ("sum", "mean", "amax", "amin"):
         for inc in (True, False):
             cases[f"{reduce}_{inc}"] = (
@@ -130,10 +167,15 @@ def test_values_and_gradients_match_pytorch(name):
         np.testing.assert_allclose(0 if a is None else a, 0 if b is None else b, rtol=1e-6, atol=1e-12)
 
 
-FD_ONLY = {  # where PyTorch has no gradient: scatter's reduce=, a source larger than the index
+FD_ONLY = {  # where PyTorch has no gradient (scatter's reduce=, a source larger than the index); cdist away from 0
     "scatter_multiply": (
         lambda L, x, s: x.scatter(0, L.tensor(IDX), s, reduce="multiply"),
         [R.random((4, 5)), R.random((3, 4))],
+    ),
+    "cdist_3_apart": (lambda L, x, y: L.cdist(x, y, p=3), [R.standard_normal((3, 2)), R.standard_normal((4, 2))]),
+    "cdist_inf_apart": (
+        lambda L, x, y: L.cdist(x, y, p=float("inf")),
+        [R.standard_normal((3, 2)), R.standard_normal((4, 2))],
     ),
     "scatter_add_larger_source": (
         lambda L, x, s: x.scatter_add(1, L.tensor(IDX[:2, :3]), s),
@@ -142,9 +184,11 @@ FD_ONLY = {  # where PyTorch has no gradient: scatter's reduce=, a source larger
 }
 
 
-@pytest.mark.parametrize(
-    "name", ["scatter_value", "prod_zeros", "index_add", "masked_scatter", "put_accumulate", *FD_ONLY]
-)
+FD = ["scatter_value", "prod_zeros", "index_add", "masked_scatter", "put_accumulate", "kron", "block_diag"]
+FD += ["repeat_interleave_tensor", "combinations", "rot90", "roll", "pad_reflect_3d", "pad_circular_negative"]
+
+
+@pytest.mark.parametrize("name", FD + list(FD_ONLY))
 def test_gradients_by_finite_differences(name, rng):
     fn, arrays = CASES[name] if name in CASES else FD_ONLY[name]
     tensor_fd_check(lambda *ts: fn(ngrad, *ts), arrays, rng)
@@ -200,6 +244,36 @@ ERRORS = [
     lambda L: L.zeros(3, 4).index_put((L.tensor([0, 1]),), L.ones(4, dtype=L.float64)),
     lambda L: L.zeros(3, 4).index_put((L.tensor([0.0, 1]),), L.ones(4)),
     lambda L: L.zeros(3, 4).index_put((None, L.tensor([0, 1])), L.ones(1)),
+    lambda L: L.zeros(2, 3).repeat_interleave(L.tensor([1, 2]), dim=1),
+    lambda L: L.zeros(2, 3).repeat_interleave(L.tensor([1, -2]), dim=0),
+    lambda L: L.zeros(2, 3).repeat_interleave(-1),
+    lambda L: L.zeros(2, 3).repeat_interleave(L.tensor([[1, 2]]), dim=0),
+    lambda L: L.zeros(2, 3).repeat_interleave(L.tensor([1, 2]), dim=0, output_size=4),
+    lambda L: L.zeros(2, 3).repeat_interleave(2, dim=0, output_size=5),
+    lambda L: L.repeat_interleave(L.tensor([[1, 0, 2]])),
+    lambda L: L.combinations(L.arange(3.0), -1),
+    lambda L: L.combinations(L.zeros(2, 3)),
+    lambda L: L.cartesian_prod(L.arange(2.0), L.arange(3)),
+    lambda L: L.cartesian_prod(L.zeros(2, 3)),
+    lambda L: L.block_diag(L.ones(2, 2, 2)),
+    lambda L: L.zeros(2, 3).rot90(1, [0]),
+    lambda L: L.zeros(2, 3).rot90(1, [0, 0]),
+    lambda L: L.zeros(2, 3).rot90(1, [0, 2]),
+    lambda L: L.arange(3.0).rot90(),
+    lambda L: L.cdist(L.ones(3), L.ones(3)),
+    lambda L: L.cdist(L.ones(3, 2).long(), L.ones(3, 2)),
+    lambda L: L.cdist(L.ones(3, 2), L.ones(3, 2).long()),
+    lambda L: L.cdist(L.ones(3, 2), L.ones(3, 3)),
+    lambda L: L.cdist(L.ones(3, 2), L.ones(3, 2), p=-1),
+    lambda L: L.cdist(L.ones(3, 2), L.ones(3, 2), compute_mode="foo"),
+    lambda L: L.cdist(L.ones(2, 3, 2), L.ones(4, 3, 2)),
+    lambda L: L.cdist(L.ones(3, 2), L.ones(3, 2).double()),
+    lambda L: L.zeros(2, 3).roll((1, 2)),
+    lambda L: L.zeros(2, 3).roll([], []),
+    lambda L: L.zeros(2, 3).roll(1, (0, 1)),
+    lambda L: L.zeros(()).roll(1, 0),
+    lambda L: L.nn.functional.pad(L.zeros(2, 3), (3, 1), mode="reflect"),
+    lambda L: L.nn.functional.pad(L.zeros(2, 3), (4, 1), mode="circular"),
 ]
 
 

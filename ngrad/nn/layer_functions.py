@@ -255,6 +255,9 @@ def pad(input, pad, mode="constant", value=None):
             )
         if mode == "circular" and (before > size or after > size):
             raise RuntimeError("Padding value causes wrapping around more than once.")
+        if mode == "circular" and min(before, after) < 0:  # PyTorch crops first, then wraps what is left
+            out = out.narrow(dim, max(-before, 0), size - max(-before, 0) - max(-after, 0))
+            before, after, size = max(before, 0), max(after, 0), out.shape[dim]
         if before or after:
             out = out.index_select(dim, _factories.tensor(_pad_index(size, before, after, mode)))
     return out

@@ -36,9 +36,13 @@ from .record import (
     to_tensor,
     wrap,
 )
+from .structural import block_diag, cartesian_prod, cdist, combinations, kron, repeat_interleave, rot90
 
-__all__: list[str] = []
+__all__ = ["block_diag", "cartesian_prod", "combinations", "cdist"]
 FUNCTIONS: list[str] = [
+    "repeat_interleave",
+    "kron",
+    "rot90",
     "scatter",
     "scatter_add",
     "scatter_reduce",
@@ -498,3 +502,17 @@ class ScatterOps:
     def put_(self, index, source, accumulate=False):
         check_overlap(self, source)
         return inplace_update(self, self.put(index, source, accumulate))
+
+    # structural ops (ngrad/tensor/structural.py)
+    def repeat_interleave(self, repeats=None, dim=None, *, output_size=None):
+        return repeat_interleave(self, repeats, dim, output_size=output_size)
+
+    def kron(self, other):
+        return kron(self, other)
+
+    def rot90(self, k=1, dims=(0, 1)):
+        return rot90(self, k, dims)
+
+
+for _f in (ScatterOps.repeat_interleave, ScatterOps.kron, ScatterOps.rot90):
+    _f.__doc__ = globals()[_f.__name__].__doc__

@@ -204,12 +204,31 @@ class ShapeOps:
         return record_op("flip", (n,), {"axes": axes}, n.shape, n.dtype, "FlipBackward0")
 
     def roll(self, shifts, dims=None):
-        if dims is None:
-            return named(self.flatten().roll(shifts, 0).reshape(self.shape), "RollBackward0")
+        """Rolled by ``shifts`` along ``dims`` (ints or sequences of equal length, one shift per
+        dimension, a dimension named twice rolled twice); the flattened tensor rolled, then
+        reshaped, when ``dims`` is None. Elements pushed past the end come back at the start.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.arange(6.0).reshape(2, 3)
+        >>> x.roll((1, -1), (0, 1))
+        tensor([[4., 5., 3.],
+                [1., 2., 0.]])
+
+        ```
+        """
         shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if dims is None:
+            if len(shifts) != 1:
+                raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:0")
+            return named(self.flatten().roll(shifts, 0).reshape(self.shape), "RollBackward0")
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if not shifts:
+            raise RuntimeError("`shifts` required")
         if len(shifts) != len(dims):
             raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+        if not self.ndim:
+            raise IndexError(f"Dimension specified as {dims[0]} but tensor has no dimensions")
         out = self
         for s, d in zip(shifts, dims):
             d = normalize_dim(d, self.ndim)
