@@ -163,7 +163,8 @@ def _index_source(op, self, dim, index, source, long_only):
         err = RuntimeError if op == "index_add_" else IndexError
         raise err(f"{op}(): Number of indices ({idx.numel()}) should be equal to source.size(dim){sep}({n}){end}")
     x, s = self.reshape(1) if not self.ndim else self, src.reshape(1) if not src.ndim else src
-    if x.ndim != s.ndim or any(d != axis and a != b for d, (a, b) in enumerate(zip(x.shape, s.shape))):
+    strict = op == "index_add_" and self.ndim != src.ndim  # index_copy_ takes a 0-d tensor for one entry
+    if strict or x.ndim != s.ndim or any(d != axis and a != b for d, (a, b) in enumerate(zip(x.shape, s.shape))):
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. "
             f"Got self.shape = {list(self.shape)} source.shape = {list(src.shape)}"
