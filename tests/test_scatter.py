@@ -339,3 +339,56 @@ def test_compiled_equals_eager_with_indices_as_arguments():
     # under compile the index values are read when the program runs: still PyTorch's error
     with pytest.raises(RuntimeError, match="index 7 is out of bounds for dimension"):
         compiled(x, ngrad.tensor(np.full((3, 4), 7)), s)
+
+
+@pytest.mark.parametrize(
+    "name", ["prod_zeros_include_self", "amax_False", "mean_True", "scatter", "index_put", "cdist_3"]
+)
+def test_forward_mode_matches_finite_differences(name, rng):
+    # PyTorch's own forward mode of scatter_reduce 'prod' with include_self disagrees with these
+    import ngrad.autograd.forward_ad as fwAD
+
+    fn, arrays = CASES[name]
+    us = [rng.standard_normal(a.shape) for a in arrays]
+    with fwAD.dual_level():
+        duals = [fwAD.make_dual(ngrad.tensor(a), ngrad.tensor(u)) for a, u in zip(arrays, us)]
+        tangent = fwAD.unpack_dual(fn(ngrad, *duals)).tangent.numpy()
+    eps = 1e-6
+    plus = fn(ngrad, *[ngrad.tensor(a + eps * u) for a, u in zip(arrays, us)]).numpy()
+    minus = fn(ngrad, *[ngrad.tensor(a - eps * u) for a, u in zip(arrays, us)]).numpy()
+    np.testing.assert_allclose(tangent, (plus - minus) / (2 * eps), rtol=1e-5, atol=1e-7)
+
+
+EDGES = [
+    lambda L: L.zeros(()).scatter(0, L.tensor(0), L.tensor(5.0)),
+    lambda L: L.zeros(3).scatter_add(0, L.tensor(0), L.tensor(5.0)),
+    lambda L: L.zeros(3, 4).scatter_add(1, L.zeros(0, dtype=L.long), L.ones(3, 4)),
+    lambda L: L.zeros(()).index_add(0, L.tensor([0]), L.tensor(5.0)),
+    lambda L: L.zeros(3).index_fill(0, L.tensor(1), 5.0),
+    lambda L: L.tensor([1, 2, 3]).scatter_reduce(0, L.tensor([0, 0]), L.tensor([5, -8]), "mean", include_self=False),
+    lambda L: L.tensor([1, 2, 3]).scatter_reduce(0, L.tensor([0, 0]), L.tensor([5, -7]), "amin", include_self=False),
+    lambda L: L.tensor([True, False]).scatter(0, L.tensor([1]), L.tensor([True])),
+    lambda L: L.tensor([1, 2, 3]).put(L.tensor([0, 0]), L.tensor([5, 7]), accumulate=True),
+    lambda L: L.tensor([1.0, 2, 3]).take(L.zeros(0, 2, dtype=L.long)),
+    lambda L: L.tensor([1.0, 2, 3]).masked_scatter(L.tensor([False, False, False]), L.zeros(0)),
+    lambda L: L.zeros(2, 3).index_put((L.tensor([0, 1]), L.tensor([[0], [2]])), L.tensor([1.0, 2])),
+    lambda L: L.zeros(2, 3).index_copy(1, L.tensor([0, 0]), L.tensor([[1.0, 2], [3, 4]])),
+    lambda L: L.zeros(3, dtype=L.int64).index_add(0, L.tensor([0, 0]), L.tensor([1, 2]), alpha=3),
+    lambda L: L.ones(3).scatter(0, L.tensor([0, 0]), 3.0, reduce="multiply"),
+    lambda L: L.combinations(L.arange(4.0), 5),
+    lambda L: L.block_diag(L.ones(0, 2), L.ones(2, 0)),
+    lambda L: L.block_diag(L.ones(2, 2, dtype=L.int64), L.ones(1, 1)),
+    lambda L: L.repeat_interleave(L.tensor([1, 0, 2]).int()),
+    lambda L: L.cdist(L.ones(1, 3, 2), L.ones(4, 5, 2)),
+]
+
+
+@pytest.mark.parametrize("k", range(len(EDGES)))
+def test_edge_cases_match_pytorch(k):
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = EDGES[k](torch)
+    out = EDGES[k](ngrad)
+    assert tuple(out.shape) == tuple(ref.shape) and str(out.dtype)[6:] == str(ref.dtype)[6:]
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
