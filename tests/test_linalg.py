@@ -322,6 +322,12 @@ def test_solve_triangular_reads_one_triangle_and_divides_by_a_zero_pivot():
     np.testing.assert_allclose(x, [[1.0], [2.0]])
     y = ngrad.linalg.solve_triangular(t64([[0.0, 1.0], [0.0, 1.0]]), t64([[1.0], [1.0]]), upper=True).numpy()
     assert np.isnan(y[0, 0]) and y[1, 0] == 1.0
+    big = R.standard_normal((2, 150, 150)) * 0.1 + 2 * np.eye(150)  # solved in blocks
+    rhs = R.standard_normal((2, 150, 3))
+    for upper in (True, False):
+        tri = np.triu(big) if upper else np.tril(big)
+        got = ngrad.linalg.solve_triangular(t64(big), t64(rhs), upper=upper).numpy()
+        np.testing.assert_allclose(got, np.linalg.solve(tri, rhs), rtol=1e-10, atol=1e-12)
 
 
 def test_matrix_exp_of_known_matrices():
