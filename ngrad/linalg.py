@@ -200,7 +200,8 @@ def logdet(A):
 
 def _cholesky(A, upper, check, name):
     A = _square(A, name)
-    L = _op("cholesky", (_reflected(A, upper),), {"check": check}, A.shape, "LinalgCholeskyExBackward0")
+    params = {"check": name if check else ""}
+    L = _op("cholesky", (_reflected(A, upper),), params, A.shape, "LinalgCholeskyExBackward0")
     return named(L.mT, "LinalgCholeskyExBackward0") if upper else L
 
 

@@ -239,8 +239,10 @@ def test_decompositions_equal_pytorchs_up_to_signs():
     assert q.shape == tq.shape and r.shape == tr.shape
     np.testing.assert_allclose(np.abs(r), np.abs(tr), atol=1e-12)
     np.testing.assert_allclose(q @ r, a, atol=1e-12)
-    info = ngrad.linalg.cholesky_ex(t64(np.stack([np.eye(2), [[1.0, 2.0], [2.0, 1.0]]]))).info
+    factor, info = ngrad.linalg.cholesky_ex(t64(np.stack([np.eye(2), [[1.0, 2.0], [2.0, 1.0]]])))
     assert info.dtype == ngrad.int32 and info.tolist() == [0, 2]
+    np.testing.assert_array_equal(factor[0].numpy(), np.eye(2))
+    assert np.isnan(factor[1].numpy()).all()  # no factor: nan (PyTorch's holds LAPACK's partial one)
     sol = ngrad.linalg.lstsq(t64(a), t64(R.standard_normal((2, 5, 2))), driver="gelsd")
     assert tuple(sol.rank.shape) == (2,) and tuple(sol.singular_values.shape) == (2, 3)
     assert ngrad.linalg.lstsq(t64(a), t64(a)).residuals.numel() == 0  # gelsy: none, as PyTorch's
@@ -370,6 +372,8 @@ def test_errors_have_pytorchs_types_and_messages():
         r"the input is not positive-definite \(the leading minor of order 2 is not positive-definite\).",
     ):
         ngrad.linalg.cholesky(bad).numpy()
+    with pytest.raises(ngrad.linalg.LinAlgError, match=r"linalg.cholesky_ex: The factorization could not be"):
+        ngrad.linalg.cholesky_ex(bad, check_errors=True).L.numpy()
     with pytest.raises(RuntimeError, match=r"\(Batch element 1\): The factorization"):
         ngrad.linalg.cholesky(ngrad.stack([ngrad.eye(2, dtype=ngrad.float64), bad])).numpy()
     with pytest.raises(

@@ -129,13 +129,14 @@ def leading_minor_orders(a: np.ndarray) -> np.ndarray:
     return info.reshape(a.shape[:-2])
 
 
-def _not_positive_definite(sym: np.ndarray) -> LinAlgError:
-    """PyTorch's error for the first matrix of the stack with no Cholesky factor."""
+def _not_positive_definite(sym: np.ndarray, name: str) -> LinAlgError:
+    """PyTorch's error (of function ``name``) for the first matrix of the stack with no Cholesky
+    factor."""
     info = leading_minor_orders(sym).reshape(-1)
     b = int(np.flatnonzero(info)[0])
     where = f"(Batch element {b}): " if sym.ndim > 2 else ""
     return LinAlgError(
-        f"linalg.cholesky: {where}The factorization could not be completed because the input is not "
+        f"{name}: {where}The factorization could not be completed because the input is not "
         f"positive-definite (the leading minor of order {info[b]} is not positive-definite)."
     )
 
@@ -239,14 +240,15 @@ class Numpy:
         return np.stack([sign, logabs], axis=-1).astype(a.dtype, copy=False)
 
     @staticmethod
-    def cholesky(a: np.ndarray, check: bool) -> np.ndarray:
-        """The lower factor; where there is none, PyTorch's error (``check``) or nan."""
+    def cholesky(a: np.ndarray, check: str) -> np.ndarray:
+        """The lower factor; where there is none, PyTorch's error naming the function ``check``
+        (or nan where ``check`` is empty)."""
         sym = _symmetric(a)
         try:
             return np.linalg.cholesky(sym)
         except np.linalg.LinAlgError:
             if check:
-                raise _not_positive_definite(sym) from None
+                raise _not_positive_definite(sym, check) from None
         failed = leading_minor_orders(sym) != 0
         safe = np.where(failed[..., None, None], np.eye(a.shape[-1], dtype=a.dtype), sym)
         return np.where(failed[..., None, None], np.nan, np.linalg.cholesky(safe)).astype(a.dtype, copy=False)
@@ -397,7 +399,7 @@ def _tri_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var
     return a.solve_triangular(rhs, **params)
 
 
-def _cholesky_vjp(g: Var, out: Var, a: Var, check: bool) -> Var:
+def _cholesky_vjp(g: Var, out: Var, a: Var, check: str) -> Var:
     # PyTorch's: L^-T Sym(tril(L^T gL)) L^-1, with Sym halving the diagonal
     lt = matrix_t(out)
     x = triangle(lt.matmul(g), False, False)
