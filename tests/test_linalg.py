@@ -332,6 +332,17 @@ def test_solve_triangular_reads_one_triangle_and_divides_by_a_zero_pivot():
         np.testing.assert_allclose(got, np.linalg.solve(tri, rhs), rtol=1e-10, atol=1e-12)
 
 
+def test_empty_stacks_and_empty_matrices():
+    x = t64(R.standard_normal((2, 3, 3)), requires_grad=True)
+    empty = x[:0]
+    total = ngrad.linalg.svdvals(empty).sum() + ngrad.linalg.eigvalsh(empty).sum() + ngrad.linalg.cholesky(empty).sum()
+    total = total + ngrad.linalg.qr(empty)[1].sum() + ngrad.linalg.matrix_exp(empty).sum()
+    none = x[:, :0, :0]
+    total = total + ngrad.linalg.det(none).sum() + ngrad.linalg.svdvals(none).sum()  # det of 0 x 0 is 1
+    total.backward()
+    assert total.item() == 2.0 and not x.grad.numpy().any()
+
+
 def test_matrix_exp_of_known_matrices():
     theta = 0.7
     rot = ngrad.linalg.matrix_exp(t64([[0.0, -theta], [theta, 0.0]])).numpy()

@@ -274,7 +274,9 @@ class Numpy:
     @staticmethod
     def svd(a: np.ndarray, full: bool) -> np.ndarray:
         u, s, vh = np.linalg.svd(a, full_matrices=full)
-        flat = [u.reshape(u.shape[:-2] + (-1,)), s, np.swapaxes(vh, -1, -2).reshape(vh.shape[:-2] + (-1,))]
+        v = np.swapaxes(vh, -1, -2)
+        flat = [x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],)) for x in (u, v)]
+        flat.insert(1, s)
         return np.concatenate(flat, axis=-1)
 
     @staticmethod
