@@ -147,9 +147,10 @@ def test_many_new_structures_keep_one_thread_and_a_bounded_queue(monkeypatch, rn
     assert background.pending() == 0
 
 
-def test_a_prepared_program_waits_for_a_background_compile_of_its_tape(monkeypatch, rng):
-    """``prepare`` (``ngrad.compile``) wants the compiled tier: when the worker is compiling the
-    same tape it waits for it instead of compiling it a second time."""
+def test_a_prepared_program_runs_interpreted_until_its_compile_is_published(monkeypatch, rng):
+    """``prepare`` (``ngrad.compile``'s programs) hands the compile to the worker at the first
+    call (no threshold), runs on the interpreter until the tier is published, then on its driver;
+    every call gives the interpreter's result."""
     from ngrad.engine.ir.tape import Builder
 
     b = Builder()
@@ -157,9 +158,10 @@ def test_a_prepared_program_waits_for_a_background_compile_of_its_tape(monkeypat
     tape = b.finish([((x * x).sin() + x).sum(axes=(0,), keepdim=False)])
     v = [rng.standard_normal(64)]
     want = interpret(tape, v)
-    for _ in range(2):
-        np.testing.assert_allclose(dispatch.run(tape, v)[0], want[0], rtol=1e-12)
-    record = dispatch.records[tape.key()]
     fn = dispatch.prepare(tape)
-    assert not record.compiling and record.tier.ready()
+    assert isinstance(fn, dispatch.Pending)
+    np.testing.assert_allclose(fn(v)[0], want[0], rtol=1e-12)
+    assert ngrad.synchronize_compiles(timeout=120)
+    np.testing.assert_allclose(fn(v)[0], want[0], rtol=1e-12)
+    assert fn.fn is not None and dispatch.records[tape.key()].tier.ready()
     np.testing.assert_allclose(fn(v)[0], want[0], rtol=1e-12)

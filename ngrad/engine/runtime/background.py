@@ -30,6 +30,7 @@ import numpy as np
 from ..targets import CompileError
 from .executor import execute
 from .machine import Machine
+from .tiering import Decision
 
 __all__ = ["submit", "synchronize", "wait", "pending", "MAX_QUEUED"]
 
@@ -46,16 +47,17 @@ def pending():
     return _state["active"]
 
 
-def submit(record, tape, values):
-    """Compile and warm ``record.tier`` on the worker thread (see the module docstring); False
-    when the queue is full (nothing was queued)."""
+def submit(record, tape, values, advance):
+    """On the worker thread: ``advance()`` (the record's encoding and planning, as tiering
+    decides them), then, when it returns ``Decision.COMPILE``, compile and warm ``record.tier``
+    (see the module docstring); False when the queue is full (nothing was queued)."""
     with _cond:
         if record.compiling:
             return True
         if len(_jobs) >= MAX_QUEUED:
             return False
         record.compiling = True
-        _jobs.append((record, record.tier, tape, _copies(values)))
+        _jobs.append((record, advance, tape, _copies(values)))
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
@@ -97,9 +99,13 @@ def _work():
     while True:
         with _cond:
             _cond.wait_for(lambda: bool(_jobs))
-            record, tier, tape, values = _jobs.popleft()
+            record, advance, tape, values = _jobs.popleft()
         try:
-            _compile(record, tier, tape, values)
+            if advance() is Decision.COMPILE:
+                _compile(record, record.tier, tape, values)
+        except Exception as e:  # noqa: BLE001  (encoding or planning failed: the interpreter runs it)
+            record.failed = True
+            warn_failed(e)
         finally:
             with _cond:
                 record.compiling = False

@@ -37,7 +37,7 @@ def check_one(tape, i, v, device=False):
     """Input ``i`` of ``tape`` against its slot (see ``check``)."""
     s, k = tape.inputs[i], tape.kinds[i]
     if k == "scalar":
-        if not isinstance(v, (int, float, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
+        if not isinstance(v, (int, float, complex, bool, np.number, np.bool_, np.ndarray)) or np.ndim(v) != 0:
             raise TypeError(f"input {i} of the tape must be a scalar, got {type(v).__name__}")
         return
     if not isinstance(v, np.ndarray):

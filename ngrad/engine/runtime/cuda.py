@@ -338,7 +338,15 @@ def _matmul(tape, ins, args):
     return out.reshape(shape)
 
 
-_NUMBA_TYPE = {"f64": "float64", "f32": "float32", "i64": "int64", "i32": "int32", "b8": "boolean"}
+_NUMBA_TYPE = {
+    "f64": "float64",
+    "f32": "float32",
+    "i64": "int64",
+    "i32": "int32",
+    "b8": "boolean",
+    "c64": "complex64",
+    "c128": "complex128",
+}
 
 
 def _array_type(dtype, rank):

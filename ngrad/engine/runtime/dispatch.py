@@ -43,15 +43,15 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
     caller adds that time to its ``rent``. ``now`` (``prepare``): planned and compiled at first
     sight, except under ``auto`` a plan needing more than ``prepare_functions`` new functions,
     which waits for its rent. ``policy``: the tiering rules (default ``tiering.POLICY`` with
-    ``NGRAD_JIT_THRESHOLD``). ``values``: the inputs of the call asking (``run``); with them,
-    under ``auto`` and ``NGRAD_COMPILE=background``, a due compile goes to the worker thread
-    (``background.submit``) and this call runs on the interpreter; without them (``prepare``)
-    the caller waits for it."""
+    ``NGRAD_JIT_THRESHOLD``). ``values``: the inputs of the call asking (``run``, ``Pending``);
+    with them, under ``auto`` and ``NGRAD_COMPILE=background``, whatever is due (encoding,
+    planning, compiling: ``advance``) happens on the worker thread (``background.submit``) and
+    this call runs on the interpreter; without them (``prepare``) the caller waits for it."""
     if mode == "never" or not tape.instrs:
         return None
     key = tape.key()
     record = records.get(key)
-    if now and record is not None and record.compiling:  # the worker compiles it: wait for it
+    if now and values is None and record is not None and record.compiling:  # the worker has it: wait
         background.wait(record)
     if record is not None and record.tier is not None and record.tier.ready():
         return record
@@ -62,7 +62,34 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
             record.small = small_steps(tape, policy)
     if not now:  # prepare runs nothing: its call is counted when it runs
         record.seen += 1
-    new = None  # a tier made by this call, shown once (NGRAD_DEBUG=2)
+    if record.compiling or record.failed:
+        return record
+    if values is not None and mode == "auto" and compile_mode() == "background":
+        decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now)
+        if decision in (Decision.ENCODE, Decision.PLAN, Decision.COMPILE):
+            background.submit(record, tape, values, lambda: advance(record, tape, mode, now, policy))
+        return record
+    if advance(record, tape, mode, now, policy) is Decision.COMPILE:
+        t = time.perf_counter()
+        try:
+            record.tier.compile()
+        except CompileError as e:
+            record.failed = True
+            background.warn_failed(e)
+            return record
+        if debug_level() >= 3:
+            print(
+                f"ngrad: prepared {len([k for k in record.tier.kernels if k])} kernels in "
+                f"{(time.perf_counter() - t) * 1e3:.1f} ms",
+                file=sys.stderr,
+            )
+    return record
+
+
+def advance(record, tape, mode, now, policy):
+    """Carry out ``next_state``'s encoding and planning for ``record`` until it decides something
+    else, and return that decision (``COMPILE``: the caller compiles the tier)."""
+    new = None  # a tier made here, shown once (NGRAD_DEBUG=2)
     while True:
         ready = record.tier is not None and record.tier.ready()
         decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now, ready=ready)
@@ -82,24 +109,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
             break
     if new is not None and debug_level() >= 2:
         _show(new)
-    if decision is Decision.COMPILE:
-        if values is not None and mode == "auto" and compile_mode() == "background":
-            background.submit(record, tape, values)
-            return record
-        t = time.perf_counter()
-        try:
-            record.tier.compile()
-        except CompileError as e:
-            record.failed = True
-            background.warn_failed(e)
-            return record
-        if debug_level() >= 3:
-            print(
-                f"ngrad: prepared {len([k for k in record.tier.kernels if k])} kernels in "
-                f"{(time.perf_counter() - t) * 1e3:.1f} ms",
-                file=sys.stderr,
-            )
-    return record
+    return decision
 
 
 def _show(tier):
@@ -152,7 +162,9 @@ def prepare(tape, target="cpu"):
     """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
 
     The plan is compiled now (unless ``NGRAD_JIT=never``, or under ``auto`` it needs more than
-    ``prepare_functions`` new functions: then ``run`` tiers it) and unrolled into a generated Python
+    ``prepare_functions`` new functions: then ``run`` tiers it; under ``auto`` with
+    ``NGRAD_COMPILE=background`` it compiles on the worker thread from the first call on, which
+    runs on the interpreter meanwhile: ``Pending``) and unrolled into a generated Python
     *driver*: input checks, allocations and kernel calls as straight-line code with every shape
     a literal, so a call costs little more than the kernels and NumPy calls themselves. Big
     buffers come from the plan's pool (``POOL_MIN_BYTES``), and a loop writes in place of a
@@ -162,14 +174,58 @@ def prepare(tape, target="cpu"):
     """
     if target == "cuda":
         return lambda values: run(tape, values, target)
+    if _in_background(tape):
+        return Pending(tape)
     record = tier_for(tape, jit_mode(), now=True)
-    tier = None if record is None else record.tier
+    return _prepared(tape, None if record is None else record.tier)
+
+
+def _in_background(tape):
+    """Whether ``prepare`` leaves the compile of ``tape`` to the worker thread: under ``auto``
+    and ``NGRAD_COMPILE=background``, when its tier is not ready yet."""
+    if jit_mode() != "auto" or compile_mode() != "background" or not tape.instrs:
+        return False
+    record = records.get(tape.key())
+    return record is None or record.tier is None or not record.tier.ready()
+
+
+def _prepared(tape, tier):
+    """The function ``prepare`` gives for ``tier`` (a driver once it is compiled)."""
     if isinstance(tier, Machine):
         return _checked(tape, tier)
     drive = driver_of(tier, tape) if tier is not None and tier.ready() else None
     if drive is None:
         return lambda values: run(tape, values)
     return drive
+
+
+class Pending:
+    """``prepare``'s function while the tape compiles in the background: its first call hands the
+    compile to the worker thread (at first sight, as ``prepare`` compiles: no threshold), and
+    until the compiled tier is published each call runs on the interpreter; from then on it
+    calls the tier's driver."""
+
+    __slots__ = ("tape", "fn")
+
+    def __init__(self, tape):
+        self.tape, self.fn = tape, None
+
+    def __call__(self, values):
+        fn = self.fn
+        if fn is not None:
+            return fn(values)
+        tape = self.tape
+        record = tier_for(tape, jit_mode(), now=True, values=values)
+        tier = None if record is None else record.tier
+        if tier is not None and tier.ready():
+            self.fn = fn = _prepared(tape, tier)
+            return fn(values)
+        check(tape, values)
+        t = time.perf_counter()
+        outs = interpret(tape, values)
+        if record is not None:
+            record.rent += time.perf_counter() - t
+        return owned(outs, values)
 
 
 def _checked(tape, machine):
@@ -204,6 +260,8 @@ def inline(tape, inputs, g, fallback):
     has loops big enough for them), before anything it did is seen. Returns the lines and the
     expression of each output, or None when the tape runs without a driver (not compiled yet,
     bytecode, or threads on for its loops)."""
+    if _in_background(tape):  # a generated caller calls ``prepare``'s function until then
+        return None
     record = tier_for(tape, jit_mode(), now=True)
     tier = None if record is None else record.tier
     if not isinstance(tier, CompiledPlan) or not tier.ready() or tier.chunks():

@@ -80,8 +80,9 @@ class Record:
     (``small_steps``; None when the tape is too short for bytecode); ``offered``: bytecode was
     tried; ``functions``: how many functions the fused plan compiles, once planned; ``pending``:
     how many are not on disk; ``cached``: the tier's code is all on disk (under ``auto``);
-    ``compiling``: its tier compiles in the background (``background``); ``failed``: its compile
-    failed, so it stays on the interpreter."""
+    ``compiling``: the worker thread is encoding, planning or compiling its tier (``background``);
+    ``failed``: its compile failed, so it stays on the interpreter (``dispatch.tier_for`` reads
+    both)."""
 
     tier: object = None
     seen: int = 0
@@ -129,8 +130,6 @@ def next_state(record, policy, *, mode, instrs, now=False, ready=False):
         return Decision.ENCODE
     if ready:
         return Decision.RUN
-    if record.compiling or record.failed:
-        return Decision.INTERPRET
     eager = policy.prepare_functions if now else policy.eager_functions
     if (
         mode == "auto"

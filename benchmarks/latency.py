@@ -1,0 +1,226 @@
+"""First calls and time to steady state: ngrad against PyTorch eager, torch.compile and JAX jit.
+
+Each measurement runs in a fresh process (so imports, Numba's start-up and the kernel cache count
+as a user's script sees them) and times every call of value and gradient, one after another:
+
+- ``example``: the issue's small function (``sin(x) * exp(x) / (1 + x*x)`` summed over 100,000
+  points, plus ``tanh(A @ A)`` summed for a 50x50 ``A``) written as eager PyTorch code;
+- each ``ngrad bench`` problem at one size (``--problems``, ``--size-index``), through the bench's
+  own systems (ngrad: the step under ``ngrad.compile``; PyTorch eager; JAX ``jit``) plus
+  ``torch.compile`` of PyTorch's step and ngrad without ``ngrad.compile`` (``ngrad eager``).
+
+ngrad runs twice per case: ``cold`` (an empty kernel cache) and ``warm`` (the cache the cold run
+left). Columns: import (s), call 1, call 2 and the slowest of calls 3-5 (ms), the steady state
+(median of the last half of the calls, ms) and the time to steady state (s: from the first call
+until the first call within 1.5x the steady state, every call before counted). The ``ratio``
+columns divide by PyTorch eager's same call.
+
+Run: ``python benchmarks/latency.py [--problems example,gmm,ode] [--calls 20] [--markdown OUT]``.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SYSTEMS = ("ngrad", "ngrad eager", "torch", "torch.compile", "jax")
+
+
+def _example_inputs(rng):
+    return {"x": rng.standard_normal(100_000), "A": rng.standard_normal((50, 50))}
+
+
+def _example(T, x, A):
+    return (x.sin() * x.exp() / (1 + x * x)).sum() + (A @ A).tanh().sum()
+
+
+def _runner(problem, size, system):
+    """``(f, inputs)``: ``f(inputs)`` computes value and gradient once."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if problem == "example":
+        inputs = _example_inputs(rng)
+        if system == "jax":
+            import jax
+            import jax.numpy as jnp
+
+            jax.config.update("jax_enable_x64", True)
+
+            def g(x, A):
+                return (jnp.sin(x) * jnp.exp(x) / (1 + x * x)).sum() + jnp.tanh(A @ A).sum()
+
+            step = jax.jit(jax.value_and_grad(g, argnums=(0, 1)))
+
+            def f(inp):
+                v, g = step(inp["x"], inp["A"])
+                jax.block_until_ready(g)
+                return float(v)
+
+            return f, inputs
+        T = _module(system)
+
+        def body(x, A):
+            return _example(T, x, A)
+
+        if system == "torch.compile":
+            body = T.compile(body)
+
+        def f(inp):
+            x = T.tensor(inp["x"], dtype=T.float64, requires_grad=True)
+            A = T.tensor(inp["A"], dtype=T.float64, requires_grad=True)
+            y = body(x, A)
+            y.backward()
+            return y.item(), x.grad.numpy(), A.grad.numpy()
+
+        return f, inputs
+    from ngrad.bench.problems import PROBLEMS, _autograd, _step
+
+    prob = PROBLEMS[problem]
+    inputs = prob.inputs(size, rng)
+    if system == "ngrad eager":
+        import ngrad
+
+        return _autograd(prob, ngrad, ngrad.from_numpy), inputs
+    if system == "torch.compile":
+        import torch
+
+        compiled = torch.compile(lambda t: _step(prob, torch, t))
+
+        def f(inp):
+            t = {
+                k: (torch.from_numpy(v).requires_grad_(k in prob.wrt) if isinstance(v, np.ndarray) else v)
+                for k, v in inp.items()
+            }
+            value, outs = compiled(t)
+            return value.item(), {k: o.detach().numpy() for k, o in outs.items()}
+
+        return f, inputs
+    return prob.system(system), inputs
+
+
+def _module(system):
+    if system.startswith("torch"):
+        import torch
+
+        return torch
+    import ngrad
+
+    return ngrad
+
+
+def child(problem, size, system, calls):
+    """Time ``calls`` calls in this (fresh) process; print one JSON line."""
+    t0 = time.perf_counter()
+    if system.startswith("ngrad"):
+        import ngrad  # noqa: F401
+    elif system.startswith("torch"):
+        import torch  # noqa: F401
+    else:
+        import jax  # noqa: F401
+    imported = time.perf_counter() - t0
+    f, inputs = _runner(problem, size, system)
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        f(inputs)
+        times.append(time.perf_counter() - t)
+    print(json.dumps({"import_s": imported, "times": times}))
+
+
+def _measure(problem, size, system, calls, cache):
+    env = dict(os.environ, NGRAD_CACHE_DIR=cache)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", problem, str(size), system, str(calls)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:120]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _summary(m):
+    if "error" in m:
+        return m
+    ts = [t * 1e3 for t in m["times"]]
+    steady = statistics.median(ts[len(ts) // 2 :])
+    reach = next((i for i, t in enumerate(ts) if t <= 1.5 * steady), len(ts) - 1)
+    return {
+        "import_s": m["import_s"],
+        "call1": ts[0],
+        "call2": ts[1],
+        "calls3_5": max(ts[2:5]),
+        "steady": steady,
+        "to_steady_s": sum(ts[: reach + 1]) / 1e3,
+    }
+
+
+def _installed(system):
+    mod = {"torch": "torch", "torch.compile": "torch", "jax": "jax"}.get(system)
+    if mod is None:
+        return True
+    try:
+        __import__(mod)
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--problems", default="example,chain,ode,lstm,gmm,kmeans,ba,mlp")
+    ap.add_argument("--size-index", type=int, default=0, help="which of each problem's sizes (default the first)")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--markdown", default=None)
+    ap.add_argument("--child", nargs=4, metavar=("PROBLEM", "SIZE", "SYSTEM", "CALLS"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        problem, size, system, calls = args.child
+        return child(problem, int(size), system, int(calls))
+    from ngrad.bench.problems import PROBLEMS
+
+    systems = [s for s in args.systems.split(",") if _installed(s)]
+    lines = [
+        "| problem | system | cache | import (s) | call 1 (ms) | call 2 | calls 3-5 | steady | to steady (s) "
+        "| call 1 / eager | call 2 / eager | calls 3-5 / eager |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    print(lines[0])
+    print(lines[1])
+    for problem in args.problems.split(","):
+        size = 0 if problem == "example" else PROBLEMS[problem].sizes[args.size_index]
+        rows = []
+        for system in systems:
+            if problem != "example" and system == "ngrad eager" and not PROBLEMS[problem].traced:
+                continue
+            if system.startswith("ngrad"):
+                with tempfile.TemporaryDirectory() as cache:
+                    for how in ("cold", "warm"):
+                        rows.append((system, how, _summary(_measure(problem, size, system, args.calls, cache))))
+            else:
+                rows.append((system, "", _summary(_measure(problem, size, system, args.calls, tempfile.gettempdir()))))
+        eager = next((r for s, _, r in rows if s == "torch" and "error" not in r), None)
+        for system, how, r in rows:
+            label = f"{problem} {size:,}" if size else problem
+            if "error" in r:
+                line = f"| {label} | {system} | {how} | failed: {r['error']} |||||||||"
+            else:
+                ratios = [f"{r[k] / eager[k]:.2f}x" for k in ("call1", "call2", "calls3_5")] if eager else ["", "", ""]
+                line = (
+                    f"| {label} | {system} | {how} | {r['import_s']:.2f} | {r['call1']:.1f} | {r['call2']:.1f} "
+                    f"| {r['calls3_5']:.1f} | {r['steady']:.2f} | {r['to_steady_s']:.2f} | " + " | ".join(ratios) + " |"
+                )
+            lines.append(line)
+            print(line, flush=True)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
