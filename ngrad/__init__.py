@@ -11,7 +11,7 @@ tensor([0.9182, 1.3818, 0.0770], dtype=ngrad.float64)
 import builtins as _builtins
 import functools as _functools
 
-from . import autograd, cuda, fft, func, linalg, nn, optim, random, scipy, utils
+from . import autograd, cuda, distributed, fft, func, linalg, nn, optim, random, scipy, utils
 from ._version import __version__
 from .autograd.anomaly_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from .contract import einsum, inner, tensordot
