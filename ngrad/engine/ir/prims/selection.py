@@ -3,9 +3,9 @@ cumulative sums, order statistics (median, kthvalue, quantile, mode), searchsort
 histc and unique, with the NumPy implementations the interpreter's math namespace takes from
 ``Numpy``.
 
-Contract: five rows. ``cumprod`` and ``logcumsumexp`` are differentiable scans (their VJPs and
-JVPs are PyTorch's formulas, written in rows of the table, so exact with zeros and infinities
-where PyTorch's are). ``cumargmax``/``cumargmin`` (the index of the running extreme: the latest
+Contract: six rows. ``cumprod`` and ``logcumsumexp`` are differentiable scans (their VJPs and
+JVPs are PyTorch's formulas, written in rows of the table; ``cumprod``'s are exact where the
+input has zeros, to second order). ``cumargmax``/``cumargmin`` (the index of the running extreme: the latest
 one on ties, the latest NaN once one is seen), ``argmode`` (the index of the most frequent value
 along an axis, kept as size 1: the smallest such value, its last occurrence) and
 ``searchsorted`` (insertion points of values in sorted rows) give integer results, never
@@ -134,30 +134,39 @@ def _rev_cumsum(v: Var, axis: int) -> Var:
 
 
 def _zero_masks(x: Var, axis: int) -> tuple[Var, Var, Var]:
-    """Positions before the first zero along ``axis``, the first zero itself, and the cumulative
-    product with that first zero read as one (the product of the others, where it is kept)."""
+    """Where ``x`` is zero, its first zero along ``axis`` and its second."""
     is0 = x.eq(0)
     count = is0.cast(dtype="i64").cumsum(axis=axis)
-    before, first = count.eq(0), is0.logical_and(count.eq(1))
-    return before, first, first.where(x.bld.full(1, x.shape, x.dtype), x).cumprod(axis=axis)
+    return is0, is0.logical_and(count.eq(1)), is0.logical_and(count.eq(2))
 
 
 def _cumprod_vjp(g: Var, out: Var, x: Var, axis: int) -> Var:
-    # PyTorch's: before the first zero sum_{j>=k} g_j y_j / x_k; at it, sum_{j>=k} g_j times the
-    # product of the others; after it, 0. No division by zero on a kept path.
-    before, first, skipped = _zero_masks(x, axis)
-    zero = zeros_like(x)
-    grad_before = _rev_cumsum(before.where(g * out, zero), axis) / before.where(x, x.bld.full(1, x.shape, x.dtype))
-    return before.where(grad_before, first.where(_rev_cumsum(g * skipped, axis), zero))
+    # dy_j/dx_k is the product of x_i (i <= j, i != k). Where x_k != 0 that is y_j / x_k, so
+    # the cotangent is sum_{j>=k} g_j y_j / x_k (PyTorch's rule; 0 after a zero, y being 0
+    # there). At the first zero it is sum_{j>=k} g_j times the cumulative product with that zero
+    # read as one; at the second, the first zero's entry times the same with both read as one;
+    # later zeros get 0. Each is the exact product formula, never a division by zero, so its
+    # own derivative (second order, as PyTorch's O(n^2) double backward) is exact too.
+    is0, first, second = _zero_masks(x, axis)
+    one, zero = x.bld.full(1, x.shape, x.dtype), zeros_like(x)
+    nonzero = _rev_cumsum(g * out, axis) / is0.where(one, x)
+    skip_first = first.where(one, x)
+    at_first = _rev_cumsum(g * skip_first.cumprod(axis=axis), axis)
+    first_entry = first.where(x, zero).sum(axes=(axis,), keepdim=True).expand(shape=x.shape)
+    at_second = first_entry * _rev_cumsum(g * second.where(one, skip_first).cumprod(axis=axis), axis)
+    return is0.where(first.where(at_first, second.where(at_second, zero)), nonzero)
 
 
 def _cumprod_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
+    # before a slice's first zero y_j * sum_{k<=j} t_k / x_k; from it on, only the first zero's
+    # tangent survives, times the product of the others
     t, (x,), axis = sole(ts), args, params["axis"]
-    before, first, skipped = _zero_masks(x, axis)
-    zero = zeros_like(x)
-    safe = before.where(x, x.bld.full(1, x.shape, x.dtype))
+    is0, first, _ = _zero_masks(x, axis)
+    one, zero = x.bld.full(1, x.shape, x.dtype), zeros_like(x)
+    before = is0.cast(dtype="i64").cumsum(axis=axis).eq(0)
+    skipped = first.where(one, x).cumprod(axis=axis)
     at_zero = first.where(t, zero).sum(axes=(axis,), keepdim=True).expand(shape=x.shape)
-    return before.where(out * (before.where(t, zero) / safe).cumsum(axis=axis), at_zero * skipped)
+    return before.where(out * (before.where(t, zero) / before.where(x, one)).cumsum(axis=axis), at_zero * skipped)
 
 
 def _logcumsumexp_vjp(g: Var, out: Var, x: Var, axis: int) -> Var:
