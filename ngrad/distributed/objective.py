@@ -94,6 +94,7 @@ class Objective:
             raise ValueError(f"ngrad.distributed.Objective: split_every must be an int >= 2, got {split_every!r}")
         self.f = f
         self.client = client_for(client)
+        self._owns_client = isinstance(client, str)  # made here from an address: closed by close()
         self.split_every, self.retries = split_every, retries
         self.parts, self.signatures = persist_parts(self.client, data, retries)
         self.rows = int(sum(sig[0][0][0] for sig in self.signatures))
@@ -177,7 +178,10 @@ class Objective:
         return DistributedSum.apply(self, spec, *leaves)
 
     def close(self):
-        """Release the chunks and programs this objective holds on the cluster."""
+        """Release the chunks and programs this objective holds on the cluster (and close the
+        client it made, when it was given a scheduler address)."""
         for f in [*self.parts, *self._programs.values()]:
             f.release()
         self.parts, self._programs = [], {}
+        if self._owns_client:
+            self.client.close()

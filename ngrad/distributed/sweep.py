@@ -74,15 +74,20 @@ def map(fn, *iterables, client=None, progress=True, retries=0):  # noqa: A001  (
         raise TypeError(f"ngrad.distributed.map: fn must be callable, got {type(fn).__name__}")
     if not iterables:
         raise TypeError("ngrad.distributed.map: give at least one iterable of inputs")
-    client = client_for(client)
     items = list(zip(*iterables))
     if not items:
         return []
-    shipped = client.submit(_hold_fn, Shipped(fn), pure=False)
-    futures = [client.submit(call, shipped, *args, pure=False, retries=retries) for args in items]
-    if progress:
-        _follow(futures)
-    return client.gather(futures)
+    owned = isinstance(client, str)  # a client made here from an address is closed here
+    client = client_for(client)
+    try:
+        shipped = client.submit(_hold_fn, Shipped(fn), pure=False)
+        futures = [client.submit(call, shipped, *args, pure=False, retries=retries) for args in items]
+        if progress:
+            _follow(futures)
+        return client.gather(futures)
+    finally:
+        if owned:
+            client.close()
 
 
 def _hold_fn(shipped):
