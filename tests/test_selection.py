@@ -17,6 +17,7 @@ R = np.random.default_rng(3)
 RANDOM = R.uniform(-2.0, 2.0, (3, 6))
 TIES = np.array([[2.0, 1.0, 2.0, 2.0, 3.0, 1.0], [0.5, 0.5, 0.5, 0.5, 0.5, 0.5], [4.0, -1.0, 4.0, 0.0, -1.0, 7.0]])
 WITH_NAN = np.array([[5.0, 1.0, NAN, 3.0, NAN, 2.0], [NAN] * 6, [1.0, 4.0, 2.0, 2.5, 0.0, 9.0]])
+INFINITIES = np.array([[-np.inf, 0.0, 1.0], [0.0, -np.inf, 1.0], [1.0, np.inf, 2.0], [-1000.0, 0.0, -2000.0]])
 REPEATED_COLUMNS = np.round(RANDOM[:, :1] * TIES)  # TIES' columns 0 and 2 are equal
 ZEROS = np.array([[0.7, -1.2, 0.0, 0.9, 1.1, 2.0], [0.8, 0.0, 1.3, 0.0, 0.6, 1.5], [1.1, 0.9, -0.8, 1.2, 0.7, 1.3]])
 
@@ -32,6 +33,7 @@ CASES = {
     "cumprod_dim0": (lambda m, x: x.cumprod(0), ZEROS),
     "logcumsumexp": (lambda m, x: m.logcumsumexp(x, 1), RANDOM * 300),
     "logcumsumexp_dim0": (lambda m, x: x.logcumsumexp(0), RANDOM),
+    "logcumsumexp_infinities": (lambda m, x: x.logcumsumexp(1), INFINITIES),
     "cummax": (lambda m, x: m.cummax(x, 1), TIES),
     "cummax_nan": (lambda m, x: x.cummax(1), WITH_NAN),
     "cummin": (lambda m, x: m.cummin(x, 0), TIES),

@@ -287,24 +287,21 @@ class SelectOps:
         axis = None if dim is None else normalize_dim(dim, self.ndim)
         qs = self._quantile_checks(q, interpolation, op)
         x = self.reshape(-1) if axis is None or not self.ndim else self.movedim(axis, -1)
-        s = x.sort(-1).values.unsqueeze(-2)  # (..., 1, n) against ranks (..., Q, 1)
+        s = x.sort(-1).values  # (..., n), read at ranks (..., Q)
         last = s.shape[-1] - 1
         if ignore_nan:  # the rank among the non-NaN entries; 0 (a NaN) where all are NaN
-            count = (~s.isnan()).sum(-1, keepdim=True)
-            ranks = qs.reshape(-1, 1) * (count - 1)
+            ranks = qs * ((~s.isnan()).sum(-1, keepdim=True) - 1)
             ranks = where(ranks < 0, 0.0, ranks)
         else:  # the last rank (a NaN) where the slice holds one
-            ranks = where(s.isnan().any(-1, keepdim=True), float(last), qs.reshape(-1, 1) * last)
+            ranks = where(s.isnan().any(-1, keepdim=True), float(last), qs * last)
+        ranks = ranks.expand(s.shape[:-1] + qs.shape)
         if interpolation in ("lower", "higher", "nearest"):
             ranks = {"lower": ranks.floor, "higher": ranks.ceil, "nearest": ranks.round}[interpolation]()
         below = ranks.long()
-        shape = ranks.shape[:-2] + (ranks.shape[-2], s.shape[-1])
-        s = s.expand(shape)
         out = s.gather(-1, below)
         if interpolation in ("linear", "midpoint"):
             weights = ranks - below if interpolation == "linear" else 0.5
             out = out.lerp(s.gather(-1, ranks.ceil().long()), weights)
-        out = out.squeeze(-1)  # (..., Q)
         if keepdim:
             kept = [1] * self.ndim if axis is None else list(self.shape)
             if axis is not None and self.ndim:
