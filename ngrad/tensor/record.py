@@ -157,14 +157,14 @@ def host_value(t):
     return v if v.__class__ is np.ndarray else value_on(v, "cpu")
 
 
-_PY_CATEGORY = {float: 2, int: 1, bool: 0}
+_PY_CATEGORY = {float: 2, int: 1, bool: 0, complex: 3}
 
 
 _SCALAR = {"scalar": True}
 
 
 def category(v):
-    """0/1/2 for a bool/int/float scalar (Python or NumPy), None for anything else."""
+    """0/1/2/3 for a bool/int/float/complex scalar (Python or NumPy), None for anything else."""
     c = _PY_CATEGORY.get(type(v))
     if c is not None:
         return c
@@ -174,6 +174,8 @@ def category(v):
         return 1
     if isinstance(v, (float, np.floating)):
         return 2
+    if isinstance(v, (complex, np.complexfloating)):
+        return 3
     return None
 
 
@@ -185,7 +187,7 @@ def scalar_dtype(v):
     c = category(v)
     if c is None:
         raise TypeError(f"unsupported scalar type {type(v).__name__}")
-    return (D.bool_, D.int64, D.get_default_dtype())[c]
+    return D.scalar_type(c)
 
 
 def wrap(node):
@@ -194,10 +196,16 @@ def wrap(node):
     return t
 
 
+# PyTorch's error, by primitive, for one it has no complex kernel for (``complex_ops`` fills it)
+COMPLEX_REFUSED = {}
+
+
 def record_op(op, srcs, params, shape, dtype, name):
     """Record ``op`` on source nodes; gradients flow when grad mode is on and a source needs them."""
+    if srcs and srcs[0].dtype.category == 3 and op in COMPLEX_REFUSED:
+        raise COMPLEX_REFUSED[op](srcs[0].dtype)
     rg = False
-    if _gm.enabled and dtype.is_floating_point:
+    if _gm.enabled and dtype.differentiable:
         for s in srcs:
             if s.requires_grad:
                 rg = True
@@ -217,7 +225,7 @@ def scalar_node(v, dtype):
     return _nodes_new("input", (), _SCALAR, (), dtype, False, v)
 
 
-_PY_TYPE = (bool, int, float)
+_PY_TYPE = (bool, int, float, complex)
 
 
 _CONSTS = {}
@@ -242,7 +250,7 @@ def const_node(v, dtype):
 def cast_node(n, dtype):
     if n.dtype is dtype:
         return n
-    rg = _gm.enabled and n.requires_grad and dtype.is_floating_point
+    rg = _gm.enabled and n.requires_grad and dtype.differentiable
     out = Node("cast", (n,), {"dtype": dtype.short}, n.shape, dtype, rg)
     if rg:
         name_node(out, "ToCopyBackward0")
@@ -292,7 +300,7 @@ def operands(a, b):
         na = a._node
         d = na.dtype
         if c > d.category:
-            d = (D.bool_, D.int64, D.get_default_dtype())[c]
+            d = D.result_type((d,), (), (D.scalar_type(c),))
             na = cast_node(na, d)
         return na, _nodes_new("input", (), _SCALAR, (), d, False, b), d
     if isinstance(b, (list, tuple, np.ndarray)):
@@ -311,14 +319,16 @@ def binary(op, a, b, name, reverse=False):
         else:  # the common case: tensor op Python number, inlined because it is the hot path
             d = na.dtype
             if c > d.category:
-                d = (D.bool_, D.int64, D.get_default_dtype())[c]
+                d = D.result_type((d,), (), (D.scalar_type(c),))
                 na = cast_node(na, d)
             nb = _nodes_new("input", (), _SCALAR, (), d, False, b)
     if reverse:
         na, nb = nb, na
+    if d.category == 3 and op in COMPLEX_REFUSED:
+        raise COMPLEX_REFUSED[op](d)
     sa, sb = na.shape, nb.shape
     shape = sa if sa == sb or not sb else (sb if not sa else broadcast_shapes(sa, sb))
-    rg = (na.requires_grad or nb.requires_grad) and d.is_floating_point and _gm.enabled
+    rg = (na.requires_grad or nb.requires_grad) and d.differentiable and _gm.enabled
     n = _nodes_new(op, (na, nb), None, shape, d, rg)
     if rg:
         shared = NAMED_META.get(name)
@@ -334,7 +344,7 @@ def binary(op, a, b, name, reverse=False):
 def float_binary(op, a, b, name, reverse=False):
     """Like ``binary`` but integer operands are promoted to the default float (true division)."""
     na, nb, d = operands(a, b)
-    if not d.is_floating_point:
+    if not d.differentiable:
         d = D.get_default_dtype()
         na, nb = cast_node(na, d), cast_node(nb, d)
     if reverse:
@@ -344,13 +354,15 @@ def float_binary(op, a, b, name, reverse=False):
 
 
 def compare(op, a, b):
-    na, nb, _ = operands(a, b)
+    na, nb, d = operands(a, b)
+    if d.category == 3 and op in COMPLEX_REFUSED:
+        raise COMPLEX_REFUSED[op](d)
     shape = na.shape if na.shape == nb.shape else broadcast_shapes(na.shape, nb.shape)
     return wrap(Node(op, (na, nb), None, shape, D.bool_))
 
 
 def float_node(n):
-    return n if n.dtype.is_floating_point else cast_node(n, D.get_default_dtype())
+    return n if n.dtype.differentiable else cast_node(n, D.get_default_dtype())
 
 
 def unary(op, t, name):
@@ -464,7 +476,15 @@ def value_of(t):
     return realize_values([n])[0]
 
 
-TORCH_NAME = {"f32": "Float", "f64": "Double", "i64": "Long", "i32": "Int", "b8": "Bool"}
+TORCH_NAME = {
+    "f32": "Float",
+    "f64": "Double",
+    "i64": "Long",
+    "i32": "Int",
+    "b8": "Bool",
+    "c64": "ComplexFloat",
+    "c128": "ComplexDouble",
+}
 
 
 def index_array(a, size, dim):
