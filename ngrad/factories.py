@@ -71,10 +71,12 @@ def _infer(data):
             kinds.add(1)
         elif isinstance(x, (float, np.floating)):
             kinds.add(2)
+        elif isinstance(x, (complex, np.complexfloating)):
+            kinds.add(3)
         else:
             raise TypeError(f"Could not infer dtype of {type(x).__name__}")
     top = max(kinds, default=2)
-    return (D.bool_, D.int64, D.get_default_dtype())[top]
+    return D.scalar_type(top)
 
 
 def _check_ragged(data):
@@ -128,7 +130,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
             data = _to_plain(data)
         value = np.array(data, dtype=d.np, order="C")
-    if requires_grad and not d.is_floating_point:
+    if requires_grad and not d.differentiable:
         raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
     return _leaf(value, d, requires_grad, dev)
 
@@ -157,7 +159,7 @@ def _from_cuda(data, dtype, dev, requires_grad, copy):
     if dev == "cpu":
         t = t.cpu()
     if requires_grad:
-        if not t.dtype.is_floating_point:
+        if not t.dtype.differentiable:
             raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
         t.requires_grad_()
     return t
