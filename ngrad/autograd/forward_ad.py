@@ -95,9 +95,9 @@ def make_dual(tensor, tangent, *, level=None):
         )
     if not isinstance(tensor, Tensor) or not isinstance(tangent, Tensor):
         raise TypeError("make_dual expects Tensors for both the primal and the tangent")
-    if not tensor.dtype.is_floating_point:
+    if not tensor.dtype.differentiable:
         raise ValueError(f"Expected primal to be floating point or complex, but got: {tensor.dtype}")
-    if not tangent.dtype.is_floating_point:
+    if not tangent.dtype.differentiable:
         raise ValueError(f"Expected tangent to be floating point or complex, but got: {tangent.dtype}")
     if tangent.shape != tensor.shape:
         raise RuntimeError(
