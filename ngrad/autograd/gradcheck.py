@@ -399,10 +399,11 @@ def gradcheck(
         raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
     if check_batched_forward_grad and not check_forward_ad:
         raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
+    func, inputs = _real_views(func, _tuple(inputs))
     try:
         return _gradcheck(
             func,
-            _tuple(inputs),
+            inputs,
             (eps, atol, rtol, nondet_tol),
             check_undefined_grad,
             check_batched_grad,
@@ -415,6 +416,33 @@ def gradcheck(
         if raise_exception:
             raise
         return False
+
+
+def _real_views(func, inputs):
+    """``func`` and ``inputs`` with each complex tensor as its real view (a last dimension of 2),
+    inputs and outputs both, when any is complex: PyTorch's gradient of a complex input is the
+    gradient with respect to its real and imaginary parts, so checking the real function checks
+    it, each part perturbed on its own as PyTorch's gradcheck perturbs them."""
+    if not any(isinstance(t, Tensor) and t.dtype.is_complex for t in inputs):
+        with grad_mode.enable_grad():
+            out = func(*inputs)
+        if not any(isinstance(o, Tensor) and o.dtype.is_complex for o in _tuple(out)):
+            return func, inputs
+    from ..tensor.complex_ops import view_as_complex, view_as_real
+
+    complex_at = {i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.dtype.is_complex}
+    real_inputs = tuple(
+        view_as_real(t.detach()).clone().requires_grad_(t.requires_grad) if i in complex_at else t
+        for i, t in enumerate(inputs)
+    )
+
+    def real_func(*args):
+        out = func(*(view_as_complex(a) if i in complex_at else a for i, a in enumerate(args)))
+        if isinstance(out, Tensor):
+            return view_as_real(out) if out.dtype.is_complex else out
+        return type(out)(view_as_real(o) if isinstance(o, Tensor) and o.dtype.is_complex else o for o in out)
+
+    return real_func, real_inputs
 
 
 def _gradcheck(func, inputs, tol, undefined, batched, batched_forward, forward, backward, fast_mode):
