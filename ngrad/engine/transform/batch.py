@@ -100,7 +100,7 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
             if "shape" in p:
                 p["shape"] = (size,) + tuple(p["shape"])
             r = b.emit(name, lifted, p)
-        elif name in ("sum", "prod", "amax", "amin"):
+        elif name in ("sum", "prod", "amax", "amin", "fftn", "rfftn", "irfftn"):
             r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
         elif name in (
             "argmax",
