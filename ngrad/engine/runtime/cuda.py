@@ -39,6 +39,9 @@ COLD_MAX = 1 << 16  # input elements up to which a cold tape runs on the host in
 # glue that CuPy runs with NumPy's functions (through __array_function__ and __array_ufunc__)
 _CUPY_GLUE = frozenset(
     [
+        "fftn",  # cuFFT, through CuPy's numpy.fft
+        "rfftn",
+        "irfftn",
         "permute",
         "expand",
         "slice",
