@@ -1,4 +1,6 @@
-"""PyTorch-style text for tensors: ``tensor([2., 4.], grad_fn=<MulBackward0>)``."""
+"""PyTorch-style text for tensors: ``tensor([2., 4.], grad_fn=<MulBackward0>)``; a complex
+tensor's real and imaginary parts each get their own format, as PyTorch's
+(``tensor([1.5000+2.0000e+00j, -0.0000-3.2500e-05j])``)."""
 
 import numpy as np
 
@@ -67,6 +69,19 @@ class _Formatter:
         return self._fmt(v).rjust(self.width)
 
 
+class _ComplexFormatter:
+    """PyTorch's complex entries: the real part padded by its own format, the imaginary part
+    by its own with the padding stripped, joined by its sign."""
+
+    def __init__(self, values):
+        self.re, self.im = _Formatter(values.real), _Formatter(values.imag)
+        self.width = self.re.width + self.im.width + 1  # ``_render`` adds the ", " after it
+
+    def __call__(self, v):
+        imag = (self.im(v.imag) + "j").lstrip()
+        return self.re(v.real) + (imag if imag[0] in "+-" else "+" + imag)
+
+
 def _render(a, fmt, indent):
     if a.ndim == 0:
         return fmt(a[()])
@@ -101,6 +116,17 @@ def format_tensor(a, suffixes):
             suffixes = [f"size={tuple(a.shape)}"] + suffixes
     else:
         _render.summarize = a.size > THRESHOLD
-        fmt = _Formatter(_summarize(a))
+        values = _summarize(a)
+        fmt = _ComplexFormatter(values) if a.dtype.kind == "c" else _Formatter(values)
         body = _render(a, fmt, len(prefix))
-    return prefix + ", ".join([body] + suffixes) + ")"
+    # PyTorch's: a suffix that would pass the line width starts a new line, indented
+    text = prefix + body
+    out, last = [text], len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        if last + len(suffix) + 2 > LINEWIDTH:
+            out.append(",\n" + " " * len(prefix) + suffix)
+            last = len(prefix) + len(suffix)
+        else:
+            out.append(", " + suffix)
+            last += len(suffix) + 2
+    return "".join(out) + ")"

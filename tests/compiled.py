@@ -5,14 +5,14 @@ import numpy as np
 
 import ngrad
 from ngrad.engine.ir.graph import lower
-from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.ir.interpret import interpret, np_dtype
 from ngrad.engine.runtime import prepare
 from ngrad.engine.runtime.executor import execute
 from ngrad.engine.runtime.plan import CompiledPlan
 from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
-from .oracles import prim_tape
+from .oracles import draw, prim_tape
 
 
 def compiled(tape, values):
@@ -28,7 +28,7 @@ def assert_same(tape, values, rtol):
     for got in (compiled(tape, values), prepare(tape)(values)):
         for a, b in zip(got, ref):
             assert a.shape == b.shape and a.dtype == b.dtype
-            if a.dtype.kind == "f":
+            if a.dtype.kind in "fc":
                 np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
             else:
                 np.testing.assert_array_equal(a, b)
@@ -37,13 +37,14 @@ def assert_same(tape, values, rtol):
 def prim_joint(name, dtype, rng):
     """The joint tape of primitive ``name``'s test case in ``dtype``, and its input values."""
     args, params, wrt = test_prims.CASES[name]
-    args = [a.astype(dtype) if a.dtype.kind == "f" else a for a in args]
+    cdtype = np.complex64 if dtype == np.float32 else np.complex128
+    args = [a.astype(dtype) if a.dtype.kind == "f" else (a.astype(cdtype) if a.dtype.kind == "c" else a) for a in args]
     if name == "cast":
         params = {"dtype": "f64" if dtype == np.float32 else "f32"}
     tape, _ = prim_tape(name, args, params)
     joint = vjp(tape, [tape.inputs[i] for i in wrt])
     seeds = [
-        rng.standard_normal(joint.tape.shapes[s]).astype(joint.tape.dtypes[s] == "f32" and np.float32 or np.float64)
+        draw(rng, joint.tape.shapes[s], joint.tape.dtypes[s]).astype(np_dtype(joint.tape.dtypes[s]))
         for s in joint.seeds
     ]
     return joint.tape, list(args) + seeds

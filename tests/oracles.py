@@ -56,7 +56,23 @@ def _short(a):
         np.dtype(np.int64): "i64",
         np.dtype(np.bool_): "b8",
         np.dtype(np.int32): "i32",
+        np.dtype(np.complex128): "c128",
+        np.dtype(np.complex64): "c64",
     }[a.dtype]
+
+
+def draw(rng, shape, dtype):
+    """Standard normal values of ``shape`` for a slot of ``dtype`` (a short name or a NumPy
+    dtype): complex slots get independent real and imaginary parts."""
+    if str(dtype) in ("c64", "c128", "complex64", "complex128"):
+        return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    return rng.standard_normal(shape)
+
+
+def inner(a, b):
+    """The real inner product of two arrays (complex ones as pairs of reals): the pairing of a
+    cotangent with a tangent under PyTorch's convention for complex gradients."""
+    return float(np.sum(np.real(np.conj(a) * b)))
 
 
 def prim_tape(name, args, params):
@@ -88,15 +104,15 @@ def dot_check(tape, wrt_pos, args, rng, rtol=1e-5, atol=1e-7):
     joint = vjp(tape, [tape.inputs[i] for i in wrt_pos])
     joint.tape.verify()
     outs = interpret(tape, args)
-    vs = [rng.standard_normal(o.shape) for o in outs]
+    vs = [draw(rng, o.shape, o.dtype) for o in outs]
     res = interpret(joint.tape, list(args) + vs)
     for k, i in enumerate(wrt_pos):
-        u = rng.standard_normal(args[i].shape)
+        u = draw(rng, args[i].shape, args[i].dtype)
         pos = joint.grads[k]
-        analytic = 0.0 if pos is None else float(np.sum(u * res[pos]))
+        analytic = 0.0 if pos is None else inner(res[pos], u)
 
         def f(a):
-            return sum(float(np.sum(v * o)) for v, o in zip(vs, interpret(tape, a)))
+            return sum(inner(v, o) for v, o in zip(vs, interpret(tape, a)))
 
         numeric = _fd(f, args, i, u)
         assert np.isclose(analytic, numeric, rtol=rtol, atol=atol), (i, analytic, numeric)

@@ -48,7 +48,7 @@ def assert_same_on_cuda(tape, values, rtol):
     for a, b in zip(got, ref):
         a = a.copy_to_host()
         assert a.shape == b.shape and a.dtype == b.dtype
-        if a.dtype.kind == "f":
+        if a.dtype.kind in "fc":
             np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
         else:
             np.testing.assert_array_equal(a, b)

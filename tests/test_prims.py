@@ -11,7 +11,7 @@ from ngrad.engine.ir.prims import PRIMS, TapeError
 from ngrad.engine.transform.differentiate import jvp, vjp
 
 from . import cases_complex_math, cases_fft, cases_linalg, cases_scatter, cases_selection
-from .oracles import dot_check, prim_tape, second_order_tape
+from .oracles import dot_check, draw, inner, prim_tape, second_order_tape
 
 R = np.random.default_rng(7)
 
@@ -140,7 +140,7 @@ def test_vjp_second_order(name, rng):
     tape, _ = prim_tape(name, args, params)
     h = second_order_tape(tape, wrt)
     # inputs of h: the primal args, the cotangent seed v, one weight w per gradient
-    extra = [rng.standard_normal(h.shapes[s]) for s in h.inputs[len(args) :]]
+    extra = [draw(rng, h.shapes[s], h.dtypes[s]) for s in h.inputs[len(args) :]]
     dot_check(h, wrt, list(args) + extra, rng, rtol=1e-4, atol=1e-6)
 
 
@@ -251,9 +251,9 @@ def test_jvp_against_finite_differences(name, rng):
     tape, _ = prim_tape(name, args, params)
     t = jvp(tape, [tape.inputs[i] for i in wrt])
     t.tape.verify()
-    us = [rng.standard_normal(args[i].shape) for i in wrt]
+    us = [draw(rng, args[i].shape, args[i].dtype) for i in wrt]
     res = interpret(t.tape, list(args) + us)
-    analytic = res[t.tangents[0]] if t.tangents[0] is not None else np.zeros_like(res[0], dtype=float)
+    analytic = res[t.tangents[0]] if t.tangents[0] is not None else np.zeros_like(res[0])
 
     def f(eps):
         shifted = list(args)
@@ -271,13 +271,13 @@ def test_jvp_is_the_transpose_of_vjp(name, rng):
     args, params, wrt = CASES[name]
     tape, _ = prim_tape(name, args, params)
     t, joint = jvp(tape, [tape.inputs[i] for i in wrt]), vjp(tape, [tape.inputs[i] for i in wrt])
-    us = [rng.standard_normal(args[i].shape) for i in wrt]
+    us = [draw(rng, args[i].shape, args[i].dtype) for i in wrt]
     out = interpret(tape, args)[0]
-    v = rng.standard_normal(out.shape)
+    v = draw(rng, out.shape, out.dtype)
     ju = interpret(t.tape, list(args) + us)
     jtv = interpret(joint.tape, list(args) + [v])
-    lhs = 0.0 if t.tangents[0] is None else float(np.sum(v * ju[t.tangents[0]]))
-    rhs = sum(float(np.sum(u * jtv[p])) for u, p in zip(us, joint.grads) if p is not None)
+    lhs = 0.0 if t.tangents[0] is None else inner(v, ju[t.tangents[0]])
+    rhs = sum(inner(jtv[p], u) for u, p in zip(us, joint.grads) if p is not None)
     assert np.isclose(lhs, rhs, rtol=1e-10, atol=1e-12)
 
 

@@ -194,7 +194,7 @@ class Tensor(
                     "differentiation use var_no_grad = var.detach()."
                 )
             return self
-        if requires_grad and not n.dtype.is_floating_point:
+        if requires_grad and not n.dtype.differentiable:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
         if requires_grad and (n.meta or NO_META).is_inference and not _gm.inference:
             raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
@@ -477,6 +477,7 @@ class Tensor(
         n = self._node
         suffixes = []
         default = D.get_default_dtype() if n.dtype.is_floating_point else D.int64
+        default = D.get_default_complex_dtype() if n.dtype.is_complex else default
         if n.dtype is not default and n.dtype is not D.bool_:
             suffixes.append(f"dtype={n.dtype!r}")
         if n.differentiable:

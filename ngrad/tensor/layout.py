@@ -77,6 +77,13 @@ def step_layout(layout, shape, step):
         return tuple(s * c for s, c in zip(strides, p["steps"])), offset
     if op == "expand":
         return tuple(0 if a != b else s for s, a, b in zip(strides, shape, step.shape)), offset
+    if op in ("real", "imag", "view_as_real"):  # in elements of half the size
+        doubled = tuple(2 * s for s in strides) + ((1,) if op == "view_as_real" else ())
+        return doubled, 2 * offset + (op == "imag")
+    if op == "view_as_complex":
+        return tuple(s // 2 for s in strides[:-1]), offset // 2
+    if op == "conj":
+        return layout
     new = view_strides(shape, strides, step.shape)
     return None if new is None else (new, offset)
 

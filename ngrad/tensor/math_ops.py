@@ -328,7 +328,7 @@ class MathOps:
 
     def isnan(self):
         n = self._node
-        if not n.dtype.is_floating_point:
+        if not n.dtype.differentiable:
             return (
                 wrap(source(value_on(np.zeros(n.shape, bool), n.device), D.bool_))
                 if n.value is not None
@@ -380,7 +380,7 @@ class MathOps:
 
     def abs(self):
         n = self._node
-        return record_op("abs", (n,), None, n.shape, n.dtype, "AbsBackward0")
+        return record_op("abs", (n,), None, n.shape, n.dtype.to_real(), "AbsBackward0")
 
     absolute = abs
 
@@ -390,7 +390,7 @@ class MathOps:
 
     def _rounding(self, op, name):
         n = self._node
-        if not n.dtype.is_floating_point:
+        if n.dtype.category < 2:
             return self.clone()
         return record_op(op, (n,), None, n.shape, n.dtype, name)
 

@@ -91,7 +91,7 @@ class ReduceOps:
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):
         n = self._node if dtype is None else cast_node(self._node, dtype)
-        if not n.dtype.is_floating_point:
+        if not n.dtype.differentiable:
             raise RuntimeError(
                 "mean(): could not infer output dtype. Input dtype must be either a floating "
                 f"point or complex dtype. Got: {n.dtype.name.capitalize()}"
@@ -142,8 +142,8 @@ class ReduceOps:
 
     def _arg_extreme(self, op, dim, keepdim):
         n = self._node
-        if n.dtype is D.bool_:
-            raise RuntimeError(f"{op}(): does not support bool input")
+        if n.dtype is D.bool_ or n.dtype.is_complex:
+            raise RuntimeError(f"{op}(): does not support {'bool' if n.dtype is D.bool_ else 'complex'} input")
         if dim is None:
             n = reshape_node(n, (math.prod(n.shape),))
             axis, keepdim = 0, False

@@ -48,11 +48,14 @@ ALWAYS = (
     "movedim",
     "moveaxis",
     "diagonal",
+    "conj",
 )
-ALWAYS_PROPERTIES = ("T", "mT")
+ALWAYS_PROPERTIES = ("T", "mT", "real", "imag")
 VIEWABLE = ("reshape", "reshape_as", "flatten", "unflatten")
 MULTI = {"split": "Split", "chunk": "Split", "unbind": "Unbind", "tensor_split": "TensorSplit"}
-MOVES = ("reshape", "permute", "expand", "slice")
+# a complex tensor's parts, its conjugate, and its pairs of reals: views of another dtype
+COMPLEX_VIEWS = ("real", "imag", "conj", "view_as_real", "view_as_complex")
+MOVES = ("reshape", "permute", "expand", "slice") + COMPLEX_VIEWS
 
 NO_GRAD_VIEW = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
 MULTI_OUTPUT = (
@@ -185,7 +188,22 @@ def apply_step(n, step):
     if step.op == "take":  # as_strided: the storage's elements at computed positions
         idx = index_source(step.params["index"])
         return record_op("index", (n, idx), {"axis": 0}, step.shape, n.dtype, step.name)._node
-    return record_op(step.op, (n,), step.params, step.shape, n.dtype, step.name)._node
+    dtype = n.dtype
+    if step.op in COMPLEX_VIEWS and step.op != "conj":
+        dtype = dtype.to_complex() if step.op == "view_as_complex" else dtype.to_real()
+    return record_op(step.op, (n,), step.params, step.shape, dtype, step.name)._node
+
+
+def _undo_complex(parent, op, new):
+    """The value of complex ``parent`` (real, for ``view_as_complex``) once its view ``op``
+    became ``new``: a new real or imaginary part joined with the part left as it was."""
+    if op in ("conj", "view_as_real", "view_as_complex"):
+        inverse = {"conj": "conj", "view_as_real": "view_as_complex", "view_as_complex": "view_as_real"}[op]
+        return record_op(inverse, (new,), None, parent.shape, parent.dtype, None)._node
+    real = parent.dtype.to_real()
+    re = new if op == "real" else record_op("real", (parent,), None, parent.shape, real, None)._node
+    im = new if op == "imag" else record_op("imag", (parent,), None, parent.shape, real, None)._node
+    return record_op("complex", (re, im), None, parent.shape, parent.dtype, None)._node
 
 
 def replay(n, steps):
@@ -260,6 +278,8 @@ def undo_step(parent, step, new, ancestor=False):
         return record_op("where", (cond, parent, placed), None, parent.shape, parent.dtype, "CopySlices")._node
     if op == "expand" or op == "reshape":
         return record_op("reshape", (new,), {"shape": parent.shape}, parent.shape, new.dtype, None)._node
+    if op in COMPLEX_VIEWS:
+        return _undo_complex(parent, op, new)
     raise AssertionError(op)
 
 

@@ -11,7 +11,7 @@ imports Numba.
 from ..ir.tape import format_instr
 from .codegen import Part, Source
 from .element import render_element
-from .source_math import NP_TYPE, Expr, SourceMath, identity, to_sign_of, typed
+from .source_math import NP_TYPE, Expr, SourceMath, dual, identity, to_sign_of, typed
 
 __all__ = ["cuda_source", "cuda_fill_source", "cuda_matmul_source", "CudaMath", "CUDA_BLOCK", "MATMUL_TILE"]
 
@@ -28,17 +28,31 @@ def _libdevice(name):
 
 class CudaMath(SourceMath):
     """``SourceMath`` for ``cuda.jit``: libdevice's accurate functions (through ``math``) instead
-    of the CPU's vectorisable ones, which exist to make LLVM vectorise loops a GPU does not have."""
+    of the CPU's vectorisable ones, which exist to make LLVM vectorise loops a GPU does not have;
+    complex operands take ``cmath``'s (NumPy's scalar functions do not exist on the device)."""
 
-    exp, expm1, log, log1p, tanh = _c("exp"), _c("expm1"), _c("log"), _c("log1p"), _c("tanh")
-    sin, cos, erf = _c("sin"), _c("cos"), _c("erf")
+    exp, log, tanh = (
+        dual(_c("exp"), "cmath.exp({0})"),
+        dual(_c("log"), "cmath.log({0})"),
+        dual(_c("tanh"), "cmath.tanh({0})"),
+    )
+    expm1, log1p = dual(_c("expm1"), "(cmath.exp({0}) - 1)"), dual(_c("log1p"), "cmath.log(1 + {0})")
+    sin, cos, erf = dual(_c("sin"), "cmath.sin({0})"), dual(_c("cos"), "cmath.cos({0})"), _c("erf")
+    sqrt, tan = dual(_c("sqrt"), "cmath.sqrt({0})"), dual(_c("tan"), "cmath.tan({0})")
+    asin, acos = dual(_c("asin"), "cmath.asin({0})"), dual(_c("acos"), "cmath.acos({0})")
+    atan, sinh, cosh = (
+        dual(_c("atan"), "cmath.atan({0})"),
+        dual(_c("sinh"), "cmath.sinh({0})"),
+        dual(_c("cosh"), "cmath.cosh({0})"),
+    )
     floor, ceil, round = _libdevice("floor"), _libdevice("ceil"), _libdevice("rint")
     sincos = _libdevice("sincos")  # a pair (sin, cos)
 
     @staticmethod
     def sigmoid(x):
         one = typed(1, x.dtype)
-        return Expr(f"({one} / ({one} + math.exp(-{x.text})))", x.dtype)
+        exp = "cmath.exp" if x.dtype in ("c64", "c128") else "math.exp"
+        return Expr(f"({one} / ({one} + {exp}(-{x.text})))", x.dtype)
 
     @staticmethod
     def softplus(x):  # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
@@ -152,7 +166,7 @@ def cuda_source(kernel, tape, late=frozenset()):
     out += ["    while e < n:"] + ["        " + ln for ln in unravel + body] + ["        e += step"]
     out += ["    " + ln for ln in tail]
     text = (
-        "import math\n\nimport numpy as np\nfrom numba import cuda\nfrom numba.cuda import libdevice\n\n"
+        "import cmath\nimport math\n\nimport numpy as np\nfrom numba import cuda\nfrom numba.cuda import libdevice\n\n"
         f"BLOCK = {CUDA_BLOCK}\n\n\n" + "\n".join(out) + "\n"
     )
     part = Part(

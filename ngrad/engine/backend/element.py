@@ -17,7 +17,7 @@ from ..ir.prims import PRIMS
 from ..ir.tape import format_instr
 from .fuse import ReadKind
 from .passes import Pass, run_passes
-from .source_math import Expr, typed
+from .source_math import COMPLEX, Expr, typed
 
 __all__ = [
     "render_element",
@@ -39,6 +39,8 @@ def _pow_literal(x, value):
         return f"({t} * {t} * {t})"
     if value == 1:
         return t
+    if value in (0.5, -0.5) and x.dtype in COMPLEX:  # math.sqrt is real only: the pow call
+        return None
     if value == 0.5:
         return f"math.sqrt({t})"
     if value == -1:
@@ -180,7 +182,7 @@ def pair_sincos(state):
         return
     first = {}
     for ins in state.kernel.body:
-        if ins.prim in ("sin", "cos"):
+        if ins.prim in ("sin", "cos") and state.tape.dtypes[ins.out] not in COMPLEX:  # sincos is real
             first.setdefault((ins.prim, ins.args[0]), ins)
     for (prim, a), sin in first.items():
         cos = first.get(("cos", a))

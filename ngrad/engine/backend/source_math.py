@@ -5,7 +5,9 @@ definition of every element-wise primitive.
 
 Contract: ``PRIMS[p].fwd(SourceMath, *exprs, **params)`` is the ``Expr`` of primitive ``p`` on
 operand expressions; ``typed(value, dtype)`` is a literal that keeps its dtype (float32 code stays
-float32); ``identity(prim, dtype)`` is a reduction's starting value. Names of the vectorisable
+float32, complex64 complex64); ``identity(prim, dtype)`` is a reduction's starting value. Complex
+operands take NumPy's scalar functions (Numba's complex math) where real ones take the vectorisable
+helpers; ``CudaMath`` gives them ``cmath``'s. Names of the vectorisable
 math (``_vexp``...) are the helpers of vmath.py, which the compiled module defines. The CPU loops
 (codegen.py), the CUDA kernels (cuda_source.py) and bytecode's chain rows all build on these.
 """
@@ -14,11 +16,32 @@ import math
 
 import numpy as np
 
-__all__ = ["Expr", "SourceMath", "typed", "to_sign_of", "identity", "NP_TYPE", "GUARDED", "TRIG_LIMIT"]
+__all__ = [
+    "Expr",
+    "SourceMath",
+    "typed",
+    "to_sign_of",
+    "identity",
+    "dual",
+    "NP_TYPE",
+    "GUARDED",
+    "TRIG_LIMIT",
+    "COMPLEX",
+]
 
 
 _NP_INFO = {"i64": np.int64, "i32": np.int32}
-NP_TYPE = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64", "i32": "np.int32", "b8": "np.bool_"}
+NP_TYPE = {
+    "f64": "np.float64",
+    "f32": "np.float32",
+    "i64": "np.int64",
+    "i32": "np.int32",
+    "b8": "np.bool_",
+    "c64": "np.complex64",
+    "c128": "np.complex128",
+}
+COMPLEX = ("c64", "c128")
+_REAL_OF = {"c64": "f32", "c128": "f64"}
 
 
 class Expr:
@@ -74,9 +97,28 @@ def typed(value, dtype):
         return "True" if value else "False"
     if dtype[0] == "i":
         return f"{NP_TYPE[dtype]}({int(value)})"
-    v = float(value)
-    text = repr(v) if math.isfinite(v) else ("np.nan" if v != v else "np.inf" if v > 0 else "-np.inf")
-    return f"{NP_TYPE[dtype]}({text})"
+    if dtype in COMPLEX:
+        z = complex(value)
+        return f"{NP_TYPE[dtype]}(complex({_float_text(z.real)}, {_float_text(z.imag)}))"
+    return f"{NP_TYPE[dtype]}({_float_text(float(value))})"
+
+
+def _float_text(v):
+    return repr(v) if math.isfinite(v) else ("np.nan" if v != v else "np.inf" if v > 0 else "-np.inf")
+
+
+def dual(real, complex_form):
+    """A math function for both kinds of operand: ``real`` (a function of the ``Expr``, or a
+    staticmethod of one) for real ones, ``complex_form`` (a ``str.format`` text of the operand's
+    text, ``{0}``) for complex ones."""
+    real = real.__func__ if isinstance(real, staticmethod) else real
+
+    def f(x):
+        if x.dtype in COMPLEX:
+            return Expr(complex_form.format(x.text), x.dtype)
+        return real(x)
+
+    return staticmethod(f)
 
 
 def _f(name):
@@ -114,14 +156,21 @@ def to_sign_of(r, s, y, step):
 class SourceMath:
     """The math namespace of the primitive table, producing Numba-compatible source text."""
 
-    sqrt = _f("math.sqrt")
-    # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once)
-    exp, log, tanh = _v("_vexp"), _v("_vlog"), _v("_vtanh")
-    expm1, log1p = _v_odd("_vexpm1"), _v_odd("_vlog1p")
-    sigmoid, softplus = _v("_vsigmoid"), _v("_vsoftplus")
-    sin, cos = _v("_vsin"), _v("_vcos")  # guarded: see GUARDED and render()
-    tan, asin, acos, atan = _f("math.tan"), _f("math.asin"), _f("math.acos"), _f("math.atan")
-    sinh, cosh, erf = _f("math.sinh"), _f("math.cosh"), _v("_verf")
+    sqrt = dual(_f("math.sqrt"), "np.sqrt({0})")
+    # the vectorisable math of engine/vmath.py (float32 evaluates in float64 and rounds once);
+    # complex operands: NumPy's scalar functions, which Numba compiles for complex64 and complex128
+    exp, log, tanh = (
+        dual(_v("_vexp"), "np.exp({0})"),
+        dual(_v("_vlog"), "np.log({0})"),
+        dual(_v("_vtanh"), "np.tanh({0})"),
+    )
+    expm1, log1p = dual(_v_odd("_vexpm1"), "np.expm1({0})"), dual(_v_odd("_vlog1p"), "np.log1p({0})")
+    sigmoid, softplus = dual(_v("_vsigmoid"), "(1 / (1 + np.exp(-{0})))"), _v("_vsoftplus")
+    # guarded: see GUARDED and render()
+    sin, cos = dual(_v("_vsin"), "np.sin({0})"), dual(_v("_vcos"), "np.cos({0})")
+    tan, asin = dual(_f("math.tan"), "np.tan({0})"), dual(_f("math.asin"), "np.arcsin({0})")
+    acos, atan = dual(_f("math.acos"), "np.arccos({0})"), dual(_f("math.atan"), "np.arctan({0})")
+    sinh, cosh, erf = dual(_f("math.sinh"), "np.sinh({0})"), dual(_f("math.cosh"), "np.cosh({0})"), _v("_verf")
     floor, ceil, round = _f("np.floor"), _f("np.ceil"), _f("np.rint")
 
     @staticmethod
@@ -131,7 +180,32 @@ class SourceMath:
 
     @staticmethod
     def abs(x):
-        return Expr(f"abs({x.text})", x.dtype)
+        return Expr(f"abs({x.text})", _REAL_OF.get(x.dtype, x.dtype))
+
+    @staticmethod
+    def conj(x):
+        return Expr(f"{x.text}.conjugate()", x.dtype)
+
+    @staticmethod
+    def real(x):
+        return Expr(f"{x.text}.real", _REAL_OF[x.dtype])
+
+    @staticmethod
+    def imag(x):
+        return Expr(f"{x.text}.imag", _REAL_OF[x.dtype])
+
+    @staticmethod
+    def complex(x, y):
+        dtype = "c64" if x.dtype == "f32" else "c128"
+        return Expr(f"{NP_TYPE[dtype]}(complex({x.text}, {y.text}))", dtype)
+
+    @staticmethod
+    def angle(x):
+        if x.dtype in COMPLEX:
+            real = _REAL_OF[x.dtype]
+            return Expr(f"{NP_TYPE[real]}(math.atan2({x.text}.imag, {x.text}.real))", real)
+        pi, zero = typed(math.pi, x.dtype), typed(0, x.dtype)
+        return Expr(f"({x.text} if {x.text} != {x.text} else ({pi} if {x.text} < {zero} else {zero}))", x.dtype)
 
     @staticmethod
     def isnan(x):
@@ -189,6 +263,8 @@ class SourceMath:
     def cast(x, dtype):
         if dtype == "b8":
             return Expr(f"({x.text} != 0)", dtype)
+        if x.dtype in COMPLEX and dtype not in COMPLEX:  # PyTorch discards the imaginary part
+            return Expr(f"{NP_TYPE[dtype]}({x.text}.real)", dtype)
         return Expr(f"{NP_TYPE[dtype]}({x.text})", dtype)
 
 

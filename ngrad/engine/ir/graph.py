@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .dtypes import from_short
+from .dtypes import DIFFERENTIABLE, from_short
 from .prims import ELEMENTWISE, PRIMS
 from .tape import Builder, Tape
 
@@ -277,7 +277,7 @@ def replay(tape, inputs, grad_enabled, known=None):
         rg = (
             grad_enabled
             and PRIMS[ins.prim].vjp is not None
-            and dtype in ("f32", "f64")
+            and dtype in DIFFERENTIABLE
             and any(s.requires_grad for s in srcs)
         )
         env[ins.out] = Node(ins.prim, srcs, dict(ins.params) or None, tape.shapes[ins.out], from_short(dtype), rg)

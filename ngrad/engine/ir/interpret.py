@@ -23,7 +23,15 @@ from .tape import Instr, Tape
 
 __all__ = ["interpret", "NUMPY"]
 
-_NP = {"b8": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+_NP = {
+    "b8": np.bool_,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f32": np.float32,
+    "f64": np.float64,
+    "c64": np.complex64,
+    "c128": np.complex128,
+}
 
 
 def np_dtype(short: str) -> np.dtype:
@@ -108,6 +116,8 @@ class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
 
     @staticmethod
     def cast(x: np.ndarray, dtype: str) -> np.ndarray:
+        if x.dtype.kind == "c" and dtype[0] != "c":  # PyTorch discards the imaginary part
+            x = x.real
         return x.astype(np_dtype(dtype))
 
     @staticmethod

@@ -389,7 +389,7 @@ class Builder:
     def full(self, value: float, shape: Shape, dtype: str) -> Var:
         """``value`` broadcast to ``shape``: a const (one per literal and dtype, by ``emit``'s
         common-subexpression elimination), then expand."""
-        value = {"b8": bool, "i32": int, "i64": int}.get(dtype, float)(value)
+        value = {"b8": bool, "i32": int, "i64": int, "c64": complex, "c128": complex}.get(dtype, float)(value)
         c = self.emit("const", (), {"value": value, "dtype": dtype})
         if not shape:
             return c

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from ..ir.dtypes import DIFFERENTIABLE
 from ..ir.prims import PRIMS, Params, Shape, Vjp
 from ..ir.tape import Builder, Instr, Key, Tape, Var
 
@@ -172,7 +173,7 @@ def _appended(outputs: list[T], extra: Sequence[T | None]) -> list[int | None]:
 
 def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     """Append the reverse pass of ``tape`` with respect to the slots ``wrt``; see module doc."""
-    floating = ("f32", "f64")
+    floating = DIFFERENTIABLE
     active = {s for s in wrt if tape.dtypes[s] in floating}
     # literals of the program are not "saved tensors"; runtime scalars are (PyTorch saves the
     # wrapped number of `x * 2`, so a second backward through it fails there too)
@@ -425,11 +426,11 @@ def jvp(tape: Tape, wrt: Sequence[int]) -> Tangent:
     for s in wrt:
         t = b.input(tape.shapes[s], tape.dtypes[s])
         inputs.append(t.slot)
-        if tape.dtypes[s] in ("f32", "f64"):
+        if tape.dtypes[s] in DIFFERENTIABLE:
             tan[s] = t
     for ins in tape.instrs:
         rule = PRIMS[ins.prim].jvp
-        if rule is None or tape.dtypes[ins.out] not in ("f32", "f64"):
+        if rule is None or tape.dtypes[ins.out] not in DIFFERENTIABLE:
             continue
         ts = [tan.get(a) for a in ins.args]
         if all(t is None for t in ts):

@@ -9,7 +9,14 @@ printed, run, fused or differentiated again. Elementwise rows state their partia
 once (``per_arg``): an elementwise Jacobian is diagonal, so the same rules give the VJP
 (applied to a cotangent) and the JVP (applied to tangents, summed). Linear rows (movement,
 indexing, ``sum``, ``cumsum``) are their own JVP (``LINEAR``). Dtypes inside tapes are short
-names: 'b8', 'i32', 'i64', 'f32', 'f64'.
+names: 'b8', 'i32', 'i64', 'f32', 'f64', 'c64', 'c128'.
+
+Complex values follow PyTorch's convention: the cotangent of a complex value is the conjugate
+Wirtinger derivative of a real loss (``dL/dx + i dL/dy``), so a holomorphic row's VJP multiplies
+by the conjugate of its derivative (``conj``, which adds nothing to a real tape) and its JVP by
+the derivative itself (``_diagonal`` conjugates around the rule). A row whose result is real
+and whose argument is complex (``abs``, ``angle``, ``real``) gets its JVP from the same rule,
+as the real part of the conjugate gradient times the tangent.
 
 Broadcasting is not handled by any row: elementwise rows require equal shapes and dtypes,
 and the single ``expand`` row broadcasts (its VJP sums back).
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import shapes as S
+from ..dtypes import COMPLEX, REAL_OF
 from ..shapes import TapeError
 
 if TYPE_CHECKING:  # the builder's handles that rules compute with (tape imports this table)
@@ -66,6 +74,11 @@ def sum_to(g: Var, shape: Shape) -> Var:
     return g.sum(axes=axes, keepdim=True) if axes else g
 
 
+def conj(v: Var) -> Var:
+    """The complex conjugate of ``v``; ``v`` itself when it is real, so a real tape is unchanged."""
+    return v.conj() if v.dtype in COMPLEX else v
+
+
 def zeros_like(v: Var) -> Var:
     """Zeros of ``v``'s shape and dtype (a broadcast literal)."""
     return v.bld.full(0, v.shape, v.dtype)
@@ -101,7 +114,7 @@ def _prod_others(x: Var, axes: Ints) -> Var:
 
 
 def _prod_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
-    return unreduce(g, x.shape, axes, keepdim) * _prod_others(x, axes)
+    return unreduce(g, x.shape, axes, keepdim) * conj(_prod_others(x, axes))
 
 
 def _prod_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
@@ -118,15 +131,31 @@ def _matmul_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> 
 
 def _pow_base(g: Var, out: Var, x: Var, y: Var) -> Var:
     c = x.bld.literal(y)
+    if isinstance(c, complex):  # a complex literal exponent: real ones take the real paths
+        c = c.real if c.imag == 0 else None
     if c == 0.5:  # PyTorch's x ** 0.5 is a square root: its gradient is -inf, not inf, at -0.0
-        return g * 0.5 / x.sqrt()
+        return g * 0.5 / conj(x.sqrt())
     if c is not None and c != 0:  # x ** c with a literal c: no mask needed, and c == 1, 2 need no pow
-        return g * c if c == 1 else (g * (x * c) if c == 2 else g * c * x.pow(c - 1))
-    return y.eq(0).where(zeros_like(x), g * y * x.pow(y - 1))
+        return g * c if c == 1 else (g * conj(x * c) if c == 2 else g * c * conj(x.pow(c - 1)))
+    return y.eq(0).where(zeros_like(x), g * conj(y * x.pow(y - 1)))
 
 
 def _pow_exponent(g: Var, out: Var, x: Var, y: Var) -> Var:
-    return x.eq(0).logical_and(y.ge(0)).where(zeros_like(y), g * out * x.log())
+    ye = y.real() if y.dtype in COMPLEX else y  # PyTorch's: a zero base with Re(exponent) >= 0
+    return x.eq(0).logical_and(ye.ge(0)).where(zeros_like(y), g * conj(out * x.log()))
+
+
+def real_result(shapes: Shapes, dtypes: Dtypes) -> Typed:
+    """The shape rule of an elementwise row whose result is real (``abs``): a complex argument
+    gives its real dtype."""
+    return shapes[0], REAL_OF.get(dtypes[0], dtypes[0])
+
+
+def _abs_vjp(g: Var, out: Var, x: Var) -> Var:
+    if x.dtype not in COMPLEX:
+        return g * x.sign()  # 0 at NaN: sign's
+    # PyTorch's sgn: z / |z|, 0 at 0
+    return g.cast(dtype=x.dtype) * out.eq(0).where(zeros_like(x), x / out.cast(dtype=x.dtype))
 
 
 def _trunc(q: Var) -> Var:
@@ -217,7 +246,13 @@ def _diagonal(rules: Sequence[Rule | None]) -> Jvp:
         total = None
         for r, t in zip(rules, ts):
             if r is not None and t is not None:
-                term = r(t, out, *args, **params)
+                if t.dtype not in COMPLEX:
+                    term = r(t, out, *args, **params)
+                elif out.dtype in COMPLEX:  # holomorphic: f'(z) t is the conjugate of conj(f'(z)) conj(t)
+                    term = conj(r(t.conj(), out, *args, **params))
+                else:  # a real result: Re(conj(G) t), G the rule's gradient of a unit cotangent
+                    grad = r(out.bld.full(1, out.shape, out.dtype), out, *args, **params)
+                    term = None if grad is None else (grad.conj() * t).real()
                 if term is not None:  # a partial that is None contributes nothing
                     total = term if total is None else total + term
         return total
@@ -230,7 +265,7 @@ def _linear(name: str) -> Jvp:
     (zeros for a floating argument without one; index arguments stay as they are)."""
 
     def jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
-        operands = [t if t is not None else (zeros_like(a) if a.dtype[0] == "f" else a) for a, t in zip(args, ts)]
+        operands = [t if t is not None else (zeros_like(a) if a.dtype[0] in "fc" else a) for a, t in zip(args, ts)]
         return out.bld.emit(name, operands, params)
 
     return jvp
@@ -256,24 +291,24 @@ def P(
 
 # elementwise unary: (m, x) -> same shape and dtype
 P("neg", "unary", S.unary, lambda m, x: -x, per_arg(lambda g, out, x: -g))
-P("exp", "unary", S.unary, lambda m, x: m.exp(x), per_arg(lambda g, out, x: g * out))
-P("log", "unary", S.unary, lambda m, x: m.log(x), per_arg(lambda g, out, x: g / x))
-P("log1p", "unary", S.unary, lambda m, x: m.log1p(x), per_arg(lambda g, out, x: g / (x + 1)))
-P("expm1", "unary", S.unary, lambda m, x: m.expm1(x), per_arg(lambda g, out, x: g * (out + 1)))
-P("sqrt", "unary", S.unary, lambda m, x: m.sqrt(x), per_arg(lambda g, out, x: g / (out * 2)))
-P("sin", "unary", S.unary, lambda m, x: m.sin(x), per_arg(lambda g, out, x: g * x.cos()))
-P("cos", "unary", S.unary, lambda m, x: m.cos(x), per_arg(lambda g, out, x: g * -x.sin()))
-P("tan", "unary", S.unary, lambda m, x: m.tan(x), per_arg(lambda g, out, x: g * (out * out + 1)))
-P("asin", "unary", S.unary, lambda m, x: m.asin(x), per_arg(lambda g, out, x: g / (1 - x * x).sqrt()))
-P("acos", "unary", S.unary, lambda m, x: m.acos(x), per_arg(lambda g, out, x: -(g / (1 - x * x).sqrt())))
-P("atan", "unary", S.unary, lambda m, x: m.atan(x), per_arg(lambda g, out, x: g / (x * x + 1)))
-P("sinh", "unary", S.unary, lambda m, x: m.sinh(x), per_arg(lambda g, out, x: g * x.cosh()))
-P("cosh", "unary", S.unary, lambda m, x: m.cosh(x), per_arg(lambda g, out, x: g * x.sinh()))
-P("tanh", "unary", S.unary, lambda m, x: m.tanh(x), per_arg(lambda g, out, x: g * (1 - out * out)))
-P("sigmoid", "unary", S.unary, lambda m, x: m.sigmoid(x), per_arg(lambda g, out, x: g * (1 - out) * out))
+P("exp", "unary", S.unary, lambda m, x: m.exp(x), per_arg(lambda g, out, x: g * conj(out)))
+P("log", "unary", S.unary, lambda m, x: m.log(x), per_arg(lambda g, out, x: g / conj(x)))
+P("log1p", "unary", S.unary, lambda m, x: m.log1p(x), per_arg(lambda g, out, x: g / conj(x + 1)))
+P("expm1", "unary", S.unary, lambda m, x: m.expm1(x), per_arg(lambda g, out, x: g * conj(out + 1)))
+P("sqrt", "unary", S.unary, lambda m, x: m.sqrt(x), per_arg(lambda g, out, x: g / conj(out * 2)))
+P("sin", "unary", S.unary, lambda m, x: m.sin(x), per_arg(lambda g, out, x: g * conj(x.cos())))
+P("cos", "unary", S.unary, lambda m, x: m.cos(x), per_arg(lambda g, out, x: g * -conj(x.sin())))
+P("tan", "unary", S.unary, lambda m, x: m.tan(x), per_arg(lambda g, out, x: g * conj(out * out + 1)))
+P("asin", "unary", S.unary, lambda m, x: m.asin(x), per_arg(lambda g, out, x: g / conj((1 - x * x).sqrt())))
+P("acos", "unary", S.unary, lambda m, x: m.acos(x), per_arg(lambda g, out, x: -(g / conj((1 - x * x).sqrt()))))
+P("atan", "unary", S.unary, lambda m, x: m.atan(x), per_arg(lambda g, out, x: g / conj(x * x + 1)))
+P("sinh", "unary", S.unary, lambda m, x: m.sinh(x), per_arg(lambda g, out, x: g * conj(x.cosh())))
+P("cosh", "unary", S.unary, lambda m, x: m.cosh(x), per_arg(lambda g, out, x: g * conj(x.sinh())))
+P("tanh", "unary", S.unary, lambda m, x: m.tanh(x), per_arg(lambda g, out, x: g * conj(1 - out * out)))
+P("sigmoid", "unary", S.unary, lambda m, x: m.sigmoid(x), per_arg(lambda g, out, x: g * conj((1 - out) * out)))
 P("softplus", "unary", S.unary, lambda m, x: m.softplus(x), per_arg(lambda g, out, x: g * x.sigmoid()))
 P("erf", "unary", S.unary, lambda m, x: m.erf(x), per_arg(lambda g, out, x: g * (-(x * x)).exp() * _SQRT_PI_2))
-P("abs", "unary", S.unary, lambda m, x: m.abs(x), per_arg(lambda g, out, x: g * x.sign()))  # 0 at NaN: sign's
+P("abs", "unary", real_result, lambda m, x: m.abs(x), per_arg(_abs_vjp))
 P("sign", "unary", S.unary, lambda m, x: m.sign(x), per_arg(lambda g, out, x: zeros_like(g)))
 P("floor", "unary", S.unary, lambda m, x: m.floor(x), per_arg(lambda g, out, x: zeros_like(g)))
 P("ceil", "unary", S.unary, lambda m, x: m.ceil(x), per_arg(lambda g, out, x: zeros_like(g)))
@@ -285,8 +320,8 @@ P(
     "cast",
     S.cast,
     lambda m, x, dtype: m.cast(x, dtype),
-    per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] == "f" else None),
-    lambda ts, out, args, params: sole(ts).cast(dtype=out.dtype) if out.dtype[0] == "f" else None,
+    per_arg(lambda g, out, x, dtype: g.cast(dtype=x.dtype) if x.dtype[0] in "fc" else None),
+    lambda ts, out, args, params: sole(ts).cast(dtype=out.dtype) if out.dtype[0] in "fc" else None,
 )
 P("detach", "unary", S.unary, lambda m, x: x)
 # the value of y with the gradient path of x: an update autograd does not see (a write under
@@ -301,14 +336,14 @@ P(
     "binary",
     S.matching,
     lambda m, x, y: x * y,
-    per_arg(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+    per_arg(lambda g, out, x, y: g * conj(y), lambda g, out, x, y: g * conj(x)),
 )
 P(
     "div",
     "binary",
     S.matching,
     lambda m, x, y: x / y,
-    per_arg(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * x / (y * y)),
+    per_arg(lambda g, out, x, y: g / conj(y), lambda g, out, x, y: -g * conj(x / (y * y))),
 )
 P("pow", "binary", S.matching, lambda m, x, y: m.pow(x, y), per_arg(_pow_base, _pow_exponent))
 P(
@@ -495,7 +530,7 @@ P(
     "matmul",
     S.matmul,
     lambda m, x, y: m.matmul(x, y),
-    per_arg(lambda g, out, x, y: g.matmul(matrix_t(y)), lambda g, out, x, y: matrix_t(x).matmul(g)),
+    per_arg(lambda g, out, x, y: g.matmul(conj(matrix_t(y))), lambda g, out, x, y: conj(matrix_t(x)).matmul(g)),
     _matmul_jvp,
 )
 P("const", "const", S.const, lambda m, value, dtype: m.const(value, dtype))
