@@ -349,3 +349,14 @@ def test_batched_cotangents_equal_one_at_a_time(rng):
         for i in range(3):
             (one,) = ngrad.autograd.grad(y, x, seeds[i], retain_graph=True)
             np.testing.assert_allclose(batched[i].numpy(), one.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_quantile_gradient_reaches_q_as_pytorchs(rng):
+    torch = torch_or_skip()
+    a, seed = RANDOM, rng.standard_normal((3, 3))
+    grads = []
+    for m in (ngrad, torch):
+        x, q = m.tensor(a, requires_grad=True), m.tensor([0.13, 0.5, 0.77], dtype=m.float64, requires_grad=True)
+        grads.append([g.numpy() for g in m.autograd.grad(x.quantile(q, dim=1), (x, q), m.tensor(seed))])
+    for ours, theirs in zip(*grads):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-12)
