@@ -257,7 +257,7 @@ def _filled(size, value, dtype, requires_grad, device):
 def _random_dtype(dtype, kernel):
     """``dtype`` (the default float if None), refused as PyTorch refuses a non-floating one."""
     dtype = _dtype_arg(dtype)
-    if not dtype.is_floating_point:
+    if not dtype.differentiable:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{TORCH_NAME[dtype.short]}'")
     return dtype
 
@@ -397,6 +397,11 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     device = device_name(device)
     dtype, shape = _random_dtype(dtype, "check_uniform_bounds"), shape_arg(size)
     gen = _draw(generator)
+    if dtype.is_complex:  # PyTorch's: real and imaginary parts drawn in turn, each from [0, 1)
+        real = dtype.to_real().np
+        return _random_leaf(
+            shape, dtype, device, requires_grad, lambda n: sampling.uniform(gen, 2 * n, real).view(dtype.np)
+        )
     return _random_leaf(shape, dtype, device, requires_grad, lambda n: sampling.uniform(gen, n, dtype.np))
 
 
@@ -414,6 +419,16 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     device = device_name(device)
     dtype, shape = _random_dtype(dtype, "normal_kernel_cpu"), shape_arg(size)
     gen = _draw(generator)
+    if dtype.is_complex:  # PyTorch's: real and imaginary parts in turn, each of variance 1/2
+        real = dtype.to_real().np
+        scale = math.sqrt(0.5)  # in double precision, rounded once, as PyTorch scales
+        return _random_leaf(
+            shape,
+            dtype,
+            device,
+            requires_grad,
+            lambda n: (sampling.normal(gen, 2 * n, real) * scale).astype(real).view(dtype.np),
+        )
     return _random_leaf(shape, dtype, device, requires_grad, lambda n: sampling.normal(gen, n, dtype.np))
 
 
