@@ -451,3 +451,34 @@ def test_parts_and_pairs_are_views_that_writes_go_through():
 def test_views_match_torch():
     torch = pytest.importorskip("torch")
     assert _views_program(ngrad) == _views_program(torch)
+
+
+def test_random_complex_tensors_are_torchs_numbers_for_the_same_seed():
+    torch = pytest.importorskip("torch")
+    for name in ("complex64", "complex128"):
+        draws = []
+        for lib in (ngrad, torch):
+            lib.manual_seed(3)
+            draws.append(
+                (lib.randn(40, dtype=getattr(lib, name)).numpy(), lib.rand(5, dtype=getattr(lib, name)).numpy())
+            )
+        for ours, theirs in zip(*draws):
+            assert ours.dtype == theirs.dtype
+            np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_random_complex_normal_has_unit_variance_split_between_the_parts():
+    ngrad.manual_seed(0)
+    z = ngrad.randn(20000, dtype=ngrad.complex128).numpy()
+    assert (
+        abs(np.var(z.real) - 0.5) < 0.03
+        and abs(np.var(z.imag) - 0.5) < 0.03
+        and abs(np.mean(np.abs(z) ** 2) - 1) < 0.05
+    )
+
+
+def test_free_functions_of_the_parts():
+    z = ngrad.tensor([1 + 2j, -3j])
+    assert ngrad.real(z).tolist() == [1.0, 0.0] and ngrad.imag(z).tolist() == [2.0, -3.0]
+    assert ngrad.real(z)._base is z and ngrad.conj(z).is_conj() and not ngrad.conj_physical(z).is_conj()
+    assert ngrad.is_complex(z) and ngrad.angle(ngrad.tensor([-1.0])).tolist() == [pytest.approx(np.pi)]

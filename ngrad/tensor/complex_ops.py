@@ -29,8 +29,10 @@ __all__ = [
     "cdouble",
     "is_complex",
     "get_default_complex_dtype",
+    "real",
+    "imag",
 ]
-FUNCTIONS = ["conj", "conj_physical", "resolve_conj", "is_conj", "angle", "sgn", "real", "imag"]
+FUNCTIONS = ["conj", "conj_physical", "resolve_conj", "is_conj", "angle", "sgn"]
 
 complex64 = cfloat = D.complex64
 complex128 = cdouble = D.complex128
@@ -91,6 +93,16 @@ def is_complex(input):
     ```
     """
     return input.dtype.is_complex
+
+
+def real(input):
+    """``input.real``: the real part of a complex tensor (a view), a real tensor itself."""
+    return input.real
+
+
+def imag(input):
+    """``input.imag``: the imaginary part of a complex tensor (a view)."""
+    return input.imag
 
 
 def complex(real, imag):
