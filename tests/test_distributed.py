@@ -149,7 +149,8 @@ def test_minimize_converges_to_the_one_process_answer_even_when_a_worker_dies_mi
     objective.close()
 
 
-def test_a_worker_killed_while_a_step_runs_gives_the_same_result(client, problem):
+def test_a_worker_killed_while_a_step_runs_gives_the_same_result(client, problem, monkeypatch):
+    monkeypatch.setattr(nd.objective, "INLINE_BYTES", 0)  # the parameters as a task of their own
     X, y = problem
     objective = nd.Objective(logistic, (da.from_array(X, chunks=100), da.from_array(y, chunks=100)), client=client)
     client.wait_for_workers(2)

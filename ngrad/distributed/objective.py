@@ -5,10 +5,11 @@ Made, it persists the data's chunks on the workers (``ngrad.distributed.data``) 
 them. The first evaluation with a new parameter signature traces ``f`` on the client, once per
 chunk signature (``ngrad.distributed.program``): a function that is not traceable, returns no
 scalar, or reads a tensor that requires grad outside its parameters fails there, on the
-client, before anything is sent. Each evaluation then sends the parameters once (one task whose
-result the workers fetch), runs the program on every chunk where the chunk lives, and sums the values and
-gradients by a tree reduction (``split_every`` results a step, in chunk order, so the result
-does not depend on which worker ran what). A worker lost mid-evaluation is Dask's to recover:
+client, before anything is sent. Each evaluation then sends the parameters (up to
+``INLINE_BYTES`` inside each chunk's task, bigger ones once, as one task whose result the
+workers fetch), runs the program on every chunk where the chunk lives, and sums the values
+and gradients by a tree reduction (``split_every`` results a step, in chunk order, so the
+result does not depend on which worker ran what). A worker lost mid-evaluation is Dask's to recover:
 its tasks run again elsewhere and lost chunks are rebuilt from their graph, so the result is
 the same. ``retries`` re-runs a task that raised (a transient failure), up to that many times.
 
@@ -30,7 +31,10 @@ from .cluster import client_for
 from .data import persist_parts
 from .program import add, evaluate, flatten, trace_program, unflatten
 
-__all__ = ["Objective", "DistributedSum", "hold"]
+__all__ = ["Objective", "DistributedSum", "INLINE_BYTES", "hold"]
+
+# Parameters up to this size travel inside each chunk's task; bigger ones as one shared task.
+INLINE_BYTES = 1 << 16
 
 
 def hold(x):
@@ -128,9 +132,13 @@ class Objective:
         programs = [self._program(params, leaves, sig) for sig in self.signatures]
         arrays = [np.asarray(t.detach().numpy(), order="C") for t in leaves]
         client = self.client
-        # a task, not scattered data: a worker lost mid-step takes no only copy with it (the
-        # scheduler can run it again), and workers fetch it from each other, once per step
-        shared = client.submit(hold, arrays, pure=False)
+        # Small parameters ride in each chunk's task (one hop less); bigger ones are one task
+        # whose result the workers fetch, once per step. A task, not scattered data: a worker
+        # lost mid-step takes no only copy with it (the scheduler can run it again).
+        if sum(a.nbytes for a in arrays) <= INLINE_BYTES:
+            shared = arrays
+        else:
+            shared = client.submit(hold, arrays, pure=False)
         level = [
             client.submit(evaluate, program, shared, part, pure=False, retries=self.retries)
             for program, part in zip(programs, self.parts)
