@@ -1,5 +1,6 @@
-"""Background compiles (``runtime/background.py``, the default under ``NGRAD_JIT=auto``): calls
-run on the interpreter while the worker thread compiles, the results never change when the
+"""Background compiles (``runtime/background.py``, the default under ``NGRAD_JIT=auto``), in the
+compile server's child process and on the worker thread itself: calls run on the interpreter
+while the worker compiles, the results never change when the
 compiled tier takes over (plans and bytecode), a compile that fails leaves the program running
 with one warning, and a burst of new structures keeps one thread and a bounded queue."""
 
@@ -11,17 +12,19 @@ import pytest
 
 import ngrad
 from ngrad.engine.ir.interpret import interpret
-from ngrad.engine.runtime import background, dispatch
+from ngrad.engine.runtime import background, compile_server, dispatch
 from ngrad.engine.targets import CompileError
 
 
-@pytest.fixture(autouse=True)
-def _background(monkeypatch, tmp_path):
+@pytest.fixture(autouse=True, params=["process", "thread"])
+def _background(request, monkeypatch, tmp_path):
     monkeypatch.setenv("NGRAD_JIT", "auto")
-    monkeypatch.setenv("NGRAD_COMPILE", "background")
+    monkeypatch.setenv("NGRAD_COMPILE", request.param)
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path / "kernels"))
+    dispatch.records.clear()  # each test sees its structures new, whatever ran before
     yield
     assert background.synchronize(timeout=120)
+    compile_server.stop()
 
 
 def _value_and_grad(x0, f):
@@ -126,9 +129,10 @@ def test_the_same_failure_in_the_calling_thread_also_falls_back(monkeypatch, rng
 
 
 def test_many_new_structures_keep_one_thread_and_a_bounded_queue(monkeypatch, rng):
+    monkeypatch.setattr(background, "MAX_QUEUED", 3)
     started = threading.active_count()
     seen = []
-    for n in range(1, 41):  # 40 structures (a new rank of broadcast each time: new programs)
+    for n in range(1, 13):  # 12 structures, a new program each, for a queue of 3
         x0 = rng.standard_normal((2,) * (n % 5 + 1))
         k = float(n)
 

@@ -56,10 +56,11 @@ def jit_mode() -> str:
 
 
 def compile_mode() -> str:
-    """``NGRAD_COMPILE``: where ``auto`` compiles a tape's kernels: ``background`` (a worker
-    thread, while calls run on the interpreter or bytecode) or ``wait`` (in the call that needs
-    them)."""
-    return _choice("NGRAD_COMPILE", "background", ("background", "wait"))
+    """``NGRAD_COMPILE``: where ``auto`` compiles a tape's kernels while its calls run on the
+    interpreter: ``process`` (a child process compiles them into the disk cache and a worker
+    thread loads them), ``thread`` (a worker thread compiles them), or ``wait`` (the call that
+    needs them compiles them)."""
+    return _choice("NGRAD_COMPILE", "process", ("process", "thread", "wait"))
 
 
 def jit_threshold() -> int:

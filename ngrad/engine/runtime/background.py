@@ -1,5 +1,7 @@
 """Background compiles: a tape's kernels compile on one worker thread while its calls run on the
-interpreter, so no call waits for Numba.
+interpreter, so no call waits for Numba; under ``NGRAD_COMPILE=process`` (the default) the
+thread has a child process compile them into the disk cache (``compile_server``) and only loads
+them, so Numba's front end, which holds the interpreter's lock, runs outside this process.
 
 Contract: ``submit(record, tape, values)`` hands ``record.tier`` (a ``CompiledPlan`` or a bytecode
 ``Machine`` that is not ready) to the worker thread and returns at once. The worker compiles (or
@@ -27,7 +29,9 @@ import warnings
 
 import numpy as np
 
+from ..config import compile_mode
 from ..targets import CompileError
+from .compile_server import compile_remote
 from .executor import execute
 from .machine import Machine
 from .tiering import Decision
@@ -118,6 +122,8 @@ def _work():
 def _compile(record, tier, tape, values):
     """Build, warm and publish ``tier``'s functions; a failed compile marks ``record``."""
     try:
+        if compile_mode() == "process":  # the child's machine code is then loaded from disk here
+            compile_remote(tier, tape, values)
         if isinstance(tier, Machine):
             fn = tier.build()
             tier.code.run(fn, values)

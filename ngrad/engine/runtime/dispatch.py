@@ -44,7 +44,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
     sight, except under ``auto`` a plan needing more than ``prepare_functions`` new functions,
     which waits for its rent. ``policy``: the tiering rules (default ``tiering.POLICY`` with
     ``NGRAD_JIT_THRESHOLD``). ``values``: the inputs of the call asking (``run``, ``Pending``);
-    with them, under ``auto`` and ``NGRAD_COMPILE=background``, whatever is due (encoding,
+    with them, under ``auto`` unless ``NGRAD_COMPILE=wait``, whatever is due (encoding,
     planning, compiling: ``advance``) happens on the worker thread (``background.submit``) and
     this call runs on the interpreter; without them (``prepare``) the caller waits for it."""
     if mode == "never" or not tape.instrs:
@@ -64,7 +64,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
         record.seen += 1
     if record.compiling or record.failed:
         return record
-    if values is not None and mode == "auto" and compile_mode() == "background":
+    if values is not None and mode == "auto" and compile_mode() != "wait":
         decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now)
         if decision in (Decision.ENCODE, Decision.PLAN, Decision.COMPILE):
             background.submit(record, tape, values, lambda: advance(record, tape, mode, now, policy))
@@ -163,7 +163,7 @@ def prepare(tape, target="cpu"):
 
     The plan is compiled now (unless ``NGRAD_JIT=never``, or under ``auto`` it needs more than
     ``prepare_functions`` new functions: then ``run`` tiers it; under ``auto`` with
-    ``NGRAD_COMPILE=background`` it compiles on the worker thread from the first call on, which
+    ``NGRAD_COMPILE`` other than ``wait`` it compiles on the worker thread from the first call on, which
     runs on the interpreter meanwhile: ``Pending``) and unrolled into a generated Python
     *driver*: input checks, allocations and kernel calls as straight-line code with every shape
     a literal, so a call costs little more than the kernels and NumPy calls themselves. Big
@@ -182,8 +182,8 @@ def prepare(tape, target="cpu"):
 
 def _in_background(tape):
     """Whether ``prepare`` leaves the compile of ``tape`` to the worker thread: under ``auto``
-    and ``NGRAD_COMPILE=background``, when its tier is not ready yet."""
-    if jit_mode() != "auto" or compile_mode() != "background" or not tape.instrs:
+    unless ``NGRAD_COMPILE=wait``, when its tier is not ready yet."""
+    if jit_mode() != "auto" or compile_mode() == "wait" or not tape.instrs:
         return False
     record = records.get(tape.key())
     return record is None or record.tier is None or not record.tier.ready()

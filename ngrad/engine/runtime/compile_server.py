@@ -1,0 +1,141 @@
+"""The compile server: a child process that compiles kernels into the disk cache, so Numba's
+front end (Python, holding its interpreter's lock) never competes with the calls of the program.
+
+Contract: ``compile_remote(tier, tape, values)`` asks the child (started at the first request,
+one per process, ``python -m ngrad.engine.runtime.compile_server``) to compile the functions of
+``tier`` (a ``CompiledPlan`` of ``tape``, laid out for the current thread count, or a bytecode
+``Machine``) and run them once on ``values``, so that their machine code for exactly these
+argument types is in the disk cache; the caller then loads them in milliseconds. It returns True
+once the child has done so, False when no child can serve (the disk cache cannot be used, the
+child could not start or died, or the run failed on these values: the caller compiles in its own
+process), and raises ``targets.CompileError`` when Numba could not compile. Requests and replies
+are pickled frames over the child's stdin and stdout (the child writes nothing else there); the
+child ends when its stdin closes, that is with its parent.
+"""
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+
+from ..config import cache_root
+from ..store import usable_dir
+from ..targets import CompileError
+from .threads import get_num_threads, set_num_threads
+
+__all__ = ["compile_remote", "stop", "main"]
+
+_HEADER = struct.Struct("<Q")
+_lock = threading.Lock()
+_child = {"proc": None, "dead": False}
+
+
+def compile_remote(tier, tape, values):
+    """See the module docstring."""
+    from .machine import Machine
+
+    if _child["dead"] or usable_dir() is None:
+        return False
+    if isinstance(tier, Machine):
+        request = ("machine", tier.code, values, 1, cache_root())
+    else:
+        request = ("plan", tape, values, get_num_threads(), cache_root())
+    with _lock:
+        proc = _child["proc"] or _start()
+        if proc is None:
+            return False
+        try:
+            _send(proc.stdin, request)
+            reply = _receive(proc.stdout)
+        except (OSError, EOFError, pickle.PickleError, struct.error):
+            _child["dead"] = True
+            return False
+    if reply[0] == "compile_error":
+        raise CompileError(reply[1])
+    return reply[0] == "ok"
+
+
+def stop():
+    """End the child, if one runs (its next start makes a new one)."""
+    with _lock:
+        proc, _child["proc"] = _child["proc"], None
+        if proc is not None:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+
+
+def _start():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ngrad.engine.runtime.compile_server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+    except OSError:
+        _child["dead"] = True
+        return None
+    _child["proc"] = proc
+    return proc
+
+
+def _send(stream, obj):
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise EOFError("the compile server ended")
+    (n,) = _HEADER.unpack(head)
+    data = stream.read(n)
+    if len(data) < n:
+        raise EOFError("the compile server ended")
+    return pickle.loads(data)
+
+
+def _serve(request):
+    """Compile and run one request's functions (in the child)."""
+    from ..targets.cpu import kernel
+    from .executor import execute
+    from .plan import CompiledPlan
+
+    kind, what, values, n_threads, root = request
+    os.environ["NGRAD_CACHE_DIR"] = root  # the parent's cache, wherever it points now
+    if kind == "machine":
+        fn = kernel(what.source)
+        what.run(fn, values)
+        return
+    set_num_threads(n_threads)
+    plan = CompiledPlan(what)
+    lay = plan.layout()
+    execute(plan, what, values, plan.build(lay))
+
+
+def main():
+    """The child's loop: one reply per request until stdin closes."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but replies on the protocol's stream
+    while True:
+        try:
+            request = _receive(inp)
+        except EOFError:
+            return
+        try:
+            _serve(request)
+            reply = ("ok",)
+        except CompileError as e:
+            reply = ("compile_error", str(e))
+        except Exception as e:  # noqa: BLE001  (the parent compiles it itself and sees the error)
+            reply = ("error", f"{type(e).__name__}: {e}")
+        _send(out, reply)
+
+
+if __name__ == "__main__":
+    main()
