@@ -43,6 +43,15 @@ def hold(x):
     return x
 
 
+def _refuse_trace():
+    """Raise ``TraceError`` while ``ngrad.compile`` traces: the cluster is no part of a program."""
+    if grad_mode.state.trace is not None:
+        raise TraceError(
+            "ngrad.distributed: an Objective runs on a Dask cluster and cannot be traced into an "
+            "ngrad.compile program; call it outside the compiled function"
+        )
+
+
 def _tensor(a):
     a = np.asarray(a)
     return wrap(source(a, D.from_numpy_dtype(a.dtype)))
@@ -120,11 +129,7 @@ class Objective:
     def submit(self, params):
         """The future of ``[value, *gradients]`` (NumPy arrays, gradients in the order of the
         parameters' leaves) at ``params``; nothing waits for it."""
-        if grad_mode.state.trace is not None:
-            raise TraceError(
-                "ngrad.distributed: an Objective runs on a Dask cluster and cannot be traced into an "
-                "ngrad.compile program; call it outside the compiled function"
-            )
+        _refuse_trace()
         leaves = []
         flatten(params, leaves)
         if not leaves:
@@ -181,8 +186,7 @@ class Objective:
         distributed gradient (once: it has no second derivative)."""
         leaves = []
         spec = flatten(params, leaves)
-        if grad_mode.state.trace is not None:
-            self.submit(params)  # raises TraceError: ngrad.scipy then runs the objective eagerly
+        _refuse_trace()  # (ngrad.scipy.minimize then runs the objective eagerly)
         return DistributedSum.apply(self, spec, *leaves)
 
     def close(self):
