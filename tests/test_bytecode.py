@@ -28,6 +28,8 @@ DECLINED = {
     "unindex",
     "gather",
     "scatter_add",  # integer index slots
+    "scatter",
+    "scatter_reduce",
     "cast",  # test_compiled's cast case converts between float32 and float64
     "inv",
     "solve",
