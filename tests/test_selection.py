@@ -66,6 +66,8 @@ CASES = {
         lambda m, x: m.searchsorted(x[0], x[1:], sorter=x[0].argsort()[None].expand(2, 6).contiguous()[0]),
         RANDOM,
     ),
+    "searchsorted_number": (lambda m, x: m.searchsorted(m.tensor([1, 2, 3]), 2.5), RANDOM),
+    "bucketize_number": (lambda m, x: m.bucketize(2.0, m.tensor([1.0, 2.0, 3.0], dtype=m.float64), right=True), RANDOM),
     "bucketize": (lambda m, x: m.bucketize(x, m.tensor([-1.0, 0.0, 0.5, 2.0])), TIES),
     "bucketize_right": (lambda m, x: m.bucketize(x, m.tensor([0.5, 2.0]), right=True, out_int32=True), TIES),
     "histc": (lambda m, x: m.histc(x, bins=5), RANDOM),

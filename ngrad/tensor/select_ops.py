@@ -26,6 +26,7 @@ from .record import (
     named,
     normalize_dim,
     record_op,
+    scalar_dtype,
     to_tensor,
     value_on,
     wrap,
@@ -448,7 +449,11 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
         raise RuntimeError(
             "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 dimension"
         )
-    values = to_tensor(input, seq.dtype if not isinstance(input, TensorBase) else None)
+    if isinstance(input, TensorBase):
+        values, common = input, D.result_type((seq.dtype,), (input.dtype,), ())
+    else:  # a Python number promotes as PyTorch's wrapped scalars do
+        common = D.result_type((seq.dtype,), (), (scalar_dtype(input),))
+        values = to_tensor(input, common)
     if sorter is not None:
         if sorter.dtype is not D.int64:
             name = TORCH_NAME[sorter.dtype.short]
@@ -465,7 +470,6 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
             f"tensor and input value tensor must match, but we got boundaries tensor {list(seq.shape)} and input value "
             f"tensor {list(values.shape)}"
         )
-    common = D.result_type((seq.dtype,), (values.dtype,), ())
     seq, values = seq.detach().to(common), values.detach().to(common)
     flat = values.reshape(1) if not values.ndim else values
     rows = seq.expand(flat.shape[:-1] + seq.shape[-1:])
