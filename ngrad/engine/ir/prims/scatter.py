@@ -75,6 +75,7 @@ class Numpy:
         vals = np.asarray(src).reshape(-1)
         out = np.array(x, copy=True).reshape(-1)
         if not include_self:
+            start: float
             if reduce in _IDENTITY:
                 start = _IDENTITY[reduce]
             elif out.dtype.kind == "f":
