@@ -555,7 +555,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     x = to_tensor(x)
     if dtype is not None:
         x = x.to(dtype)
-    elif not x.dtype.is_floating_point:
+    elif not x.dtype.differentiable:
         raise RuntimeError(
             f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {TORCH_NAME[x.dtype.short]}"
         )

@@ -176,6 +176,9 @@ OPS = {
     "sum_mean": lambda t, z, w: z.sum(0) * w.mean(1, keepdim=True),
     "prod": lambda t, z, w: z.prod(1) + w.prod(),
     "cumsum": lambda t, z, w: z.cumsum(1) * w,
+    "norm_var_std_vdot": lambda t, z, w: (
+        t.linalg.vector_norm(z, dim=1) + z.var(1) + w.std(1) + z.norm(1) + t.vdot(z[0], w[1]).real
+    ),
     "matmul": lambda t, z, w: z @ w.mT,
     "where": lambda t, z, w: t.where(z.abs() > 1, z, w),
     "movement": lambda t, z, w: z.t().reshape(3, 2)[1:] * w.flip(0).transpose(0, 1)[:2],

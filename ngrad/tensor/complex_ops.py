@@ -31,6 +31,7 @@ __all__ = [
     "get_default_complex_dtype",
     "real",
     "imag",
+    "vdot",
 ]
 FUNCTIONS = ["conj", "conj_physical", "resolve_conj", "is_conj", "angle", "sgn"]
 
@@ -103,6 +104,22 @@ def real(input):
 def imag(input):
     """``input.imag``: the imaginary part of a complex tensor (a view)."""
     return input.imag
+
+
+def vdot(input, other):
+    """The dot product of two 1-D tensors with the first conjugated: ``sum(conj(input) * other)``.
+
+    ```python
+    >>> import ngrad
+    >>> ngrad.vdot(ngrad.tensor([1j, 2]), ngrad.tensor([1j, 1]))
+    tensor(3.+0.j)
+
+    ```
+    """
+    input, other = to_tensor(input), to_tensor(other)
+    if input.ndim != 1 or other.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
+    return input.conj().dot(other)
 
 
 def complex(real, imag):

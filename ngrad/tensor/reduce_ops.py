@@ -230,6 +230,10 @@ class ReduceOps:
             dim, unbiased = None, dim
         if correction is None:
             correction = 1 if unbiased is None or unbiased else 0
+        if self._node.dtype.is_complex:  # the mean squared modulus: the two parts' variances
+            return self.real._var(dim, unbiased, keepdim, correction) + self.imag._var(
+                dim, unbiased, keepdim, correction
+            )
         if not self._node.dtype.is_floating_point:
             raise RuntimeError("std and var only support floating point and complex dtypes")
         x = self
@@ -266,6 +270,8 @@ class ReduceOps:
     def norm(self, p="fro", dim=None, keepdim=False):
         """Vector p-norm over ``dim`` (all elements by default); the gradient at 0 is 0."""
         x = self
+        if x.dtype.is_complex:  # the norm of the moduli
+            return x.abs().norm(p, dim, keepdim)
         if not x.dtype.is_floating_point:
             raise RuntimeError(
                 "linalg.vector_norm: Expected a floating point or complex tensor as input. "
