@@ -47,7 +47,8 @@ _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 def _placed(array, like, dtype):
     """A host array as a constant tensor on ``like``'s device."""
-    return wrap(source(value_on(np.ascontiguousarray(array, dtype=dtype.np), like._node.device), dtype))
+    value = np.ascontiguousarray(array, dtype=dtype.np).reshape(np.shape(array))  # 0-d stays 0-d
+    return wrap(source(value_on(value, like._node.device), dtype))
 
 
 def _not_implemented(kernel, t):
@@ -170,8 +171,11 @@ class SelectOps:
         """The full reduction: the selected value, its gradient spread evenly over the entries
         equal to it (all NaNs when it is NaN), as PyTorch's ``evenly_distribute_backward``."""
         flat = self.reshape(-1)
-        if not flat.numel():
-            return _placed(np.array(np.nan), self, self.dtype if self.dtype.is_floating_point else D.float32)
+        if not flat.numel():  # NaN, still on the graph (an empty gradient) as PyTorch's
+            if not self.dtype.is_floating_point:  # NaN cast to the dtype, as PyTorch's kernel writes it
+                with np.errstate(invalid="ignore"):
+                    return _placed(np.array(np.nan).astype(self.dtype.np), self, self.dtype)
+            return named(flat.sum() * math.nan, name)
         values = flat._select_at(0, False, "median", position, name, _MEDIAN).values
         if not self.requires_grad:
             return values
@@ -200,8 +204,8 @@ class SelectOps:
         """``median`` ignoring NaN (NaN only where a slice is all NaN)."""
         if dim is None:
             return self._full_median(SelectOps._nanmedian_position, "NanmedianBackward0")
-        return self._select_at(
-            dim, keepdim, "nanmedian", SelectOps._nanmedian_position, "NanmedianBackward1", _NANMEDIAN
+        return self._select_at(  # PyTorch's messages say median() here too
+            dim, keepdim, "median", SelectOps._nanmedian_position, "NanmedianBackward1", _NANMEDIAN
         )
 
     def kthvalue(self, k, dim=-1, keepdim=False):
@@ -215,6 +219,8 @@ class SelectOps:
         ```
         """
         axis = normalize_dim(dim, self.ndim)
+        if self.ndim and not self.shape[axis]:
+            raise IndexError(f"kthvalue(): Expected reduction dim {axis} to have non-zero size.")
         if not 1 <= k <= (self.shape[axis] if self.ndim else 1):
             raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {axis}")
         return self._select_at(dim, keepdim, "kthvalue", lambda x, a, n: int(k) - 1, "KthvalueBackward0", _KTHVALUE)
@@ -368,8 +374,7 @@ class SelectOps:
             values, inverse, counts = np.unique(v.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False)
             inverse = inverse.reshape(v.shape)
         else:
-            axis = normalize_dim(dim, self.ndim)
-            values, inverse, counts = _unique_slices(v, axis)
+            values, inverse, counts = _unique_slices(v, _unique_axis(self, dim))
         return self._unique_result(values, inverse, counts, return_inverse, return_counts)
 
     def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
@@ -384,9 +389,8 @@ class SelectOps:
         ```
         """
         v = host_value(self.detach())
-        axis = 0 if dim is None else normalize_dim(dim, self.ndim)
-        rows = np.moveaxis(v.reshape(-1) if dim is None else v, axis, 0)
-        rows = rows.reshape(rows.shape[0], -1)
+        axis = 0 if dim is None else _unique_axis(self, dim)
+        rows = _slices(v.reshape(-1) if dim is None else v, axis)
         change = np.ones(rows.shape[0], bool)
         change[1:] = np.any(rows[1:] != rows[:-1], axis=1)
         starts = np.flatnonzero(change)
@@ -406,10 +410,24 @@ class SelectOps:
         return out[0] if len(out) == 1 else tuple(out)
 
 
+def _unique_axis(t, dim):
+    if not t.ndim:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    return normalize_dim(dim, t.ndim)
+
+
+def _slices(v, axis):
+    """The slices of ``v`` along ``axis`` as the rows of a matrix, as PyTorch's unique reads them."""
+    if any(n == 0 for i, n in enumerate(v.shape) if i != axis):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    rows = np.moveaxis(v, axis, 0)
+    return rows.reshape(rows.shape[0], int(np.prod(rows.shape[1:], dtype=np.int64)))
+
+
 def _unique_slices(v, axis):
     """Distinct slices along ``axis`` in lexicographic order, where each slice went, and counts."""
     rows = np.moveaxis(v, axis, 0)
-    flat = rows.reshape(rows.shape[0], -1)
+    flat = _slices(v, axis)
     if not flat.shape[0]:
         return v, np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.lexsort(flat.T[::-1]) if flat.shape[1] else np.arange(flat.shape[0])
