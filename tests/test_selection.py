@@ -246,6 +246,15 @@ def test_unique_realizes_its_input_and_is_not_differentiable():
     assert values.tolist() == [2.0, 6.0] and inverse.tolist() == [1, 0, 1] and not values.requires_grad
 
 
+def test_value_dependent_sizes_refuse_to_trace_and_an_explicit_histc_range_compiles():
+    x = ngrad.tensor([3.0, 1.0, 3.0])
+    for fn in (lambda x: x.unique(), lambda x: x.unique_consecutive(), lambda x: x.histc(bins=3)):
+        with pytest.raises(ngrad.TraceError):
+            ngrad.compile(fn)(x)
+    hist = ngrad.compile(lambda x: x.histc(bins=3, min=0, max=4))
+    assert hist(x).tolist() == [1.0, 0.0, 2.0] and hist(ngrad.tensor([0.5, 1.0, 3.9])).tolist() == [2.0, 0.0, 1.0]
+
+
 def test_compiled_functions_match_eager():
     def f(x, b):
         q = x.quantile(0.3, dim=1) + x.nanmedian(1).values * x.kthvalue(2, 1).values
