@@ -21,7 +21,7 @@ with the bins the Hermitian half stands for twice (FftC2RBackward) doubled.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,17 +41,17 @@ class Numpy:
     functions are NumPy's, so CuPy arrays (the CUDA target's glue) dispatch to CuPy's FFT."""
 
     @staticmethod
-    def fftn(x: np.ndarray, axes: Sequence[int], norm: str, inverse: bool) -> np.ndarray:
+    def fftn(x: np.ndarray, axes: Sequence[int], norm: Any, inverse: bool) -> np.ndarray:
         if not axes:
             return x
         return (np.fft.ifftn if inverse else np.fft.fftn)(x, axes=tuple(axes), norm=norm)
 
     @staticmethod
-    def rfftn(x: np.ndarray, axes: Sequence[int], norm: str) -> np.ndarray:
+    def rfftn(x: np.ndarray, axes: Sequence[int], norm: Any) -> np.ndarray:
         return np.fft.rfftn(x, axes=tuple(axes), norm=norm)
 
     @staticmethod
-    def irfftn(x: np.ndarray, axes: Sequence[int], norm: str, n: int) -> np.ndarray:
+    def irfftn(x: np.ndarray, axes: Sequence[int], norm: Any, n: int) -> np.ndarray:
         s = [x.shape[a] for a in axes[:-1]] + [n]
         return np.fft.irfftn(x, s=s, axes=tuple(axes), norm=norm)
 

@@ -249,7 +249,8 @@ def _diagonal(rules: Sequence[Rule | None]) -> Jvp:
                 if t.dtype not in COMPLEX:
                     term = r(t, out, *args, **params)
                 elif out.dtype in COMPLEX:  # holomorphic: f'(z) t is the conjugate of conj(f'(z)) conj(t)
-                    term = conj(r(t.conj(), out, *args, **params))
+                    partial = r(t.conj(), out, *args, **params)
+                    term = None if partial is None else conj(partial)
                 else:  # a real result: Re(conj(G) t), G the rule's gradient of a unit cotangent
                     grad = r(out.bld.full(1, out.shape, out.dtype), out, *args, **params)
                     term = None if grad is None else (grad.conj() * t).real()
