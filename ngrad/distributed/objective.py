@@ -64,13 +64,14 @@ class DistributedSum(Function):
     @staticmethod
     def forward(ctx, objective, spec, *leaves):
         value, grads = objective.evaluate_arrays(unflatten(spec, leaves))
-        ctx.grads = grads
+        ctx.grads, ctx.dtypes = grads, [t.dtype for t in leaves]
         return _tensor(value)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        return (None, None, *[g * _tensor(a) for a in ctx.grads])
+        # each gradient in its parameter's dtype (a float32 parameter of a float64 value)
+        return (None, None, *[(g * _tensor(a)).to(dt) for a, dt in zip(ctx.grads, ctx.dtypes)])
 
 
 class Objective:
