@@ -12,8 +12,8 @@ tape on the NumPy interpreter; ``always`` compiles every tape; ``auto`` (the def
 (``fuse``, ``codegen``, ``targets``), except long tapes of small arrays, which run as bytecode
 (``machine``) under the same tiering.
 
-Compiles under ``auto`` run on a worker thread (``background``) unless ``NGRAD_COMPILE=wait``;
-``synchronize_compiles`` waits for them.
+Compiles under ``auto`` run off the calls' path (``background``, ``compile_server``) unless
+``NGRAD_COMPILE=wait``; ``synchronize_compiles`` waits for them.
 
 ``NGRAD_DEBUG=1`` prints each tape before it runs, ``=2`` also the generated source, ``=3``
 also per-kernel compile and run times.
@@ -47,7 +47,7 @@ def synchronize_compiles(timeout=None):
     """Wait until every kernel compiling in the background is compiled and in use, as a
     benchmark that wants steady state does before it times; True once none is left, False if
     ``timeout`` seconds passed first. Under ``NGRAD_JIT=auto`` a tape structure that repeats
-    compiles on a worker thread while its calls run on the interpreter (``NGRAD_COMPILE=wait``
+    compiles in the background while its calls run on the interpreter (``NGRAD_COMPILE=wait``
     compiles in the call instead).
 
     ```python

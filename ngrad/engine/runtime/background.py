@@ -31,7 +31,7 @@ import numpy as np
 
 from ..config import compile_mode
 from ..targets import CompileError
-from .compile_server import compile_remote
+from .compile_server import compile_remote, prestart
 from .executor import execute
 from .machine import Machine
 from .tiering import Decision
@@ -61,6 +61,8 @@ def submit(record, tape, values, advance):
         if len(_jobs) >= MAX_QUEUED:
             return False
         record.compiling = True
+        if compile_mode() == "process":
+            prestart()
         _jobs.append((record, advance, tape, _copies(values)))
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
@@ -123,7 +125,7 @@ def _compile(record, tier, tape, values):
     """Build, warm and publish ``tier``'s functions; a failed compile marks ``record``."""
     try:
         if compile_mode() == "process":  # the child's machine code is then loaded from disk here
-            compile_remote(tier, tape, values)
+            compile_remote(tier, tape, values, meanwhile=_warm_up)
         if isinstance(tier, Machine):
             fn = tier.build()
             tier.code.run(fn, values)
@@ -139,6 +141,12 @@ def _compile(record, tier, tape, values):
         warn_failed(e)
     except Exception:  # noqa: BLE001  (a value the program rejects: the next call tries again)
         pass
+
+
+def _warm_up():
+    from ..targets.cpu import warm_up
+
+    warm_up()
 
 
 def warn_failed(error):

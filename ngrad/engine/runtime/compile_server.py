@@ -1,8 +1,9 @@
 """The compile server: a child process that compiles kernels into the disk cache, so Numba's
 front end (Python, holding its interpreter's lock) never competes with the calls of the program.
 
-Contract: ``compile_remote(tier, tape, values)`` asks the child (started at the first request,
-one per process, ``python -m ngrad.engine.runtime.compile_server``) to compile the functions of
+Contract: ``compile_remote(tier, tape, values)`` asks the child (one per process, started by
+``prestart`` or the first request; it imports the engine alone and pays Numba's start-up before
+it reads a request) to compile the functions of
 ``tier`` (a ``CompiledPlan`` of ``tape``, laid out for the current thread count, or a bytecode
 ``Machine``) and run them once on ``values``, so that their machine code for exactly these
 argument types is in the disk cache; the caller then loads them in milliseconds. It returns True
@@ -25,18 +26,21 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "stop", "main"]
+__all__ = ["compile_remote", "prestart", "stop", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
 _child = {"proc": None, "dead": False}
 
 
-def compile_remote(tier, tape, values):
-    """See the module docstring."""
+def compile_remote(tier, tape, values, meanwhile=None):
+    """See the module docstring; ``meanwhile()`` runs after the request is sent, while the child
+    works (the caller's own Numba start-up)."""
     from .machine import Machine
 
     if _child["dead"] or usable_dir() is None:
+        if meanwhile is not None:
+            meanwhile()
         return False
     if isinstance(tier, Machine):
         request = ("machine", tier.code, values, 1, cache_root())
@@ -44,10 +48,16 @@ def compile_remote(tier, tape, values):
         request = ("plan", tape, values, get_num_threads(), cache_root())
     with _lock:
         proc = _child["proc"] or _start()
+        try:
+            if proc is not None:
+                _send(proc.stdin, request)
+        except (OSError, pickle.PickleError):
+            proc, _child["dead"] = None, True
+        if meanwhile is not None:
+            meanwhile()
         if proc is None:
             return False
         try:
-            _send(proc.stdin, request)
             reply = _receive(proc.stdout)
         except (OSError, EOFError, pickle.PickleError, struct.error):
             _child["dead"] = True
@@ -55,6 +65,13 @@ def compile_remote(tier, tape, values):
     if reply[0] == "compile_error":
         raise CompileError(reply[1])
     return reply[0] == "ok"
+
+
+def prestart():
+    """Start the child now (it imports Numba and pays its start-up before the first request)."""
+    with _lock:
+        if _child["proc"] is None and not _child["dead"] and usable_dir() is not None:
+            _start()
 
 
 def stop():
@@ -66,15 +83,21 @@ def stop():
             proc.wait(timeout=30)
 
 
+# The child imports the engine without the facade (``ngrad/__init__.py`` and all it imports: half
+# a second): the engine never imports the facade, so a bare package module stands in for it.
+_BOOT = (
+    "import sys, types; package = types.ModuleType('ngrad'); package.__path__ = [sys.argv[1]]; "
+    "sys.modules['ngrad'] = package; from ngrad.engine.runtime.compile_server import main; main()"
+)
+
+
 def _start():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ngrad.engine.runtime.compile_server"],
+            [sys.executable, "-c", _BOOT, package],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
         )
     except OSError:
         _child["dead"] = True
@@ -120,8 +143,11 @@ def _serve(request):
 
 def main():
     """The child's loop: one reply per request until stdin closes."""
+    from ..targets.cpu import warm_up
+
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies on the protocol's stream
+    warm_up()
     while True:
         try:
             request = _receive(inp)
@@ -135,7 +161,3 @@ def main():
         except Exception as e:  # noqa: BLE001  (the parent compiles it itself and sees the error)
             reply = ("error", f"{type(e).__name__}: {e}")
         _send(out, reply)
-
-
-if __name__ == "__main__":
-    main()

@@ -36,7 +36,7 @@ from ..recent import Recent
 from ..store import cache_dir, cache_root, key_of, problem, usable_dir, writable, write_atomically
 from . import CompileError
 
-__all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "Kernel"]
+__all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "warm_up", "Kernel"]
 
 FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
@@ -429,6 +429,18 @@ def loaded(text):
 def kernel(text):
     """The compiled CPU kernel for generated module ``text`` (memory, then disk, then compile)."""
     return cached(text, Kernel)
+
+
+_WARM_UP = "def kernel(a):\n    a[0] += 1.0\n"
+
+
+def warm_up():
+    """Pay Numba's once-per-process start-up (its lowerings registered at the first compile or
+    cache load, about 0.35 s) with a one-line kernel, from the disk cache when it is there, so the
+    first real kernel loads in milliseconds (the background compiler calls this while it waits)."""
+    import numpy as np
+
+    kernel(_WARM_UP)(np.zeros(1))
 
 
 def cached(text, make):
