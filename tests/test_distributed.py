@@ -112,8 +112,9 @@ def test_optimizer_steps_follow_the_full_batch_steps(client, problem):
             loss_of(w / 1003).backward()  # composes with other ops: the gradient flows through
             opt.step()
     np.testing.assert_allclose(w_dist.detach().numpy(), w_one.detach().numpy(), rtol=1e-12)
+    mixed = nd.Objective(lambda w, X, y: logistic(w.double(), X, y), objective.parts, client=client)
     m = ngrad.zeros(4, requires_grad=True)  # float32 parameters of a float64 objective
-    objective(m).backward()
+    mixed(m).backward()
     assert m.grad.dtype == ngrad.float32
     np.testing.assert_allclose(m.grad.numpy(), logistic_numpy(np.zeros(4), X, y)[1], rtol=1e-6)
     objective.close()
