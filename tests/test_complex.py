@@ -372,6 +372,7 @@ def _chain_joint(dtype, rng):
 
 
 @pytest.mark.numba
+@pytest.mark.slow  # 7-14 s: one big kernel and its reverse pass a dtype
 @pytest.mark.parametrize("dtype", ["c128", "c64"])
 def test_compiled_complex_chains_equal_the_interpreter(dtype, jit_always, rng):
     """Compiled loops (CPU) against the interpreter, complex64 staying complex64."""
@@ -396,6 +397,7 @@ def test_device_complex_chains_equal_the_interpreter(dtype, jit_always, rng):
 
 @pytest.mark.numba
 @pytest.mark.cuda
+@pytest.mark.slow  # a child process under the simulator
 @pytest.mark.skipif(
     HAVE_CUDA and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="a real GPU runs the device tests directly"
 )
