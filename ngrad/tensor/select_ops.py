@@ -177,9 +177,9 @@ class SelectOps:
                     return _placed(np.array(np.nan).astype(self.dtype.np), self, self.dtype)
             return named(flat.sum() * math.nan, name)
         values = flat._select_at(0, False, "median", position, name, _MEDIAN).values
-        if not self.requires_grad:
+        if not self.dtype.is_floating_point:
             return values
-        v = values.detach()
+        v = values.detach()  # (a dual tensor of forward mode needs the spread too: no requires_grad test)
         hit = (flat == v) | (flat.isnan() & v.isnan())
         spread = where(hit, flat, 0.0).sum() / hit.sum()
         return record_op("splice", (spread._node, v._node), None, (), self.dtype, name)
