@@ -36,7 +36,15 @@ from .tensor import Tensor
 __all__ = ["save", "load"]
 
 _VERSION = "1"
-_DTYPES = {"float32": D.float32, "float64": D.float64, "int32": D.int32, "int64": D.int64, "bool": D.bool_}
+_DTYPES = {
+    "float32": D.float32,
+    "float64": D.float64,
+    "int32": D.int32,
+    "int64": D.int64,
+    "bool": D.bool_,
+    "complex64": D.complex64,
+    "complex128": D.complex128,
+}
 
 
 def save(obj, f, pickle_module=None, pickle_protocol=None, _use_new_zipfile_serialization=True):
