@@ -202,8 +202,8 @@ COMPLEX_REFUSED = {}
 
 def record_op(op, srcs, params, shape, dtype, name):
     """Record ``op`` on source nodes; gradients flow when grad mode is on and a source needs them."""
-    if srcs and srcs[0].dtype.category == 3 and op in COMPLEX_REFUSED:
-        raise COMPLEX_REFUSED[op](srcs[0].dtype)
+    if dtype.category == 3 and op in COMPLEX_REFUSED:  # the refused keep their operand's dtype
+        raise COMPLEX_REFUSED[op](dtype)
     rg = False
     if _gm.enabled and dtype.differentiable:
         for s in srcs:
