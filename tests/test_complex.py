@@ -514,3 +514,33 @@ def test_compiled_function_of_complex_values_equals_eager(rng):
         results.append((loss.item(), z.grad.numpy()))
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
+
+
+# --- the complex-valued example --------------------------------------------------------------------------
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "qubit_control.py")
+
+
+def test_qubit_control_example_reaches_the_target_state():
+    import runpy
+
+    example = runpy.run_path(EXAMPLE)
+    _, history = example["optimize"](steps=80)
+    assert history[0] > 0.5 and history[-1] < 2e-3
+
+
+def test_qubit_control_gradient_matches_torch():
+    torch = pytest.importorskip("torch")
+    with open(EXAMPLE) as f:
+        source = f.read()
+    grads = []
+    for name, text in (("ngrad", source), ("torch", source.replace("import ngrad as torch", "import torch"))):
+        scope = {"__name__": f"qubit_{name}"}
+        exec(compile(text, EXAMPLE, "exec"), scope)
+        lib = ngrad if name == "ngrad" else torch
+        amplitudes = lib.tensor(np.random.default_rng(2).standard_normal((6, 2)), requires_grad=True)
+        loss = scope["infidelity"](amplitudes)
+        loss.backward()
+        grads.append((loss.item(), amplitudes.grad.numpy()))
+    np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-10)
+    np.testing.assert_allclose(grads[0][1], grads[1][1], rtol=1e-8, atol=1e-12)
