@@ -75,7 +75,7 @@ def _matrices(A, name):
     return A
 
 
-def _square(A, name):
+def _square(A, name, floating=True):
     A = to_tensor(A)
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
@@ -83,7 +83,7 @@ def _square(A, name):
         raise RuntimeError(
             f"{name}: A must be batches of square matrices, but they are {A.shape[-2]} by {A.shape[-1]} matrices"
         )
-    return _matrices(A, name)
+    return _matrices(A, name) if floating else A
 
 
 def _same_dtype(A, B, name):
@@ -394,6 +394,12 @@ def lstsq(A, B, rcond=None, *, driver=None):
     return _LSTSQ(X.squeeze(-1) if vector else X, residuals, rank, sv)
 
 
+def _bool():
+    from .engine.ir import dtypes as D
+
+    return D.bool_
+
+
 def _int64():
     from .engine.ir import dtypes as D
 
@@ -470,13 +476,15 @@ def matrix_exp(A):
 def matrix_power(A, n):
     """``A`` multiplied by itself ``n`` times (by repeated squaring); ``n = 0`` gives identity
     matrices and a negative ``n`` powers of the inverse."""
-    A = _square(A, "linalg.matrix_power")
+    A = _square(A, "linalg.matrix_power", floating=False)  # integer matrices too, for n >= 0
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"linalg_matrix_power(): argument 'n' (position 2) must be int, not {type(n).__name__}")
-    if n == 0:
-        from .factories import eye
+    if n == 0:  # identities, with a zero gradient for A as PyTorch's
+        from .factories import eye, ones
+        from .tensor.functions import where
 
-        return eye(A.shape[-1], dtype=A.dtype, device=A.device).expand(*A.shape).clone()
+        identity = eye(A.shape[-1], dtype=A.dtype, device=A.device).expand(*A.shape)
+        return where(ones(*A.shape, dtype=_bool(), device=A.device), identity, A)
     if n < 0:
         A, n = inv(A), -n
     result, square = None, A
@@ -585,8 +593,11 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
         )
     if ord not in _MATRIX_ORDS or isinstance(ord, bool):
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
+    dim = (dim,) if isinstance(dim, int) else tuple(dim)
+    if len(dim) != 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}")
     d0, d1 = (d % A.ndim for d in dim)
-    if len(dim) != 2 or d0 == d1:
+    if d0 == d1:
         raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
     if ord == "fro":
         return vector_norm(A, 2, (d0, d1), keepdim)
@@ -605,11 +616,18 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
 
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
     """PyTorch's ``linalg.norm``: with ``ord=None`` the 2-norm of the flattened tensor (or over
-    ``dim``); a vector norm over one dimension, a matrix norm (``matrix_norm``) over two; without
-    ``dim``, a numeric ``ord`` needs a 1-D or 2-D input."""
+    ``dim``); a string ``ord`` is a matrix norm (``matrix_norm``, over the last two dimensions by
+    default); a numeric ``ord`` is a vector norm over one dimension and a matrix norm over two,
+    and without ``dim`` it needs a 1-D or 2-D input."""
     A = to_tensor(A)
-    if dim is not None and not isinstance(dim, int):
+    if isinstance(dim, int):
+        dim = (dim,)
+    elif dim is not None:
         dim = tuple(dim)
+    if isinstance(ord, str):
+        if dim is not None and len(dim) != 2:
+            raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}")
+        return matrix_norm(A, ord, dim if dim is not None else (-2, -1), keepdim, dtype=dtype)
     if ord is None:
         return vector_norm(A, 2, dim, keepdim, dtype=dtype)
     if dim is None:
@@ -617,11 +635,9 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
             raise RuntimeError(
                 f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D."
             )
-        dim = (0, 1) if A.ndim == 2 else 0
-    if isinstance(dim, tuple) and len(dim) == 2:
+        dim = tuple(range(A.ndim))
+    if len(dim) == 2:
         return matrix_norm(A, ord, dim, keepdim, dtype=dtype)
-    if isinstance(ord, str):
-        raise RuntimeError(f"linalg.vector_norm: Order {ord} not supported.")
     return vector_norm(A, ord, dim, keepdim, dtype=dtype)
 
 

@@ -349,7 +349,13 @@ def test_matrix_exp_of_known_matrices():
     np.testing.assert_allclose(rot, [[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]], rtol=1e-14)
     big = ngrad.linalg.matrix_exp(t64(np.diag([20.0, -3.0]))).numpy()
     np.testing.assert_allclose(big, np.diag(np.exp([20.0, -3.0])), rtol=1e-13)
-    np.testing.assert_allclose(ngrad.linalg.matrix_power(t64(np.eye(2) * 2), 0).numpy(), np.eye(2))
+    x = t64(np.full((2, 2, 2), 3.0), requires_grad=True)
+    power = ngrad.linalg.matrix_power(x, 0)  # identities, with a zero gradient, as PyTorch's
+    power.sum().backward()
+    np.testing.assert_array_equal(power.detach().numpy(), np.stack([np.eye(2)] * 2))
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((2, 2, 2)))
+    ints = ngrad.linalg.matrix_power(ngrad.tensor([[1, 1], [1, 0]]), 10)  # integer matrices too
+    assert ints.dtype == ngrad.int64 and ints.tolist() == [[89, 55], [55, 34]]
 
 
 @pytest.mark.numba
@@ -414,6 +420,12 @@ def test_errors_have_pytorchs_types_and_messages():
         ngrad.linalg.matrix_norm(ngrad.ones(2, 2), 3)
     with pytest.raises(RuntimeError, match="If dim is not specified but ord is, the input must be 1D or 2D. Got 3D."):
         ngrad.linalg.norm(ngrad.ones(2, 2, 2), 2)
+    with pytest.raises(RuntimeError, match="linalg.matrix_norm: dim must be a 2-tuple. Got 0 1 2"):
+        ngrad.linalg.matrix_norm(ngrad.ones(2, 2, 2), dim=(0, 1, 2))
+    with pytest.raises(RuntimeError, match="linalg.matrix_norm: dim must be a 2-tuple. Got 0"):
+        ngrad.linalg.norm(ngrad.ones(2, 2), "fro", dim=0)
+    with pytest.raises(RuntimeError, match="linalg.matrix_norm: The input tensor A must have at least 2 dimensions."):
+        ngrad.linalg.norm(ngrad.ones(3), "fro")
     with pytest.raises(TypeError, match="must be int, not float"):
         ngrad.linalg.matrix_power(ngrad.eye(2), 1.5)
     with pytest.raises(RuntimeError, match="parameter `driver` should be one of"):
