@@ -274,6 +274,9 @@ ERRORS = [
     lambda L: L.zeros(()).roll(1, 0),
     lambda L: L.nn.functional.pad(L.zeros(2, 3), (3, 1), mode="reflect"),
     lambda L: L.nn.functional.pad(L.zeros(2, 3), (4, 1), mode="circular"),
+    lambda L: L.nn.functional.pad(L.zeros(2, 3), (1, 1), mode="reflect", value=1.0),
+    lambda L: L.nn.functional.pad(L.zeros(2, 3), (1,), mode="reflect"),
+    lambda L: L.nn.functional.pad(L.zeros(2, 3), (1, 1), mode="foo"),
 ]
 
 
@@ -392,3 +395,17 @@ def test_edge_cases_match_pytorch(k):
     out = EDGES[k](ngrad)
     assert tuple(out.shape) == tuple(ref.shape) and str(out.dtype)[6:] == str(ref.dtype)[6:]
     np.testing.assert_array_equal(out.numpy(), ref.numpy())
+
+
+def test_batched_cotangents_equal_one_at_a_time(rng):
+    # is_grads_batched runs the rows with a leading batch axis (ngrad/engine/transform/batch.py)
+    x = ngrad.tensor(rng.standard_normal((4, 5)), requires_grad=True)
+    s = ngrad.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    i = ngrad.tensor(IDX)
+    out = x.scatter_reduce(0, i, s, "prod", include_self=False) + x.scatter(1, i, s) * 2
+    seeds = rng.standard_normal((3, 4, 5))
+    batched = ngrad.autograd.grad(out, [x, s], ngrad.tensor(seeds), is_grads_batched=True, retain_graph=True)
+    for k in range(3):
+        one = ngrad.autograd.grad(out, [x, s], ngrad.tensor(seeds[k]), retain_graph=True)
+        for b, o in zip(batched, one):
+            np.testing.assert_allclose(b.numpy()[k], o.numpy(), rtol=1e-12, atol=1e-14)

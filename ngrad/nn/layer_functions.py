@@ -239,7 +239,7 @@ def pad(input, pad, mode="constant", value=None):
     if mode not in ("constant", "reflect", "replicate", "circular"):
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
     if mode != "constant" and value not in (None, 0, 0.0):
-        raise ValueError(f'Padding mode "{mode}" doesn\'t take in value argument')
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
     out = input
     for k in range(len(pad) // 2):
         dim = input.ndim - 1 - k
