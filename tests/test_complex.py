@@ -271,7 +271,16 @@ def test_gradcheck_takes_complex_inputs_and_outputs_and_catches_a_wrong_rule(rng
             a, b = ctx.saved_tensors
             return g * b, g * a
 
-    assert not ngrad.autograd.gradcheck(WrongConj.apply, (z, w), raise_exception=False)
+    class RightConj(WrongConj):
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b.conj(), g * a.conj()
+
+    assert WrongConj.apply(z, w).requires_grad  # a complex output of a Function is differentiable
+    with pytest.raises(ngrad.autograd.GradcheckError, match="Jacobian mismatch"):
+        ngrad.autograd.gradcheck(WrongConj.apply, (z, w))
+    assert ngrad.autograd.gradcheck(RightConj.apply, (z, w))
 
 
 # --- the table's rows on complex values, by finite differences (no torch) -------------------------------

@@ -178,7 +178,7 @@ def _call_backward(ctx, grads):
             res = (res,)
         if Anomaly.enabled and Anomaly.check_nan:
             for i, g in enumerate(res):
-                if isinstance(g, Tensor) and g.dtype.is_floating_point and bool(g.detach().isnan().any()):
+                if isinstance(g, Tensor) and g.dtype.differentiable and bool(g.detach().isnan().any()):
                     raise RuntimeError(f"Function '{type(ctx).__name__}' returned nan values in its {i}th output.")
     except Exception:
         if Anomaly.enabled:
@@ -337,7 +337,7 @@ def _attach(ctx, args, outs, track):
             specs.append(None)
             continue
         raw = o._node
-        differentiable = track and id(o) not in ctx._non_differentiable and raw.dtype.is_floating_point
+        differentiable = track and id(o) not in ctx._non_differentiable and raw.dtype.differentiable
         node = Node("detach", (raw,), None, raw.shape, raw.dtype, differentiable)
         meta = own_meta(node)
         meta.ctx, meta.name = ctx, name
