@@ -553,3 +553,13 @@ def test_qubit_control_gradient_matches_torch():
         grads.append((loss.item(), amplitudes.grad.numpy()))
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-10)
     np.testing.assert_allclose(grads[0][1], grads[1][1], rtol=1e-8, atol=1e-12)
+
+
+def test_isinf_isfinite_isnan_of_complex_values_match_torch():
+    values = [complex(float("nan"), 1), complex(1, float("inf")), 2j, complex(-float("inf"), float("nan"))]
+    z = ngrad.tensor(values)
+    assert z.isinf().tolist() == [False, True, False, True]
+    assert z.isfinite().tolist() == [False, False, True, False]
+    assert z.isnan().tolist() == [True, False, False, True]
+    with pytest.raises(NotImplementedError):
+        z.trunc()

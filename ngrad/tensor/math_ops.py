@@ -469,7 +469,7 @@ class MathOps:
     def trunc(self):
         """Rounded toward zero (the gradient is 0, as for ``floor``)."""
         # floor or ceil, not sign * floor(abs): keeps -0.0 and NaN as PyTorch does, gradient 0 at NaN
-        return self.clone() if not self.dtype.is_floating_point else where(self < 0, self.ceil(), self.floor())
+        return self.clone() if self.dtype.category < 2 else where(self < 0, self.ceil(), self.floor())
 
     fix = trunc
 
@@ -478,9 +478,13 @@ class MathOps:
         return self - self.trunc().detach()
 
     def isinf(self):
+        if self.dtype.is_complex:
+            return self.real.isinf() | self.imag.isinf()
         return self.abs() == math.inf if self.dtype.is_floating_point else self != self
 
     def isfinite(self):
+        if self.dtype.is_complex:
+            return self.real.isfinite() & self.imag.isfinite()
         return (self - self) == 0 if self.dtype.is_floating_point else self == self
 
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
