@@ -78,3 +78,27 @@ def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
     for p in glob.glob(os.path.join(store.cache_dir(), "__pycache__", f"{store.key_of(text)}.*")):
         os.unlink(p)
     assert not store.on_disk(text)
+
+
+def test_programs_that_differ_only_in_sizes_share_their_kernels(tmp_path, monkeypatch, rng):
+    """A kernel's code takes sizes as arguments; only its comments name them (a reshape's target
+    shape), so its key ignores comments: the same program at another size compiles nothing."""
+    import ngrad
+    from ngrad.engine import store
+    from ngrad.engine.targets import cpu as c
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    assert store.key_of("x = a  # %1 = reshape(%0; shape=(4, 3))\n") == store.key_of(
+        "x = a  # %1 = reshape(%0; shape=(9, 3))\n"
+    )
+    assert store.key_of("x = a\n") != store.key_of("x = b\n")
+    compiled = []
+    for n in (40_000, 70_000):
+        x0 = rng.standard_normal((n, 3))
+        x = ngrad.tensor(x0, requires_grad=True)
+        before = c.stats["compiled"]
+        (x.reshape(-1).sin() * 2.0).reshape(n, 3).exp().sum().backward()
+        compiled.append(c.stats["compiled"] - before)
+        np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(x0) * np.exp(2 * np.sin(x0)), rtol=1e-12)
+    assert compiled[0] >= 1 and compiled[1] == 0, compiled

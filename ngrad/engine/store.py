@@ -26,6 +26,7 @@ import hashlib
 import importlib.metadata
 import marshal
 import os
+import re
 import stat
 import tempfile
 import warnings
@@ -48,13 +49,14 @@ __all__ = [
     "write_plan",
     "plan_name",
     "key_of",
+    "code_of",
     "on_disk",
 ]
 
 # The format of generated kernel text: bump whenever codegen's output or backend/vmath.py changes
 # meaning, so that kernels cached by an older ngrad are never loaded (the cache folder is named
 # after it).
-CODEGEN_VERSION = 26
+CODEGEN_VERSION = 27
 
 
 @functools.cache
@@ -251,9 +253,19 @@ def write_plan(name: str, data: bytes) -> None:
         pass
 
 
+_COMMENT = re.compile(r"[ \t]+#[^\n]*")
+
+
+def code_of(text: str) -> str:
+    """Generated source without its comments: each line's comment names the tape instruction it
+    came from, with that instruction's sizes, where the code itself takes sizes as arguments."""
+    return _COMMENT.sub("", text)
+
+
 def key_of(text: str) -> str:
-    """The name of a generated module's file in the cache (a hash of its text)."""
-    return "k" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    """The name of a generated module's file in the cache: a hash of its code (``code_of``), so
+    programs that differ only in sizes share one kernel and compile once."""
+    return "k" + hashlib.sha256(code_of(text).encode()).hexdigest()[:24]
 
 
 # (Numba's cache folder, its modification time) and the keys with an index file there: listed

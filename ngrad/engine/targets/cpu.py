@@ -33,7 +33,7 @@ from numba.extending import intrinsic
 
 from ..backend import vmath
 from ..recent import Recent
-from ..store import cache_dir, cache_root, key_of, problem, usable_dir, writable, write_atomically
+from ..store import cache_dir, cache_root, code_of, key_of, problem, usable_dir, writable, write_atomically
 from . import CompileError
 
 __all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "warm_up", "Kernel"]
@@ -266,8 +266,8 @@ def load_module(key, text):
     path = None if folder is None else os.path.join(folder, f"{key}.py")
     if path is not None:
         try:
-            with open(path, "rb") as f:
-                ok = f.read() == text.encode()
+            with open(path, "rb") as f:  # the same code (comments may name other sizes)
+                ok = code_of(f.read().decode("utf-8", "replace")) == code_of(text)
         except OSError:
             ok = False
         if not ok and writable(folder):
