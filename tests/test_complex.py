@@ -563,3 +563,11 @@ def test_isinf_isfinite_isnan_of_complex_values_match_torch():
     assert z.isnan().tolist() == [True, False, False, True]
     with pytest.raises(NotImplementedError):
         z.trunc()
+
+
+def test_nan_to_num_of_complex_values_replaces_each_part():
+    z = ngrad.tensor([complex(float("nan"), 1), complex(1, float("inf")), 2j])
+    out = z.nan_to_num(nan=0.5, posinf=7.0)
+    assert out.dtype is ngrad.complex64 and out.tolist() == [0.5 + 1j, 1 + 7j, 2j]
+    with pytest.raises(RuntimeError, match="does not support automatic differentiation for outputs with complex"):
+        z.clone().requires_grad_().nan_to_num()

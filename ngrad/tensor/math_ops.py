@@ -490,6 +490,13 @@ class MathOps:
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
         """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (the dtype's largest
         and lowest finite values by default); the gradient is zero where they were."""
+        if self.dtype.is_complex:  # each part on its own, without a gradient (PyTorch's)
+            if self.requires_grad and _gm.enabled:
+                raise RuntimeError(
+                    "nan_to_num does not support automatic differentiation for outputs with complex dtype."
+                )
+            parts = (self.real.nan_to_num(nan, posinf, neginf), self.imag.nan_to_num(nan, posinf, neginf))
+            return record_op("complex", tuple(p._node for p in parts), None, self.shape, self.dtype, None)
         if not self.dtype.is_floating_point:
             return self.clone()
         info = np.finfo(self.dtype.np)
