@@ -359,23 +359,25 @@ def test_matrix_exp_of_known_matrices():
 
 
 @pytest.mark.numba
-def test_a_compiled_gaussian_process_loss_equals_the_interpreter(jit_always, rng):
+@pytest.mark.slow  # about 12 s with an empty kernel cache on 2 cores
+def test_a_compiled_gaussian_process_loss_and_gradient_equal_numpys(jit_always, rng):
     x, y = rng.uniform(-2, 2, 6), rng.standard_normal(6)
 
     def loss(log_scale, data, targets):
         k = (-((data[:, None] - data[None, :]) ** 2) * log_scale.exp()).exp() + 0.1 * ngrad.eye(6, dtype=ngrad.float64)
         chol = ngrad.linalg.cholesky(k)
-        alpha = ngrad.linalg.cholesky_solve(targets[:, None], chol)
-        fit = (targets[:, None] * alpha).sum() + 2 * chol.diagonal().log().sum()
-        return fit + ngrad.linalg.eigvalsh(k).sum() + ngrad.linalg.svdvals(k).amax()
+        alpha = targets[:, None].cholesky_solve(chol)
+        return (targets[:, None] * alpha).sum() + 2 * chol.diagonal().log().sum() + ngrad.linalg.eigvalsh(k).amax()
 
-    compiled = ngrad.compile(lambda s, d, t: ngrad.autograd.grad(loss(s, d, t), s))
+    def reference(scale):
+        k = np.exp(-((x[:, None] - x[None, :]) ** 2) * np.exp(scale)) + 0.1 * np.eye(6)
+        return y @ np.linalg.solve(k, y) + np.linalg.slogdet(k)[1] + np.linalg.eigvalsh(k)[-1]
+
+    compiled = ngrad.compile(lambda s, d, t: (loss(s, d, t), ngrad.autograd.grad(loss(s, d, t), s)[0]))
     for scale in (0.3, -0.5):
-        s = t64(scale, requires_grad=True)
-        (g,) = ngrad.autograd.grad(loss(s, t64(x), t64(y)), s)
-        np.testing.assert_allclose(
-            compiled(t64(scale, requires_grad=True), t64(x), t64(y))[0].item(), g.item(), rtol=1e-10
-        )
+        value, grad = compiled(t64(scale, requires_grad=True), t64(x), t64(y))
+        np.testing.assert_allclose(value.item(), reference(scale), rtol=1e-10)
+        np.testing.assert_allclose(grad.item(), (reference(scale + 1e-6) - reference(scale - 1e-6)) / 2e-6, rtol=1e-6)
 
 
 # --- errors ----------------------------------------------------------------------------------------
@@ -431,3 +433,23 @@ def test_errors_have_pytorchs_types_and_messages():
     with pytest.raises(RuntimeError, match="parameter `driver` should be one of"):
         ngrad.linalg.lstsq(ngrad.ones(3, 2), ngrad.ones(3, 1), driver="foo")
     assert issubclass(ngrad.linalg.LinAlgError, RuntimeError)
+
+
+def test_jacobians_by_batched_cotangents_equal_pytorchs():
+    torch = pytest.importorskip("torch")
+    a = _spd(3, 3)
+
+    def f(L, x):
+        w, v = L.linalg.eigh(x)
+        q, r = L.linalg.qr(x)
+        parts = [w, v.abs(), L.linalg.svdvals(x), r.abs(), L.linalg.cholesky(x), L.linalg.matrix_exp(x * 0.1)]
+        parts += [L.linalg.slogdet(x)[1].reshape(1), L.linalg.solve_triangular(x, x, upper=True)]
+        return L.cat([p.flatten() for p in parts])
+
+    jacobians = []
+    for L in (ngrad, torch):
+        x = L.tensor(a, dtype=L.float64, requires_grad=True)
+        out = f(L, x)
+        (j,) = L.autograd.grad(out, x, L.eye(out.shape[0], dtype=L.float64), is_grads_batched=True)
+        jacobians.append(j.numpy())
+    np.testing.assert_allclose(jacobians[0], jacobians[1], rtol=1e-6, atol=1e-10)
