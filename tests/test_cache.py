@@ -102,3 +102,13 @@ def test_programs_that_differ_only_in_sizes_share_their_kernels(tmp_path, monkey
         compiled.append(c.stats["compiled"] - before)
         np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(x0) * np.exp(2 * np.sin(x0)), rtol=1e-12)
     assert compiled[0] >= 1 and compiled[1] == 0, compiled
+
+
+def test_debug_level_3_breaks_a_compile_into_its_phases(tmp_path):
+    program = "import ngrad\nx = ngrad.linspace(0, 1, 9, requires_grad=True)\n(x.sin() * x).sum().backward()\n"
+    env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always", NGRAD_COMPILE="wait", NGRAD_DEBUG="3")
+    err = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
+    assert "ngrad: planned" in err and "fusion and source of" in err
+    assert "Numba's front end" in err and "LLVM" in err  # Numba's own timers of the first compile
+    again = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
+    assert "loaded from the disk cache" in again

@@ -95,12 +95,26 @@ def advance(record, tape, mode, now, policy):
         decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now, ready=ready)
         if decision is Decision.ENCODE:
             record.offered = True
+            t = time.perf_counter()
             machine = machine_for(tape, policy, big_steps=not record.small)
+            if debug_level() >= 3:
+                print(
+                    f"ngrad: bytecode for {len(tape.instrs)} instrs in {(time.perf_counter() - t) * 1e3:.1f} ms "
+                    f"({'encoded' if machine is not None else 'declined'})",
+                    file=sys.stderr,
+                )
             if machine is not None:
                 record.tier = new = machine
                 record.pending, record.cached = 0, machine.cached
         elif decision is Decision.PLAN:
+            t = time.perf_counter()
             plan = record.tier = new = CompiledPlan(tape)
+            if debug_level() >= 3:
+                print(
+                    f"ngrad: planned {len(tape.instrs)} instrs in {(time.perf_counter() - t) * 1e3:.1f} ms "
+                    f"(fusion and source of {plan.functions()} functions)",
+                    file=sys.stderr,
+                )
             record.functions = plan.functions()
             if mode == "auto":
                 record.pending = plan.missing()

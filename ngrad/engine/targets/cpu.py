@@ -32,6 +32,7 @@ from numba.core.errors import NumbaError
 from numba.extending import intrinsic
 
 from ..backend import vmath
+from ..config import debug_level
 from ..recent import Recent
 from ..store import cache_dir, cache_root, code_of, key_of, problem, usable_dir, writable, write_atomically
 from . import CompileError
@@ -387,11 +388,29 @@ class Kernel:
                 r = call(self.fn)
             except NumbaError as e:
                 raise CompileError(f"{type(e).__name__} in kernel {self.key}: {str(e).splitlines()[0]}") from e
-        stats["seconds"] += time.perf_counter() - t
+        spent = time.perf_counter() - t
+        stats["seconds"] += spent
         misses = getattr(getattr(self.fn, "stats", None), "cache_misses", True)
         stats["compiled" if misses else "loaded"] += 1
+        if debug_level() >= 3:
+            print(f"ngrad: kernel {self.key}: {_phases(self.fn, spent, bool(misses))}", file=sys.stderr)
         self.ready = True
         return r
+
+
+def _phases(fn, spent, compiled):
+    """Where a first call's time went (``NGRAD_DEBUG=3``): Numba's front end (typing and
+    lowering, Python) and LLVM (optimisation and machine code), from Numba's own timers."""
+    if not compiled:
+        return f"loaded from the disk cache in {spent * 1e3:.1f} ms"
+    timers = {}
+    for overload in getattr(fn, "overloads", {}).values():
+        for name, seconds in (getattr(overload, "metadata", None) or {}).get("timers", {}).items():
+            timers[name] = timers.get(name, 0.0) + seconds
+    total, llvm = timers.get("compiler_lock", spent), timers.get("llvm_lock", 0.0)
+    return (
+        f"compiled in {spent * 1e3:.1f} ms (Numba's front end {(total - llvm) * 1e3:.1f} ms, LLVM {llvm * 1e3:.1f} ms)"
+    )
 
 
 def direct(kernel, args):
