@@ -79,6 +79,11 @@ _CUPY_GLUE = frozenset(
         "prod",
         "amax",
         "amin",
+        # decompositions CuPy's cupy.linalg takes in stacks (the other linalg rows are host glue)
+        "eigh",
+        "svd",
+        "qr",
+        "slogdet",
     ]
 )
 
