@@ -169,3 +169,31 @@ def test_a_prepared_program_runs_interpreted_until_its_compile_is_published(monk
     np.testing.assert_allclose(fn(v)[0], want[0], rtol=1e-12)
     assert fn.fn is not None and dispatch.records[tape.key()].tier.ready()
     np.testing.assert_allclose(fn(v)[0], want[0], rtol=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork is POSIX")
+def test_a_forked_child_compiles_on_its_own(monkeypatch, rng):
+    """``fork`` copies the queue but not the worker thread nor the compile server's pipes: the
+    child starts its own and its results are right."""
+    import os
+
+    def f(x):
+        return (x.sin() * x.cosh()).sum()
+
+    x0 = rng.standard_normal(500)
+    want = _reference(x0, f, monkeypatch)
+    _value_and_grad(x0, f)
+    _value_and_grad(x0, f)  # a compile is queued or running now
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        ok = False
+        try:
+            for _ in range(3):
+                got = _value_and_grad(x0, f)
+            ok = background.synchronize(timeout=120) and np.allclose(got[1], want[1], rtol=1e-12)
+            got = _value_and_grad(x0, f)
+            ok = ok and np.allclose(got[1], want[1], rtol=1e-12)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -23,6 +23,7 @@ for a NumPy loop would otherwise wait up to 5 ms to get it back.
 """
 
 import collections
+import os
 import sys
 import threading
 import warnings
@@ -43,7 +44,21 @@ SWITCH_S = 2e-4
 
 _cond = threading.Condition()
 _jobs = collections.deque()  # (record, tier, tape, values) not started yet
-_state = {"active": 0, "worker": None, "switch": None, "warned": False}
+_state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None}
+
+
+def _forked():
+    """In a child made by ``fork``: no worker thread came along, so neither do its jobs."""
+    global _cond
+    _cond = threading.Condition()
+    for record in [job[0] for job in _jobs] + [_state["running"]]:
+        if record is not None:  # offered again at their next call here
+            record.compiling = False
+    _jobs.clear()
+    _state.update(active=0, worker=None, switch=None, running=None)
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def pending():
@@ -106,6 +121,7 @@ def _work():
         with _cond:
             _cond.wait_for(lambda: bool(_jobs))
             record, advance, tape, values = _jobs.popleft()
+            _state["running"] = record
         try:
             if advance() is Decision.COMPILE:
                 _compile(record, record.tier, tape, values)
@@ -115,6 +131,7 @@ def _work():
         finally:
             with _cond:
                 record.compiling = False
+                _state["running"] = None
                 _state["active"] -= 1
                 if _state["active"] == 0 and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])

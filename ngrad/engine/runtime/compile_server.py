@@ -33,6 +33,17 @@ _lock = threading.Lock()
 _child = {"proc": None, "dead": False}
 
 
+def _forked():
+    """In a child made by ``fork``: the parent's compile server is the parent's (its pipes must
+    not be shared); this process starts its own when it needs one."""
+    global _lock
+    _lock = threading.Lock()
+    _child.update(proc=None, dead=False)
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def compile_remote(tier, tape, values, meanwhile=None):
     """See the module docstring; ``meanwhile()`` runs after the request is sent, while the child
     works (the caller's own Numba start-up)."""
