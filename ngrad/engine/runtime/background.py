@@ -58,7 +58,8 @@ def _forked():
     _state.update(active=0, worker=None, switch=None, running=None)
 
 
-os.register_at_fork(after_in_child=_forked)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forked)
 
 
 def pending():

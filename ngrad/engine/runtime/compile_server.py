@@ -41,7 +41,8 @@ def _forked():
     _child.update(proc=None, dead=False)
 
 
-os.register_at_fork(after_in_child=_forked)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forked)
 
 
 def compile_remote(tier, tape, values, meanwhile=None):
