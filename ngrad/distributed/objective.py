@@ -7,9 +7,11 @@ chunk signature (``ngrad.distributed.program``): a function that is not traceabl
 scalar, or reads a tensor that requires grad outside its parameters fails there, on the
 client, before anything is sent. Each evaluation then sends the parameters (up to
 ``INLINE_BYTES`` inside each chunk's task, bigger ones once, as one task whose result the
-workers fetch), runs the program on every chunk where the chunk lives, and sums the values
-and gradients by a tree reduction (``split_every`` results a step, in chunk order, so the
-result does not depend on which worker ran what). A worker lost mid-evaluation is Dask's to recover:
+workers fetch), runs the program on every chunk where the chunk lives (one task per worker
+thread, summing its chunks in chunk order), and sums those sums by a tree reduction
+(``split_every`` at a time, in the order of their first chunks). Where the chunks live
+decides the order of the additions, and so the rounding (a few units in the last place),
+nothing else. A worker lost mid-evaluation is Dask's to recover:
 its tasks run again elsewhere and lost chunks are rebuilt from their graph, so the result is
 the same. ``retries`` re-runs a task that raised (a transient failure), up to that many times.
 
@@ -29,7 +31,7 @@ from ..tensor.record import wrap
 from ..tracing import TraceError
 from .cluster import client_for
 from .data import persist_parts
-from .program import add, evaluate, flatten, trace_program, unflatten
+from .program import add, evaluate_many, flatten, trace_program, unflatten
 
 __all__ = ["Objective", "DistributedSum", "INLINE_BYTES", "hold"]
 
@@ -146,8 +148,17 @@ class Objective:
         else:
             shared = client.submit(hold, arrays, pure=False)
         level = [
-            client.submit(evaluate, program, shared, part, pure=False, retries=self.retries)
-            for program, part in zip(programs, self.parts)
+            client.submit(
+                evaluate_many,
+                [programs[i] for i in group],
+                shared,
+                *[self.parts[i] for i in group],
+                workers=None if worker is None else [worker],
+                allow_other_workers=True,
+                pure=False,
+                retries=self.retries,
+            )
+            for worker, group in self._groups()
         ]
         k = self.split_every
         while len(level) > 1:
@@ -155,6 +166,22 @@ class Objective:
                 client.submit(add, *level[i : i + k], pure=False, retries=self.retries) for i in range(0, len(level), k)
             ]
         return level[0]
+
+    def _groups(self):
+        """``(worker, chunk indices)``: the chunks each worker thread sums in one task, in
+        chunk order. One task per thread rather than per chunk: the scheduler's cost per task
+        (milliseconds) is paid per worker thread, not per chunk. A task is only steered to the
+        worker holding its chunks: where that worker is gone, it runs wherever Dask puts it."""
+        holders = self.client.who_has(self.parts)
+        threads = self.client.nthreads()
+        by_worker = {}
+        for i, part in enumerate(self.parts):
+            held = holders.get(part.key) or ()
+            by_worker.setdefault(min(held) if held else None, []).append(i)
+        for worker, chunks in by_worker.items():
+            n = max(1, min(threads.get(worker, 1), len(chunks)))
+            for t in range(n):  # contiguous runs, one per thread
+                yield worker, chunks[t * len(chunks) // n : (t + 1) * len(chunks) // n]
 
     def evaluate_arrays(self, params):
         """``(value, gradients)`` as NumPy arrays (see ``submit``), waiting for the cluster."""

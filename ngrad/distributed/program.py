@@ -31,7 +31,17 @@ from ..tensor.core import Tensor
 from ..tensor.record import wrap
 from ..tracing.trace import Trace, restore
 
-__all__ = ["Program", "trace_program", "evaluate", "add", "prepared", "compiles", "flatten", "unflatten"]
+__all__ = [
+    "Program",
+    "trace_program",
+    "evaluate",
+    "evaluate_many",
+    "add",
+    "prepared",
+    "compiles",
+    "flatten",
+    "unflatten",
+]
 
 # process-wide (one per worker): digest -> prepared runner, and how often each digest was prepared
 prepared = Recent()
@@ -155,6 +165,15 @@ def evaluate(program, params, part):
     for kind, i in program.order:
         values.append(params[i] if kind == "param" else part[i] if kind == "chunk" else program.consts[i])
     return program.runner()(values)
+
+
+def evaluate_many(programs, params, *parts):
+    """The sum of ``evaluate`` over several chunks (one program each), in the order given."""
+    total = evaluate(programs[0], params, parts[0])
+    for program, part in zip(programs[1:], parts[1:]):
+        for t, a in zip(total, evaluate(program, params, part)):
+            t += a
+    return total
 
 
 def add(*results):
