@@ -9,8 +9,10 @@ eigenvectors as columns), ``svd`` a flat (..., m*u + k + n*v) (U by rows, S, V b
 Vh), ``slogdet`` (..., 2) (sign, log|det|). ``cholesky`` and ``eigh`` read the symmetric part
 of their operand, (A + A^T) / 2, so their VJPs (PyTorch's symmetric gradients) are the exact
 derivatives of their forwards; the facade passes the triangle PyTorch reads through a splice,
-so values are PyTorch's. ``qr`` gives Q of a matrix with at least as many rows as columns (R
-is Q^T A, upper triangular, in the facade). The derivative rules are PyTorch's
+so values are PyTorch's. ``cholesky`` raises PyTorch's error naming the function ``check`` (nan
+factors where ``check`` is empty, for ``cholesky_ex``, whose ``info`` is the non-differentiable
+``cholesky_info`` row). ``qr`` gives Q of a matrix with at least as many rows as columns (R is
+Q^T A, upper triangular, in the facade). The derivative rules are PyTorch's
 (FunctionsManual.cpp), written in rows of the table, so they differentiate again. Where two
 eigenvalues (singular values) are equal the eigenvector (singular vector) terms divide by zero,
 as PyTorch's; a term whose numerator is also exactly zero is zero instead, which is what PyTorch
