@@ -571,3 +571,16 @@ def test_nan_to_num_of_complex_values_replaces_each_part():
     assert out.dtype is ngrad.complex64 and out.tolist() == [0.5 + 1j, 1 + 7j, 2j]
     with pytest.raises(RuntimeError, match="does not support automatic differentiation for outputs with complex"):
         z.clone().requires_grad_().nan_to_num()
+
+
+def test_assigning_the_parts_writes_through_them():
+    z = ngrad.tensor([1 + 2j, 3j])
+    z.real = ngrad.tensor([5.0, 6.0])
+    z.imag = ngrad.tensor(7.0)
+    assert z.tolist() == [5 + 7j, 6 + 7j] and z._version == 2
+    w = ngrad.tensor([1 + 2j], requires_grad=True)
+    y = w * 1
+    y.real = ngrad.tensor([3.0], requires_grad=True)
+    assert y.tolist() == [3 + 2j] and type(y.grad_fn).__name__ == "CopySlices"
+    with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
+        ngrad.ones(2).imag = ngrad.ones(2)

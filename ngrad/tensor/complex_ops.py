@@ -252,6 +252,14 @@ class ComplexOps:
             raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
         return record_op("imag", (n,), None, n.shape, n.dtype.to_real(), "ImagBackward0")
 
+    @real.setter
+    def real(self, value):
+        self.real.copy_(value)  # a write through the view: the tensor's real part becomes value
+
+    @imag.setter
+    def imag(self, value):
+        self.imag.copy_(value)
+
     def conj(self):
         """The complex conjugate (a real tensor's is itself); ``is_conj()`` is True on the
         result, as on PyTorch's lazily conjugated view.

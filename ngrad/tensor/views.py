@@ -524,7 +524,7 @@ def install(cls):
     for name in ALWAYS_PROPERTIES:
         prop = getattr(cls, name, None)
         if isinstance(prop, property):
-            setattr(cls, name, property(viewing(prop.fget, name), doc=prop.__doc__))
+            setattr(cls, name, property(viewing(prop.fget, name), prop.fset, doc=prop.__doc__))
 
 
 def view_error(t, r):
