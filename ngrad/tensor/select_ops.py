@@ -111,7 +111,7 @@ class SelectOps:
     def _cum_extreme(self, op, dim, name, tup):
         axis = normalize_dim(dim, self.ndim)
         x = self if self.ndim else self.reshape(1)
-        idx = wrap(Node(op, (x._node,), {"axis": axis}, x.shape, D.int64))
+        idx = wrap(Node(op, (x._node,), {"axis": axis}, x._node.shape, D.int64))  # a plain tuple, not a Size
         values = named(x.gather(axis, idx), name)
         if not self.ndim:
             values, idx = named(values.reshape(()), name), idx.reshape(())
@@ -240,7 +240,8 @@ class SelectOps:
         x = self if self.ndim else self.reshape(1)
         if x.shape[axis] == 0:
             raise IndexError(f"mode(): Expected reduction dim {axis} to have non-zero size.")
-        idx = wrap(Node("argmode", (x._node,), {"axis": axis}, x.shape[:axis] + (1,) + x.shape[axis + 1 :], D.int64))
+        shape = x._node.shape
+        idx = wrap(Node("argmode", (x._node,), {"axis": axis}, shape[:axis] + (1,) + shape[axis + 1 :], D.int64))
         values = named(x.gather(axis, idx), "ModeBackward0")
         if not keepdim or not self.ndim:
             values, idx = named(values.squeeze(axis), "ModeBackward0"), idx.squeeze(axis)
@@ -491,7 +492,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     seq, values = seq.detach().to(common), values.detach().to(common)
     flat = values.reshape(1) if not values.ndim else values
     rows = seq.expand(flat.shape[:-1] + seq.shape[-1:])
-    out = wrap(Node("searchsorted", (rows._node, flat._node), {"right": bool(right)}, flat.shape, D.int64))
+    out = wrap(Node("searchsorted", (rows._node, flat._node), {"right": bool(right)}, flat._node.shape, D.int64))
     out = out.reshape(()) if not values.ndim else out
     return out.to(D.int32) if out_int32 else out
 
