@@ -584,3 +584,17 @@ def test_assigning_the_parts_writes_through_them():
     assert y.tolist() == [3 + 2j] and type(y.grad_fn).__name__ == "CopySlices"
     with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
         ngrad.ones(2).imag = ngrad.ones(2)
+
+
+def test_functional_api_takes_complex_inputs_as_torch():
+    torch = pytest.importorskip("torch")
+    zv = np.array([1 + 2j, 0.5 - 1j])
+    results = []
+    for lib in (ngrad, torch):
+        f = lib.autograd.functional
+        jac = f.jacobian(lambda z: (z * z).abs(), lib.tensor(zv))
+        vjp = f.vjp(lambda z: (z * z).exp(), lib.tensor(zv), lib.tensor(zv))[1]
+        jvp = f.jvp(lambda z: (z * z).exp(), lib.tensor(zv), lib.tensor(zv))[1]
+        results.append([jac.numpy(), vjp.numpy(), jvp.numpy()])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10)

@@ -52,7 +52,7 @@ def _prepare(inputs, create_graph):
             with grad_mode.enable_grad():
                 out.append(t.view_as(t))
         else:
-            out.append(t.detach().requires_grad_(t.dtype.is_floating_point))
+            out.append(t.detach().requires_grad_(t.dtype.differentiable))
     return tuple(out)
 
 
