@@ -102,10 +102,9 @@ def test_values_indices_and_gradients_match_pytorch(name, rng):
     for o, t in zip(ours, theirs):
         assert tuple(o.shape) == tuple(t.shape) and str(o.dtype)[6:] == str(t.dtype)[6:], (o, t)
         np.testing.assert_allclose(o.detach().numpy(), t.detach().numpy(), rtol=1e-6, atol=1e-12)
-        # PyTorch's unique gives values that require grad with a backward that always raises
-        # (no derivative is implemented); ngrad's simply do not require grad
-        assert o.requires_grad == (t.requires_grad and not name.startswith("unique"))
-    diff = [(o, t) for o, t in zip(ours, theirs) if o.requires_grad]
+        assert o.requires_grad == t.requires_grad
+    # unique's values are on the graph, but their backward raises (the test below)
+    diff = [(o, t) for o, t in zip(ours, theirs) if o.requires_grad and not name.startswith("unique")]
     if diff:
         gs = [rng.standard_normal(tuple(t.shape)) for _, t in diff]
         (g,) = ngrad.autograd.grad([o for o, _ in diff], [x], [ngrad.tensor(c) for c in gs])
@@ -240,10 +239,21 @@ def test_errors_match_pytorchs_type_and_message(i):
     assert str(ours.value) == str(theirs.value).split("\n")[0]
 
 
-def test_unique_realizes_its_input_and_is_not_differentiable():
-    x = ngrad.tensor([3.0, 1.0, 3.0], requires_grad=True)
+def test_unique_realizes_its_input_and_its_backward_raises_as_pytorchs():
+    x = ngrad.tensor([[3.0, 1.0], [3.0, 1.0]], requires_grad=True)
     values, inverse = (x * 2).unique(return_inverse=True)
-    assert values.tolist() == [2.0, 6.0] and inverse.tolist() == [1, 0, 1] and not values.requires_grad
+    assert values.tolist() == [2.0, 6.0] and inverse.tolist() == [[1, 0], [1, 0]]
+    for fn, grad_fn, kernel in (
+        (lambda x: x.unique(), "Unique2Backward0", "_unique2"),
+        (lambda x: x.unique(dim=0), "UniqueDimBackward0", "unique_dim"),
+        (lambda x: x.unique_consecutive(), "UniqueConsecutiveBackward0", "unique_consecutive"),
+    ):
+        out = fn(x)
+        assert out.requires_grad and out.grad_fn.name() == grad_fn
+        with pytest.raises(NotImplementedError, match=f"the derivative for '{kernel}' is not implemented."):
+            out.sum().backward()
+    with ngrad.no_grad():
+        assert not x.unique().requires_grad
 
 
 def test_value_dependent_sizes_refuse_to_trace_and_an_explicit_histc_range_compiles():

@@ -15,6 +15,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from .. import grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from .functions import where
@@ -360,8 +361,8 @@ class SelectOps:
         """The distinct values, sorted (also with ``sorted=False``, as PyTorch's CPU kernel), of
         the whole tensor or the distinct slices along ``dim``; with ``return_inverse`` where each
         entry went, with ``return_counts`` how often each occurs. Every NaN is distinct. The
-        result's size depends on the values, so the input is realized (as ``nonzero``). Not
-        differentiable.
+        result's size depends on the values, so the input is realized (as ``nonzero``). No
+        derivative: the values stay on the graph, and a backward reaching them raises, as PyTorch's.
 
         ```python
         >>> import ngrad
@@ -376,7 +377,8 @@ class SelectOps:
             inverse = inverse.reshape(v.shape)
         else:
             values, inverse, counts = _unique_slices(v, _unique_axis(self, dim))
-        return self._unique_result(values, inverse, counts, return_inverse, return_counts)
+        kernel = "_unique2" if dim is None else "unique_dim"
+        return self._unique_result(values, inverse, counts, return_inverse, return_counts, kernel)
 
     def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
         """``unique`` of runs: each run of equal consecutive values (or slices along ``dim``) gives
@@ -398,17 +400,42 @@ class SelectOps:
         values = np.take(v.reshape(-1) if dim is None else v, starts, axis=axis)
         inverse = np.cumsum(change) - 1
         counts = np.diff(np.append(starts, rows.shape[0]))
-        return self._unique_result(
-            values, inverse.reshape(v.shape) if dim is None else inverse, counts, return_inverse, return_counts
-        )
+        inverse = inverse.reshape(v.shape) if dim is None else inverse
+        return self._unique_result(values, inverse, counts, return_inverse, return_counts, "unique_consecutive")
 
-    def _unique_result(self, values, inverse, counts, return_inverse, return_counts):
+    def _unique_result(self, values, inverse, counts, return_inverse, return_counts, kernel):
         out = [_placed(values, self, self.dtype)]
+        if self.requires_grad and grad_mode.state.enabled:  # PyTorch's values stay on the graph...
+            out[0] = _no_derivative(kernel).apply(self, out)
         if return_inverse:
             out.append(_placed(inverse, self, D.int64))
         if return_counts:
             out.append(_placed(counts, self, D.int64))
         return out[0] if len(out) == 1 else tuple(out)
+
+
+_NO_DERIVATIVE = {}
+_GRAD_FN = {"_unique2": "Unique2", "unique_dim": "UniqueDim", "unique_consecutive": "UniqueConsecutive"}
+
+
+def _no_derivative(kernel):
+    """A custom Function passing on the values it is given, whose backward raises PyTorch's
+    error for an operation without a derivative (``kernel``), grad_fn named as PyTorch's."""
+    cls = _NO_DERIVATIVE.get(kernel)
+    if cls is None:
+        from ..autograd.function import Function, FunctionCtx
+
+        def backward(ctx, grad):  # ...but fail once a gradient reaches them
+            raise NotImplementedError(f"the derivative for '{kernel}' is not implemented.")
+
+        def forward(ctx, source, holder):
+            return holder[0]
+
+        name = _GRAD_FN[kernel]
+        cls = type(name, (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+        cls._backward_cls = type(name + "Backward0", (FunctionCtx,), {"_cls": cls})
+        _NO_DERIVATIVE[kernel] = cls
+    return cls
 
 
 def _unique_axis(t, dim):
