@@ -349,11 +349,14 @@ def _is_zero(v):
 
 def lstsq(A, B, rcond=None, *, driver=None):
     """``(solution, residuals, rank, singular_values)`` of the least-squares problems
-    min ||A X - B|| (the minimum-norm solution where A is wide), through a QR of A (or of A^T):
-    A must have full rank, as for PyTorch's 'gels' driver. As PyTorch's, ``residuals`` (the
-    squared residual of each column) is computed for tall A with a driver other than 'gelsy',
-    ``rank`` for drivers other than 'gels' and ``singular_values`` for 'gelsd' and 'gelss'; each
-    is empty otherwise. ``B`` may be a stack of vectors (..., m); batch dimensions broadcast.
+    min ||A X - B||: the minimum-norm solution, ``pinv(A) @ B`` with singular values at or below
+    ``rcond`` times the largest read as zero (default eps * max(m, n)), which is what PyTorch's
+    drivers 'gelsy' (the default), 'gelsd' and 'gelss' compute for any rank; with 'gels', a QR of
+    A (or of A^T for wide A), for A of full rank. As PyTorch's, ``residuals`` (the squared
+    residual of each column) is computed for tall A with a driver other than 'gelsy' (PyTorch
+    leaves it empty for a rank-deficient A, ngrad computes it), ``rank`` for drivers other than
+    'gels' and ``singular_values`` for 'gelsd' and 'gelss'; each is empty otherwise. ``B`` may be
+    a stack of vectors (..., m); batch dimensions broadcast.
 
     >>> import ngrad
     >>> A = ngrad.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]], dtype=ngrad.float64)
@@ -377,14 +380,16 @@ def lstsq(A, B, rcond=None, *, driver=None):
         raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
     A, Bm = _broadcast_batches(A, Bm)
     m, n = A.shape[-2:]
-    if m >= n:
+    driver = driver or "gelsy"
+    if driver != "gels":  # the minimum-norm solution, whatever A's rank, as gelsy's, gelsd's and gelss's
+        X = pinv(A, rtol=rcond) @ Bm
+    elif m >= n:
         q, r = qr(A)
         X = solve_triangular(r, q.mT @ Bm, upper=True)
     else:  # the minimum-norm solution Q R^-T B of A^T = QR
         q, r = qr(A.mT)
         X = q @ solve_triangular(r.mT, Bm, upper=False)
     X = named(X, "LinalgLstsqBackward0")
-    driver = driver or "gelsy"
     empty = zeros(0, dtype=A.dtype, device=A.device)
     residuals = empty
     if m > n and driver != "gelsy":

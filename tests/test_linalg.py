@@ -165,6 +165,14 @@ PARITY = {
         [R.standard_normal((2, 5, 3)), R.standard_normal((1, 5, 2))],
     ),
     "lstsq_vector": (lambda L, a, b: L.linalg.lstsq(a, b).solution, [R.standard_normal((5, 3)), R.standard_normal(5)]),
+    "lstsq_rank_deficient": (
+        lambda L, a, b: L.linalg.lstsq(a @ a.mT @ a, b).solution,  # 5 x 4 of rank 2
+        [R.standard_normal((5, 2)) @ R.standard_normal((2, 4)), R.standard_normal((5, 3))],
+    ),
+    "lstsq_gels": (
+        lambda L, a, b: L.linalg.lstsq(a, b, driver="gels").solution,
+        [R.standard_normal((5, 3)), R.standard_normal((5, 2))],
+    ),
     "lstsq_wide": (
         lambda L, a, b: L.linalg.lstsq(a, b).solution,
         [R.standard_normal((3, 5)), R.standard_normal((3, 2))],
