@@ -197,3 +197,17 @@ def test_a_forked_child_compiles_on_its_own(monkeypatch, rng):
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_requests_carry_the_facades_tuples_as_plain_tuples():
+    """The compile server's child imports the engine alone: a shape given as ``ngrad.Size`` (a
+    tuple subclass of the facade) must reach it as a tuple."""
+    import io
+    import pickle
+
+    buffer = io.BytesIO()
+    compile_server._send(buffer, ("plan", {"shape": ngrad.Size([2, 3])}, [ngrad.Size([4])]))
+    data = buffer.getvalue()[8:]
+    assert b"ngrad.tensor" not in data
+    got = pickle.loads(data)
+    assert got == ("plan", {"shape": (2, 3)}, [(4,)]) and type(got[1]["shape"]) is tuple

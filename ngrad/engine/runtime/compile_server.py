@@ -14,8 +14,10 @@ are pickled frames over the child's stdin and stdout (the child writes nothing e
 child ends when its stdin closes, that is with its parent.
 """
 
+import io
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -118,8 +120,20 @@ def _start():
     return proc
 
 
+class _Pickler(pickle.Pickler):
+    """Tuples of the facade's subclasses (``ngrad.Size`` in a shape or a parameter) travel as
+    plain tuples: the child imports the engine alone, and the engine reads them as tuples."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, tuple) and type(obj) is not tuple and not hasattr(obj, "_fields"):
+            return tuple, (tuple(obj),)
+        return NotImplemented
+
+
 def _send(stream, obj):
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    data = buffer.getvalue()
     stream.write(_HEADER.pack(len(data)) + data)
     stream.flush()
 
@@ -157,13 +171,14 @@ def main():
     """The child's loop: one reply per request until stdin closes."""
     from ..targets.cpu import warm_up
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; the child ends with its stdin
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies on the protocol's stream
     warm_up()
     while True:
         try:
             request = _receive(inp)
-        except EOFError:
+        except (EOFError, OSError, KeyboardInterrupt):
             return
         try:
             _serve(request)
@@ -172,4 +187,7 @@ def main():
             reply = ("compile_error", str(e))
         except Exception as e:  # noqa: BLE001  (the parent compiles it itself and sees the error)
             reply = ("error", f"{type(e).__name__}: {e}")
-        _send(out, reply)
+        try:
+            _send(out, reply)
+        except OSError:  # the parent has ended: so does the child, quietly
+            return
