@@ -43,7 +43,7 @@ MAX_QUEUED = 16
 SWITCH_S = 2e-4
 
 _cond = threading.Condition()
-_jobs = collections.deque()  # (record, tier, tape, values) not started yet
+_jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
 _state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None}
 
 
