@@ -35,6 +35,7 @@ and the tool goes on with the next line.
 ```
 """
 
+import functools
 import importlib.metadata
 import json
 import time
@@ -43,7 +44,7 @@ import numpy as np
 
 import ngrad
 
-from .problems import PROBLEMS, ba, det, ode
+from .problems import PROBLEMS, ba, det, ht, nested, ode
 
 __all__ = ["serve", "MODULES"]
 
@@ -173,6 +174,22 @@ def _ba_jacobian_post(out):
     return {k: np.concatenate([v[:30], v[-1:]]).tolist() for k, v in out.items()}
 
 
+def _particle_prepare(inp):
+    return float(inp["w"])
+
+
+def _particle(variant, w0):
+    return nested.particle(w0, variant)
+
+
+def _saddle_prepare(inp):
+    return [float(v) for v in inp["start"]]
+
+
+def _saddle(variant, start):
+    return nested.saddle(start, variant)
+
+
 def _det_prepare(inp):
     return {"A": np.asarray(inp["A"], dtype=np.float64), "ell": int(inp["ell"])}
 
@@ -222,6 +239,12 @@ MODULES = {
         "jacobian": (_ba_prepare, _ba_jacobian, _ba_jacobian_post),
     },
     "det": {"primal": (_det_prepare, _det_primal, float), "gradient": (_det_prepare, _det_gradient, np.ndarray.tolist)},
+    "ht": {
+        "objective": (ht.model_arrays, ht.objective, np.ndarray.tolist),
+        "jacobian": (ht.model_arrays, ht.jacobian, np.ndarray.tolist),
+    },
+    "particle": {v: (_particle_prepare, functools.partial(_particle, v), float) for v in nested.VARIANTS},
+    "saddle": {v: (_saddle_prepare, functools.partial(_saddle, v), list) for v in nested.VARIANTS},
 }
 
 # small inputs in GradBench's format, run at define time so that kernels compile there (no
