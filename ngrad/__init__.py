@@ -61,6 +61,7 @@ from .random import Generator, default_generator, get_rng_state, set_rng_state
 from .serialization import load, save
 from .tensor import Size, Tensor, cat, concat, concatenate, device, matmul, meshgrid, nonzero, pow, stack, where
 from .tensor import complex_ops as _complex_ops
+from .tensor import linalg_ops as _linalg_ops
 from .tensor import scatter_ops as _scatter_ops
 from .tensor import select_ops as _select_ops
 from .tensor.functions import as_strided_scatter, diagonal_scatter, select_scatter, slice_scatter
@@ -98,9 +99,10 @@ trace split chunk unbind select gather index_select mm bmm mv dot outer lt le gt
 greater greater_equal not_equal logical_and logical_or logical_not isnan any all detach clone broadcast_to
 addcmul addcdiv lerp equal masked_fill tril triu isinf isfinite nan_to_num cross movedim moveaxis diff
 unflatten tile take_along_dim addmm inverse det sort argsort topk as_strided is_inference""".split()
-for _name in _METHODS + _complex_ops.FUNCTIONS + _scatter_ops.FUNCTIONS + _select_ops.FUNCTIONS:
+_FAMILIES = (_complex_ops, _linalg_ops, _scatter_ops, _select_ops)
+for _name in _METHODS + [name for family in _FAMILIES for name in family.FUNCTIONS]:
     globals()[_name] = _function(_name)
-for _family in (_complex_ops, _scatter_ops, _select_ops):
+for _family in _FAMILIES:
     globals().update({_name: getattr(_family, _name) for _name in _family.__all__})
 subtract = globals()["sub"]
 

@@ -5,7 +5,8 @@
 
 Contract: a mixin of ``Tensor``; every method records through ``record`` or the free functions
 (the decompositions through ``ngrad.linalg``). ``FUNCTIONS`` names the methods ``ngrad`` also
-exports as functions (``ngrad.name(input, ...)``).
+exports as functions (``ngrad.name(input, ...)``); ``__all__`` the free functions it exports as
+they are (none).
 """
 
 from collections import namedtuple
@@ -17,6 +18,7 @@ from ..engine.ir.graph import source
 from .functions import cat, matmul, stack, where
 from .record import broadcast_shapes, named, normalize_dim, to_tensor, value_on, wrap
 
+__all__: list[str] = []
 FUNCTIONS = "logdet slogdet cholesky cholesky_solve matrix_exp matrix_power pinverse qr svd".split()
 _SVD = namedtuple("svd", ["U", "S", "V"])
 _QR = namedtuple("qr", ["Q", "R"])
