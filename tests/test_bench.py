@@ -26,6 +26,7 @@ SMALL = {
     "gmm": 6,
     "kmeans": 40,
     "ba": 5,
+    "det": 4,
     "mlp": 3,
 }
 STANDARD = sorted(n for n, p in PROBLEMS.items() if p.compute is None)

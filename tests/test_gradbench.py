@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ngrad
 from ngrad.bench import gradbench
-from ngrad.bench.problems import lstm
+from ngrad.bench.problems import lstm, nested
 
 # --- the protocol's response types (CONTRIBUTING.md, "Types"): field -> (types, required) -------------
 
@@ -348,6 +349,12 @@ def _validator_cases():
         ("lstm", "jacobian", lstm_inp),
         ("ba", "objective", BA_INPUT),
         ("ba", "jacobian", BA_INPUT),
+        ("det", "primal", {"A": rng.random(25).tolist(), "ell": 5}),
+        ("det", "gradient", {"A": rng.random(36).tolist(), "ell": 6}),
+        ("ht", "objective", _ht_input(rng, 5, complicated=True)),
+        ("ht", "jacobian", _ht_input(rng, 5, complicated=True)),
+        ("ht", "objective", _ht_input(rng, 5, complicated=False)),
+        ("ht", "jacobian", _ht_input(rng, 5, complicated=False)),
     ]
 
 
@@ -365,3 +372,180 @@ def test_gradbenchs_validator_accepts_every_output(monkeypatch):
     for module, function, inp in _validator_cases():
         analysis = gb.mismatch(expect(module))(function, inp, _evaluate(module, function, inp))
         assert analysis.valid, (module, function, analysis.error)
+
+
+# --- det, ht, particle and saddle --------------------------------------------------------------------------
+
+
+def test_det_small_cases_by_hand_and_the_cofactors():
+    a, b, c, d = 0.3, -1.2, 2.5, 0.7
+    assert np.isclose(_evaluate("det", "primal", {"A": [a, b, c, d], "ell": 2}), a * d - b * c, rtol=1e-15)
+    np.testing.assert_allclose(_evaluate("det", "gradient", {"A": [a, b, c, d], "ell": 2}), [d, -c, -b, a])
+    m = np.array([[2.0, -1.0, 0.5], [1.0, 3.0, -2.0], [0.25, 4.0, 1.0]])
+    sarrus = sum(
+        m[0, j] * m[1, (j + 1) % 3] * m[2, (j + 2) % 3] - m[0, j] * m[1, (j + 2) % 3] * m[2, (j + 1) % 3]
+        for j in range(3)
+    )
+    assert np.isclose(_evaluate("det", "primal", {"A": m.ravel().tolist(), "ell": 3}), sarrus, rtol=1e-14)
+    assert _evaluate("det", "primal", {"A": [1.5], "ell": 1}) == 1.5
+    A = np.random.default_rng(9).random((6, 6))
+    inp = {"A": A.ravel().tolist(), "ell": 6}
+    value = np.linalg.det(A)
+    assert np.isclose(_evaluate("det", "primal", inp), value, rtol=1e-12)
+    grad = _evaluate("det", "gradient", inp)
+    assert isinstance(grad, list) and len(grad) == 36
+    np.testing.assert_allclose(grad, (value * np.linalg.inv(A).T).ravel(), rtol=1e-9, atol=1e-12)
+
+
+def _random_transform(rng):
+    q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    t = np.eye(4)
+    t[:3, :3], t[:3, 3] = q, rng.normal(size=3)
+    return t
+
+
+# ADBench's hand: the wrist, four bones for each finger in a chain from the wrist, the forearm
+HAND_PARENTS = [-1, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0, 13, 14, 15, 0, 17, 18, 19, 0]
+
+
+def _ht_input(rng, npts, complicated, n_verts=30, mirrored=False):
+    """A random hand of GradBench's shape: its 22 bones' hierarchy with random transforms,
+    skinning weights summing to one, triangles over the vertices, random points."""
+    n_bones, n_tri = 22, 12
+    weights = rng.random((n_verts, n_bones)) * (rng.random((n_verts, n_bones)) < 0.3)
+    weights[:, 0] += 0.1
+    model = {
+        "bone_count": n_bones,
+        "bone_names": [f"b{i}" for i in range(n_bones)],
+        "parents": HAND_PARENTS,
+        "base_relatives": [_random_transform(rng).tolist() for _ in range(n_bones)],
+        "inverse_base_absolutes": [_random_transform(rng).tolist() for _ in range(n_bones)],
+        "base_positions": np.c_[rng.normal(size=(n_verts, 3)), np.ones(n_verts)].tolist(),
+        "weights": (weights / weights.sum(1, keepdims=True)).tolist(),
+        "triangles": rng.integers(0, n_verts, (n_tri, 3)).tolist(),
+        "is_mirrored": mirrored,
+    }
+    corr = rng.integers(0, n_tri if complicated else n_verts, npts)
+    return {
+        "theta": (0.4 * rng.normal(size=26)).tolist(),
+        "us": (0.5 * rng.random((npts, 2))).tolist() if complicated else [],
+        "data": {"model": model, "correspondences": corr.tolist(), "points": rng.normal(size=(npts, 3)).tolist()},
+    }
+
+
+def _ht_residuals(inp):
+    """GradBench's ht in loops after its C++ reference, with SciPy's rotations: the bones'
+    Rz Ry Rx from intrinsic ZYX Euler angles, the global one from the rotation vector."""
+    rotation = pytest.importorskip("scipy.spatial.transform").Rotation
+    model, theta = inp["data"]["model"], np.array(inp["theta"])
+    parents, n_bones = model["parents"], len(model["parents"])
+    pose = np.zeros((3, n_bones + 3))  # the reference's layout: one column per row of parameters
+    pose[:, 0], pose[:, 1], pose[:, 2] = theta[:3], 1.0, theta[3:6]
+    i_theta, col = 6, 5
+    for _ in range(5):
+        for joint in range(3):
+            pose[0, col], i_theta = theta[i_theta], i_theta + 1
+            if joint == 0:
+                pose[1, col], i_theta = theta[i_theta], i_theta + 1
+            col += 1
+        col += 1
+    absolutes = []
+    for i in range(n_bones):
+        tx, tz, ty = pose[:, i + 3]
+        tr = np.eye(4)
+        tr[:3, :3] = rotation.from_euler("ZYX", [tz, ty, tx]).as_matrix()
+        rel = np.array(model["base_relatives"][i]) @ tr
+        absolutes.append(rel if parents[i] == -1 else absolutes[parents[i]] @ rel)
+    base = np.array(model["base_positions"]).T
+    weights = np.array(model["weights"])
+    pos = np.zeros((3, base.shape[1]))
+    for b in range(n_bones):
+        pos += (absolutes[b] @ np.array(model["inverse_base_absolutes"][b]) @ base)[:3] * weights[:, b]
+    if model["is_mirrored"]:
+        pos[0] *= -1
+    pos = rotation.from_rotvec(pose[:, 0]).as_matrix() @ (pos * pose[:, 1:2]) + pose[:, 2:3]
+    corr, points = inp["data"]["correspondences"], np.array(inp["data"]["points"])
+    out = []
+    for i, c in enumerate(corr):
+        if inp["us"]:
+            (u0, u1), t = inp["us"][i], model["triangles"][c]
+            out.append(points[i] - (u0 * pos[:, t[0]] + u1 * pos[:, t[1]] + (1 - u0 - u1) * pos[:, t[2]]))
+        else:
+            out.append(points[i] - pos[:, c])
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("complicated", [False, True])
+def test_ht_residuals_and_jacobian(complicated):
+    inp = _ht_input(np.random.default_rng(10), npts=7, complicated=complicated, mirrored=complicated)
+    obj = _evaluate("ht", "objective", inp)
+    assert isinstance(obj, list) and len(obj) == 21
+    np.testing.assert_allclose(obj, _ht_residuals(inp), rtol=1e-10, atol=1e-12)
+    jac = np.array(_evaluate("ht", "jacobian", inp))
+    assert jac.shape == (21, 28 if complicated else 26)
+    eps, cols = 1e-6, []
+    if complicated:  # a residual depends on its own point's u only: moving every u0 at once gives its column
+        us = np.array(inp["us"])
+        for k in range(2):
+            step = np.zeros_like(us)
+            step[:, k] = eps
+            plus, minus = (dict(inp, us=(us + s * step).tolist()) for s in (1, -1))
+            cols.append((_ht_residuals(plus) - _ht_residuals(minus)) / (2 * eps))
+    theta = np.array(inp["theta"])
+    for j in range(26):
+        plus, minus = (dict(inp, theta=(theta + s * eps * np.eye(26)[j]).tolist()) for s in (1, -1))
+        cols.append((_ht_residuals(plus) - _ht_residuals(minus)) / (2 * eps))
+    np.testing.assert_allclose(jac, np.stack(cols, 1), rtol=1e-5, atol=1e-7)
+
+
+def _plain_descent(f, g, x):
+    """GradBench's gd.hpp in floats, for one dimension."""
+    fx, gx, i, eta = f(x), g(x), 0, 1e-5
+    while abs(gx) > 1e-5:
+        if i == 10:
+            eta, i = eta * 2, 0
+            continue
+        xp = x - eta * gx
+        if abs(x - xp) <= 1e-5:
+            break
+        if f(xp) < fx:
+            x, fx, gx, i = xp, f(xp), g(xp), i + 1
+        else:
+            eta, i = eta / 2, 0
+    return x
+
+
+def test_descent_is_gradbenchs_solver():
+    f = lambda x: (x - 3.0) ** 2 + 0.5 * (x - 3.0) ** 4  # noqa: E731
+    g = lambda x: 2 * (x - 3.0) + 2 * (x - 3.0) ** 3  # noqa: E731
+    got = nested.argmin(lambda t: f(t).sum(), g, ngrad.tensor([0.0], dtype=ngrad.float64))
+    assert got.item() == _plain_descent(f, g, 0.0)
+
+
+@pytest.mark.parametrize("variant", ["ff", "fr", "rf", "rr"])
+def test_nested_derivatives_in_every_mode(variant):
+    # o(w) = sum of d/dx sum((x - w)^3) at x = 2w = 3 sum(w^2): its gradient 6w needs the inner
+    # derivative differentiated again in w, through both x and w
+    outer, inner = nested._modes(variant)
+
+    def o(w):
+        return inner(lambda x: ((x - w) ** 3).sum(), 2 * w).sum()
+
+    w = ngrad.tensor([0.5, -1.25], dtype=ngrad.float64)
+    np.testing.assert_allclose(outer(o)(w).numpy(), 6 * w.numpy(), rtol=1e-12)
+
+
+def test_particle_flight_is_gradbenchs():
+    # Euler steps in plain floats with the potential's gradient by hand: 353 steps, x_0(t_f)^2
+    x, xdot, dt = np.array([0.0, 8.0]), np.array([0.75, 0.0]), 0.1
+    charges = np.array([[10.0, 10.0], [10.0, 0.0]])
+    while True:
+        d = x - charges
+        force = (d / (d * d).sum(1, keepdims=True) ** 1.5).sum(0)  # -grad p
+        if x[1] + dt * xdot[1] <= 0:
+            break
+        x, xdot = x + dt * xdot, xdot + dt * force
+    expected = (x[0] - x[1] / xdot[1] * xdot[0]) ** 2
+    with ngrad.no_grad():
+        got = nested.miss(ngrad.tensor([0.0], dtype=ngrad.float64), nested._reverse).item()
+    assert np.isclose(got, expected, rtol=1e-12)
