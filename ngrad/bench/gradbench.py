@@ -274,6 +274,8 @@ _WARM = {
         "state": [[0.1 * (i - j) for j in range(3)] for i in range(4)],
         "sequence": [[0.2 * ((t * 3 + j) % 7 - 3) for j in range(3)] for t in range(12)],
     },
+    # ht: both layouts (with and without us) of ADBench's hand
+    "ht": [ht.small_input(True), ht.small_input(False)],
     "ba": {
         "n": 2,
         "m": 3,
@@ -290,9 +292,10 @@ def _define(module):
     if module not in MODULES:
         return {"success": False, "error": f"unknown module {module!r}; ngrad supports {', '.join(MODULES)}"}
     t = time.perf_counter_ns()
-    if module in _WARM:
+    warm = _WARM.get(module, [])
+    for raw in warm if isinstance(warm, list) else [warm]:
         for prepare, run, post in MODULES[module].values():
-            inp = prepare(_WARM[module])
+            inp = prepare(raw)
             run(inp)
             post(run(inp))  # tiering: the second call compiles
     return {"success": True, "timings": [{"name": "compile", "nanoseconds": time.perf_counter_ns() - t}]}

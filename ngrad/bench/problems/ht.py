@@ -128,6 +128,12 @@ def _last_rows(T, n):
 def residuals(T, theta, us, base_relatives, inverse_base_absolutes, base_positions, weights, points, targets, **kw):
     """(npts, 3): observed points minus the model's (``kw``: ``parents``, ``mirrored`` and
     ``small_rotation``, whether theta's angle-axis part has norm below 1e-4)."""
+    # only the vertices the residuals read are skinned (each vertex is skinned on its own)
+    used, targets = np.unique(targets, return_inverse=True)
+    targets = targets.reshape(-1, 3) if us.shape[0] else targets.reshape(-1)
+    if hasattr(T, "from_numpy"):  # index tensors are inputs of the program, not constants of its tape
+        used, targets = T.from_numpy(used), T.from_numpy(targets)
+    base_positions, weights = base_positions[used], weights[used]
     pos = vertex_positions(T, theta, base_relatives, inverse_base_absolutes, base_positions, weights, **kw)
     if us.shape[0] == 0:
         return points - pos[targets]
@@ -162,3 +168,38 @@ def jacobian(arrays):
         theta_t = ngrad.cat([ngrad.zeros((2, n_theta), dtype=ngrad.float64), eye])
         (tangent,) = batched_jvp([err], [us, theta], [us_t, theta_t])
     return tangent.T.numpy()
+
+
+# ADBench's hand (every model in GradBench's ht data): the wrist, four bones per finger chained
+# from the wrist, the forearm
+HAND_PARENTS = [-1, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0, 13, 14, 15, 0, 17, 18, 19, 0]
+
+
+def small_input(complicated, n_verts=8, npts=6):
+    """A small hand of ADBench's shape in GradBench's JSON format (deterministic; to compile
+    the programs of that shape before the real inputs come)."""
+    rng = np.random.default_rng(0)
+    n_bones = len(HAND_PARENTS)
+    transforms = np.tile(np.eye(4), (n_bones, 1, 1))
+    transforms[:, :3, 3] = rng.normal(size=(n_bones, 3))
+    model = {
+        "bone_count": n_bones,
+        "bone_names": [f"bone{i}" for i in range(n_bones)],
+        "parents": HAND_PARENTS,
+        "base_relatives": transforms.tolist(),
+        "inverse_base_absolutes": transforms.tolist(),
+        "base_positions": np.c_[rng.normal(size=(n_verts, 3)), np.ones(n_verts)].tolist(),
+        "weights": np.full((n_verts, n_bones), 1 / n_bones).tolist(),
+        "triangles": [[i, (i + 1) % n_verts, (i + 2) % n_verts] for i in range(n_verts)],
+        "is_mirrored": False,
+    }
+    data = {
+        "model": model,
+        "correspondences": [i % n_verts for i in range(npts)],
+        "points": rng.normal(size=(npts, 3)).tolist(),
+    }
+    return {
+        "theta": (0.3 * rng.normal(size=26)).tolist(),
+        "us": (0.3 * rng.random((npts, 2))).tolist() if complicated else [],
+        "data": data,
+    }
