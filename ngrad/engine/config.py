@@ -59,8 +59,10 @@ def compile_mode() -> str:
     """``NGRAD_COMPILE``: where ``auto`` compiles a tape's kernels while its calls run on the
     interpreter: ``process`` (a child process compiles them into the disk cache and a worker
     thread loads them), ``thread`` (a worker thread compiles them), or ``wait`` (the call that
-    needs them compiles them)."""
-    return _choice("NGRAD_COMPILE", "process", ("process", "thread", "wait"))
+    needs them compiles them). By default ``process`` on a machine of four cores or more, else
+    ``thread`` (on two cores a child competes for the same cores and delivers later)."""
+    default = "process" if (os.cpu_count() or 1) >= 4 else "thread"
+    return _choice("NGRAD_COMPILE", default, ("process", "thread", "wait"))
 
 
 def jit_threshold() -> int:
