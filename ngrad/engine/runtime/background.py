@@ -1,7 +1,8 @@
 """Background compiles: a tape's kernels compile on one worker thread while its calls run on the
-interpreter, so no call waits for Numba; under ``NGRAD_COMPILE=process`` (the default on four or more cores) the
-thread has a child process compile them into the disk cache (``compile_server``) and only loads
-them, so Numba's front end, which holds the interpreter's lock, runs outside this process.
+interpreter, so no call waits for Numba; under ``NGRAD_COMPILE=process`` (the default on four or
+more cores) the thread has a child process compile them into the disk cache (``compile_server``)
+and only loads them, so Numba's front end, which holds the interpreter's lock, runs outside this
+process.
 
 Contract: ``submit(record, tape, values)`` hands ``record.tier`` (a ``CompiledPlan`` or a bytecode
 ``Machine`` that is not ready) to the worker thread and returns at once. The worker compiles (or
