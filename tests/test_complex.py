@@ -17,7 +17,15 @@ from ngrad.engine.ir.interpret import interpret, np_dtype
 from ngrad.engine.ir.tape import Builder
 from ngrad.engine.transform.differentiate import vjp
 
-from .oracles import dot_check, draw, inner, prim_tape, run_device_tests_simulated, second_order_tape
+from .oracles import (
+    dot_check,
+    draw,
+    inner,
+    libraries,
+    prim_tape,
+    run_device_tests_simulated,
+    second_order_tape,
+)
 
 
 def cplx(rng, *shape, lo=0.5, hi=2.0):
@@ -136,14 +144,7 @@ REFUSED = [
 @pytest.mark.parametrize("k", range(len(REFUSED)))
 def test_what_torch_refuses_for_complex_is_refused_the_same_way(k):
     fn, error, phrase = REFUSED[k]
-    libs = [ngrad]
-    try:
-        import torch
-
-        libs.append(torch)
-    except ImportError:
-        pass
-    for lib in libs:
+    for lib in libraries():
         with pytest.raises(error, match=phrase.replace("(", r"\(").replace(")", r"\)")):
             fn(lib, lib.tensor([1 + 2j, -1j]))
 

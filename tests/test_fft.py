@@ -8,7 +8,7 @@ import pytest
 
 import ngrad
 
-from .oracles import draw, inner
+from .oracles import draw, inner, libraries
 
 # name -> (function of (lib, x), input kind: "r" real or "c" complex, input shape)
 CASES = {
@@ -145,14 +145,7 @@ ERRORS = [
 @pytest.mark.parametrize("k", range(len(ERRORS)))
 def test_errors_match_torch(k):
     fn, error, phrase = ERRORS[k]
-    libs = [ngrad]
-    try:
-        import torch
-
-        libs.append(torch)
-    except ImportError:
-        pass
-    for lib in libs:
+    for lib in libraries():
         with pytest.raises(error, match=phrase):
             fn(lib)
 
