@@ -50,6 +50,12 @@ def _fresh(tree):
     return _rebuild(tree, iter([t.detach().requires_grad_() for t in _leaves(tree)]))
 
 
+def _connected(tree):
+    """The same tree with each tensor replaced by a copy that requires grad and stays on the
+    graph of the original (a clone where it requires grad, a detached copy elsewhere)."""
+    return _rebuild(tree, iter([t.clone() if t.requires_grad else t.detach().requires_grad_() for t in _leaves(tree)]))
+
+
 def _record(func, primals, has_aux):
     """Call ``func`` on fresh copies of ``primals`` that require grad: (copies, output, aux,
     output tensors, input tensors)."""
@@ -84,8 +90,12 @@ def value_and_grad(func, argnums=0, has_aux=False):
     def wrapper(*args, **kwargs):
         nums, single = _argnums(argnums, len(args))
         args = list(args)
+        # an argument that requires grad under an outer differentiation (``autograd.grad`` of
+        # ``grad(f)(x)``) stays connected to it, as torch.func's levels keep it
+        outer = _grad_mode.is_grad_enabled() and _grad_mode.state.trace is None
+        nested = outer and any(t.requires_grad for a in nums for t in _leaves(args[a]))
         for a in nums:
-            args[a] = _fresh(args[a])
+            args[a] = _connected(args[a]) if nested else _fresh(args[a])
         with _grad_mode.enable_grad():
             out = func(*args, **kwargs)
         aux = None
@@ -105,10 +115,8 @@ def value_and_grad(func, argnums=0, has_aux=False):
                 f"with {out.dim()} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
             )
         wrt = [t for a in nums for t in _leaves(args[a])]
-        create = (
-            _grad_mode.is_grad_enabled()
-            and _grad_mode.state.trace is None
-            and any(t.requires_grad for a in range(len(args)) if a not in nums for t in _leaves(args[a]))
+        create = nested or (
+            outer and any(t.requires_grad for a in range(len(args)) if a not in nums for t in _leaves(args[a]))
         )
         grads = iter(_grad(out, wrt, allow_unused=True, materialize_grads=True, create_graph=create))
         gtrees = tuple(_rebuild(args[a], grads) for a in nums)

@@ -159,3 +159,27 @@ def test_scipy_minimize_and_hessian_vector_products(rng):
     hp = ngrad.scipy.hessp(rosen, x)(x, p)
     eps = 1e-6
     np.testing.assert_allclose(hp, (fg(x + eps * p)[1] - fg(x - eps * p)[1]) / (2 * eps), rtol=1e-5, atol=1e-5)
+
+
+def test_grad_nests_inside_an_outer_autograd_grad():
+    """``grad(f)(x)`` for an ``x`` that requires grad stays on ``x``'s graph, as torch.func's
+    levels keep it: its own gradient is the second derivative (here 6x, and the gradient of a
+    gradient of a sum, against finite differences of the first)."""
+    x = ngrad.tensor(2.0, dtype=ngrad.float64, requires_grad=True)
+    g = ngrad.func.grad(lambda t: t**3)(x)
+    assert g.requires_grad and abs(g.item() - 12.0) < 1e-12
+    (h,) = ngrad.autograd.grad(g, x)
+    assert abs(h.item() - 12.0) < 1e-12  # d/dx 3x^2 at 2
+    y0 = np.array([0.3, -1.2, 2.0])
+    y = ngrad.tensor(y0, requires_grad=True)
+
+    def first(v):
+        return ngrad.func.grad(lambda t: (t.sin() * t).sum())(ngrad.tensor(v)).numpy()
+
+    gy = ngrad.func.grad(lambda t: (t.sin() * t).sum())(y)
+    (hy,) = ngrad.autograd.grad(gy.sum(), y)
+    eps = 1e-6
+    numeric = [(first(y0 + eps * e).sum() - first(y0 - eps * e).sum()) / (2 * eps) for e in np.eye(3)]
+    np.testing.assert_allclose(hy.numpy(), numeric, rtol=1e-6)
+    # without an outer differentiation the result is a plain value, as before
+    assert not ngrad.func.grad(lambda t: (t * t).sum())(ngrad.tensor([1.0, 2.0])).requires_grad

@@ -128,7 +128,9 @@ def test_min_seconds_counts_the_runs_time():
         json.dumps({"id": 2, "kind": "evaluate", "module": "llsq", "function": "gradient", "input": inp})
     )
     check_response("evaluate", 2, r)
-    assert sum(t["nanoseconds"] for t in r["timings"]) >= 0.05e9 and len(r["timings"]) >= 2
+    times = [t["nanoseconds"] for t in r["timings"]]
+    # runs until min_seconds have passed: more than one unless the first alone took that long
+    assert sum(times) >= 0.05e9 and (len(times) >= 2 or times[0] >= 0.05e9)
 
 
 # --- each eval's function, against values worked out without ngrad ------------------------------------------
