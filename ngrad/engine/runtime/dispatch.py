@@ -160,15 +160,20 @@ def run(tape, values, target="cpu", *, policy=None):
             return drive(values)
     check(tape, values)
     if tier is None or not tier.ready():
-        t = time.perf_counter()
-        outs = interpret(tape, values)
-        if record is not None:
-            record.rent += time.perf_counter() - t
-    elif isinstance(tier, Machine):
+        return _interpreted(tape, values, record)
+    if isinstance(tier, Machine):
         return tier.run(values)  # fresh arrays, sharing memory with nothing
-    else:
-        # a small plan runs through its driver (``prepare``): straight-line code, shapes as literals
-        return executed(tier, tape, values)
+    # a small plan runs through its driver (``prepare``): straight-line code, shapes as literals
+    return executed(tier, tape, values)
+
+
+def _interpreted(tape, values, record):
+    """The outputs of checked ``values`` from the interpreter, owned; the time goes to the
+    record's ``rent``, which tiering weighs against compiling."""
+    t = time.perf_counter()
+    outs = interpret(tape, values)
+    if record is not None:
+        record.rent += time.perf_counter() - t
     return owned(outs, values)
 
 
@@ -235,11 +240,7 @@ class Pending:
             self.fn = fn = _prepared(tape, tier)
             return fn(values)
         check(tape, values)
-        t = time.perf_counter()
-        outs = interpret(tape, values)
-        if record is not None:
-            record.rent += time.perf_counter() - t
-        return owned(outs, values)
+        return _interpreted(tape, values, record)
 
 
 def _checked(tape, machine):
