@@ -170,7 +170,11 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
     ``seed_nodes``; None for a target not on a differentiable path. ``cuts``: see ``lower``.
     ``ran``: a list that collects the nodes to free, instead of freeing them now (a node can
     take part in several segments of one pass)."""
-    low = lower(roots, grad=True, cuts=cuts)
+    if grad_mode.state.trace is None:
+        # a target's own value is what its cotangent is taken at: computed once here, so the tape
+        # starts at it (see lower's wrt) and a loop differentiating its latest value stays flat
+        realize([n for n in targets if n.value is None and n.differentiable])
+    low = lower(roots, grad=True, cuts=cuts, wrt=targets)
     wrt = [low.slot_of.get(n) for n in targets]
     present = [w for w in wrt if w is not None]
     joint = differentiate.joint(low.tape, present, keep=grad_mode.state.trace is not None)

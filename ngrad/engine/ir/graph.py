@@ -6,7 +6,8 @@ nodes may broadcast their sources; ``lower`` makes that explicit (reshape + expa
 stay strict. ``lower(roots, grad)`` walks the graph iteratively (any depth) and returns a
 ``Lowered``: the tape, the node of each slot, and the source nodes in input order. In
 ``grad`` mode realized nodes that require grad are recomputed instead of being read, so the
-whole differentiable path is on the tape, and every node that does not require grad but is
+whole differentiable path is on the tape (with ``wrt`` given, only those on a path to one of
+``wrt``: the rest are read, as torch reads any saved value), and every node that does not require grad but is
 computed from one that does is followed by a ``detach`` instruction: cotangents stop there.
 ``replay(tape, inputs)`` is the inverse direction: it records a tape as new nodes (this is how
 ``create_graph=True`` turns a joint tape into a differentiable graph).
@@ -201,15 +202,19 @@ class Lowered(NamedTuple):
     node_of_instr: dict
 
 
-def lower(roots, grad=False, cuts=(), recompute=(), literal=None):
+def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
     """Lower the graph below ``roots`` to a tape whose outputs are the roots (see module doc).
 
     ``cuts``: realized nodes read as inputs even in ``grad`` mode (the reverse pass then runs
     in segments between them: tensor hooks, custom Functions; forward mode reads its dual
     tensors this way). ``recompute``: realized nodes put on the tape anyway (forward mode: the
     path from the dual tensors, which tangents must flow along). ``literal(node)``: whether a
-    one-element source becomes a const of the tape instead of an input (``ngrad.compile``)."""
+    one-element source becomes a const of the tape instead of an input (``ngrad.compile``).
+    ``wrt``: in ``grad`` mode, the nodes whose cotangents are wanted; a realized node from which
+    none of them is reachable is read, not recomputed, so a loop that differentiates its latest
+    value (``autograd.grad(f(y), y, create_graph=True)``) lowers only what lies above it."""
     b = Builder()
+    below = _Below(wrt) if grad and wrt is not None else None
     slot_of, sources, node_of_instr = {}, [], {}
     bcast = {}
     stack = [(r, False) for r in reversed(roots)]
@@ -217,7 +222,10 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None):
         n, ready = stack.pop()
         if n in slot_of:
             continue
-        if n.value is not None and (n in cuts or not ((grad and n.differentiable) or n in recompute)):
+        if n.value is not None and (
+            n in cuts
+            or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute)
+        ):
             if literal is not None and literal(n):
                 slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
                 continue
@@ -259,6 +267,34 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None):
             v = b.var(v).detach().slot
         slot_of[n] = v
     return Lowered(b.finish([b.var(slot_of[r]) for r in roots]), sources, slot_of, node_of_instr)
+
+
+class _Below:
+    """``below(n)``: whether a node of ``wrt`` lies strictly below ``n`` on a differentiable path
+    (memoized, iterative: any depth)."""
+
+    def __init__(self, wrt):
+        self.wrt = set(wrt)
+        self.reach = {}  # node -> whether it is in wrt or one lies below it
+
+    def __call__(self, n):
+        if len(self.wrt) == 1 and n in self.wrt:
+            return False  # a DAG: the only target cannot lie below itself
+        reach, wrt = self.reach, self.wrt
+        stack = [n]
+        while stack:
+            v = stack[-1]
+            if v in reach:
+                stack.pop()
+                continue
+            srcs = [s for s in v.srcs if s.requires_grad] if v.differentiable else ()
+            todo = [s for s in srcs if s not in reach and s not in wrt]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            reach[v] = v in wrt or any(s in wrt or reach[s] for s in srcs)
+        return any(s in wrt or reach[s] for s in ([x for x in n.srcs if x.requires_grad] if n.differentiable else ()))
 
 
 def replay(tape, inputs, grad_enabled, known=None):
