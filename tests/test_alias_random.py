@@ -546,6 +546,49 @@ def run_compiled(steps, leaf, outside=True):
     return out + [run_lib(ngrad, steps, x, g(x)) for x in (ngrad_leaf(leaf), ngrad_leaf(leaf))]
 
 
+# Sequences that once went wrong, kept as they are (steps as ``plan`` writes them after the root).
+FIXED = {
+    # PyTorch's mul_ keeps the original self it needs for the other factor's gradient by value: the
+    # later no_grad write to the storage and the copy_ into it must not make the backward fail
+    "mul_through_detached_then_root_rewritten": [
+        ("view", 1, 0, "detach", ()),
+        ("write", 0, "add_scalar", (-1.5,), True),
+        ("write", 1, "mul_leaf", (-1.5,), False),
+        ("write", 0, "add_scalar", (-1.5,), True),
+        ("write", 0, "copy_leaf", (2.0,), False),
+    ],
+}
+
+
+def model_of(leaf, steps):
+    """The NumPy model's live entries after ``steps`` (a fixed sequence, the base a product)."""
+    n = leaf.size
+    live = {0: Entry(leaf * 1.5 + 0.25, 1.5 * np.eye(n).reshape(leaf.shape + (n,)), 0, root=True)}
+    for k, step in enumerate(steps):
+        if step[0] == "view":
+            _, new, src, op, args = step
+            live[new] = model_view(live[src], op, args, storage=k + 2)
+        else:
+            _, target, op, args, quiet = step
+            kept = live[target].j.copy()
+            model_write(live[target], op, args, leaf, live[args[0]] if "_live" in op else None)
+            if quiet:
+                live[target].j[...] = kept
+    return live
+
+
+@pytest.mark.parametrize("name", sorted(FIXED))
+def test_fixed_sequences_match_the_reference(name):
+    leaf = np.random.default_rng(7).uniform(-1.5, 1.5, (3,))
+    steps = [("root", "product"), *FIXED[name]]
+    live = model_of(leaf, FIXED[name])
+    want = reference(leaf, steps, live)
+    if torch is not None:  # the model agrees with PyTorch, so the model alone is a reference without it
+        assert_same(want, model_outputs(live, leaf), steps, rtol=1e-9)
+    for got in [run_lib(ngrad, steps, ngrad_leaf(leaf)), *run_compiled(steps, leaf)]:
+        assert_same(want, got, steps)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_eager_sequences_match_the_reference(data):

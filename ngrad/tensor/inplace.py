@@ -162,15 +162,15 @@ def inplace_update(t, result, uniform=False):
     # exp_() output of a slice): PyTorch's one counter per storage makes them stale as well
     parts = root.__dict__.pop("_parts", ())
     if root._vc is vc:
-        own_meta(old).stale = Stale(vc, new, depth)
+        own_meta(old).stale = Stale(vc, new, depth, r)
         for p in parts:
             if p.requires_grad and (p.meta or NO_META).stale is None:
-                own_meta(p).stale = Stale(vc, new, depth)
+                own_meta(p).stale = Stale(vc, new, depth, r)
     if view is not None and r.requires_grad:
         root.__dict__["_parts"] = (r,)
     for u in views:
         if u._vc is vc and u._view is not None:  # a .data alias has its own counter, and autograd does not see it
-            own_meta(u._node).stale = Stale(vc, new, depth)
+            own_meta(u._node).stale = Stale(vc, new, depth, r)
     replace_node(root, new)  # before the bump: an ngrad.compile trace notes the version it had
     vc.value += 1
     for u in views:
@@ -190,24 +190,32 @@ def inplace_update(t, result, uniform=False):
 
 class Stale:
     """Why a node's value is stale: the version counter and the version it had when an in-place
-    update replaced it, and that update's result. The readers the update itself recorded (the
-    op reading its own input) may still read the old value; they are found only when a backward
+    update replaced it, and that update's results (the storage root's new value and the op's own
+    result). The readers the update itself recorded (the op reading its own input) may still read
+    the old value, as PyTorch's in-place ops keep the original ``self`` they need by value
+    (``x.mul_(y)`` saves a copy of ``x`` for ``y``'s gradient); they are found only when a backward
     needs them (``readers``), not on every update."""
 
-    __slots__ = ("counter", "version", "new", "depth", "allowed")
+    __slots__ = ("counter", "version", "new", "result", "depth", "allowed")
 
-    def __init__(self, counter, new, depth):
+    def __init__(self, counter, new, depth, result=None):
         # weakly: a chain of updates must not keep every past value alive through its stale nodes
         self.counter, self.version, self.new, self.depth = counter, counter.value, weakref.ref(new), depth
+        # the op's result too: a write through a detach() alias lives on in that alias's history
+        # after later writes replaced the root's value that recorded it
+        self.result = None if result is None else weakref.ref(result)
         self.allowed = None
 
     def readers(self, old):
         """Ids of the nodes allowed to read ``old`` (the stale node) in a backward (none once the
-        update's result is gone: so are the nodes it recorded)."""
+        update's results are gone: so are the nodes it recorded)."""
         if self.allowed is None:
-            new = self.new()
-            self.allowed = set() if new is None else readers_of(new, old, self.depth)
-            self.new = None
+            self.allowed = set()
+            for ref in (self.new, self.result):
+                made = None if ref is None else ref()
+                if made is not None:
+                    self.allowed |= readers_of(made, old, self.depth)
+            self.new = self.result = None
         return self.allowed
 
 
