@@ -551,3 +551,128 @@ def test_particle_flight_is_gradbenchs():
     with ngrad.no_grad():
         got = nested.miss(ngrad.tensor([0.0], dtype=ngrad.float64), nested._reverse).item()
     assert np.isclose(got, expected, rtol=1e-12)
+
+
+# --- benchmarks/gradbench.py: the score script's relay and arithmetic ---------------------------------------
+
+
+def _score_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gradbench.py"
+    spec = importlib.util.spec_from_file_location("gradbench_score_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _timings(*ms):
+    return [{"name": "evaluate", "nanoseconds": int(m * 1e6)} for m in ms] + [{"name": "other", "nanoseconds": 9}]
+
+
+def test_score_script_arithmetic_on_canned_messages():
+    s = _score_script()
+    define = ({"id": 1, "kind": "define", "module": "m"}, {"id": 1, "success": True})
+
+    def evaluate(i, *ms, success=True):
+        msg = {"id": i, "kind": "evaluate", "module": "m", "function": "f", "input": 0, "description": f"w{i}"}
+        if not success:
+            return msg, {"id": i, "success": False, "error": "boom"}
+        return msg, {"id": i, "success": True, "output": 0, "timings": _timings(*ms)}
+
+    def analysis(i, of, valid):
+        return {"id": i, "kind": "analysis", "of": of, "valid": valid, "error": None if valid else "Expected 1"}, {
+            "id": i
+        }
+
+    # per workload the mean of its evaluate timings (the first run included, other names not), summed
+    ex = [define, evaluate(2, 30, 10, 20), analysis(3, 2, True), evaluate(4, 5), analysis(5, 4, False)]
+    r = s.summarize(ex)
+    assert math.isclose(r["score_ms"], 20 + 5) and (r["valid"], r["invalid"], r["failed"]) == (1, 1, 0)
+    assert r["outcome"] == "invalid" and r["workloads"][1]["error"] == "Expected 1"
+    assert r["workloads"][0]["runs"] == [30_000_000, 10_000_000, 20_000_000]
+    # GradBench's order of outcomes: a failed evaluate before an invalid one, undefined first
+    assert s.summarize([*ex, evaluate(6, success=False)])["outcome"] == "failure"
+    assert (
+        s.summarize([({"id": 1, "kind": "define", "module": "m"}, {"id": 1, "success": False})])["outcome"]
+        == "undefined"
+    )
+    assert s.summarize([define, evaluate(2, 1), (evaluate(3)[0], None)], ended="timeout")["outcome"] == "timeout"
+    assert s.summarize([define, evaluate(2, 4, 4), analysis(3, 2, True)]) | {"workloads": None} == {
+        "outcome": "success", "ended": None, "score_ms": 4.0, "workloads": None, "valid": 1, "invalid": 0, "failed": 0,
+    }  # fmt: skip
+
+
+def test_score_script_rejects_what_gradbenchs_intermediary_rejects():
+    s = _score_script()
+    ev = {"id": 2, "kind": "evaluate", "module": "m", "function": "f", "input": 0}
+    s.check_response(ev, {"id": 2, "success": True, "output": 1, "timings": _timings(1)})
+    s.check_response({"id": 0, "kind": "start"}, {"id": 0})
+    for bad in (
+        {"id": 2, "output": 1},  # no success
+        {"id": 2, "success": True},  # success without output
+        {"id": 2, "success": True, "output": 1, "error": "x"},
+        {"id": 3, "success": True, "output": 1},  # another id
+        {"id": True, "success": True, "output": 1},
+        {"id": 2, "success": True, "output": 1, "timings": [{"name": "evaluate", "nanoseconds": 1.5}]},
+    ):
+        with pytest.raises(s.ProtocolError):
+            s.check_response(ev, bad)
+
+
+_FAKE_EVAL = """
+import json, sys
+for m in ({"id": 0, "kind": "start"}, {"id": 1, "kind": "define", "module": "m"},
+          {"id": 2, "kind": "evaluate", "module": "m", "function": "f", "input": 2}):
+    print(json.dumps(m), flush=True)
+    r = json.loads(sys.stdin.readline())
+    if m["kind"] == "evaluate":
+        print(json.dumps({"id": 3, "kind": "analysis", "of": 2, "valid": r["output"] == 4}), flush=True)
+        sys.stdin.readline()
+"""
+
+
+_FAKE_TOOL = """
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    r = {"id": m["id"]}
+    if MODE == "silent":
+        continue
+    if MODE == "answers" and m["kind"] == "define":
+        r["success"] = True
+    if MODE == "answers" and m["kind"] == "evaluate":
+        r.update(success=True, output=2 * m["input"], timings=[{"name": "evaluate", "nanoseconds": 7000000}])
+    print(json.dumps(r), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["answers", "silent", "no success"])
+def test_score_script_relay_outcomes(tmp_path, mode):
+    s = _score_script()
+    (tmp_path / "tool.py").write_text(f"MODE = {mode!r}\n" + _FAKE_TOOL)
+    (tmp_path / "eval.py").write_text(_FAKE_EVAL)
+    r = s.relay([sys.executable, "eval.py"], [sys.executable, "tool.py"], cwd=tmp_path, timeout=2)
+    expected = {"answers": "success", "silent": "timeout", "no success": "error"}[mode]
+    assert r["outcome"] == expected, r
+    if mode == "answers":
+        assert r["score_ms"] == 7.0 and r["valid"] == 1
+
+
+def test_score_script_relays_hello_to_ngrad():
+    root = os.environ.get("GRADBENCH_REPO")
+    if not root:
+        pytest.skip("set GRADBENCH_REPO to a GradBench checkout (and GRADBENCH_PYTHON to a Python with pydantic)")
+    s = _score_script()
+    root = Path(root).resolve()
+    s.build_reference(root, ["hello"], progress=lambda _: None)
+    r = s.relay(
+        s.eval_command(root, "hello", os.environ.get("GRADBENCH_PYTHON", sys.executable)),
+        s.tool_command("ngrad", sys.executable),
+        cwd=root,
+        eval_env=s.environment(root, 1),
+        tool_env=s.environment(root, 1),
+        timeout=300,
+    )
+    assert r["outcome"] == "success", r
+    assert len(r["workloads"]) == r["valid"] > 0 and r["score_ms"] > 0
