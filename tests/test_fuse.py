@@ -86,3 +86,25 @@ def test_a_value_is_stored_only_by_the_kernel_that_computes_it_first(rng):
     assert len(stored) == len(set(stored))
     values = [n.value for n in low.sources] + [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
     assert_same(joint.tape, values, rtol=1e-12)
+
+
+def test_reductions_of_the_last_iteration_share_a_loop_before_the_next_iteration():
+    """PyTorch's polynomial tutorial realizes, at each ``.item()``, the last iteration's four
+    gradient sums, the coefficient updates and the next loss: two loops (the sums, then the
+    forward with the loss), whatever order lowering walks them in; compiled equals interpreted."""
+    x = ngrad.tensor(np.linspace(-1.0, 1.0, 50))
+    y = ngrad.tensor(np.sin(np.linspace(-1.0, 1.0, 50)))
+    a, b, c, d = (ngrad.tensor(v, dtype=ngrad.float64) for v in (0.1, -0.2, 0.3, -0.05))
+    y_pred = a + b * x + c * x**2 + d * x**3
+    y_pred.sum().item()
+    g = 2.0 * (y_pred - y)
+    a = a - 1e-3 * g.sum()
+    b = b - 1e-3 * (g * x).sum()
+    c = c - 1e-3 * (g * x**2).sum()
+    d = d - 1e-3 * (g * x**3).sum()
+    loss = (a + b * x + c * x**2 + d * x**3 - y).pow(2).sum()
+    low = lower([loss._node, a._node, b._node, c._node, d._node])
+    kernels = fuse(low.tape).kernels()
+    assert len(kernels) == 2
+    assert len(kernels[0].reductions) == 4 and len(kernels[1].reductions) == 1
+    assert_same(low.tape, [n.value for n in low.sources], rtol=1e-12)
