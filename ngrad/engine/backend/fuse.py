@@ -339,29 +339,48 @@ def place_instrs(state):
 def _by_phase(state):
     """The tape's instructions in a topological order that groups them by *phase*: how many
     loops must finish before they can be computed (a reduction's result, or glue reading a
-    loop's value, is ready one loop later; a reduction itself is placed with its operand, in the
-    loop that computes it). In the tape's own order the next iteration of a loop can interleave
+    loop's value, is ready one loop later). A reduction and the loop values it reads are placed
+    as early as they can be, in the loop that computes its operand, because the next phase waits
+    for it; every other instruction as late as its readers allow, where they are (its value is
+    not stored and reloaded). In the tape's own order the next iteration of a loop interleaves
     with the reductions of the last (lowering walks depth first), and an independent reduction
     placed after a later kernel was opened joins that one: PyTorch's polynomial tutorial made
     four kernels where two do. A stable sort by phase: no edge goes to a lower phase."""
     tape, scalar_glue = state.tape, state.scalar_glue
-    ready, looped = {}, set()  # looped: computed inside a loop (ready only after it for glue)
-    keyed = []
-    for n, ins in enumerate(tape.instrs):
+    instrs = tape.instrs
+    ready, looped, asap, epilogue = {}, set(), [], []
+    for ins in instrs:
         kind = PRIMS[ins.prim].kind
         if ins.prim in EPILOGUES and not (scalar_glue and _ones(tape.shapes[ins.args[0]])):
             key = ready.get(ins.args[0], 0)
             ready[ins.out] = key + 1
-        elif (kind in FUSED or ins.prim in ("reshape", "expand", "slice", "unslice")) and not (
-            scalar_glue and _ones(tape.shapes[ins.out])
-        ):
-            key = ready[ins.out] = max([ready.get(a, 0) for a in ins.args], default=0)
-            looped.add(ins.out)
+            epilogue.append(True)
         else:
-            key = ready[ins.out] = max([ready.get(a, 0) + (a in looped) for a in ins.args], default=0)
-        keyed.append((key, n, ins))
-    keyed.sort(key=lambda k: k[:2])
-    return [ins for _, _, ins in keyed]
+            if (kind in FUSED or ins.prim in ("reshape", "expand", "slice", "unslice")) and not (
+                scalar_glue and _ones(tape.shapes[ins.out])
+            ):
+                key = ready[ins.out] = max([ready.get(a, 0) for a in ins.args], default=0)
+                looped.add(ins.out)
+            else:
+                key = ready[ins.out] = max([ready.get(a, 0) + (a in looped) for a in ins.args], default=0)
+            epilogue.append(False)
+        asap.append(key)
+    # latest first: a reader's phase is final before its operands'
+    made_by = {ins.out: n for n, ins in enumerate(instrs)}
+    urgent = set()
+    latest = {}  # slot -> the lowest phase among its readers seen so far
+    keys = list(asap)
+    for n in range(len(instrs) - 1, -1, -1):
+        ins = instrs[n]
+        if epilogue[n] or ins.out in urgent:
+            urgent.update(a for a in ins.args if a in looped)
+        elif ins.out in latest:
+            keys[n] = max(asap[n], latest[ins.out])
+        for a in ins.args:
+            if a in made_by and keys[n] < latest.get(a, keys[n] + 1):
+                latest[a] = keys[n]
+    order = sorted(range(len(instrs)), key=lambda n: (keys[n], n))
+    return [instrs[n] for n in order]
 
 
 def order_steps(state):
