@@ -207,3 +207,24 @@ def test_a_driver_takes_numbers_and_checks_anything_else_as_a_runtime_scalar(rng
         with pytest.raises(TypeError, match="must be a scalar"):
             runtime.run(low.tape, wrong)
     np.testing.assert_allclose(runtime.run(low.tape, values)[0], want)
+
+
+@pytest.mark.parametrize("path", ["driver", "executor"])
+def test_an_unaligned_input_runs_the_aligned_specialisation(path, monkeypatch):
+    """Numba specialises a loop for unaligned arrays (as Dask hands them over) and runs it ~15x
+    slower: the runtime copies such an input, and the kernel keeps its one specialisation."""
+    from ngrad.engine.runtime import dispatch
+
+    if path == "executor":  # NGRAD_DEBUG=3 runs plans step by step, without their drivers
+        monkeypatch.setenv("NGRAD_DEBUG", "3")
+    x = np.linspace(-1.0, 1.0, 300)
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    unaligned = buf[1:].view(np.float64)
+    unaligned[:] = x
+    assert not unaligned.flags.aligned
+    low = lower([(ngrad.tensor(x).sin() * ngrad.tensor(x).cos())._node])
+    want = runtime.run(low.tape, [x, x])[0]
+    got = runtime.run(low.tape, [unaligned, unaligned])[0]
+    np.testing.assert_array_equal(got, want)
+    kernels = [k for k in dispatch.records[low.tape.key()].tier.kernels if k]
+    assert kernels and all(len(k.fn.signatures) == 1 for k in kernels)

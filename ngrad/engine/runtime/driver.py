@@ -227,7 +227,7 @@ class _Writer:
                 self.lines.append(f"{v} = {inputs[i]}  # in %{s}")
                 self.lines.append(
                     f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
-                    f"{v}.dtype is not {self.dtype_name(s)} or not {v}.flags.c_contiguous:"
+                    f"{v}.dtype is not {self.dtype_name(s)} or not {v}.flags.c_contiguous or not {v}.flags.aligned:"
                 )
                 self.lines.append(f"    {v} = fix({i}, {v})")
 

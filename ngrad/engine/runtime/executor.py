@@ -18,6 +18,7 @@ from ..config import debug_level
 from ..ir.interpret import bind, evaluate, interpret, matmul_into, np_dtype, unslice_into
 from . import buffers, threads
 from .buffers import accumulator, owned
+from .checks import aligned
 from .layout import kept, squeezed
 
 __all__ = ["execute", "executed"]
@@ -116,8 +117,7 @@ def _segment_args(plan, tape, seg, src, gone, env, made, take):
         args += [sizes[d] for d in part.dims]
         for a, pattern in part.arrays:
             arr = env[a]
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
+            arr = aligned(arr)
             args.append(arr.reshape(squeezed(arr.shape, pattern)))
         args += [env[s].reshape(-1) if late else env[s].reshape(-1)[0] for s, late in zip(part.scalars, part.late)]
         donate = len(seg) == 1 and part.stores and j in plan.in_place
