@@ -146,6 +146,9 @@ class _JaxTorch:
     def amin(self, x, dim):
         return self.jnp.min(x, axis=dim)
 
+    def cumprod(self, x, dim):
+        return self.jnp.cumprod(x, axis=dim)
+
     def logsumexp(self, x, dim):
         return self.jax.nn.logsumexp(x, axis=dim)
 
