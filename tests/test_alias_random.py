@@ -48,21 +48,20 @@ KNOWN = {
     "eager": {},
     "compiled": {},
     "leaf": {},
-    "compiled_leaf": {
-        "grad_outside_after_leaf_update": "a compiled f(x) that updates x under no_grad, then returns x * x: the "
-        "output does not require grad (torch: MulBackward0), or KeyError in variant.fold",
-        "view_write_after_leaf_write": "a compiled f(x) doing x.fill_(c) then x[:1].add_(1) under no_grad, or two "
-        "writes through detach() aliases of x, raises Stale (writes to x and its detach aliases are left out)",
-    },
+    "compiled_leaf": {},
     "forward": {},
 }
 
 # The steps the sequences of each gap's test start with: (view, source, op, args) or (write, target, op, args).
+# Gaps since closed keep theirs (``FORMER``: their mode), and a test of sequences starting with them.
 FORCED = {
     "grad_outside_after_leaf_update": [("view", 0, "narrow", (0, 0, 1)), ("write", 1, "add_scalar", (0.5,))],
     "view_write_after_leaf_write": [("write", 0, "fill", (1.0,)), ("view", 0, "narrow", (0, 0, 1))]
     + [("write", 1, "add_scalar", (0.5,))],
 }
+# a compiled f(x) that writes its leaf argument under no_grad, then computes from it (x * x, the gradient
+# taken outside), and one that writes it, then writes through a view of it
+FORMER = {"grad_outside_after_leaf_update": "compiled_leaf", "view_write_after_leaf_write": "compiled_leaf"}
 
 
 # --- view ops: how each is drawn, run in NumPy (on leading axes), run in a library ---------------------------
@@ -604,14 +603,13 @@ def test_no_grad_writes_to_a_leaf_and_its_views(data):
     assert_same(reference(leaf, steps, live), run_lib(ngrad, steps, ngrad_leaf(leaf)), steps)
 
 
-# derandomized: about 1 sequence in 130 of this mode still raises KeyError in tracing/variant.py's fold
-# (repeated writes through views of the argument); these ten do not, so the test is not flaky
-@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_compiled_no_grad_writes_to_a_leaf_and_its_views(data):
+    # the gradient taken inside the compiled function, and outside it through its outputs
     leaf, steps, live = draw_case(data, avoid=gaps("eager", "compiled", "leaf", "compiled_leaf"), leaf_base=True)
     want = reference(leaf, steps, live)
-    for got in run_compiled(steps, leaf, outside=False):
+    for got in run_compiled(steps, leaf):
         assert_same(want, got, steps)
 
 
@@ -634,20 +632,23 @@ def test_compiled_kernels_sequences_match_the_reference(data, jit_always):
         assert_same(want, got, steps)
 
 
-@pytest.mark.parametrize(
-    "mode, gap",
-    [
+def gap_params():
+    """(mode, gap) of every forced start: the known gaps as strict xfails, the closed ones plain."""
+    known = [
         pytest.param(mode, g, marks=pytest.mark.xfail(strict=True, reason=why), id=f"{mode}-{g}")
         for mode, gaps in KNOWN.items()
         for g, why in gaps.items()
-    ],
-)
-# no shrinking: the gap is known, and these fail on purpose
+    ]
+    return known + [pytest.param(mode, g, id=f"{mode}-{g}") for g, mode in sorted(FORMER.items())]
+
+
+@pytest.mark.parametrize("mode, gap", gap_params())
+# no shrinking: a known gap fails on purpose
 @settings(
     max_examples=10, deadline=None, derandomize=True, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
 )
 @given(data=st.data())
-def test_sequences_with_a_known_gap(data, mode, gap):
+def test_sequences_starting_with_a_gap(data, mode, gap):
     # every sequence starts with the gap, and derandomized runs draw the same ones: strict, not flaky
     avoid = [g for gaps in KNOWN.values() for g in gaps if g != gap] + (["no_grad"] if mode == "forward" else [])
     leaf, steps, live = draw_case(data, avoid=avoid, force=gap, leaf_base=mode in ("leaf", "compiled_leaf"))

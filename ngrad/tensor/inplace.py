@@ -55,6 +55,8 @@ def replace_node(t, node):
     own_meta(old).replaced = True
     replacements[0] += 1
     t._node = node
+    if tr is not None and node.op == "detach" and node.value is None and node.requires_grad and not node.differentiable:
+        tr.note_leaf(t, node)  # a leaf written while traced: the program makes that value a leaf again
     if old.requires_grad and not old.differentiable and node.requires_grad and not node.differentiable:
         # a leaf updated in place is the same leaf to autograd.grad: graphs recorded before the
         # update reach its old node (kept only while such a graph holds it)
@@ -68,6 +70,27 @@ def replace_node(t, node):
         # retain_grad follows the tensor to its new value, as in PyTorch
         own_meta(old).owner = None
         own_meta(node).owner = weakref.ref(t)
+
+
+def earlier_nodes(t):
+    """A copy of the earlier nodes leaf tensor ``t`` keeps (weak references; see ``replace_node``)."""
+    return list(t.__dict__.get("_earlier") or ())
+
+
+def restore_earlier(t, earlier):
+    """Give ``t`` back the earlier nodes ``earlier_nodes`` copied (an ``ngrad.compile`` trace
+    undoing its updates: the program's run records its own)."""
+    if earlier or t.__dict__.get("_earlier"):
+        t.__dict__["_earlier"] = list(earlier)
+
+
+def same_leaf(t, node):
+    """Make ``node`` stand for leaf tensor ``t`` in the graphs that read it, as an earlier node of
+    ``t`` (see ``replace_node``): ``autograd.grad`` with respect to ``t`` reaches it."""
+    earlier = t.__dict__.get("_earlier")
+    if earlier is None:
+        earlier = t.__dict__["_earlier"] = []
+    earlier.append(weakref.ref(node))
 
 
 def leaf_nodes(t):

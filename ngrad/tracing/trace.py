@@ -18,6 +18,7 @@ import numpy as np
 from .. import grad_mode
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import source
+from ..tensor.inplace import earlier_nodes, restore_earlier
 from ..tensor.record import wrap
 
 __all__ = ["Stale", "Trace", "TraceError", "check_random", "effects", "restore", "runtime_scalar", "static_value"]
@@ -53,14 +54,22 @@ class Trace:
         self.arg_of = {}  # id(node) -> position of the argument it holds
         self.calls = {}  # id(node) -> getter of a runtime scalar (see runtime_scalar)
         self.statics = []  # (getter, value): Python values the trace depends on
+        self.leaf_writes = []  # (weakref to a leaf, the node a write under no_grad gave it)
+        self.earlier = {}  # id(tensor) -> its earlier nodes before the trace (tensor.inplace.replace_node)
 
     def note(self, t):
         """``t`` is about to get a new node (an in-place update)."""
         if id(t) not in self.changed:
             self.changed[id(t)] = (weakref.ref(t), t._node)
+            self.earlier[id(t)] = earlier_nodes(t)
             vc = t._vc
             if vc is not None and id(vc) not in self.versions:  # one counter, shared by views
                 self.versions[id(vc)] = (vc, vc.value)
+
+    def note_leaf(self, t, node):
+        """Leaf ``t`` now holds ``node``, a new leaf with the value a write under ``no_grad``
+        gave it (see ``tensor.inplace.leaf_update``)."""
+        self.leaf_writes.append((weakref.ref(t), node))
 
     def note_grad(self, t):
         """``t.grad`` is read or about to be written."""
@@ -170,10 +179,11 @@ def effects(trace, flat=()):
 
 def restore(trace):
     """Undo what tracing did to tensors (the program will redo it with real values)."""
-    for _key, (ref, old) in trace.changed.items():
+    for key, (ref, old) in trace.changed.items():
         t = ref()
         if t is not None:
             t._node = old
+            restore_earlier(t, trace.earlier[key])
     for vc, value in trace.versions.values():  # the program's effects count the call's updates again
         vc.value = value
     for _key, (ref, old) in trace.grads.items():

@@ -28,7 +28,7 @@ from ..engine.runtime import prepare
 from ..engine.runtime.realize import realize
 from ..engine.transform import differentiate
 from ..tensor.core import Tensor
-from ..tensor.inplace import inplace_update, replace_node, replacements
+from ..tensor.inplace import inplace_update, replace_node, replacements, same_leaf
 from ..tensor.record import wrap
 from ..tensor.views import live_views, version_of, view_of
 from .probe import make_entry
@@ -165,7 +165,9 @@ class _Origins:
             for key, (ref, node) in trace.changed.items()
             if node.value is None and key not in self.arg_at and ref() is not None
         ]
-        pending = [node for node in pending if not _reaches(node, trace.traced)]  # made before the call
+        # made before the call: reaching neither an argument nor a value the call gave a leaf
+        made = trace.traced | {id(node) for _, node in trace.leaf_writes}
+        pending = [node for node in pending if not _reaches(node, made)]
         if pending:
             realize(pending)
         self.grad_before = {}
@@ -224,9 +226,12 @@ class Variant:
         self.views = views or {}
         self.guards = origins.guards
         unique = self._unique(roots)
+        # the leaves the call wrote under no_grad are outputs of the tape too, when the outputs
+        # may need a gradient: a replay makes each such value a leaf of its tensor (see __call__)
+        self.leaf_writes = self._leaf_writes(unique, trace, origins) if graph else []
         low = self._lower(unique, origins)
-        # ... and it reaches a tensor from outside the call that requires grad
-        graph = graph and any(n.requires_grad for n in low.sources)
+        # ... and it reaches a tensor from outside the call that requires grad, or a leaf the call wrote
+        graph = graph and (bool(self.leaf_writes) or any(n.requires_grad for n in low.sources))
         self._prepare(low, unique, n_out, graph)
         self.effects = [(origins.locate(key, ref, False), kind, leaf, bumps) for key, ref, kind, leaf, bumps in effects]
         self.out_spec, self.n_out = out_spec, n_out
@@ -249,6 +254,22 @@ class Variant:
                 unique.append(n)
         self.where = [place[id(n)] for n in roots]
         return unique
+
+    def _leaf_writes(self, unique, trace, origins):
+        """(place among the tape's outputs, how a call finds the tensor) of each value a leaf
+        was given in the call (a write under ``no_grad``: ``tensor.inplace.leaf_update`` made it
+        a leaf of its own, a pending ``detach``). Each is appended to ``unique``."""
+        found = []
+        place = {id(n): w for w, n in enumerate(unique)}
+        for ref, node in trace.leaf_writes:
+            if ref() is None:
+                continue
+            w = place.get(id(node))
+            if w is None:
+                w = place[id(node)] = len(unique)
+                unique.append(node)
+            found.append((w, origins.locate(id(ref()), ref, False)))
+        return found
 
     def _lower(self, unique, origins):
         """Lower the graph below ``unique`` to the tape. Constant subexpressions are computed now
@@ -318,8 +339,24 @@ class Variant:
         # nodes over the current inputs
         with grad_mode.enable_grad():
             made = replay(self.tape, nodes, True)
+            if self.leaf_writes:  # the values leaves were given become leaves; the rest is recorded from them
+                known = {}
+                for w, _ in self.leaf_writes:
+                    leaf = made[w]
+                    leaf.requires_grad, leaf.differentiable = True, False
+                    known[self.tape.outputs[w]] = leaf
+                made = replay(self.tape, nodes, True, known)
+        leaves = [made[w] for w, _ in self.leaf_writes]
         made = [made[w] for w in self.where]
-        self.apply_effects(flat, realize(made[self.n_out :]))
+        written = {id(n) for n in leaves}
+        # leaves hold values, as eager mode's leaf_update gives them (one program computes them all)
+        values = realize(made[self.n_out :] + leaves)[: len(made) - self.n_out]
+        self.apply_effects(flat, [n if id(n) in written else v for n, v in zip(made[self.n_out :], values)])
+        for (_, target), leaf in zip(self.leaf_writes, leaves):
+            t = target(flat)
+            if t is not None and t._node is not leaf:  # an earlier value of the leaf, or its value
+                own_meta(leaf).owner = weakref.ref(t)  # before apply_effects rewrote its storage
+                same_leaf(t, leaf)
         return build_result(self.out_spec, iter(self._views_of(flat, [wrap(n) for n in made[: self.n_out]])))
 
     def _forward(self, flat, nodes):
@@ -358,18 +395,21 @@ class Variant:
 
     def apply_effects(self, flat, arrays):
         """Give the tensors the call updates their new values ``arrays`` (one per effect with a
-        node; the rest set a ``.grad`` to None)."""
+        node; the rest set a ``.grad`` to None). A leaf's value a replay recorded as a leaf (see
+        ``_leaf_writes``) is the node the tensor then holds, value and all."""
         for (target, kind, leaf, bumps), a in zip(self.effects, arrays):
             t = target(flat)
             if t is None:  # a tensor only the traced call held: nobody can see it
                 continue
+            made = a if isinstance(a, Node) else None
+            a = a if made is None else made.value
             dt = D.from_numpy_dtype(a.dtype)
             if kind == "node" and (t._view is not None or live_views(t)):
                 with grad_mode.no_grad():  # the storage's other views see it, autograd does not
                     inplace_update(t, wrap(source(a, dt)))
                 bumps -= 1
             elif kind == "node":
-                n = source(a, dt)
+                n = source(a, dt) if made is None else made
                 if leaf:
                     n.requires_grad = True
                     own_meta(n).owner = weakref.ref(t)
