@@ -19,7 +19,7 @@ import numpy as np
 
 from .dtypes import DIFFERENTIABLE, from_short
 from .prims import ELEMENTWISE, PRIMS
-from .tape import Builder, Tape
+from .tape import NO_PARAMS, Builder, Tape
 
 __all__ = ["Node", "lower", "Lowered", "post_order", "replay", "settle_depth", "source", "target_of"]
 
@@ -217,14 +217,15 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
     below = _Below(wrt) if grad and wrt is not None else None
     slot_of, sources, node_of_instr = {}, [], {}
     bcast = {}
+    spreads = {}  # op -> whether its sources broadcast to its shape
+    moves = {}  # (op, shape) -> the params of a broadcasting reshape or expand, one dict each
     stack = [(r, False) for r in reversed(roots)]
     while stack:
         n, ready = stack.pop()
         if n in slot_of:
             continue
         if n.value is not None and (
-            n in cuts
-            or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute)
+            n in cuts or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute)
         ):
             if literal is not None and literal(n):
                 slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
@@ -246,7 +247,11 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
             slot_of[n] = c.slot
             continue
         args = [slot_of[s] for s in n.srcs]
-        if PRIMS[n.op].kind in ELEMENTWISE and n.op != "cast":
+        op = n.op
+        spread = spreads.get(op)
+        if spread is None:
+            spread = spreads[op] = PRIMS[op].kind in ELEMENTWISE and op != "cast"
+        if spread:
             shape, shapes, dtypes = n.shape, b.tape.shapes, b.tape.dtypes
             for i, a in enumerate(args):
                 if shapes[a] != shape:  # explicit broadcasting: reshape to the rank, then expand
@@ -256,17 +261,27 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
                         v = a
                         if len(shapes[v]) < len(shape):
                             ranked = (1,) * (len(shape) - len(shapes[v])) + shapes[v]
-                            v = b.emit_known("reshape", [v], {"shape": ranked}, ranked, dtypes[a])
+                            v = b.emit_known("reshape", [v], _shaped(moves, "reshape", ranked), ranked, dtypes[a])
                         if shapes[v] != shape:
-                            v = b.emit_known("expand", [v], {"shape": shape}, shape, dtypes[a])
+                            v = b.emit_known("expand", [v], _shaped(moves, "expand", shape), shape, dtypes[a])
                         bcast[key] = v
                     args[i] = v
         node_of_instr[len(b.tape.instrs)] = n
-        v = b.emit_known(n.op, args, dict(n.params) if n.params else {}, n.shape, n.dtype.short)
-        if grad and not n.differentiable and n.op != "detach" and any(s.requires_grad for s in n.srcs):
+        # the node's params are copied (the facade updates a detach's), and shared when empty
+        v = b.emit_known(op, args, dict(n.params) if n.params else NO_PARAMS, n.shape, n.dtype.short)
+        if grad and not n.differentiable and op != "detach" and any(s.requires_grad for s in n.srcs):
             v = b.var(v).detach().slot
         slot_of[n] = v
     return Lowered(b.finish([b.var(slot_of[r]) for r in roots]), sources, slot_of, node_of_instr)
+
+
+def _shaped(moves, op, shape):
+    """The params ``{"shape": shape}`` of a broadcasting ``op``, one dict per op and shape (a tape
+    broadcasting a scalar at every step would hold a dict per step)."""
+    params = moves.get((op, shape))
+    if params is None:
+        params = moves[(op, shape)] = {"shape": shape}
+    return params
 
 
 class _Below:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -333,13 +334,39 @@ def compute(tape: Tape, ins: Instr, args: Sequence[np.ndarray]) -> np.ndarray:
     return r
 
 
+def last_reads(tape: Tape) -> array:
+    """For each slot, the index of the last instruction that reads it: its defining
+    instruction's when none does, ``len(tape.instrs)`` for outputs (never dropped), -1 for inputs
+    nothing reads. An array of machine integers: a Python int each would cost 32 bytes a slot."""
+    instrs = tape.instrs
+    last = array("q", [-1]) * len(tape.shapes)
+    for i, ins in enumerate(instrs):
+        last[ins.out] = i
+        for a in ins.args:
+            last[a] = i
+    for s in tape.outputs:
+        last[s] = len(instrs)
+    return last
+
+
 def interpret(tape: Tape, values: Sequence[Any]) -> list[np.ndarray]:
     """Run ``tape`` on ``values`` (one per input slot) with NumPy; return the output arrays."""
-    env = bind(tape, values)
-    dead = dead_after([ins.args for ins in tape.instrs], set(tape.outputs))
+    env: list[Any] = [None] * len(tape.shapes)  # slot -> value, None once dead
+    for s, v in bind(tape, values).items():
+        env[s] = v
+    last, prims, out_type = last_reads(tape), PRIMS, _NP
+    dtypes = tape.dtypes
     with np.errstate(all="ignore"):
-        for ins, gone in zip(tape.instrs, dead):
-            env[ins.out] = evaluate(tape, ins, env)
-            for s in gone:
-                del env[s]
+        for i, ins in enumerate(tape.instrs):
+            args = ins.args
+            r = prims[ins.prim].fwd(NUMPY, *[env[a] for a in args], **ins.params)
+            out = ins.out
+            if type(r) is not np.ndarray or r.dtype != out_type[dtypes[out]]:
+                r = np.asarray(r, dtype=np_dtype(dtypes[out]))
+            env[out] = r
+            for a in args:
+                if last[a] == i:
+                    env[a] = None
+            if last[out] == i:  # read by nothing
+                env[out] = None
     return [env[s] for s in tape.outputs]

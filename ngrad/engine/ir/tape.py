@@ -12,6 +12,8 @@ inference and hands out ``Var`` handles that the VJP rules of the primitive tabl
 from __future__ import annotations
 
 import ast
+import hashlib
+import marshal
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .prims import PRIMS, Params, Shape, TapeError
 
-__all__ = ["Tape", "Instr", "Builder", "Var", "Key", "parse", "TapeError"]
+__all__ = ["Tape", "Instr", "Builder", "Var", "Key", "NO_PARAMS", "parse", "TapeError"]
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -42,6 +44,10 @@ class Instr:
 
 
 Key = tuple[Any, ...]  # a hashable structural key (``Tape.key``, ``params_key``)
+# the params of every instruction that has none: instructions never change their params, and a
+# dict each is 64 bytes an instruction of a long tape
+NO_PARAMS: Params = {}
+DIGEST_INSTRS = 2048  # longer tapes are keyed by a digest of their structure (``Tape.key``)
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -74,20 +80,39 @@ class Tape:
 
     def key(self) -> Key:
         """A hashable structural key, cheaper than ``format()``. Raw slot numbers are part of it,
-        so tapes with equal keys are identical (memoized results keyed by it can refer to slots)."""
+        so tapes with equal keys are identical (memoized results keyed by it can refer to slots).
+        A tape of more than ``DIGEST_INSTRS`` instructions is keyed by a SHA-256 of that
+        structure instead (equal up to a hash collision): the structure itself would hold about
+        a hundred bytes per instruction for as long as a cache keeps the key."""
         at = (len(self.instrs), len(self.inputs), len(self.outputs))
         if self._key is not None and self._key[0] == at:
             return self._key[1]
-        parts: list[tuple[Any, ...]] = [
-            tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))
-        ]
-        for ins in self.instrs:
-            parts.append(
-                (ins.out, ins.prim, tuple(ins.args), params_key(ins.params), self.shapes[ins.out], self.dtypes[ins.out])
-            )
-        parts.append(tuple(self.outputs))
-        self._key = (at, tuple(parts))
-        return self._key[1]
+        head = tuple((s, self.shapes[s], self.dtypes[s], k) for s, k in zip(self.inputs, self.kinds))
+        instrs, shapes, dtypes = self.instrs, self.shapes, self.dtypes
+        if len(instrs) <= DIGEST_INSTRS:
+            parts: list[tuple[Any, ...]] = [head]
+            for ins in instrs:
+                parts.append((ins.out, ins.prim, ins.args, params_key(ins.params), shapes[ins.out], dtypes[ins.out]))
+            parts.append(tuple(self.outputs))
+            key: Key = tuple(parts)
+        else:  # hashed a chunk at a time, so the structure is never whole in memory either
+            h = hashlib.sha256(marshal.dumps((head, tuple(self.outputs)), 2))
+            for i in range(0, len(instrs), 4096):
+                chunk = instrs[i : i + 4096]
+                # marshal's version 2 writes values, never references or interning, so equal
+                # chunks give equal bytes; it tells -0.0 from 0.0 and 1 from 1.0 and True, as
+                # params_key does, which a chunk holding params marshal does not take falls back to
+                try:
+                    rows = [(x.out, x.prim, x.args, x.params, shapes[x.out], dtypes[x.out]) for x in chunk]
+                    data = marshal.dumps(rows, 2)
+                except ValueError:
+                    data = b"k" + marshal.dumps(
+                        [(x.out, x.prim, x.args, params_key(x.params), shapes[x.out], dtypes[x.out]) for x in chunk], 2
+                    )
+                h.update(data)
+            key = ("sha256", len(instrs), h.digest())
+        self._key = (at, key)
+        return key
 
     def verify(self) -> Tape:
         """Check SSA form and every instruction against its primitive's rule; return self."""
@@ -307,7 +332,7 @@ for _name in PRIMS:
 
 
 def _instr_key(prim: str, args: Iterable[int], params: Params) -> Key:
-    return prim, tuple(args), params_key(params)
+    return prim, tuple(args), params_key(params) if params else ()
 
 
 class Builder:
@@ -326,9 +351,14 @@ class Builder:
             t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
             t.inputs, t.kinds = list(tape.inputs), list(tape.kinds)
             t.instrs = list(tape.instrs)
-            for ins in t.instrs:
-                self._note_literal(ins)
-                self._seen.setdefault(_instr_key(ins.prim, ins.args, ins.params), ins.out)
+            seen, literals = self._seen, self._literals
+            for ins in t.instrs:  # _instr_key and _note_literal inlined: a joint tape starts here
+                prim, args = ins.prim, ins.args
+                seen.setdefault((prim, args, params_key(ins.params) if ins.params else ()), ins.out)
+                if prim == "const":
+                    literals[ins.out] = ins.params["value"]
+                elif (prim == "reshape" or prim == "expand") and args[0] in literals:
+                    literals[ins.out] = literals[args[0]]
 
     def _note_literal(self, ins: Instr) -> None:
         if ins.prim == "const":
@@ -370,19 +400,23 @@ class Builder:
 
     def emit(self, prim: str, args: Sequence[Var], params: Params | None = None) -> Var:
         """Append ``prim`` on ``args`` with its inferred result type (or find it already there)."""
-        params = params or {}
+        params = params or NO_PARAMS
         if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
             return args[0]  # a no-op movement is never written down
-        slots = [a.slot for a in args]
-        key = _instr_key(prim, slots, params)
+        slots = tuple([a.slot for a in args])
+        key = (prim, slots, params_key(params) if params else ())  # _instr_key, inlined: VJPs emit here
         hit = self._seen.get(key)
         if hit is not None:  # common subexpression: a VJP re-deriving cos(x) reuses the forward's
             return self.var(hit)
         shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
-        s = self._new(shape, dtype)
+        t = self.tape
+        t.shapes.append(shape)
+        t.dtypes.append(dtype)
+        s = len(t.shapes) - 1
         ins = Instr(s, prim, slots, params)
-        self.tape.instrs.append(ins)
-        self._note_literal(ins)
+        t.instrs.append(ins)
+        if prim == "const" or prim == "reshape" or prim == "expand":
+            self._note_literal(ins)
         self._seen[key] = s
         return Var(self, s, shape, dtype)
 

@@ -56,6 +56,13 @@ class Policy:
     five minutes of Numba, where the bytecode runs it in 3.9 ms a call (the interpreter: 37 ms)
     after 0.4 s. Bytecode walks each instruction's elements at about 0.3 ns each, so at a million
     elements fused kernels would be faster per call, but only after minutes of compiling.
+
+    A tape of more than ``encode_eager`` instructions is encoded only once it is seen
+    ``threshold`` times (or ``prepare``d): its first call runs on the interpreter anyway, and
+    encoding costs more than interpreting (about 7 µs an instruction against 4), in memory too.
+    The backward of a graph 100,000 operations deep is such a tape (700,000 instructions, met
+    once); an unrolled LSTM's 47,000 stay below, so a warm cache still runs them as bytecode at
+    once.
     """
 
     threshold: int = 2
@@ -67,6 +74,7 @@ class Policy:
     bytecode_min_instrs: int = 256
     bytecode_max_elements: int = 4096
     bytecode_functions: int = 32
+    encode_eager: int = 65536
 
 
 POLICY = Policy()  # the runtime's rules; ``threshold`` is replaced by NGRAD_JIT_THRESHOLD
@@ -115,6 +123,8 @@ def next_state(record, policy, *, mode, instrs, now=False, ready=False):
         return Decision.WAIT
     if record.tier is None:
         if record.small and not record.offered:
+            if mode == "auto" and not now and instrs > policy.encode_eager and record.seen < policy.threshold:
+                return Decision.WAIT
             return Decision.ENCODE
         if (
             mode == "auto"

@@ -45,6 +45,7 @@ __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
 # its loops costs less than writing the value out in the forward and reading it back
 _RECOMPUTED = frozenset(["unary", "binary", "compare", "logical", "where", "cast", "movement", "const"])
 STORE_MIN_INSTRS = 256  # shorter tapes differentiate faster than a stored joint is read (~50 µs)
+MEMO_MAX_INSTRS = 1 << 18  # longer joints are read back from the cache's plans, not kept in memory
 _FORMAT = 1  # of ``Joint.dumps``
 T = TypeVar("T")
 
@@ -174,24 +175,30 @@ def _appended(outputs: list[T], extra: Sequence[T | None]) -> list[int | None]:
 def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     """Append the reverse pass of ``tape`` with respect to the slots ``wrt``; see module doc."""
     floating = DIFFERENTIABLE
-    active = {s for s in wrt if tape.dtypes[s] in floating}
+    dtypes = tape.dtypes
+    active = {s for s in wrt if dtypes[s] in floating}
     # literals of the program are not "saved tensors"; runtime scalars are (PyTorch saves the
     # wrapped number of `x * 2`, so a second backward through it fails there too)
     literal = set()
-    for ins in tape.instrs:
-        if ins.out in active:
+    for ins in tape.instrs:  # a pass over every forward instruction: loops written out
+        out, prim = ins.out, ins.prim
+        if out in active:
             continue
-        if PRIMS[ins.prim].vjp is not None and tape.dtypes[ins.out] in floating and any(a in active for a in ins.args):
-            active.add(ins.out)
-        if ins.prim == "const" or (ins.prim in ("reshape", "expand", "cast") and ins.args[0] in literal):
-            literal.add(ins.out)
+        if dtypes[out] in floating and PRIMS[prim].vjp is not None:
+            for a in ins.args:
+                if a in active:
+                    active.add(out)
+                    break
+        if prim == "const" or ((prim == "reshape" or prim == "expand" or prim == "cast") and ins.args[0] in literal):
+            literal.add(out)
 
     n_forward = len(tape.shapes)
     b = Builder(tape)
+    made, var = b.tape.instrs, b.var
     ct: dict[int, Var] = {}
     seeds = []
     for s in tape.outputs:
-        seed = b.input(tape.shapes[s], tape.dtypes[s])
+        seed = b.input(tape.shapes[s], dtypes[s])
         seeds.append(seed.slot)
         if s in active:
             _accumulate(ct, s, seed)
@@ -200,28 +207,43 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     reads_saved: set[int] = set()
     saved: dict[int, list[int]] = {}
     contributions: list[tuple[int, int, int]] = []
-    for i in range(len(tape.instrs) - 1, -1, -1):
-        ins = tape.instrs[i]
-        g = ct.get(ins.out)
+    instrs = tape.instrs
+    wanted = set(wrt)
+    for i in range(len(instrs) - 1, -1, -1):
+        ins = instrs[i]
+        # every contribution to this slot's cotangent is in (later instructions made them): it is
+        # dropped once used, so a long tape never holds them all
+        g = ct.get(ins.out) if ins.out in wanted else ct.pop(ins.out, None)
         if g is None:
             continue
-        need = [a in active for a in ins.args]
-        if not any(need):
+        args = ins.args
+        need = [a in active for a in args]
+        if True not in need:
             continue
-        first = len(b.tape.instrs)
+        first = len(made)
         # a cotangent reaches only active slots, whose primitives have VJPs (``wrt`` aside)
         rule = cast(Vjp, PRIMS[ins.prim].vjp)
-        cts = rule(need, g, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
+        cts = rule(need, g, var(ins.out), [var(a) for a in args], ins.params)
         ran.append(i)
         # any forward value the rule reads is a "saved tensor" (with common-subexpression
         # elimination the rule's cos(x) may be the forward pass's own cos(x))
-        read = {a for new in b.tape.instrs[first:] for a in new.args if a < n_forward and a not in literal}
-        read.update(c.slot for c in cts if c is not None and c.slot < n_forward and c.slot not in literal)
+        read = set()
+        for new in made[first:]:
+            for a in new.args:
+                if a < n_forward and a not in literal:
+                    read.add(a)
+        for c in cts:
+            if c is not None and c.slot < n_forward and c.slot not in literal:
+                read.add(c.slot)
         if read:
             reads_saved.add(i)
             for a in read:
-                saved.setdefault(a, []).append(i)
-        for k, (a, n, c) in enumerate(zip(ins.args, need, cts)):
+                at = saved.get(a)
+                if at is None:
+                    saved[a] = [i]
+                else:
+                    at.append(i)
+        for k, (a, n, c) in enumerate(zip(args, need, cts)):
             if n and c is not None:
                 contributions.append((i, k, c.slot))
                 _accumulate(ct, a, c)
@@ -247,7 +269,8 @@ def joint(tape: Tape, wrt: Sequence[int], keep: bool = False) -> Joint:
     is made again and replaced. It is stored at once when ``keep`` (a program ``ngrad.compile``
     traces, made to be called again), otherwise the second time its structure is differentiated,
     as a tape compiles the second time it runs: structures met once (an adaptive solver's varying
-    step counts) leave nothing on disk.
+    step counts) leave nothing on disk. A joint of more than ``MEMO_MAX_INSTRS`` instructions
+    is not kept in memory: it is read back from the plans (or made again) each time.
 
     >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
@@ -259,8 +282,9 @@ def joint(tape: Tape, wrt: Sequence[int], keep: bool = False) -> Joint:
     """
     key = (tape.key(), tuple(wrt))
     entry = _JOINTS.get(key)
-    if entry is None:
-        name = j = None
+    j = None if entry is None else entry[0]
+    if j is None:
+        name = stored = None
         if len(tape.instrs) >= STORE_MIN_INSTRS:
             from ..config import jit_mode
 
@@ -272,24 +296,30 @@ def joint(tape: Tape, wrt: Sequence[int], keep: bool = False) -> Joint:
             data = read_plan(name)
             if data:
                 try:
-                    j, name = Joint.loads(tape, data), None  # stored already
+                    j, stored = Joint.loads(tape, data), True
                 except ValueError:
                     pass
-        if len(_JOINTS) > 512:
-            _JOINTS.clear()
-        # made whole before it is shared: another thread may look it up meanwhile
-        entry = _JOINTS[key] = [j or vjp(tape, wrt), name]
-        if not keep:
-            return entry[0]
+        if j is None:
+            j = vjp(tape, wrt)
+        if entry is None:
+            if len(_JOINTS) > 512:
+                _JOINTS.clear()
+            # made whole before it is shared: another thread may look it up meanwhile. A long
+            # joint is not kept: a graph 100,000 operations deep would hold 700,000 instructions
+            # long after its backward; the cache's plans hold it once it is seen again
+            kept = j if len(j.tape.instrs) <= MEMO_MAX_INSTRS else None
+            entry = _JOINTS[key] = [kept, None if stored else name]
+            if not keep:
+                return j
     if entry[1] is not None:
         name, entry[1] = entry[1], None
         from ..store import write_plan
 
         try:
-            write_plan(name, entry[0].dumps(tape))
+            write_plan(name, j.dumps(tape))
         except ValueError:
             pass
-    return entry[0]
+    return j
 
 
 def _joint_name(key: tuple[Key, tuple[int, ...]]) -> str | None:
