@@ -345,9 +345,10 @@ def eval_command(repo, name, python, min_runs=None, min_seconds=None, extra=""):
 
 
 def tool_command(tool, python):
-    """The argument list that starts ``tool`` (run in the checkout's root)."""
+    """The argument list that starts ``tool`` (run in the checkout's root); ngrad's runs on this
+    script's interpreter, whatever ``python`` is."""
     if tool == "ngrad":
-        return [python, "-m", "ngrad", "bench", "gradbench-tool"]
+        return [sys.executable, "-m", "ngrad", "bench", "gradbench-tool"]
     if tool == "manual":
         return [python, "python/gradbench/gradbench/cpp.py", "manual"]
     return [python, f"python/gradbench/gradbench/tools/{tool}/run.py"]
@@ -373,7 +374,7 @@ def _cell(result):
     if result is None:
         return "no tool"
     n = len(result["workloads"])
-    score = f"{result['score_ms']:,.1f}"
+    score = f"{result['score_ms']:,.1f}" if result["score_ms"] >= 1 else f"{result['score_ms']:.3f}"
     if result["outcome"] == "success":
         return f"{score}\n{result['valid']}/{n} valid"
     parts = [result["outcome"]]
@@ -437,7 +438,7 @@ def main(argv=None):
     ap.add_argument("--eval-args", action="append", metavar="EVAL=ARGS", help="more arguments for one eval")
     ap.add_argument("--threads", type=int, default=1, help="threads of each tool's libraries (0: leave)")
     ap.add_argument("--eval-python", default=sys.executable, help="the interpreter of the evals")
-    ap.add_argument("--tool-python", default=sys.executable, help="the interpreter of the Python tools")
+    ap.add_argument("--tool-python", default=sys.executable, help="the interpreter of jax's and pytorch's tools")
     ap.add_argument("--json", default="gradbench-score.json", help="where to write the results")
     ap.add_argument("--log-dir", help="keep each run's message log here")
     args = ap.parse_args(argv)
