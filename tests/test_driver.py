@@ -5,9 +5,9 @@ import pytest
 
 import ngrad
 from ngrad.engine import runtime
-from ngrad.engine.backend.fuse import SMALL_LOOP
 from ngrad.engine.ir.graph import lower
 from ngrad.engine.runtime import buffers
+from ngrad.engine.runtime.layout import PARALLEL_MIN
 from ngrad.engine.transform.differentiate import vjp
 
 from .compiled import assert_same
@@ -105,32 +105,35 @@ def _joint_of(build, x0):
 
 
 def test_a_dying_intermediate_is_reused_for_a_result(rng, monkeypatch, capsys):
-    # logsumexp's gradient g / s * e is written into e's buffer (e dies there): same numbers,
-    # whether the plan runs through its driver (decided when the driver is made) or step by step
-    # (decided at run time, as threads run it); big enough for a loop of one operation
-    x0 = rng.standard_normal(SMALL_LOOP + 5)
+    # the gradient of logsumexp plus a mean, g / s * e + g / n, is written into e's buffer (e
+    # dies there): same numbers, whether the plan runs through its driver (decided when the
+    # driver is made) or step by step (decided at run time, as threads run it)
+    x0 = rng.standard_normal(PARALLEL_MIN + 5)
+
+    def loss(x):
+        return x.logsumexp(0) + x.mean()
 
     def gradient():
         x = ngrad.from_numpy(x0).requires_grad_()
-        y = x.logsumexp(0)
+        y = loss(x)
         y.backward()
         return y.item(), x.grad.numpy()
 
     (value, grad), text = _driver_text(gradient, capsys, monkeypatch)
     e = np.exp(x0 - x0.max())
-    np.testing.assert_allclose(grad, e / e.sum(), rtol=1e-12, atol=1e-18)
-    np.testing.assert_allclose(value, np.log(e.sum()) + x0.max(), rtol=1e-14)
+    np.testing.assert_allclose(grad, e / e.sum() + 1 / x0.size, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(value, np.log(e.sum()) + x0.max() + x0.mean(), rtol=1e-14)
     assert "which dies here" in text, text
     donated = []
     real = buffers.donors
     monkeypatch.setattr(buffers, "donors", lambda *a: donated.extend(real(*a)) or real(*a))
-    assert_same(*_joint_of(lambda x: x.logsumexp(0), x0), rtol=1e-12)
+    assert_same(*_joint_of(loss, x0), rtol=1e-12)
     assert donated
 
 
 def test_loops_with_vectorised_math_never_write_in_place(rng, monkeypatch, capsys):
     # aliased operands would make LLVM's overlap check fail and the sin/cos loop run unvectorised
-    x0 = rng.standard_normal(SMALL_LOOP + 5)
+    x0 = rng.standard_normal(PARALLEL_MIN + 5)
 
     def loss(x):
         d = x[1:] - x[:-1]

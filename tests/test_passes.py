@@ -62,13 +62,13 @@ def test_broadcast_and_literal_reads_are_typed_records():
     assert lit.src is None and lit.value == 2.0
 
 
-def test_flatten_small_loops_turns_a_small_one_op_kernel_into_glue():
+def test_flatten_one_op_loops_turns_a_one_op_kernel_into_glue():
     b = Builder()
     x = b.input((4, 4), "f64")
     tape = b.finish([x.exp()])
-    state = _state(tape, "flatten_small_loops")
+    state = _state(tape, "flatten_one_op_loops")
     assert [type(s) for s in state.steps] == [Kernel]
-    fuse.flatten_small_loops(state)
+    fuse.flatten_one_op_loops(state)
     assert [type(s) for s in state.steps] == [Glue]
     assert state.steps[0].instr.prim == "exp"
 
@@ -191,7 +191,7 @@ def test_read_operands_hoists_a_read_that_ignores_the_inner_indices():
     b = Builder()
     x = b.input((300, 8, 1), "f64")
     y = b.input((300, 8, 16), "f64")
-    tape = b.finish([x.expand(shape=(300, 8, 16)) * y])
+    tape = b.finish([x.expand(shape=(300, 8, 16)) * y * y])  # two operations: a loop at any size
     outer = [[], [], []]
     state = _element_state(tape, outer=outer)
     element.read_operands(state)
@@ -266,7 +266,7 @@ def test_accumulate_reductions_counts_nan_beside_a_float_max():
 def test_guard_ranges_counts_sin_arguments_and_sets_the_flag():
     b = Builder()
     x = b.input((300, 200), "f64")
-    tape = b.finish([x.sin()])
+    tape = b.finish([x.sin() * x])  # two operations: a loop at any size
     state = _loop_state(tape, "guard_ranges")
     codegen.guard_ranges(state)
     r = f"r{tape.inputs[0]}"

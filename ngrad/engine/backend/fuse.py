@@ -17,7 +17,6 @@ from their source, and short chains of cheap arithmetic (``CHEAP``) are recomput
 
 import dataclasses
 import enum
-import math
 import typing
 
 from ..ir.prims import PRIMS
@@ -58,7 +57,6 @@ CHEAP = {
 }
 REMAT_BUDGET = 16
 CUDA_ATOMIC = ("f32", "f64", "i32", "i64")  # dtypes CUDA's atomic add, max and min take
-SMALL_LOOP = 1 << 15  # elements; the runtime's threshold for running a loop on threads
 
 
 class ReadKind(str, enum.Enum):
@@ -388,11 +386,13 @@ def order_steps(state):
     state.steps = [st for _, st in sorted(state.placed, key=lambda ps: ps[0])]
 
 
-def flatten_small_loops(state):
-    """A small loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is
-    compiled. A big one stays a kernel: it can run on threads and write into a reused buffer;
-    so does one reading a slice's gradient, which NumPy would first build as a zeroed array
-    (the gradient of x[:-1] plus that of x[1:]: five NumPy calls against one loop)."""
+def flatten_one_op_loops(state):
+    """A loop of one operation fuses nothing: NumPy runs it as fast, and no kernel is compiled.
+    At every size, so that a plan does not change with its sizes (a one-operation loop that
+    became a kernel above some size made GradBench's ba compile 5 more functions at p = 100,000
+    than at 10,000); a big one gives up threads, which fused loops keep. A loop reading a slice's
+    gradient stays, which NumPy would first build as a zeroed array (the gradient of x[:-1]
+    plus that of x[1:]: five NumPy calls against one loop)."""
     instr_of = {ins.out: ins for ins in state.tape.instrs}
     flat = []
     for step in state.steps:
@@ -401,7 +401,6 @@ def flatten_small_loops(state):
             and isinstance(step, Kernel)
             and len(step.body) <= 1
             and not step.reductions
-            and math.prod(step.shape) < SMALL_LOOP
             and not any(r.kind == ReadKind.PAD for r in step.reads.values())
         ):
             # its reads as NumPy steps (a slice's own view step is already there)
@@ -442,7 +441,7 @@ def choose_stores(state):
 PASSES = [
     Pass("place_instrs", "put each instruction in a kernel (computed, read, accumulated) or a glue step", place_instrs),
     Pass("order_steps", "sort the placed steps by position into execution order", order_steps),
-    Pass("flatten_small_loops", "small one-operation loops become NumPy glue (CPU)", flatten_small_loops),
+    Pass("flatten_one_op_loops", "one-operation loops become NumPy glue (CPU)", flatten_one_op_loops),
     Pass("sink_glue", "glue after a kernel moves down to its first reader", sink_glue),
     Pass("drop_dead_glue", "glue whose value nothing reads is dropped", drop_dead_glue),
     Pass("choose_stores", "each kernel stores what is read outside it and first computed by it", choose_stores),

@@ -10,7 +10,7 @@ in chunks of rows (``split``: big kernels get functions of their own). ``squeeze
 import math
 
 from ..backend.codegen import program
-from ..backend.fuse import SMALL_LOOP, Glue, Kernel, reads_of
+from ..backend.fuse import Glue, Kernel, reads_of
 from ..ir.interpret import dead_after
 
 __all__ = ["Layout", "PARALLEL_MIN", "PARALLEL_WORK", "big", "dead_after_steps", "squeezed", "kept", "keepdims"]
@@ -22,7 +22,7 @@ __all__ = ["Layout", "PARALLEL_MIN", "PARALLEL_WORK", "big", "dead_after_steps",
 # 0.06 ms) and kmeans' (1000, 32, 8) loops 2x; with this work bar both run serially, while the
 # chain's loop of 27 instructions runs in chunks from about 155,000 elements (a million: 30%
 # faster than serially; at 100,000 the two were within this machine's noise).
-PARALLEL_MIN = SMALL_LOOP
+PARALLEL_MIN = 1 << 15  # elements
 PARALLEL_WORK = 1 << 22
 
 
