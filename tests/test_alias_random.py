@@ -576,6 +576,30 @@ def model_of(leaf, steps):
     return live
 
 
+def test_views_written_through_their_storage_refuse_autograd_use():
+    # without PyTorch (test_view_parity compares the messages with it): an output of unbind, a view
+    # of one and a view made under no_grad cannot be used where autograd records once their storage
+    # was written, whatever the grad mode of the write; their values stay readable
+    for quiet in (False, True):
+        b = ngrad.tensor(np.arange(6.0).reshape(3, 2), requires_grad=True) * 2
+        rows = b.unbind(0)
+        part = rows[1][:1]
+        with ngrad.no_grad():
+            tail = b[1:]
+        with ngrad.no_grad() if quiet else contextlib.nullcontext():
+            b.add_(1.0)
+        for use, phrase in [
+            (lambda: rows[0] * 2, "Output 0 of Unbind is a view and its base or another view"),
+            (lambda: part.sum(), "returns multiple views"),
+            (lambda: tail.exp(), "A view was created in no_grad mode and its base or another view"),
+        ]:
+            with pytest.raises(RuntimeError, match=phrase):
+                use()
+        np.testing.assert_array_equal(rows[0].detach().numpy(), [1.0, 3.0])
+        with ngrad.no_grad():
+            np.testing.assert_array_equal((tail * 1).numpy(), [[5.0, 7.0], [9.0, 11.0]])
+
+
 @pytest.mark.parametrize("name", sorted(FIXED))
 def test_fixed_sequences_match_the_reference(name):
     leaf = np.random.default_rng(7).uniform(-1.5, 1.5, (3,))

@@ -6,6 +6,8 @@ shape, dtype, requires_grad), layouts (``_is_view``, ``_base``, strides, offsets
 test_view_ops.py and the view/in-place tests of test_autograd.py; the view-op table makes four per op
 (aliasing both ways, gradients, names, double backward). Compiled cases run eagerly under torch."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -769,9 +771,54 @@ def floor_division_in_place_through_views(lib):
     )
 
 
-XFAIL = {
-    "error_multiple_output_view_used_after_its_base_is_written": "no error (torch: multiple-output view error)",
-}
+REBASED = "its base or another view of its base has been modified inplace"
+
+
+@case
+def error_views_used_after_their_storage_is_written(lib):
+    """Views whose grad_fn PyTorch cannot rebuild once their storage changed (made under no_grad,
+    outputs of unbind/split, views of those): using them where autograd records is an error, with
+    its head and its tail, whatever the grad mode of the write; reading them is not."""
+    out = []
+    for write_in_no_grad in (False, True):
+        b = seq(lib, 3, 2, requires_grad=True) * 2
+        u, s = b.unbind(0), b.split(1, 1)
+        with lib.no_grad():
+            n = b[1:]
+        v = u[1][:1]
+        with lib.no_grad() if write_in_no_grad else contextlib.nullcontext():
+            b.add_(1.0)
+        out += [raises(REBASED, lambda: u[0] * 2), raises(MULTI_VIEW, lambda: u[2].sum())]
+        out += [raises(MULTI_VIEW, lambda: s[1] + 1), raises("Output 0 of Slice", lambda: v * 3)]
+        out += [raises("A view was created in no_grad mode and " + REBASED, lambda: n.exp())]
+        out += [raises(MULTI_VIEW, lambda: u[0].grad_fn), raises(MULTI_VIEW, lambda: u[1].is_leaf)]
+        with lib.no_grad():
+            out += [u[0] * 2, n * 2]
+        out += [u[0].detach() * 2, u[0] > 5, u[1].requires_grad, u[0]._version, n.detach().sum()]
+        out += [raises(REBASED, lambda: u[0] * 2)]  # still, after a use under no_grad
+    return out
+
+
+@case
+def views_of_a_storage_that_needs_no_grad_stay_usable_after_a_write(lib):
+    b = seq(lib, 3, 2)
+    u = b.unbind(0)
+    with lib.no_grad():
+        n = b[1:]
+    b.add_(1.0)
+    return u[0] * 2, n * 2, u[1].grad_fn is None
+
+
+@case
+def error_a_multiple_output_view_written_itself_under_no_grad(lib):
+    b = seq(lib, 3, requires_grad=True) * 1
+    u = b.unbind(0)
+    with lib.no_grad():
+        u[0].add_(1)
+    return raises(MULTI_VIEW, lambda: u[0] * 2), raises("Output 1 of Unbind", lambda: u[1] * 2), b
+
+
+XFAIL = {}
 
 
 def params():

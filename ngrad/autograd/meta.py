@@ -23,9 +23,11 @@ __all__ = [
     "NO_META",
     "ON_NAMED",
     "PACKED",
+    "REBASED",
     "SEGMENT_NODES",
     "FnState",
     "NodeMeta",
+    "check_rebased",
     "fn_state",
     "fn_state_of",
     "inherit_leaf",
@@ -46,8 +48,9 @@ class NodeMeta:
     ``.grad`` receives its gradient; ``saves``: False for composites whose PyTorch counterpart
     saves no tensor (``mean``); ``replaced``: a tensor held the node and was updated in place;
     ``freed``: a backward without ``retain_graph`` consumed it; ``fn``: the ``FnState`` of its
-    grad_fn (metadata, node hooks, packed saved values); ``shared``: read-only, shared between
-    nodes (see ``own_meta``).
+    grad_fn (metadata, node hooks, packed saved values); ``rebased``: PyTorch's message for a view
+    that may not be used once its storage was modified in place (see ``check_rebased``);
+    ``shared``: read-only, shared between nodes (see ``own_meta``).
     """
 
     __slots__ = (
@@ -64,13 +67,14 @@ class NodeMeta:
         "replaced",
         "freed",
         "fn",
+        "rebased",
         "shared",
     )
 
     def __init__(self, name=None, shared=False):
         self.name = name
         self.hooks = self.post_hooks = self.ctx = self.tangent = self.stale = self.trace = self.owner = None
-        self.fn = None
+        self.fn = self.rebased = None
         self.is_inference = self.replaced = self.freed = False
         self.saves = True
         self.shared = shared
@@ -152,6 +156,22 @@ ON_NAMED = [None]
 # Set once saved-tensor hooks packed a value: from then on the reverse pass looks for values to
 # unpack in the nodes it runs.
 PACKED = [False]
+
+
+# Set once a view was made unusable by an in-place update of its storage (``rebased``): from then
+# on recording checks the sources of what it records (until then it pays nothing for this).
+REBASED = [False]
+
+
+def check_rebased(nodes):
+    """PyTorch's error when one of ``nodes`` is a view that was made in ``no_grad`` mode, as one
+    of several outputs (``unbind``, ``split``) or by a custom Function, and whose storage an
+    in-place operation has modified since: its grad_fn cannot be rebuilt, so using it where
+    autograd records (or asking for its ``grad_fn``) is an error."""
+    for n in nodes:
+        m = n.meta
+        if m is not None and m.rebased is not None:
+            raise RuntimeError(m.rebased)
 
 
 def name_node(node, name):

@@ -15,7 +15,7 @@ import numpy as np
 from .. import grad_mode as _grad_mode
 from .._format import format_tensor
 from ..autograd.graph_nodes import BackwardNode, grad_fn_of, output_nr
-from ..autograd.meta import NO_META, SEGMENT_NODES, inherit_leaf, own_meta
+from ..autograd.meta import NO_META, REBASED, SEGMENT_NODES, check_rebased, inherit_leaf, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import KEEP_SOURCES, realize
@@ -212,11 +212,15 @@ class Tensor(
 
     @property
     def is_leaf(self):
+        if REBASED[0]:
+            check_rebased((self._node,))
         return not self._node.differentiable
 
     @property
     def grad_fn(self):
         n = self._node
+        if REBASED[0]:
+            check_rebased((n,))
         return grad_fn_of(n) if n.differentiable else None
 
     @property

@@ -12,7 +12,7 @@ backward and re-derives every live view from the root's new value. ``InplaceOps`
 import weakref
 
 from .. import grad_mode as _grad_mode
-from ..autograd.meta import NO_META, inherit_leaf, name_node, own_meta
+from ..autograd.meta import NO_META, REBASED, inherit_leaf, name_node, own_meta
 from ..engine.ir import dtypes as D
 from ..engine.ir.graph import Node, source
 from ..engine.runtime.realize import KEEP_SOURCES
@@ -34,6 +34,7 @@ from .views import (
     check_overlap,
     live_views,
     overlaps,
+    rebase_error,
     replay,
     splice,
     untracked,
@@ -199,6 +200,7 @@ def inplace_update(t, result, uniform=False):
     for u in views:
         if u._view is None:  # an argument ngrad.compile traces as a value of its own
             continue
+        before = u._node
         with _grad_mode.set_grad_enabled(u._view.grad):
             node = replay(new, u._view.steps)
         if u._view.leaf:
@@ -208,6 +210,12 @@ def inplace_update(t, result, uniform=False):
         if node.requires_grad and u._view.steps and u._view.steps[-1].op != "detach":
             name_node(node, "AsStridedBackward0")  # PyTorch's grad_fn of a view its base's update regenerated
         replace_node(u, node)
+        # PyTorch cannot rebuild the grad_fn of some views (made under no_grad, multiple outputs, in
+        # a custom Function): using one where autograd records is an error from now on
+        rebased = (before.meta or NO_META).rebased or rebase_error(u, before)
+        if rebased is not None:
+            own_meta(node).rebased = rebased
+            REBASED[0] = True
     return t
 
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from .. import grad_mode as _grad_mode
-from ..autograd.meta import NAMED_META, name_node
+from ..autograd.meta import NAMED_META, REBASED, check_rebased, name_node
 from ..engine.ir import dtypes as D
 from ..engine.ir import graph as _graph
 from ..engine.ir.graph import Node, settle_depth, source
@@ -212,6 +212,8 @@ def record_op(op, srcs, params, shape, dtype, name):
                 break
     n = _nodes_new(op, srcs, params, shape, dtype, rg)
     if rg:
+        if REBASED[0]:  # a view whose grad_fn PyTorch cannot rebuild (see tensor.views.rebase_error)
+            check_rebased(srcs)
         shared = NAMED_META.get(name)
         if shared is not None and n.meta is None:  # name_node inlined: the hot path of recording
             n.meta = shared
@@ -253,6 +255,8 @@ def cast_node(n, dtype):
     rg = _gm.enabled and n.requires_grad and dtype.differentiable
     out = Node("cast", (n,), {"dtype": dtype.short}, n.shape, dtype, rg)
     if rg:
+        if REBASED[0]:
+            check_rebased((n,))
         name_node(out, "ToCopyBackward0")
     return out
 
@@ -331,6 +335,8 @@ def binary(op, a, b, name, reverse=False):
     rg = (na.requires_grad or nb.requires_grad) and d.differentiable and _gm.enabled
     n = _nodes_new(op, (na, nb), None, shape, d, rg)
     if rg:
+        if REBASED[0]:
+            check_rebased((na, nb))
         shared = NAMED_META.get(name)
         if shared is not None and n.meta is None:  # name_node inlined: the hot path of recording
             n.meta = shared
@@ -419,6 +425,8 @@ def reshape_node(n, shape, name="ViewBackward0"):
     rg = _gm.enabled and n.requires_grad
     out = Node("reshape", (n,), {"shape": tuple(shape)}, tuple(shape), n.dtype, rg)
     if rg:
+        if REBASED[0]:
+            check_rebased((n,))
         name_node(out, name)
     return out
 
@@ -432,6 +440,8 @@ def expand_node(n, shape, name="ExpandBackward0"):
     rg = _gm.enabled and n.requires_grad
     out = Node("expand", (n,), {"shape": shape}, shape, n.dtype, rg)
     if rg:
+        if REBASED[0]:
+            check_rebased((n,))
         name_node(out, name)
     return out
 

@@ -549,6 +549,27 @@ def view_error(t, r):
     return None
 
 
+REBASED_HEAD = "its base or another view of its base has been modified inplace"
+
+
+def rebase_error(u, old):
+    """PyTorch's error for using view ``u`` (its grad_fn) once an in-place update of its storage
+    (through its base, another view or ``u`` itself, in any grad mode) changed it, or None for a
+    view it allows: one made in ``no_grad`` mode, as one of several outputs or by a custom
+    Function, of a storage that requires grad. ``old``: ``u``'s node before the update."""
+    v = u._view
+    if v is None or v.base is None or v.made not in ("no_grad", "multi", "function") or not u._node.requires_grad:
+        return None
+    had_fn = old.differentiable
+    name = re.sub(r"Backward\d*$", "", v.maker or (old.meta or NO_META).name or "")
+    if v.made == "no_grad" or not had_fn:
+        made_in = f"Output {v.out} of {name} is a view of a view which was" if had_fn else "A view was"
+        head = f"{made_in} created in no_grad mode and {REBASED_HEAD} with grad mode enabled."
+    else:
+        head = f"Output {v.out} of {name} is a view and {REBASED_HEAD}."
+    return f"{head} {dict(no_grad=AMBIGUOUS, multi=MULTI_OUTPUT, function=IN_FUNCTION)[v.made]}"
+
+
 def overlaps(t):
     """Whether two elements of view ``t`` share one memory location (an expanded dimension, or
     ``as_strided`` strides that meet)."""
