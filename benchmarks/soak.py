@@ -7,10 +7,14 @@
   compiles a structure on its second call): ever new structures, which the bounded caches
   (``NGRAD_MEMORY_ENTRIES``) keep from growing without end.
 * ``shapes``: one ``ngrad.compile`` function called over ever new shapes.
+* ``deep``: a chain of 100,000 operations on an 8-element leaf (``y * 1.0001 + 0.001`` and
+  ``(y * 0.999).sin()`` in turn), then ``backward()``: the time of each and the peak resident
+  memory over the process's before recording, per operation (sampled every 5 ms while it runs),
+  after a chain of 3,000 has run (imports, and the bytecode loops of the chain compiled).
 
 Each phase prints resident memory (``/proc/self/statm``, else the peak from ``resource``) at
 tenths of its run and the sizes of the in-memory caches at its end. ``--quick`` runs a tenth of
-the steps and 300 structures and shapes (about a minute on 2 cores).
+the steps, 300 structures and shapes and a chain of 20,000 (about a minute on 2 cores).
 
 Run: python benchmarks/soak.py [--quick]
 """
@@ -18,6 +22,7 @@ Run: python benchmarks/soak.py [--quick]
 import argparse
 import os
 import resource
+import threading
 import time
 
 import numpy as np
@@ -94,17 +99,67 @@ def shapes(count):
     print(f"  traces {f.traces}, argument structures kept {len(f.variants)}")
 
 
+class _Peak:
+    """The highest ``rss_mb()`` seen while the ``with`` block runs (a thread samples it)."""
+
+    def __enter__(self):
+        self.peak, self.done = rss_mb(), threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        while not self.done.wait(0.005):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def _chain(x, count):
+    y = x
+    for i in range(count):
+        y = (y * 0.999).sin() if i % 2 else y * 1.0001 + 0.001
+    return y
+
+
+def deep(count):
+    x = ngrad.randn(8, requires_grad=True)
+    _chain(x, 3000).sum().backward()  # imports, and the loops that run the pending chains compiled
+    x.grad = None
+    start = rss_mb()
+    with _Peak() as peak:
+        t0, c0 = time.perf_counter(), time.process_time()
+        y = _chain(x, count)
+        t1, c1 = time.perf_counter(), time.process_time()
+        recorded = rss_mb()
+        y.sum().backward()
+        t2, c2 = time.perf_counter(), time.process_time()
+    per_op = (peak.peak - start) * 2**20 / count / 1024
+    print(
+        f"deep ({count}): record {t1 - t0:.2f} s ({c1 - c0:.2f} s of CPU), backward {t2 - t1:.2f} s "
+        f"({c2 - c1:.2f} s of CPU, {(t2 - t1) / count * 1e6:.0f} us an operation)"
+    )
+    print(
+        f"  RSS {start:.0f} MB before, {recorded:.0f} MB recorded, peak {peak.peak:.0f} MB: "
+        f"{per_op:.1f} KB an operation; gradient finite: {bool(np.isfinite(x.grad.numpy()).all())}"
+    )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="10,000 steps, 300 structures and shapes")
-    ap.add_argument("--phase", choices=("steady", "structures", "shapes"), action="append")
+    ap.add_argument("--quick", action="store_true", help="10,000 steps, 300 structures and shapes, 20,000 deep")
+    ap.add_argument("--phase", choices=("steady", "structures", "shapes", "deep"), action="append")
     args = ap.parse_args()
     steps, news = (10_000, 300) if args.quick else (100_000, 2_000)
     print(
         f"ngrad from {os.path.dirname(ngrad.__file__)}; NGRAD_MEMORY_ENTRIES={os.environ.get('NGRAD_MEMORY_ENTRIES')}"
     )
-    for phase in args.phase or ("steady", "structures", "shapes"):
-        {"steady": steady, "structures": structures, "shapes": shapes}[phase](steps if phase == "steady" else news)
+    counts = {"steady": steps, "structures": news, "shapes": news, "deep": 20_000 if args.quick else 100_000}
+    for phase in args.phase or ("steady", "structures", "shapes", "deep"):
+        {"steady": steady, "structures": structures, "shapes": shapes, "deep": deep}[phase](counts[phase])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import numpy as np
 
 from .dtypes import DIFFERENTIABLE, from_short
 from .prims import ELEMENTWISE, PRIMS
-from .tape import NO_PARAMS, Builder, Tape
+from .tape import NO_PARAMS, Builder, Instr, Tape
 
 __all__ = ["Node", "lower", "Lowered", "post_order", "replay", "settle_depth", "source", "target_of"]
 
@@ -219,6 +219,8 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
     bcast = {}
     spreads = {}  # op -> whether its sources broadcast to its shape
     moves = {}  # (op, shape) -> the params of a broadcasting reshape or expand, one dict each
+    t = b.tape
+    shapes, dtypes, inputs, kinds, instrs = t.shapes, t.dtypes, t.inputs, t.kinds, t.instrs
     stack = [(r, False) for r in reversed(roots)]
     while stack:
         n, ready = stack.pop()
@@ -230,8 +232,12 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
             if literal is not None and literal(n):
                 slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
                 continue
-            kind = "scalar" if n.params and n.params.get("scalar") else "tensor"
-            slot_of[n] = b.input(n.shape, n.dtype.short, kind).slot
+            # Builder.input, inlined: a graph may have a source per operation
+            slot_of[n] = len(shapes)
+            shapes.append(n.shape)
+            dtypes.append(n.dtype.short)
+            inputs.append(len(shapes) - 1)
+            kinds.append("scalar" if n.params and n.params.get("scalar") else "tensor")
             sources.append(n)
             continue
         if not ready:
@@ -252,7 +258,7 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
         if spread is None:
             spread = spreads[op] = PRIMS[op].kind in ELEMENTWISE and op != "cast"
         if spread:
-            shape, shapes, dtypes = n.shape, b.tape.shapes, b.tape.dtypes
+            shape = n.shape
             for i, a in enumerate(args):
                 if shapes[a] != shape:  # explicit broadcasting: reshape to the rank, then expand
                     key = (a, shape)
@@ -266,9 +272,13 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
                             v = b.emit_known("expand", [v], _shaped(moves, "expand", shape), shape, dtypes[a])
                         bcast[key] = v
                     args[i] = v
-        node_of_instr[len(b.tape.instrs)] = n
-        # the node's params are copied (the facade updates a detach's), and shared when empty
-        v = b.emit_known(op, args, dict(n.params) if n.params else NO_PARAMS, n.shape, n.dtype.short)
+        node_of_instr[len(instrs)] = n
+        # Builder.emit_known, inlined. The node's params are copied (the facade updates a
+        # detach's), and shared when empty
+        v = len(shapes)
+        shapes.append(n.shape)
+        dtypes.append(n.dtype.short)
+        instrs.append(Instr(v, op, args, dict(n.params) if n.params else NO_PARAMS))
         if grad and not n.differentiable and op != "detach" and any(s.requires_grad for s in n.srcs):
             v = b.var(v).detach().slot
         slot_of[n] = v
@@ -302,14 +312,26 @@ class _Below:
             if v in reach:
                 stack.pop()
                 continue
-            srcs = [s for s in v.srcs if s.requires_grad] if v.differentiable else ()
-            todo = [s for s in srcs if s not in reach and s not in wrt]
-            if todo:
-                stack.extend(todo)
+            waiting = False
+            if v.differentiable:
+                for s in v.srcs:
+                    if s.requires_grad and s not in reach and s not in wrt:
+                        stack.append(s)
+                        waiting = True
+            if waiting:
                 continue
             stack.pop()
-            reach[v] = v in wrt or any(s in wrt or reach[s] for s in srcs)
-        return any(s in wrt or reach[s] for s in ([x for x in n.srcs if x.requires_grad] if n.differentiable else ()))
+            reach[v] = v in wrt or self._feeds(v)
+        return self._feeds(n)
+
+    def _feeds(self, v):
+        """Whether a source of ``v`` its gradient flows into is in ``wrt`` or reaches one (its
+        sources outside ``wrt`` are in ``reach`` already)."""
+        if v.differentiable:
+            for s in v.srcs:
+                if s.requires_grad and (s in self.wrt or self.reach[s]):
+                    return True
+        return False
 
 
 def replay(tape, inputs, grad_enabled, known=None):

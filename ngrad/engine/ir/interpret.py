@@ -171,7 +171,7 @@ class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
 
     @staticmethod
     def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-        return np.reshape(x, shape)
+        return x.reshape(shape) if x.__class__ is np.ndarray else np.reshape(x, shape)
 
     @staticmethod
     def permute(x: np.ndarray, perm: Sequence[int]) -> np.ndarray:

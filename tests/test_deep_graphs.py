@@ -1,0 +1,160 @@
+"""Deep graphs: a backward through a long chain stays correct, and what makes it cheap in time
+and memory (digest keys of long tapes, encoding deferred to a second sighting, long joints not
+kept in memory, cotangents and interpreter values dropped once used) changes no result."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine.ir import tape as tape_module
+from ngrad.engine.ir.interpret import interpret, last_reads
+from ngrad.engine.ir.tape import NO_PARAMS, Builder
+from ngrad.engine.runtime.tiering import POLICY, Decision, Record, next_state
+from ngrad.engine.transform import differentiate
+
+
+def _chain(x, count):
+    y = x
+    for i in range(count):
+        y = (y * 0.999).sin() if i % 2 else y * 1.0001 + 0.001
+    return y
+
+
+def _chain_gradient(x0, count):
+    """The same chain and its derivative in float64 NumPy, step by step."""
+    y, d = x0.copy(), np.ones_like(x0)
+    for i in range(count):
+        if i % 2:
+            d = d * 0.999 * np.cos(y * 0.999)
+            y = np.sin(y * 0.999)
+        else:
+            d = d * 1.0001
+            y = y * 1.0001 + 0.001
+    return d
+
+
+def test_a_backward_through_a_deep_chain_holds_a_few_kilobytes_an_operation():
+    # (test_autograd runs a chain 100,000 deep; this one checks every step's derivative)
+    x0 = np.linspace(-1.0, 1.0, 8)
+    x = ngrad.tensor(x0, requires_grad=True)
+    y = _chain(x, 3000).sum()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        y.backward()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(x.grad.numpy(), _chain_gradient(x0, 3000), rtol=1e-9)
+    # lowering, the joint tape and the interpreter's live values: 3.4 KB an operation (5.6 KB
+    # before long keys were digests, params shared and cotangents and values dropped once used)
+    assert (peak - base) / 3000 < 4500
+
+
+def _long_tape(value, steps=tape_module.DIGEST_INSTRS):
+    """A tape of ``steps`` instructions and a few, multiplying by a literal ``value`` as it is
+    given (``Var`` arithmetic would convert it to the dtype's Python type)."""
+    b = Builder()
+    x = b.input((3,), "f64")
+    c = b.emit("const", (), {"value": value, "dtype": "f64"}).reshape(shape=(1,)).expand(shape=(3,))
+    y = x
+    for _ in range(steps // 2):
+        y = (y * c).sin()
+    return b.finish([y])
+
+
+@pytest.mark.parametrize("other", [-0.0, 0, False, np.float64(0.0)])
+def test_a_long_tape_is_keyed_by_a_digest_that_tells_literals_apart(other):
+    t = _long_tape(0.0)
+    assert len(t.instrs) > tape_module.DIGEST_INSTRS
+    key = t.key()
+    assert len(repr(key)) < 200  # a digest, not a hundred bytes an instruction
+    assert key == _long_tape(0.0).key()
+    assert key != _long_tape(other).key()  # the printed form differs too
+    assert t.format() != _long_tape(other).format()
+
+
+def test_a_long_tape_with_params_marshal_refuses_is_keyed_too():
+    a, b = _long_tape(np.float64(1.5)), _long_tape(np.float64(1.5))
+    assert a.key() == b.key() != _long_tape(np.float64(-1.5)).key()
+    assert a.key() != _long_tape(1.5).key()  # repr tells np.float64(1.5) from 1.5
+
+
+def test_a_short_tape_keeps_its_structural_key():
+    t = _long_tape(2.0, steps=40)
+    key = t.key()
+    assert key[-1] == tuple(t.outputs) and len(key) == len(t.instrs) + 2
+
+
+def test_tiering_encodes_a_long_tape_only_once_it_is_seen_again():
+    long_tape = POLICY.encode_eager + 1
+
+    def decide(instrs, seen, mode="auto", now=False):
+        return next_state(Record(seen=seen, small=True), POLICY, mode=mode, instrs=instrs, now=now)
+
+    assert decide(long_tape, 1) is Decision.WAIT
+    assert decide(long_tape, POLICY.threshold) is Decision.ENCODE
+    assert decide(long_tape, 1, now=True) is Decision.ENCODE  # prepare encodes at first sight
+    assert decide(long_tape, 1, mode="always") is Decision.ENCODE
+    assert decide(POLICY.encode_eager, 1) is Decision.ENCODE
+
+
+def test_a_long_joint_is_made_again_or_read_back_not_kept(monkeypatch, tmp_path):
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(differentiate, "MEMO_MAX_INSTRS", 100)
+    made = []
+    vjp = differentiate.vjp
+    monkeypatch.setattr(differentiate, "vjp", lambda *a: made.append(1) or vjp(*a))
+    t = _long_tape(0.5, steps=400)
+    wrt = [t.inputs[0]]
+    first = differentiate.joint(t, wrt)
+    assert differentiate._JOINTS[(t.key(), tuple(wrt))][0] is None
+    second = differentiate.joint(t, wrt)  # made again, and stored
+    third = differentiate.joint(t, wrt)  # read back
+    assert len(made) == 2 and first is not second and second is not third
+    assert first.tape.format() == second.tape.format() == third.tape.format()
+    x = np.linspace(-1.0, 1.0, 3)
+    outs = [interpret(j.tape, [x, np.ones(3)]) for j in (first, third)]
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+
+
+def test_a_cotangent_of_an_intermediate_slot_survives_the_reverse_sweep():
+    b = Builder()
+    x = b.input((4,), "f64")
+    a = x.sin()
+    y = (a * a).sum(axes=(0,), keepdim=False)
+    j = differentiate.vjp(b.finish([y]), [x.slot, a.slot])
+    xv = np.linspace(-1.0, 1.0, 4)
+    outs = interpret(j.tape, [xv, np.float64(1.0)])
+    np.testing.assert_allclose(outs[j.grads[1]], 2 * np.sin(xv))
+    np.testing.assert_allclose(outs[j.grads[0]], 2 * np.sin(xv) * np.cos(xv))
+
+
+def test_the_interpreter_drops_values_after_their_last_reader():
+    b = Builder()
+    x = b.input((3,), "f64")
+    unread = x.cos()  # read by nothing
+    s = x.sin()
+    y = s * s
+    t = b.finish([y, s, x])
+    last = last_reads(t)
+    n = len(t.instrs)
+    assert last[unread.slot] == 0 and last[s.slot] == n and last[x.slot] == n and last[y.slot] == n
+    xv = np.array([0.1, 0.2, 0.3])
+    ys, ss, xs = interpret(t, [xv])
+    np.testing.assert_allclose(ys, np.sin(xv) ** 2)
+    np.testing.assert_allclose(ss, np.sin(xv))
+    assert xs is xv
+
+
+def test_instructions_without_params_share_one_dict_that_stays_empty():
+    x = ngrad.tensor(np.linspace(-1.0, 1.0, 5), requires_grad=True)
+    _chain(x, 50).sum().backward()
+    assert NO_PARAMS == {}
+    b = Builder()
+    v = b.input((2,), "f64")
+    w = v.sin()
+    assert b.tape.instrs[-1].params is NO_PARAMS and w.slot == 1
