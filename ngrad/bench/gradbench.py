@@ -36,16 +36,18 @@ and the tool goes on with the next line.
 ```
 """
 
+import contextlib
 import functools
 import importlib.metadata
 import json
+import os
 import time
 
 import numpy as np
 
 import ngrad
 
-from .problems import PROBLEMS, ba, det, ht, nested, ode
+from .problems import PROBLEMS, ba, det, gmm, ht, nested, ode
 
 __all__ = ["serve", "MODULES"]
 
@@ -254,6 +256,12 @@ MODULES = {
     "saddle": {v: (_saddle_prepare, functools.partial(_saddle, v), list) for v in nested.VARIANTS},
 }
 
+
+def _gmm_warm():
+    inp = gmm.inputs(1000, np.random.default_rng(0), d=3, k=4)
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in inp.items()}
+
+
 # small inputs in GradBench's format, run at define time so that kernels compile there (no
 # dimension of size 1: that would be another broadcast pattern, so other kernels)
 _WARM = {
@@ -261,18 +269,9 @@ _WARM = {
     "lse": {"x": [0.5, -1.0, 2.0]},
     "llsq": {"x": [0.1, -0.2, 0.3], "n": 7},
     "kmeans": {"points": [[0.0, 1.0], [1.0, 0.5], [2.0, 2.0], [-1.0, 0.0]], "centroids": [[0.0, 0.0], [2.0, 2.0]]},
-    "gmm": {
-        "d": 3,
-        "k": 2,
-        "n": 4,
-        "alpha": [0.1, -0.2],
-        "mu": [[0.0, 1.0, 0.5], [1.0, 0.0, -0.5]],
-        "q": [[0.1, 0.0, -0.1], [0.0, -0.1, 0.2]],
-        "l": [[0.2, 0.1, -0.1], [-0.1, 0.3, 0.0]],
-        "x": [[0.5, 0.5, 0.0], [1.0, -1.0, 0.5], [0.0, 2.0, 1.0], [0.3, 0.1, -0.2]],
-        "gamma": 1.0,
-        "m": 0,
-    },
+    # gmm: GradBench's n = 1,000 points, so that its arrays take the fused kernels of the real
+    # sizes (with 4 points its tape ran as bytecode, and the first workload compiled 2-4 s)
+    "gmm": _gmm_warm(),
     # ode and lstm: long enough to run as bytecode, whose loop compiles here for the real sizes too
     "ode": {"x": [0.5, -0.25, 0.75, -1.0, 0.125], "s": 4},
     "lstm": {
@@ -311,6 +310,28 @@ def _define(module):
     return {"success": True, "timings": [{"name": "compile", "nanoseconds": time.perf_counter_ns() - t}]}
 
 
+# Modules whose define compiles the kernels of every size: their evaluations compile a new size's
+# plan in the call that first meets it, from those kernels (tiering would interpret that call
+# and the ones after it while the plan is made in the background: kmeans' first cost at k = 1,000,
+# n = 10,000 took 2.7 s so, 0.36 s compiled). An NGRAD_JIT_THRESHOLD or NGRAD_COMPILE the user
+# set is kept.
+_COMPILE_AT_ONCE = {"lse", "llsq", "kmeans", "gmm"}
+
+
+@contextlib.contextmanager
+def _tiering(module):
+    chosen = {"NGRAD_JIT_THRESHOLD": "1", "NGRAD_COMPILE": "wait"} if module in _COMPILE_AT_ONCE else {}
+    saved = {k: os.environ.get(k) for k in chosen}
+    for k, v in chosen.items():
+        os.environ.setdefault(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
 def _evaluate(msg):
     module, function = msg.get("module"), msg.get("function")
     if module not in MODULES or function not in MODULES[module]:
@@ -324,12 +345,13 @@ def _evaluate(msg):
     timings, elapsed = [], 0
     # as GradBench's own tools: at least min_runs runs, and until the runs (not the whole
     # response) have taken min_seconds
-    while len(timings) < min_runs or elapsed < min_seconds * 1e9:
-        t = time.perf_counter_ns()
-        result = run(inp)
-        ns = time.perf_counter_ns() - t
-        timings.append({"name": "evaluate", "nanoseconds": ns})
-        elapsed += ns
+    with _tiering(module):
+        while len(timings) < min_runs or elapsed < min_seconds * 1e9:
+            t = time.perf_counter_ns()
+            result = run(inp)
+            ns = time.perf_counter_ns() - t
+            timings.append({"name": "evaluate", "nanoseconds": ns})
+            elapsed += ns
     return {"success": True, "output": post(result), "timings": timings}
 
 
