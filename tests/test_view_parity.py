@@ -818,6 +818,28 @@ def error_a_multiple_output_view_written_itself_under_no_grad(lib):
     return raises(MULTI_VIEW, lambda: u[0] * 2), raises("Output 1 of Unbind", lambda: u[1] * 2), b
 
 
+@case
+def names_of_copy_fill_and_zero_on_tensors_that_are_not_views(lib):
+    leaf = seq(lib, 3, requires_grad=True)
+    out = []
+    for write in (
+        lambda a: a.copy_(leaf * 3),
+        lambda a: a.copy_(ten(lib, [1.0, 2.0, 3.0])),
+        lambda a: a.copy_(leaf.sum()),
+        lambda a: a.fill_(1.0),
+        lambda a: a.fill_(leaf.sum()),
+        lambda a: a.zero_(),
+    ):
+        a = leaf * 2
+        write(a)
+        (g,) = lib.autograd.grad((a * a).sum(), leaf, allow_unused=True, materialize_grads=True)
+        out += [name_of(a), a, g]
+    b = seq(lib, 3)
+    b.copy_(leaf * 3)
+    out += [name_of(b), b]
+    return out
+
+
 XFAIL = {}
 
 

@@ -219,6 +219,17 @@ def inplace_update(t, result, uniform=False):
     return t
 
 
+def named_update(t, name, source=None):
+    """``t`` after an in-place op that PyTorch records as one node named ``name`` (``copy_``'s
+    ``CopyBackwards``, ``fill_``'s, ``zero_``'s) where ``t`` is not a view (a view's base gets
+    ``CopySlices``) and the update was recorded. ``source``: a tensor whose node ``t`` may now
+    share, which keeps its own name."""
+    n = t._node
+    if t._view is None and n.differentiable and _gm.enabled and (source is None or n is not source._node):
+        name_node(n, name)
+    return t
+
+
 class Stale:
     """Why a node's value is stale: the version counter and the version it had when an in-place
     update replaced it, and that update's results (the storage root's new value and the op's own
@@ -311,7 +322,7 @@ class InplaceOps:
 
     def zero_(self):
         """Fill with zeros in place; returns self."""
-        return self.fill_(0)
+        return named_update(self.fill_(0), "ZeroBackward0")
 
     def fill_(self, value):
         if isinstance(value, TensorBase):
@@ -319,15 +330,19 @@ class InplaceOps:
                 raise RuntimeError(
                     f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
                 )
-            return inplace_update(self, value.to(self.dtype).expand(self.shape), uniform=True)
-        return inplace_update(self, wrap(expand_node(const_node(value, self.dtype), self._node.shape)), uniform=True)
+            inplace_update(self, value.to(self.dtype).expand(self.shape), uniform=True)
+            return named_update(self, "FillBackward3", value)
+        inplace_update(self, wrap(expand_node(const_node(value, self.dtype), self._node.shape)), uniform=True)
+        return named_update(self, "FillBackward2")
 
     def copy_(self, src):
         """Copy ``src`` (broadcast to this shape, cast to this dtype) into this tensor."""
         check_overlap(self, src)
-        src = to_tensor(src).to(self.dtype)
+        given = to_tensor(src)
+        src = given.to(self.dtype)
         # expand makes a new node; clone keeps two tensors from sharing one
-        return inplace_update(self, src.expand(self.shape) if src.shape != self.shape else src.clone())
+        inplace_update(self, src.expand(self.shape) if src.shape != self.shape else src.clone())
+        return named_update(self, "CopyBackwards", given)
 
     def clamp_(self, min=None, max=None):
         check_overlap(self, min, max)
