@@ -819,6 +819,33 @@ def error_a_multiple_output_view_written_itself_under_no_grad(lib):
 
 
 @case
+def error_views_used_after_a_write_made_their_storage_require_grad(lib):
+    # the base needed no gradient when the views were made: the write of a value that does makes
+    # them unusable too (PyTorch's message then says no_grad, whatever made them)
+    b = seq(lib, 3, 2)
+    u = b.unbind(0)
+    b.add_(seq(lib, 2, requires_grad=True))
+    return raises("A view was created in no_grad mode and " + REBASED, lambda: u[0] * 2), b
+
+
+@case
+def error_a_custom_function_view_used_after_its_base_is_written(lib):
+    class Same(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.view_as(a)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    b = seq(lib, 3, requires_grad=True) * 2
+    v = Same.apply(b)
+    b.add_(1.0)
+    return raises("This view was created inside a custom Function", lambda: v * 2), v.detach(), v.requires_grad
+
+
+@case
 def names_of_copy_fill_and_zero_on_tensors_that_are_not_views(lib):
     leaf = seq(lib, 3, requires_grad=True)
     out = []

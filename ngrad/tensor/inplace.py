@@ -205,8 +205,8 @@ def inplace_update(t, result, uniform=False):
             node = replay(new, u._view.steps)
         if u._view.leaf:
             node = leaf_update(node, u._node)
-        elif u._view.made == "no_grad" and new.requires_grad and not node.requires_grad:
-            node.requires_grad = True  # as when it was made (views.make_view)
+        elif u._view.made in ("no_grad", "function") and new.requires_grad and not node.requires_grad:
+            node.requires_grad = True  # as when it was made (views.make_view, a custom Function's output)
         if node.requires_grad and u._view.steps and u._view.steps[-1].op != "detach":
             name_node(node, "AsStridedBackward0")  # PyTorch's grad_fn of a view its base's update regenerated
         replace_node(u, node)

@@ -558,9 +558,11 @@ def rebase_error(u, old):
     view it allows: one made in ``no_grad`` mode, as one of several outputs or by a custom
     Function, of a storage that requires grad. ``old``: ``u``'s node before the update."""
     v = u._view
-    if v is None or v.base is None or v.made not in ("no_grad", "multi", "function") or not u._node.requires_grad:
+    if v is None or v.base is None or v.made not in ("no_grad", "multi", "function"):
         return None
     had_fn = old.differentiable
+    if not (had_fn or v.base._node.requires_grad):  # PyTorch checks only these
+        return None
     name = re.sub(r"Backward\d*$", "", v.maker or (old.meta or NO_META).name or "")
     if v.made == "no_grad" or not had_fn:
         made_in = f"Output {v.out} of {name} is a view of a view which was" if had_fn else "A view was"
