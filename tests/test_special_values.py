@@ -88,10 +88,11 @@ OPS = {
 
 # (op, dtype) -> why ngrad still differs from PyTorch there
 KNOWN: dict[tuple[str, str], str] = {
-    ("softmax", "float32"): "summation order: in the row [inf, 0, 1] PyTorch's float32 kernel gives the gradient "
-    "of sum(softmax) +0.0 where ngrad's y * (g - sum(y * g)) gives -0.0; the sign (and, elsewhere, a 6e-8 "
-    "leftover of a gradient that is 0 but for rounding) comes from the lane order of PyTorch's vectorised sum, "
-    "which every softmax backward would have to copy",
+    ("softmax", "float32"): "rounding of the probabilities: where the gradient of sum(softmax) is 0 but for "
+    "rounding ([-inf, 0, 1], [1, 2, 3]), PyTorch's float32 probabilities sum to exactly 1 and the gradient is "
+    "+0.0; ngrad's are an ulp off (NumPy's float32 exp(-1) is 0.36787942 where PyTorch's is 0.36787945, and "
+    "PyTorch multiplies by the reciprocal of the sum where ngrad divides), so its gradient is -6e-8 or -0.0 "
+    "(within tolerance, but the sign of 0 is compared); matching needs PyTorch's float32 exp",
     **{
         ("prod", d): "PyTorch's prod backward switches formula for the whole tensor when any element is 0: the "
         "product of the others from exclusive cumulative products (3, not NaN, beside a NaN; -inf, not NaN, "
