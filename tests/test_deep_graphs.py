@@ -53,12 +53,13 @@ def test_a_backward_through_a_deep_chain_holds_a_few_kilobytes_an_operation():
     assert (peak - base) / 3000 < 4500
 
 
-def _long_tape(value, steps=tape_module.DIGEST_INSTRS):
+def _long_tape(value, steps=tape_module.DIGEST_INSTRS, dtype_first=False):
     """A tape of ``steps`` instructions and a few, multiplying by a literal ``value`` as it is
     given (``Var`` arithmetic would convert it to the dtype's Python type)."""
     b = Builder()
     x = b.input((3,), "f64")
-    c = b.emit("const", (), {"value": value, "dtype": "f64"}).reshape(shape=(1,)).expand(shape=(3,))
+    params = {"dtype": "f64", "value": value} if dtype_first else {"value": value, "dtype": "f64"}
+    c = b.emit("const", (), params).reshape(shape=(1,)).expand(shape=(3,))
     y = x
     for _ in range(steps // 2):
         y = (y * c).sin()
@@ -74,6 +75,10 @@ def test_a_long_tape_is_keyed_by_a_digest_that_tells_literals_apart(other):
     assert key == _long_tape(0.0).key()
     assert key != _long_tape(other).key()  # the printed form differs too
     assert t.format() != _long_tape(other).format()
+
+
+def test_a_long_tape_key_does_not_depend_on_the_order_params_were_given_in():
+    assert _long_tape(0.5).key() == _long_tape(0.5, dtype_first=True).key()
 
 
 def test_a_long_tape_with_params_marshal_refuses_is_keyed_too():

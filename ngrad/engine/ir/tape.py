@@ -101,11 +101,12 @@ class Tape:
                 chunk = instrs[i : i + 4096]
                 # marshal's version 2 writes values, never references or interning, so equal
                 # chunks give equal bytes; it tells -0.0 from 0.0 and 1 from 1.0 and True, as
-                # params_key does, which a chunk holding params marshal does not take falls back to
+                # params_key does, which a chunk holding params marshal does not take falls back
+                # to. Params of several entries are sorted, as params_key sorts them
                 try:
-                    rows = [(x.out, x.prim, x.args, x.params, shapes[x.out], dtypes[x.out]) for x in chunk]
+                    rows = [(x.out, x.prim, x.args, _sorted(x.params), shapes[x.out], dtypes[x.out]) for x in chunk]
                     data = marshal.dumps(rows, 2)
-                except ValueError:
+                except (ValueError, TypeError):
                     data = b"k" + marshal.dumps(
                         [(x.out, x.prim, x.args, params_key(x.params), shapes[x.out], dtypes[x.out]) for x in chunk], 2
                     )
@@ -165,6 +166,11 @@ class Tape:
 
     def __str__(self) -> str:
         return self.format()
+
+
+def _sorted(params: Params) -> Params | list[tuple[str, Any]]:
+    """``params`` as ``Tape.key`` hashes them: in name order when there are several."""
+    return params if len(params) < 2 else sorted(params.items())
 
 
 def params_key(params: Params) -> Key:
