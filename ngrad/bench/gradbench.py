@@ -257,6 +257,11 @@ MODULES = {
 }
 
 
+def _kmeans_warm():
+    points = np.random.default_rng(0).random((1000, 8))
+    return {"points": points.tolist(), "centroids": points[-10:].tolist()}
+
+
 def _gmm_warm():
     inp = gmm.inputs(1000, np.random.default_rng(0), d=3, k=4)
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in inp.items()}
@@ -268,9 +273,10 @@ _WARM = {
     "hello": 1.5,
     "lse": {"x": [0.5, -1.0, 2.0]},
     "llsq": {"x": [0.1, -0.2, 0.3], "n": 7},
-    "kmeans": {"points": [[0.0, 1.0], [1.0, 0.5], [2.0, 2.0], [-1.0, 0.0]], "centroids": [[0.0, 0.0], [2.0, 2.0]]},
-    # gmm: GradBench's n = 1,000 points, so that its arrays take the fused kernels of the real
-    # sizes (with 4 points its tape ran as bytecode, and the first workload compiled 2-4 s)
+    # kmeans and gmm: GradBench's smallest n, 1,000 points, so that their arrays take the fused
+    # kernels of the real sizes (on a few points their tapes took other kernels, and the first
+    # workload compiled 0.3-4 s)
+    "kmeans": _kmeans_warm(),
     "gmm": _gmm_warm(),
     # ode and lstm: long enough to run as bytecode, whose loop compiles here for the real sizes too
     "ode": {"x": [0.5, -0.25, 0.75, -1.0, 0.125], "s": 4},

@@ -16,11 +16,7 @@ K, D = 32, 8
 
 
 def cost(T, points, centroids):
-    # |p - c|^2 = |p|^2 + |c|^2 - 2 p.c, as GradBench's JAX tool computes it: an (n, k) matrix
-    # product, where the difference of every pair is an (n, k, d) array (1.3 GB at GradBench's
-    # largest workload, k = 1,000, n = 10,000, d = 16) that the interpreter materializes
-    d2 = T.sum(points * points, 1)[:, None] + T.sum(centroids * centroids, 1)[None, :] - 2 * (points @ centroids.T)
-    return T.sum(T.amin(d2, 1))
+    return T.sum(T.amin(T.sum((points[:, None, :] - centroids[None, :, :]) ** 2, 2), 1))
 
 
 def compute(T, t):
