@@ -30,8 +30,9 @@ class Node:
     ``device``: ``"cpu"``, ``"cuda"``, or None for values usable on any device (see ``_place``).
     ``meta``: None, or the facade's annotations of the node (the engine never reads them)."""
 
-    # device and meta are rarely set: class-level defaults keep recording cheap (and a node built
-    # field by field, as ngrad.compile's replay builds its outputs, has them too)
+    # meta is set on every node that requires grad (its grad_fn's name): a slot, where an instance
+    # dict would add 256 bytes to each node of a deep graph. A node built field by field (as
+    # ngrad.compile's replay builds its outputs) sets both itself.
     __slots__ = (
         "op",
         "srcs",
@@ -42,13 +43,15 @@ class Node:
         "requires_grad",
         "differentiable",
         "depth",
+        "device",
+        "meta",
         "__dict__",
         "__weakref__",
     )
-    device = "cpu"
-    meta = None
 
     def __init__(self, op, srcs, params, shape, dtype, requires_grad=False, value=None):
+        self.meta = None
+        self.device = "cpu"
         self.op = op
         self.srcs = srcs
         self.params = params

@@ -311,6 +311,7 @@ def joint(tape: Tape, wrt: Sequence[int], keep: bool = False) -> Joint:
             entry = _JOINTS[key] = [kept, None if stored else name]
             if not keep:
                 return j
+    assert entry is not None  # found above, or just made
     if entry[1] is not None:
         name, entry[1] = entry[1], None
         from ..store import write_plan
