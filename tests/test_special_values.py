@@ -93,16 +93,6 @@ KNOWN: dict[tuple[str, str], str] = {
     "+0.0; ngrad's are an ulp off (NumPy's float32 exp(-1) is 0.36787942 where PyTorch's is 0.36787945, and "
     "PyTorch multiplies by the reciprocal of the sum where ngrad divides), so its gradient is -6e-8 or -0.0 "
     "(within tolerance, but the sign of 0 is compared); matching needs PyTorch's float32 exp",
-    **{
-        ("prod", d): "PyTorch's prod backward switches formula for the whole tensor when any element is 0: the "
-        "product of the others from exclusive cumulative products (3, not NaN, beside a NaN; -inf, not NaN, "
-        "beside inf), else out / x. The rule is the engine's (the prod row of ngrad/engine/ir/prims/table.py). "
-        "Measured on compiled prod(1) + backward of 1000 x 1000 float64 with no zero (one thread): 0.50 ms now; "
-        "PyTorch's cumprod formula computed for every call 18 ms; the same products taken entry by entry from "
-        "per-slice counts and one product of magnitudes (exact at every case here) 1.9 ms (100 x 100: 0.015 -> "
-        "0.035 ms)"
-        for d in ("float64", "float32")
-    },
     ("std", "float32"): "accumulation precision: PyTorch's float32 std of [3e38, 3e38, -1] is 1.7e38 because "
     "it computes float32 variances in float64 (and their gradients in float32); ngrad's float32 variance "
     "overflows to inf. A float64 variance spliced onto the float32 gradient path made compiled float32 var(1) "

@@ -103,14 +103,58 @@ def _extreme_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) ->
     return (t * mask).sum(axes=axes, keepdim=keepdim) / mask.sum(axes=axes, keepdim=keepdim)
 
 
+def _prod_others_at_zeros(x: Var, axes: Ints) -> Var:
+    """The product of the others along ``axes`` as PyTorch's prod backward takes it once a zero
+    is present (exclusive cumulative products), entry by entry as IEEE multiplication gives it:
+    NaN beside a NaN or beside both a zero and an infinity, a signed zero beside a zero, a
+    signed infinity beside an infinity, else the product of the other magnitudes with the sign
+    of the others. Reductions and element-wise steps only, so it fuses as ``out / x`` does
+    (the order of the products shows only in the last bit, or where a partial product
+    overflows)."""
+    shape, dtype = x.shape, x.dtype
+    one = x.bld.full(1, shape, dtype)
+
+    def others(mask: Var) -> Var:  # how many of the other entries of the slice have ``mask``
+        m = mask.cast(dtype=dtype)
+        return unreduce(m.sum(axes=axes, keepdim=True), shape, axes, True) - m
+
+    is0, nan = x.eq(0), x.ne(x)
+    inf = x.abs().eq(x.bld.full(math.inf, shape, dtype))
+    plain = is0.logical_or(nan).logical_or(inf).logical_not()
+    mag = plain.where(x.abs(), one)
+    magnitude = unreduce(mag.prod(axes=axes, keepdim=True), shape, axes, True) / mag
+    # the sign bit, -0.0's included (1 / -0.0 is -inf)
+    negative = x.lt(0).logical_or(is0.logical_and(one.div(is0.where(x, one)).lt(0)))
+    sign = one - others(negative).fmod(x.bld.full(2, shape, dtype)) * 2
+    zeros, infs, nans = others(is0).gt(0), others(inf).gt(0), others(nan).gt(0)
+    undefined = nans.logical_or(zeros.logical_and(infs))
+    nan_value, inf_value = x.bld.full(math.nan, shape, dtype), x.bld.full(math.inf, shape, dtype)
+    value = zeros.where(zeros_like(x), infs.where(inf_value, magnitude))
+    return undefined.where(nan_value, sign * value)
+
+
 def _prod_others(x: Var, axes: Ints) -> Var:
-    # Exact with zeros: with no zero, out/x; with exactly one zero, the product of the others
-    # at that zero; otherwise 0. No division by zero is ever evaluated on a path that is kept.
+    # PyTorch's choice, for the whole tensor: with no zero anywhere, out / x (NaN at an infinity);
+    # else the product of the others (0 for a full product with two zeros or more, as its
+    # backward without create_graph). The division reads 1 for x once there is a zero, so no
+    # 0 / 0 reaches a second derivative.
     is0 = x.eq(0)
-    safe = is0.where(x.bld.full(1, x.shape, x.dtype), x)
-    nonzero_prod = unreduce(safe.prod(axes=axes, keepdim=True), x.shape, axes, True)
-    zeros = unreduce(is0.cast(dtype=x.dtype).sum(axes=axes, keepdim=True), x.shape, axes, True)
-    return zeros.eq(0).where(nonzero_prod / safe, (zeros.eq(1).logical_and(is0)).where(nonzero_prod, zeros_like(x)))
+    every = tuple(range(len(x.shape)))
+    count = is0.cast(dtype="i64").sum(axes=every, keepdim=False)
+    anyzero = count.gt(0).reshape(shape=(1,) * len(x.shape)).expand(shape=x.shape)
+    safe = anyzero.where(x.bld.full(1, x.shape, x.dtype), x)
+    nonzero = unreduce(safe.prod(axes=axes, keepdim=True), x.shape, axes, True) / safe
+    if x.dtype in COMPLEX:  # no sign bits: the product of the nonzero others at a slice's only zero
+        zeros = unreduce(is0.cast(dtype=x.dtype).sum(axes=axes, keepdim=True), x.shape, axes, True)
+        fill = is0.where(x.bld.full(1, x.shape, x.dtype), x)
+        rest = unreduce(fill.prod(axes=axes, keepdim=True), x.shape, axes, True)
+        at_zeros = zeros.eq(1).logical_and(is0).where(rest, zeros_like(x))
+    else:
+        at_zeros = _prod_others_at_zeros(x, axes)
+    if tuple(axes) == every and len(x.shape):
+        two = count.gt(1).reshape(shape=(1,) * len(x.shape)).expand(shape=x.shape)
+        at_zeros = two.where(zeros_like(x), at_zeros)
+    return anyzero.where(at_zeros, nonzero)
 
 
 def _prod_vjp(g: Var, out: Var, x: Var, axes: Ints, keepdim: bool) -> Var:
