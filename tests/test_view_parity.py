@@ -863,7 +863,7 @@ def names_of_copy_fill_and_zero_on_tensors_that_are_not_views(lib):
         out += [name_of(a), a, g]
     b = seq(lib, 3)
     b.copy_(leaf * 3)
-    out += [name_of(b), b]
+    out += [name_of(b), b, b.grad_fn.name()]  # name(): torch::autograd::CopyBackwards
     return out
 
 

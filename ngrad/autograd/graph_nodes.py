@@ -225,7 +225,8 @@ class BackwardNode:
     def name(self):
         n = self._node
         name = (n.meta or NO_META).name or (n.op.capitalize() + "Backward0")
-        return "torch::autograd::CopySlices" if name == "CopySlices" else name
+        # the nodes PyTorch writes by hand (not generated from derivatives.yaml) carry its namespace
+        return "torch::autograd::" + name if name in ("CopySlices", "CopyBackwards") else name
 
     @property
     def next_functions(self):
