@@ -7,9 +7,12 @@ JSON line, until stdin ends:
 - ``{"id", "kind": "define", "module"}`` -> ``{"id", "success", "timings"?, "error"?}``. Defining
   a module whose programs have one structure at every size (all but ``ode`` and ``lstm``, whose
   tapes unroll their step count, ``det``, whose recursion has ell levels, and ``particle`` and
-  ``saddle``, which have no sizes) runs each function twice on a small input (``ht``: both of its
-  layouts), so its kernels are compiled (or loaded from the disk cache) here; that time is
-  reported as a timing named ``compile``.
+  ``saddle``, which have no sizes) runs each function three times on an input of the eval's
+  shape (``ht``: both of its layouts) and waits for the background compiles, so its kernels are
+  compiled (or loaded from the disk cache) here; that time is reported as a timing named
+  ``compile``. ``lse``, ``llsq``, ``kmeans`` and ``gmm`` then make a new size's plan from those
+  kernels in its first call (``NGRAD_JIT_THRESHOLD=1``, ``NGRAD_COMPILE=wait`` while they run,
+  unless set).
 - ``{"id", "kind": "evaluate", "module", "function", "input"}`` -> ``{"id", "success": true,
   "output", "timings"}``: the function runs at least ``input["min_runs"]`` times (default 1) and
   until its runs have taken ``input["min_seconds"]`` (default 0), each run reported as a timing
