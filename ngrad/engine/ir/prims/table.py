@@ -140,7 +140,7 @@ def _prod_others(x: Var, axes: Ints) -> Var:
     # 0 / 0 reaches a second derivative.
     is0 = x.eq(0)
     every = tuple(range(len(x.shape)))
-    count = is0.cast(dtype="i64").sum(axes=every, keepdim=False)
+    count = is0.cast(dtype=x.dtype).sum(axes=every, keepdim=False)
     anyzero = count.gt(0).reshape(shape=(1,) * len(x.shape)).expand(shape=x.shape)
     safe = anyzero.where(x.bld.full(1, x.shape, x.dtype), x)
     nonzero = unreduce(safe.prod(axes=axes, keepdim=True), x.shape, axes, True) / safe
