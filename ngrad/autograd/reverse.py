@@ -225,11 +225,24 @@ def _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched, cu
 
 
 def _free(n):
-    """A pass without ``retain_graph`` ran ``n``'s gradient: its saved values are gone."""
+    """A pass without ``retain_graph`` ran ``n``'s gradient: its saved values are gone. A node that
+    shares its grad_fn name's annotations gets their freed twin (a copy per node cost a backward
+    through 100,000 operations a tenth of its time, and the memory of 100,000 copies)."""
+    m = n.meta
+    if m is not None and m.shared:
+        twin = _FREED.get(m)
+        if twin is None:
+            twin = _FREED[m] = m.copy()
+            twin.freed = twin.shared = True
+        n.meta = twin
+        return
     m = own_meta(n)
     m.freed = True
     if m.fn is not None and m.fn.packed:
         m.fn.packed = ()
+
+
+_FREED = {}  # shared annotations -> their shared, freed twin
 
 
 def _allow_readers(outputs, graph):
