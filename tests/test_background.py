@@ -4,6 +4,7 @@ while the worker compiles, the results never change when the
 compiled tier takes over (plans and bytecode), a compile that fails leaves the program running
 with one warning, and a burst of new structures keeps one thread and a bounded queue."""
 
+import sys
 import threading
 import warnings
 
@@ -22,6 +23,9 @@ def _background(request, monkeypatch, tmp_path):
     monkeypatch.setenv("NGRAD_COMPILE", request.param)
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path / "kernels"))
     dispatch.records.clear()  # each test sees its structures new, whatever ran before
+    cpu = sys.modules.get("ngrad.engine.targets.cpu")
+    if cpu is not None:
+        cpu._memory.clear()  # and compiles their kernels anew
     yield
     assert background.synchronize(timeout=120)
     compile_server.stop()
@@ -211,3 +215,23 @@ def test_requests_carry_the_facades_tuples_as_plain_tuples():
     assert b"ngrad.tensor" not in data
     got = pickle.loads(data)
     assert got == ("plan", {"shape": (2, 3)}, [(4,)]) and type(got[1]["shape"]) is tuple
+
+
+def test_another_size_of_a_compiled_structure_runs_compiled_at_its_first_call(monkeypatch, rng):
+    # its kernels leave sizes out, so they already run in this process: the call plans (in
+    # milliseconds) and runs them, instead of interpreting while the worker hands them over
+    def f(x):
+        return ((x.sin() * x.exp()) / (1 + x * x)).sum()
+
+    for _ in range(3):
+        _value_and_grad(rng.standard_normal(1000), f)
+    assert ngrad.synchronize_compiles(timeout=120)
+    for n in (3000, 40000):
+        x0 = rng.standard_normal(n)
+        before = set(dispatch.records)
+        got = _value_and_grad(x0, f)
+        new = [r for k, r in dispatch.records.items() if k not in before]
+        assert new and all(r.tier is not None and r.tier.ready() for r in new)
+        want = _reference(x0, f, monkeypatch)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)

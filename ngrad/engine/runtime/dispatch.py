@@ -66,6 +66,14 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
         return record
     if values is not None and mode == "auto" and compile_mode() != "wait":
         decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now)
+        if decision is Decision.PLAN and len(tape.instrs) <= policy.plan_eager and _compiled_before():
+            # perhaps another size of a structure compiled before: planning takes milliseconds, and
+            # when every function it needs already runs in this process, so does this call
+            decision = advance(record, tape, mode, now, policy)
+            tier = record.tier
+            if isinstance(tier, CompiledPlan) and tier.compiled_here():
+                tier.compile()
+                return record
         if decision in (Decision.ENCODE, Decision.PLAN, Decision.COMPILE):
             background.submit(record, tape, values, lambda: advance(record, tape, mode, now, policy))
         return record
@@ -84,6 +92,12 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
                 file=sys.stderr,
             )
     return record
+
+
+def _compiled_before():
+    """Whether this process has compiled or loaded a kernel (never imports the target)."""
+    cpu = sys.modules.get("ngrad.engine.targets.cpu")
+    return cpu is not None and cpu.stats["compiled"] + cpu.stats["loaded"] > 0
 
 
 def advance(record, tape, mode, now, policy):

@@ -8,6 +8,8 @@ dying input (``in_place``) and which glue computes constants (``consts``). Runni
 ``executor.execute``; its generated driver is ``driver.driver_of``.
 """
 
+import sys
+
 import numpy as np
 
 from ..backend.fuse import Glue, Kernel, fuse
@@ -88,6 +90,21 @@ class CompiledPlan:
     def missing(self):
         """How many of the layout's functions are not in the disk cache."""
         return sum(1 for s in self.layout().sources if s is not None and not on_disk(s.text))
+
+    def compiled_here(self):
+        """Whether every function of the current layout was compiled (or loaded) and has run in
+        this process: another size of a structure met before, whose kernels are shared (their
+        code leaves sizes out), so compiling is only handing them over. Never imports the
+        target: before it was imported, nothing was compiled."""
+        cpu = sys.modules.get("ngrad.engine.targets.cpu")
+        if cpu is None:
+            return False
+        for s in self.layout().sources:
+            if s is not None:
+                k = cpu.resident(s.text)
+                if k is None or not k.ready:
+                    return False
+        return True
 
     def compile(self, lay=None):
         """Compile (or load) the functions of ``lay``, by default the current thread count's."""

@@ -37,7 +37,18 @@ from ..recent import Recent
 from ..store import cache_dir, cache_root, code_of, key_of, problem, usable_dir, writable, write_atomically
 from . import CompileError
 
-__all__ = ["kernel", "cache_info", "cache_clear", "stats", "direct", "key_of", "loaded", "warm_up", "Kernel"]
+__all__ = [
+    "kernel",
+    "cache_info",
+    "cache_clear",
+    "stats",
+    "direct",
+    "key_of",
+    "loaded",
+    "resident",
+    "warm_up",
+    "Kernel",
+]
 
 FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
@@ -443,6 +454,11 @@ def loaded(text):
     """True when ``kernel(text)`` was asked for in this process (its machine code is here, or
     comes with its first call)."""
     return key_of(text) in _memory
+
+
+def resident(text):
+    """The kernel of ``text`` if this process holds it (``ready`` once it has run), else None."""
+    return _memory.get(key_of(text))
 
 
 def kernel(text):
