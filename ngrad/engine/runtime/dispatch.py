@@ -22,7 +22,7 @@ import numpy as np
 from ..config import compile_mode, debug_level, jit_mode, jit_threshold
 from ..ir.interpret import interpret, np_dtype
 from ..recent import Recent
-from ..targets import CompileError
+from ..targets import CompileError, kernels_made
 from . import background, tiering
 from .buffers import owned
 from .checks import check, check_one, check_scalars
@@ -66,7 +66,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
         return record
     if values is not None and mode == "auto" and compile_mode() != "wait":
         decision = next_state(record, policy, mode=mode, instrs=len(tape.instrs), now=now)
-        if decision is Decision.PLAN and len(tape.instrs) <= policy.plan_eager and _compiled_before():
+        if decision is Decision.PLAN and len(tape.instrs) <= policy.plan_eager and kernels_made():
             # perhaps another size of a structure compiled before: planning takes milliseconds, and
             # when every function it needs already runs in this process, so does this call
             decision = advance(record, tape, mode, now, policy)
@@ -92,12 +92,6 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
                 file=sys.stderr,
             )
     return record
-
-
-def _compiled_before():
-    """Whether this process has compiled or loaded a kernel (never imports the target)."""
-    cpu = sys.modules.get("ngrad.engine.targets.cpu")
-    return cpu is not None and cpu.stats["compiled"] + cpu.stats["loaded"] > 0
 
 
 def advance(record, tape, mode, now, policy):

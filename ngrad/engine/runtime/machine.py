@@ -14,6 +14,7 @@ from ..backend import bytecode
 from ..backend.bytecode import Bytecode, loop_ops, loops_name, plan_name, source
 from ..config import debug_level
 from ..store import on_disk, read_plan, write_plan
+from ..targets import resident
 from .tiering import POLICY, small_steps
 
 __all__ = ["Machine", "machine_for", "loops", "read_loops"]
@@ -79,13 +80,6 @@ def read_loops():
         return {}
 
 
-def _loaded(text):
-    """Whether the CPU target holds the kernel of ``text`` in memory; never imports the target
-    (and so Numba): nothing is loaded before it was imported."""
-    cpu = sys.modules.get("ngrad.engine.targets.cpu")
-    return cpu is not None and cpu.loaded(text)
-
-
 def share_loop(code):
     """Move the encoding ``code`` onto the loop ``bytecode.loop_ops`` picks among those compiled
     before (in this process, or on disk and still there), and remember the one it runs on."""
@@ -93,7 +87,7 @@ def share_loop(code):
     if not loops:
         loops.update(read_loops())
     known = loops.setdefault(dt, [])
-    usable = [ops for ops in known if _loaded(text := source(ops, dt)) or on_disk(text)]
+    usable = [ops for ops in known if resident(text := source(ops, dt)) is not None or on_disk(text)]
     ops = loop_ops(code.ops, usable)
     if ops != code.ops:
         code.use(ops)

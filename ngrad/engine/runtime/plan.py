@@ -8,13 +8,12 @@ dying input (``in_place``) and which glue computes constants (``consts``). Runni
 ``executor.execute``; its generated driver is ``driver.driver_of``.
 """
 
-import sys
-
 import numpy as np
 
 from ..backend.fuse import Glue, Kernel, fuse
 from ..backend.vmath import FUNCTIONS
 from ..store import on_disk
+from ..targets import resident
 from .layout import Layout, big, dead_after_steps
 from .threads import get_num_threads
 
@@ -94,14 +93,10 @@ class CompiledPlan:
     def compiled_here(self):
         """Whether every function of the current layout was compiled (or loaded) and has run in
         this process: another size of a structure met before, whose kernels are shared (their
-        code leaves sizes out), so compiling is only handing them over. Never imports the
-        target: before it was imported, nothing was compiled."""
-        cpu = sys.modules.get("ngrad.engine.targets.cpu")
-        if cpu is None:
-            return False
+        code leaves sizes out), so compiling is only handing them over."""
         for s in self.layout().sources:
             if s is not None:
-                k = cpu.resident(s.text)
+                k = resident(s.text)
                 if k is None or not k.ready:
                     return False
         return True

@@ -1,9 +1,30 @@
 """Code to callables: the CPU (``njit``) and CUDA (``cuda.jit``) targets, the only modules that
 import Numba."""
 
-__all__ = ["CompileError"]
+import sys
+
+__all__ = ["CompileError", "resident", "kernels_made"]
 
 
 class CompileError(RuntimeError):
     """Numba could not compile a generated kernel (its message is Numba's). The runtime runs
     the program on the interpreter instead and says so once."""
+
+
+def _cpu():
+    """The CPU target if something imported it, else None: the runtime asks what is compiled
+    without importing it (and so Numba), since nothing is before it is imported."""
+    return sys.modules.get(__name__ + ".cpu")
+
+
+def resident(text):
+    """The CPU kernel of generated module ``text`` if this process holds it (``ready`` once it
+    has run), else None."""
+    cpu = _cpu()
+    return None if cpu is None else cpu.resident(text)
+
+
+def kernels_made():
+    """How many CPU kernels this process has compiled or loaded."""
+    cpu = _cpu()
+    return 0 if cpu is None else cpu.stats["compiled"] + cpu.stats["loaded"]

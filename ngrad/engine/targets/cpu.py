@@ -44,7 +44,6 @@ __all__ = [
     "stats",
     "direct",
     "key_of",
-    "loaded",
     "resident",
     "warm_up",
     "Kernel",
@@ -448,12 +447,6 @@ def direct(kernel, args):
         return fn.overloads[tuple(fn.typeof_pyval(a) for a in args)].entry_point
     except (AttributeError, KeyError, TypeError, ValueError):
         return fn
-
-
-def loaded(text):
-    """True when ``kernel(text)`` was asked for in this process (its machine code is here, or
-    comes with its first call)."""
-    return key_of(text) in _memory
 
 
 def resident(text):
