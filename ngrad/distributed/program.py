@@ -161,9 +161,8 @@ def trace_program(f, params, signature):
 def evaluate(program, params, part):
     """Run ``program`` on the parameter arrays ``params`` and the chunk arrays ``part``:
     ``[value, *gradients]`` (on a worker; the runner is prepared once per process)."""
-    # a chunk fetched from another worker for this step only (Dask moved the task) arrives as
-    # an unaligned view of the message, on which kernels run several times slower: copy it
-    part = [a if a.flags.aligned else a.copy() for a in part]
+    # a chunk fetched from another worker for this step only (Dask moved the task) arrives as an
+    # unaligned view of the message: the runtime copies such an input before a kernel reads it
     values = []
     for kind, i in program.order:
         values.append(params[i] if kind == "param" else part[i] if kind == "chunk" else program.consts[i])
