@@ -364,19 +364,17 @@ def _by_phase(state):
             epilogue.append(False)
         asap.append(key)
     # latest first: a reader's phase is final before its operands'
-    made_by = {ins.out: n for n, ins in enumerate(instrs)}
     urgent = set()
     latest = {}  # slot -> the lowest phase among its readers seen so far
     keys = list(asap)
     for n in range(len(instrs) - 1, -1, -1):
-        ins = instrs[n]
+        ins, key = instrs[n], keys[n]
         if epilogue[n] or ins.out in urgent:
             urgent.update(a for a in ins.args if a in looped)
         elif ins.out in latest:
-            keys[n] = max(asap[n], latest[ins.out])
+            key = keys[n] = max(asap[n], latest[ins.out])
         for a in ins.args:
-            if a in made_by and keys[n] < latest.get(a, keys[n] + 1):
-                latest[a] = keys[n]
+            latest[a] = min(latest.get(a, key), key)
     order = sorted(range(len(instrs)), key=lambda n: (keys[n], n))
     return [instrs[n] for n in order]
 
