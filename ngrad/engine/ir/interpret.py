@@ -367,16 +367,12 @@ def interpret(tape: Tape, values: Sequence[Any]) -> list[np.ndarray]:
     env: list[Any] = [None] * len(tape.shapes)  # slot -> value, None once dead
     for s, v in bind(tape, values).items():
         env[s] = v
-    last, prims, out_type = last_reads(tape), PRIMS, _NP
-    dtypes = tape.dtypes
+    last = last_reads(tape)
     with np.errstate(all="ignore"):
         for i, ins in enumerate(tape.instrs):
             args = ins.args
-            r = prims[ins.prim].fwd(NUMPY, *[env[a] for a in args], **ins.params)
             out = ins.out
-            if type(r) is not np.ndarray or r.dtype != out_type[dtypes[out]]:
-                r = np.asarray(r, dtype=np_dtype(dtypes[out]))
-            env[out] = r
+            env[out] = compute(tape, ins, [env[a] for a in args])
             for a in args:
                 if last[a] == i:
                     env[a] = None
