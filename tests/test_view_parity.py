@@ -53,6 +53,17 @@ def seq(lib, *shape, requires_grad=False, scale=1.0):
     return ten(lib, (np.arange(1, n + 1) * scale).reshape(shape), requires_grad)
 
 
+def view_function(lib):
+    """A custom Function whose forward returns a view of its input (its backward passes the
+    gradient through): PyTorch's custom-Function views."""
+
+    class Same(lib.autograd.Function):
+        forward = staticmethod(lambda ctx, a: a.view_as(a))
+        backward = staticmethod(lambda ctx, g: g)
+
+    return Same
+
+
 def weights(lib, shape, phase=0.0):
     n = int(np.prod(shape))
     return ten(lib, np.cos(np.arange(n) * 0.7 + phase).reshape(shape) + 1.5)
@@ -512,15 +523,7 @@ def multiple_output_views_written_without_grad(lib):
 
 @case
 def error_view_returned_by_a_custom_function(lib):
-    class Same(lib.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a.view_as(a)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
-
+    Same = view_function(lib)
     v = Same.apply(seq(lib, 3, requires_grad=True) * 2)
     return raises("This view was created inside a custom Function", lambda: v.mul_(2))
 
@@ -533,10 +536,7 @@ def error_detach_in_place_of_a_view(lib):
 
 @case
 def errors_for_views_of_inference_mode_and_of_custom_function_outputs(lib):
-    class Same(lib.autograd.Function):
-        forward = staticmethod(lambda ctx, a: a.view_as(a))
-        backward = staticmethod(lambda ctx, g: g)
-
+    Same = view_function(lib)
     b = seq(lib, 3, requires_grad=True) * 2
     with lib.inference_mode():
         v = b[:2]
@@ -830,15 +830,7 @@ def error_views_used_after_a_write_made_their_storage_require_grad(lib):
 
 @case
 def error_a_custom_function_view_used_after_its_base_is_written(lib):
-    class Same(lib.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a.view_as(a)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
-
+    Same = view_function(lib)
     b = seq(lib, 3, requires_grad=True) * 2
     v = Same.apply(b)
     b.add_(1.0)
