@@ -14,6 +14,7 @@ import pytest
 import ngrad
 from ngrad.engine.ir import dtypes as D
 from ngrad.engine.ir.interpret import interpret, np_dtype
+from ngrad.engine.ir.shapes import TapeError
 from ngrad.engine.ir.tape import Builder
 from ngrad.engine.transform.differentiate import vjp
 
@@ -403,6 +404,17 @@ def test_device_complex_chains_equal_the_interpreter(dtype, jit_always, rng):
 
     tape, values = _chain_joint(dtype, rng)
     assert_same_on_cuda(tape, values, rtol=2e-4 if dtype == "c64" else 1e-11)
+
+
+def test_tapes_refuse_ordering_comparisons_of_complex_values():
+    """CUDA has no ordering of complex numbers (NumPy's lexicographic one ran in the interpreter
+    and the simulator, and a gradient that counted zeros in complex failed on the card)."""
+    b = Builder()
+    z = b.input((3,), "c128")
+    assert z.eq(z).dtype == "b8"
+    for name in ("lt", "le", "gt", "ge"):
+        with pytest.raises(TapeError, match="ordering comparisons need real operands"):
+            getattr(z, name)(z)
 
 
 @pytest.mark.numba

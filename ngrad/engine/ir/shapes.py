@@ -43,6 +43,14 @@ def compare(shapes: Shapes, dtypes: Dtypes) -> Typed:
     return matching(shapes, dtypes)[0], "b8"
 
 
+def ordered(shapes: Shapes, dtypes: Dtypes) -> Typed:
+    """``compare`` for the orderings (lt, le, gt, ge): complex numbers have none (NumPy orders
+    them lexicographically, CUDA and PyTorch refuse)."""
+    if dtypes[0] in ("c64", "c128"):
+        fail(f"ordering comparisons need real operands, got {dtypes[0]}")
+    return compare(shapes, dtypes)
+
+
 def logical(shapes: Shapes, dtypes: Dtypes) -> Typed:
     if any(d != "b8" for d in dtypes):
         fail(f"logical operands must be b8, got {dtypes}")

@@ -140,12 +140,13 @@ def _prod_others(x: Var, axes: Ints) -> Var:
     # 0 / 0 reaches a second derivative.
     is0 = x.eq(0)
     every = tuple(range(len(x.shape)))
-    count = is0.cast(dtype=x.dtype).sum(axes=every, keepdim=False)
+    counts = REAL_OF.get(x.dtype, x.dtype)  # zeros counted in a real dtype: CUDA orders no complex
+    count = is0.cast(dtype=counts).sum(axes=every, keepdim=False)
     anyzero = count.gt(0).reshape(shape=(1,) * len(x.shape)).expand(shape=x.shape)
     safe = anyzero.where(x.bld.full(1, x.shape, x.dtype), x)
     nonzero = unreduce(safe.prod(axes=axes, keepdim=True), x.shape, axes, True) / safe
     if x.dtype in COMPLEX:  # no sign bits: the product of the nonzero others at a slice's only zero
-        zeros = unreduce(is0.cast(dtype=x.dtype).sum(axes=axes, keepdim=True), x.shape, axes, True)
+        zeros = unreduce(is0.cast(dtype=counts).sum(axes=axes, keepdim=True), x.shape, axes, True)
         fill = is0.where(x.bld.full(1, x.shape, x.dtype), x)
         rest = unreduce(fill.prod(axes=axes, keepdim=True), x.shape, axes, True)
         at_zeros = zeros.eq(1).logical_and(is0).where(rest, zeros_like(x))
@@ -431,7 +432,8 @@ P(
 # only integer operands, which are never differentiated
 P("floordiv", "binary", S.matching, lambda m, x, y: m.floordiv(x, y))
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    P(_name, "compare", S.compare, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))  # noqa: B008
+    _rule = S.compare if _name in ("eq", "ne") else S.ordered
+    P(_name, "compare", _rule, lambda m, x, y, _op=getattr(operator, _name): _op(x, y))  # noqa: B008
 P("logical_and", "logical", S.logical, lambda m, x, y: m.logical_and(x, y))
 P("logical_or", "logical", S.logical, lambda m, x, y: m.logical_or(x, y))
 P(
