@@ -28,9 +28,57 @@ import numpy as np
 
 import ngrad
 
-__all__ = ["PROBLEMS", "Problem", "SYSTEMS"]
+__all__ = ["PROBLEMS", "Problem", "SYSTEMS", "scan"]
 
 SYSTEMS = ("ngrad", "numpy", "torch", "jax")
+
+
+def _flatten(tree):
+    """The tensors of a pytree of tuples, lists and dicts (in order), and a function that builds
+    the same structure from a list of that length."""
+    if isinstance(tree, (tuple, list)):
+        parts = [_flatten(t) for t in tree]
+        kind = type(tree)
+    elif isinstance(tree, dict):
+        parts = [_flatten(tree[k]) for k in tree]
+        keys = list(tree)
+        kind = lambda vals: dict(zip(keys, vals))  # noqa: E731
+    else:
+        return [tree], lambda leaves: leaves[0]
+    sizes = [len(leaves) for leaves, _ in parts]
+
+    def build(leaves):
+        out, i = [], 0
+        for (_, make), n in zip(parts, sizes):
+            out.append(make(leaves[i : i + n]))
+            i += n
+        return kind(out)
+
+    return [leaf for leaves, _ in parts for leaf in leaves], build
+
+
+def scan(T, combine_fn, init, xs):
+    """``T.scan(combine_fn, init, xs)`` where the module ``T`` has one (``ngrad.scan``: the body is
+    recorded once and kept as a loop), else the loop a PyTorch user writes: ``combine_fn(carry,
+    x) -> (carry, y)`` over the first dimension of every tensor of ``xs`` (a pytree), the ``y``
+    stacked. Returns ``(final carry, stacked ys)``, as ``torch._higher_order_ops.scan`` does.
+
+    >>> carry, ys = scan(np, lambda c, x: (c + x, (c * x,)), np.zeros(2), np.ones((3, 2)))
+    >>> carry.tolist(), ys[0][:, 0].tolist()
+    ([3.0, 3.0], [0.0, 1.0, 2.0])
+    """
+    native = getattr(T, "scan", None)
+    if native is not None:
+        return native(combine_fn, init, xs)
+    slices, build_x = _flatten(xs)
+    carry, steps, build_y = init, [], None
+    for t in range(slices[0].shape[0]):
+        carry, y = combine_fn(carry, build_x([s[t] for s in slices]))
+        leaves, build_y = _flatten(y)
+        steps.append(leaves)
+    if build_y is None:  # no steps: nothing to stack (the body's outputs are unknown)
+        return carry, ()
+    return carry, build_y([T.stack([step[i] for step in steps]) for i in range(len(steps[0]))])
 
 
 class Problem:

@@ -14,7 +14,7 @@ b = 14 as in ADBench's standard files); all inputs are uniform on [-1, 1].
 
 import numpy as np
 
-from . import Problem
+from . import Problem, scan
 
 LAYERS, HIDDEN = 2, 14
 
@@ -34,19 +34,29 @@ def cell_step(T, w, bias, x, hidden, cell):
     return gates[2 * b :] * T.tanh(cell), cell
 
 
+def predict(T, main_params, extra_params, carry, x):
+    """One step over the layers from the sequence entry ``x``: the new carry (each layer's
+    hidden and cell states, two tuples) and the prediction y."""
+    hidden, cell = list(carry[0]), list(carry[1])
+    x = x * extra_params[0]
+    for i in range(len(hidden)):
+        hidden[i], cell[i] = cell_step(T, main_params[2 * i], main_params[2 * i + 1], x, hidden[i], cell[i])
+        x = hidden[i]
+    return (tuple(hidden), tuple(cell)), x * extra_params[1] + extra_params[2]
+
+
 def objective(T, main_params, extra_params, state, sequence):
+    """A scan over the characters (``ngrad.scan``), the layers inside its body: the program holds
+    one step whatever the sequence length."""
     layers, b = main_params.shape[0] // 2, main_params.shape[1] // 4
-    hidden = [state[2 * i] for i in range(layers)]
-    cell = [state[2 * i + 1] for i in range(layers)]
-    total = 0.0
-    for t in range(sequence.shape[0] - 1):
-        x = sequence[t] * extra_params[0]
-        for i in range(layers):
-            hidden[i], cell[i] = cell_step(T, main_params[2 * i], main_params[2 * i + 1], x, hidden[i], cell[i])
-            x = hidden[i]
-        y = x * extra_params[1] + extra_params[2]
-        total = total + T.sum(sequence[t + 1] * (y - lse(T, y)))
-    return -total / ((sequence.shape[0] - 1) * b)
+
+    def step(carry, pair):
+        carry, y = predict(T, main_params, extra_params, carry, pair[0])
+        return carry, T.sum(pair[1] * (y - lse(T, y)))
+
+    init = (tuple(state[2 * i] for i in range(layers)), tuple(state[2 * i + 1] for i in range(layers)))
+    _, terms = scan(T, step, init, (sequence[:-1], sequence[1:]))
+    return -T.sum(terms) / ((sequence.shape[0] - 1) * b)
 
 
 def jax_system(jax, J):
@@ -55,16 +65,11 @@ def jax_system(jax, J):
 
     def loss(params, state, sequence):
         main_params, extra_params = params
-        layers, b = main_params.shape[0] // 2, main_params.shape[1] // 4
+        b = main_params.shape[1] // 4
 
         def step(carry, pair):
-            hidden, cell = list(carry[0]), list(carry[1])
-            x = pair[0] * extra_params[0]
-            for i in range(layers):
-                hidden[i], cell[i] = cell_step(J, main_params[2 * i], main_params[2 * i + 1], x, hidden[i], cell[i])
-                x = hidden[i]
-            y = x * extra_params[1] + extra_params[2]
-            return (tuple(hidden), tuple(cell)), J.sum(pair[1] * (y - lse(J, y)))
+            carry, y = predict(J, main_params, extra_params, carry, pair[0])
+            return carry, J.sum(pair[1] * (y - lse(J, y)))
 
         init = (tuple(state[0::2]), tuple(state[1::2]))
         _, terms = jax.lax.scan(step, init, (sequence[:-1], sequence[1:]))

@@ -3,13 +3,14 @@
 The system is y' = f(x, y) with f(x, y)_0 = x_0 and f(x, y)_i = x_i * y_{i-1}, started at
 y(0) = 0 and integrated to t = 2 in ``s`` equal RK4 steps, as GradBench's C++ reference
 (``cpp/gradbench/evals/ode.hpp``) does. ``primal`` is y(2); the gradient is
-that of its last element with respect to x. The size is n, the length of x (uniform on
-[-1, 1]); the bench uses s = 64 steps, so the unrolled program has 4 * 64 evaluations of f.
+that of its last element with respect to x. The steps are a scan (``ngrad.scan``): the
+program holds one step's four evaluations of f, whatever s is. The size is n, the length of x
+(uniform on [-1, 1]); the bench uses s = 64 steps.
 """
 
 import numpy as np
 
-from . import Problem
+from . import Problem, scan
 
 T_FINAL = 2.0
 STEPS = 64
@@ -19,16 +20,23 @@ def rhs(T, x, y):
     return T.cat([x[:1], x[1:] * y[:-1]])
 
 
+def rk4_step(T, x, y, h):
+    """One RK4 step of length ``h`` from ``y``."""
+    k1 = rhs(T, x, y)
+    k2 = rhs(T, x, y + h / 2 * k1)
+    k3 = rhs(T, x, y + h / 2 * k2)
+    k4 = rhs(T, x, y + h * k3)
+    return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
 def solve(T, x, s):
-    """y(2) after ``s`` RK4 steps."""
-    h = T_FINAL / s
-    y = T.zeros_like(x)
-    for _ in range(s):
-        k1 = rhs(T, x, y)
-        k2 = rhs(T, x, y + h / 2 * k1)
-        k3 = rhs(T, x, y + h / 2 * k2)
-        k4 = rhs(T, x, y + h * k3)
-        y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    """y(2) after ``s`` RK4 steps: a scan whose ``xs`` is each step's length, so that the loop's
+    body is one program whatever ``s`` is (no constant in it depends on ``s``)."""
+
+    def step(y, h):
+        return rk4_step(T, x, y, h), ()
+
+    y, _ = scan(T, step, T.zeros_like(x), T.full((s,), T_FINAL / s, dtype=x.dtype))
     return y
 
 
@@ -45,11 +53,7 @@ def jax_system(jax, J):
         h = T_FINAL / s
 
         def step(_, y, x):
-            k1 = rhs(J, x, y)
-            k2 = rhs(J, x, y + h / 2 * k1)
-            k3 = rhs(J, x, y + h / 2 * k2)
-            k4 = rhs(J, x, y + h * k3)
-            return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            return rk4_step(J, x, y, h)
 
         last = lambda x: jax.lax.fori_loop(0, s, lambda i, y: step(i, y, x), J.zeros_like(x))[-1]  # noqa: E731
         return jax.jit(jax.value_and_grad(last))
