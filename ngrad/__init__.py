@@ -15,6 +15,7 @@ from . import autograd, cuda, distributed, fft, func, linalg, nn, optim, random,
 from ._version import __version__
 from .autograd.anomaly_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from .contract import einsum, inner, tensordot
+from .control import scan
 from .engine.ir.dtypes import DType as dtype
 from .engine.ir.dtypes import bool_ as bool  # noqa: A001  (PyTorch spells it ngrad.bool)
 from .engine.ir.dtypes import float32, float64, get_default_dtype, int32, int64, set_default_dtype

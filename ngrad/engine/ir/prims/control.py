@@ -1,0 +1,275 @@
+"""Rows of the primitive table: control flow. One row, ``scan``: a loop whose body is a tape,
+compiled once whatever the number of steps (an RNN over a sequence, an ODE solver's steps).
+
+Contract: ``scan(*carries, *xs, *invariants; body, length, reverse, carries, xs)`` runs ``body``
+(the canonical text of a tape, ``Tape.format()``: params stay plain strings, so keys, printing,
+parsing and the cache treat them as any other) ``length`` times. The body's inputs are the
+carries, one step's slice of each of ``xs`` (stacked along axis 0, ``length`` long) and the
+invariants; its outputs are the next carries (their shapes and dtypes) and the step's ys. With
+``reverse`` the steps run from the last slice to the first, and step ``t``'s ys still go to
+position ``t``. The carries and ys share one dtype, the result's: a flat array packing the final
+carries, then each y stacked over steps, then the *history*, each carry as it entered each step
+(``Layout``). The history is what the VJP reads: PyTorch's scan saves the same carries.
+
+The VJP is a scan the other way over the body's joint tape (carrying the carries' cotangents
+and the invariants' summed gradients, reading the history), so it is differentiable in turn;
+the JVP is a scan over the body's tangent tape. The differentiation of the body is imported
+lazily from ``engine.transform``: rules of this row build tapes, as every row's rules build
+instructions, and differentiating a body is how a loop's rule is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ..dtypes import DIFFERENTIABLE
+from .table import Cotangents, P, Params, Shapes, Tangents, TapeError, Typed
+
+if TYPE_CHECKING:
+    from ..tape import Tape, Var
+
+__all__ = ["Layout", "body_of", "layout", "parts"]
+
+
+@functools.lru_cache(maxsize=256)
+def body_of(text: str) -> Tape:
+    """The body tape of a scan's ``body`` param (parsed once per text: each step and each call
+    of a compiled program reads the same ``Tape`` object)."""
+    from ..tape import parse
+
+    return parse(text)
+
+
+class Layout(NamedTuple):
+    """Where each part of a scan's packed result lies: (offset, shape) of every final carry,
+    every stacked y (``(length, *y)``) and every carry's history (``(length, *carry)``)."""
+
+    finals: list[tuple[int, tuple[int, ...]]]
+    ys: list[tuple[int, tuple[int, ...]]]
+    history: list[tuple[int, tuple[int, ...]]]
+    size: int
+    dtype: str
+
+
+def layout(body: Tape, length: int, carries: int) -> Layout:
+    """The ``Layout`` of a scan of ``body`` over ``length`` steps with ``carries`` carries."""
+    at = 0
+    parts: list[list[tuple[int, tuple[int, ...]]]] = [[], [], []]
+    outs = body.outputs
+    shapes = [body.shapes[s] for s in outs[:carries]], [body.shapes[s] for s in outs[carries:]]
+    for k, group in enumerate((shapes[0], [(length, *s) for s in shapes[1]], [(length, *s) for s in shapes[0]])):
+        for shape in group:
+            parts[k].append((at, shape))
+            at += math.prod(shape)
+    dtype = body.dtypes[outs[0]] if outs else "f64"
+    return Layout(parts[0], parts[1], parts[2], at, dtype)
+
+
+def parts(packed: Var, lay: Layout) -> tuple[list[Var], list[Var], list[Var]]:
+    """The final carries, stacked ys and histories of a packed scan result, as tape values."""
+
+    def take(offset: int, shape: tuple[int, ...]) -> Var:
+        flat = packed.slice(starts=(offset,), stops=(offset + math.prod(shape),), steps=(1,))
+        return flat.reshape(shape=shape)
+
+    return tuple([take(o, s) for o, s in group] for group in (lay.finals, lay.ys, lay.history))  # type: ignore[return-value]
+
+
+def _roles(n_args: int, carries: int, xs: int) -> tuple[range, range, range]:
+    return range(carries), range(carries, carries + xs), range(carries + xs, n_args)
+
+
+def _infer(
+    shapes: Shapes, dtypes: Sequence[str], body: str, length: int, reverse: bool, carries: int, xs: int
+) -> Typed:
+    tape = body_of(body)
+    if len(shapes) != len(tape.inputs) or not 0 <= carries <= len(tape.outputs) or xs < 0 or length < 0:
+        raise TapeError(f"scan: {len(shapes)} operands for a body of {len(tape.inputs)} inputs")
+    for i, s in enumerate(tape.inputs):
+        want = (length, *tape.shapes[s]) if carries <= i < carries + xs else tape.shapes[s]
+        if tuple(shapes[i]) != want or dtypes[i] != tape.dtypes[s]:
+            got, need = f"{dtypes[i]}{list(shapes[i])}", f"{tape.dtypes[s]}{list(want)}"
+            raise TapeError(f"scan: operand {i} is {got}, the body reads {need}")
+    outs = tape.outputs
+    for k in range(carries):
+        i, o = tape.inputs[k], outs[k]
+        if (tape.shapes[i], tape.dtypes[i]) != (tape.shapes[o], tape.dtypes[o]):
+            got, left = f"{tape.dtypes[i]}{list(tape.shapes[i])}", f"{tape.dtypes[o]}{list(tape.shapes[o])}"
+            raise TapeError(f"scan: carry {k} enters as {got}, leaves as {left}")
+    if len({tape.dtypes[o] for o in outs}) > 1:
+        raise TapeError("scan: the carries and ys of a body share one dtype")
+    lay = layout(tape, length, carries)
+    return (lay.size,), lay.dtype
+
+
+class Numpy:
+    """The NumPy forward of ``scan`` (part of the interpreter's math namespace): the body run by
+    the interpreter, step by step."""
+
+    @staticmethod
+    def scan(*args: np.ndarray, body: str, length: int, reverse: bool, carries: int, xs: int) -> np.ndarray:
+        from ..interpret import interpret
+
+        return run_scan(interpret, body_of(body), args, length, reverse, carries, xs)
+
+
+def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, xp=np):
+    """A scan's packed result, the body run by ``run(body, values)`` (the interpreter, or the
+    runtime's compiled program); ``xp``: the array module of ``args`` (NumPy, or CuPy on CUDA)."""
+    from ..interpret import np_dtype
+
+    carry, seq, inv = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
+    lay = layout(body, length, carries)
+    out = xp.empty(lay.size, dtype=np_dtype(lay.dtype))
+    ys = [out[o : o + math.prod(s)].reshape(s) for o, s in lay.ys]
+    history = [out[o : o + math.prod(s)].reshape(s) for o, s in lay.history]
+    for t in range(length - 1, -1, -1) if reverse else range(length):
+        for h, c in zip(history, carry):
+            h[t] = c
+        got = run(body, carry + [s[t] for s in seq] + inv)
+        carry = list(got[:carries])
+        for y, v in zip(ys, got[carries:]):
+            y[t] = v
+    for (o, s), c in zip(lay.finals, carry):
+        out[o : o + math.prod(s)] = c.reshape(-1)
+    return out
+
+
+def _differentiable(dtype: str) -> bool:
+    return dtype in DIFFERENTIABLE
+
+
+@functools.lru_cache(maxsize=128)
+def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...], tuple[bool, ...]]:
+    """The body of a scan's VJP, with which invariants it sums gradients for and which xs it
+    returns cotangents of. Its carries: each carry's cotangent, then one gradient sum per
+    differentiable invariant; its xs: the history (the carries entering each step), the xs, the
+    cotangents of the ys and of the history; its invariants: the forward's. Its ys: the
+    cotangent of each differentiable x at that step."""
+    from ...transform.differentiate import vjp
+    from ..tape import Builder
+
+    body = body_of(text)
+    ins = body.inputs
+    c_in, x_in, w_in = (ins[r.start : r.stop] for r in _roles(len(ins), carries, xs))
+    dt = body.dtypes
+    sums = tuple(_differentiable(dt[s]) for s in w_in)
+    grads_x = tuple(_differentiable(dt[s]) for s in x_in)
+    joint = vjp(body, ins)
+    b = Builder()
+
+    def new(s: int) -> Var:
+        return b.input(body.shapes[s], dt[s], body.kinds[ins.index(s)] if s in ins else "tensor")
+
+    ct_c = [new(s) for s in c_in]
+    acc = [new(s) for s, d in zip(w_in, sums) if d]
+    hist, x = [new(s) for s in c_in], [new(s) for s in x_in]
+    ct_y = [new(s) for s in body.outputs[carries:]]
+    ct_h = [new(s) for s in c_in]
+    w = [new(s) for s in w_in]
+    env = dict(zip(ins, hist + x + w))
+    env.update(zip(joint.seeds, ct_c + ct_y))
+    for instr in joint.tape.instrs:  # the step recomputed from its carries, then its reverse
+        env[instr.out] = b.emit(instr.prim, [env[a] for a in instr.args], instr.params)
+
+    def grad(k: int) -> Var | None:
+        at = joint.grads[k]
+        return None if at is None else env[joint.tape.outputs[at]]
+
+    new_ct = []
+    for k in range(carries):
+        g = grad(k)
+        new_ct.append(ct_h[k] if g is None else g + ct_h[k])
+    new_acc, j = [], 0
+    for k in range(len(w_in)):
+        if sums[k]:
+            g = grad(carries + xs + k)
+            new_acc.append(acc[j] if g is None else acc[j] + g)
+            j += 1
+    ys = []
+    for k, s in enumerate(x_in):
+        if grads_x[k]:
+            g = grad(carries + k)
+            ys.append(b.full(0, body.shapes[s], dt[s]) if g is None else g)
+    return b.finish(new_ct + new_acc + ys).format(), sums, grads_x
+
+
+def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], params: Params) -> Cotangents:
+    text, length, reverse, carries, xs = (params[k] for k in ("body", "length", "reverse", "carries", "xs"))
+    body = body_of(text)
+    lay = layout(body, length, carries)
+    g_final, g_ys, g_hist = parts(g, lay)
+    _, _, hist = parts(out, lay)
+    c, x, w = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
+    rtext, sums, grads_x = reverse_body(text, carries, xs)
+    zeros = [a.bld.full(0, a.shape, a.dtype) for a, d in zip(w, sums) if d]
+    rargs = g_final + zeros + hist + x + g_ys + g_hist + w
+    n_carry, n_xs = carries + len(zeros), carries + xs + len(g_ys) + carries
+    packed = g.bld.emit(
+        "scan", rargs, {"body": rtext, "length": length, "reverse": not reverse, "carries": n_carry, "xs": n_xs}
+    )
+    finals, ct_xs, _ = parts(packed, layout(body_of(rtext), length, n_carry))
+    sums_of = iter(finals[carries:])
+    ct_x = iter(ct_xs)
+    return (
+        finals[:carries] + [next(ct_x) if d else None for d in grads_x] + [next(sums_of) if d else None for d in sums]
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def tangent_body(text: str, carries: int, xs: int) -> str:
+    """The body of a scan's JVP: carries (the carries, their tangents), xs (the xs, their
+    tangents), invariants (the invariants, their tangents); ys the ys, then their tangents."""
+    from ...transform.differentiate import jvp
+    from ..tape import Builder
+
+    body = body_of(text)
+    ins = body.inputs
+    tangent = jvp(body, ins)
+    b = Builder()
+    roles = _roles(len(ins), carries, xs)
+    env = {}
+    for r in roles:
+        for k in r:
+            env[ins[k]] = b.input(body.shapes[ins[k]], body.dtypes[ins[k]], body.kinds[k])
+        for k in r:
+            env[tangent.inputs[k]] = b.input(body.shapes[ins[k]], body.dtypes[ins[k]], body.kinds[k])
+    for instr in tangent.tape.instrs:
+        env[instr.out] = b.emit(instr.prim, [env[a] for a in instr.args], instr.params)
+    outs = body.outputs
+
+    def out_tangent(k: int) -> Var:
+        at = tangent.tangents[k]
+        s = outs[k]
+        return b.full(0, body.shapes[s], body.dtypes[s]) if at is None else env[tangent.tape.outputs[at]]
+
+    values = [env[s] for s in outs]
+    tangents = [out_tangent(k) for k in range(len(outs))]
+    return b.finish(values[:carries] + tangents[:carries] + values[carries:] + tangents[carries:]).format()
+
+
+def _scan_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
+    text, length, reverse, carries, xs = (params[k] for k in ("body", "length", "reverse", "carries", "xs"))
+    body = body_of(text)
+    tangents = [a.bld.full(0, a.shape, a.dtype) if t is None else t for t, a in zip(ts, args)]
+    roles = _roles(len(args), carries, xs)
+    targs = [v for r in roles for v in [args[k] for k in r] + [tangents[k] for k in r]]
+    n_ys = len(body.outputs) - carries
+    ttext = tangent_body(text, carries, xs)
+    tparams = {"body": ttext, "length": length, "reverse": reverse, "carries": 2 * carries, "xs": 2 * xs}
+    packed = out.bld.emit("scan", targs, tparams)
+    tb = body_of(ttext)
+    finals, ys, hist = parts(packed, layout(tb, length, 2 * carries))
+    pieces = finals[carries:] + ys[n_ys:] + hist[carries:]
+    flat = [p.reshape(shape=(math.prod(p.shape),)) for p in pieces]
+    if not flat:
+        return out.bld.full(0, out.shape, out.dtype)
+    return flat[0].cat(*flat[1:], axis=0) if len(flat) > 1 else flat[0]
+
+
+P("scan", "control", _infer, lambda m, *args, **params: m.scan(*args, **params), _scan_vjp, _scan_jvp)
