@@ -14,7 +14,7 @@ import numpy as np
 
 from . import grad_mode
 from .engine.ir import dtypes as D
-from .engine.ir.graph import ON_RECORD, lower, source
+from .engine.ir.graph import ON_RECORD, Node, lower, source
 from .engine.ir.prims.control import layout
 from .engine.ir.tape import Tape
 from .tensor.core import Tensor
@@ -126,11 +126,18 @@ def _record(combine_fn, init_spec, init_leaves, xs_spec, moved):
 
     trace = Trace()
     trace.traced = {id(p._node) for p in probes} | (outer.traced if outer is not None else set())
-    ON_RECORD[0], _gm.trace, enabled = note, trace, _gm.enabled
-    _gm.enabled = False  # the body is math on values: gradients flow through the scan's own rule
+    # grad mode stays as the caller has it: work on captured tensors that is hoisted out of the
+    # loop (``_body``) keeps its path to them, and the body itself is lowered as plain math
+    ON_RECORD[0], _gm.trace = note, trace
     try:
         carry = build(init_spec, iter(probes[: len(init_leaves)]))
         result = combine_fn(carry, build(xs_spec, iter(probes[len(init_leaves) :])))
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise RuntimeError("ngrad.scan: combine_fn must return a tuple (next_carry, y)")
+        carry_out, y_out = [], []
+        specs = flatten(result[0], carry_out), flatten(result[1], y_out)
+        # the nodes now: undoing the trace's in-place updates puts a tensor the step wrote back
+        nodes = [t._node if isinstance(t, Tensor) else t for t in carry_out + y_out]
     except TraceError as e:
         raise TraceError(
             "ngrad.scan: combine_fn needed the value of a tensor computed from its carry or its slice of xs "
@@ -138,7 +145,7 @@ def _record(combine_fn, init_spec, init_leaves, xs_spec, moved):
             "on placeholders: use ngrad.where instead of branching."
         ) from e
     finally:
-        ON_RECORD[0], _gm.trace, _gm.enabled = hook, outer, enabled
+        ON_RECORD[0], _gm.trace = hook, outer
         restore(trace)
     for ref, old in trace.changed.values():
         if id(old) not in made and ref() is not None:
@@ -146,29 +153,26 @@ def _record(combine_fn, init_spec, init_leaves, xs_spec, moved):
                 "ngrad.scan: combine_fn wrote in place into a tensor it did not create (its carry, its "
                 "slice of xs, or a tensor from outside); return new tensors instead"
             )
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise RuntimeError("ngrad.scan: combine_fn must return a tuple (next_carry, y)")
-    carry_out, y_out = [], []
-    carry_spec, y_spec = flatten(result[0], carry_out), flatten(result[1], y_out)
-    _check_carry(init_leaves, carry_out, init_spec, carry_spec)
-    for y in y_out:
-        if not isinstance(y, Tensor):
+    n_carry = len(carry_out)
+    _check_carry(init_leaves, nodes[:n_carry], init_spec, specs[0])
+    for y in nodes[n_carry:]:
+        if not isinstance(y, Node):
             raise RuntimeError(f"ngrad.scan: every leaf of combine_fn's y must be a Tensor, got {y!r}")
-    dtypes = {t._node.dtype for t in carry_out + y_out}
+    dtypes = {n.dtype for n in nodes}
     if len(dtypes) > 1:
         names = sorted(str(d) for d in dtypes)
         raise TypeError(f"ngrad.scan: the carries and ys of combine_fn must share one dtype, got {', '.join(names)}")
-    body, invariants = _body(probes, [t._node for t in carry_out + y_out], outer)
-    return body, invariants, (carry_spec, y_spec)
+    body, invariants = _body(probes, nodes, outer)
+    return body, invariants, specs
 
 
-def _check_carry(init_leaves, carry_out, init_spec, carry_spec):
-    if len(carry_out) != len(init_leaves) or _shape_free(init_spec) != _shape_free(carry_spec):
+def _check_carry(init_leaves, carry_nodes, init_spec, carry_spec):
+    if len(carry_nodes) != len(init_leaves) or _shape_free(init_spec) != _shape_free(carry_spec):
         raise RuntimeError("ngrad.scan: Expected init and carry to have the same structure")
-    for k, (a, b) in enumerate(zip(init_leaves, carry_out)):
-        if not isinstance(b, Tensor):
-            raise RuntimeError(f"ngrad.scan: every leaf of the carry must be a Tensor, got {b!r}")
-        na, nb = a._node, b._node
+    for k, (a, nb) in enumerate(zip(init_leaves, carry_nodes)):
+        if not isinstance(nb, Node):
+            raise RuntimeError(f"ngrad.scan: every leaf of the carry must be a Tensor, got {nb!r}")
+        na = a._node
         if na.shape != nb.shape or na.dtype is not nb.dtype:
             raise RuntimeError(
                 f"ngrad.scan: Expected init and carry to have same metadata but found: carry {k} differs: "

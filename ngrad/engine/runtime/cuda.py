@@ -325,6 +325,10 @@ def _glue(prog, tape, ins, env):
         return from_cupy(cp.ascontiguousarray(cp.asarray(r, dtype=dt)))
     if prim == "matmul":
         return _matmul(tape, ins, [_device(a) for a in args])
+    if prim == "scan":  # its steps run on the host, the body compiled there (``loops``)
+        from .loops import scan
+
+        return _device(scan(ins.params, [np.asarray(_host(a)) for a in args]))
     with np.errstate(all="ignore"):
         r = compute(tape, ins, [np.asarray(_host(a)) for a in args])
     return _device(r)

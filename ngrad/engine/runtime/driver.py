@@ -23,7 +23,7 @@ from ..backend.source_math import Expr, SourceMath, identity
 from ..config import debug_level
 from ..ir.interpret import compute, evaluate, matmul_into, np_dtype
 from ..ir.prims import PRIMS
-from . import buffers
+from . import buffers, loops
 from .buffers import POOL_MIN_BYTES
 from .checks import fix_input
 from .executor import executed
@@ -306,7 +306,10 @@ class _Writer:
             text = PRIMS[ins.prim].fwd(SourceMath, *operands, **ins.params)
             return f"asarray{text.text}" if text.text.startswith("(") else f"asarray({text.text})"
         tape = self.tape
-        self.g[f"G{ins.out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
+        if ins.prim == "scan":  # its body runs as a program of its own (``loops``)
+            self.g[f"G{ins.out}"] = lambda *arrays, params=ins.params: loops.scan(params, arrays)
+        else:
+            self.g[f"G{ins.out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
         return f"G{ins.out}({', '.join(args)})"
 
     def array_arg(self, a, shape):

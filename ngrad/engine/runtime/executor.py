@@ -16,7 +16,7 @@ import numpy as np
 from ..backend.fuse import Glue
 from ..config import debug_level
 from ..ir.interpret import bind, evaluate, interpret, matmul_into, np_dtype, unslice_into
-from . import buffers, threads
+from . import buffers, loops, threads
 from .buffers import accumulator, owned
 from .checks import aligned
 from .layout import kept, squeezed
@@ -93,6 +93,8 @@ def _glue(plan, tape, ins, env, take):
             value = value.transpose(inverse)
         with np.errstate(all="ignore"):
             matmul_into(env[ins.args[0]], env[ins.args[1]], value)
+    elif value is None and ins.prim == "scan":
+        value = loops.scan(ins.params, [env[a] for a in ins.args])
     elif value is None:
         with np.errstate(all="ignore"):
             value = evaluate(tape, ins, env)

@@ -10,9 +10,11 @@ reverse passes as one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 
 from ..ir.prims import PRIMS
+from ..ir.prims.control import body_of, layout, parts
 from ..ir.tape import Builder, Tape, Var
 
 __all__ = ["batch"]
@@ -59,6 +61,29 @@ def _batched_index(x: Var, idx: Sequence[Var], axis: int, size: int, scatter_sha
     for i, p in enumerate(perm):
         inv[p] = i
     return g.permute(perm=tuple(inv))
+
+
+def _swap(v: Var) -> Var:
+    """``v`` with its first two axes exchanged (a scan's steps and the batch axis)."""
+    return v.permute(perm=(1, 0) + tuple(range(2, len(v.shape))))
+
+
+def _batched_scan(args: Sequence[Var], params: dict, size: int) -> Var:
+    """A ``scan`` whose operands all carry the batch axis (``args``, lifted): the body batched,
+    the sequences scanned along their second axis, and the result packed as ``size`` results of
+    the original layout side by side."""
+    carries, xs, length = params["carries"], params["xs"], params["length"]
+    body, out_batched = batch(body_of(params["body"]), body_of(params["body"]).inputs, size)
+    bb = Builder(body)
+    outs = [bb.var(s) if yes else _lift(bb.var(s), size) for s, yes in zip(body.outputs, out_batched)]
+    body = bb.finish(outs)
+    seq = [_swap(a) if carries <= k < carries + xs else a for k, a in enumerate(args)]
+    packed = args[0].bld.emit("scan", seq, dict(params, body=body.format()))
+    finals, ys, hist = parts(packed, layout(body, length, carries))
+    flat = [v.reshape(shape=(size, math.prod(v.shape[1:]))) for v in finals + [_swap(v) for v in ys + hist]]
+    if not flat:
+        return args[0].bld.full(0, (size, 0), packed.dtype)
+    return flat[0].cat(*flat[1:], axis=1) if len(flat) > 1 else flat[0]
 
 
 # kinds whose rows take a leading batch axis as they are (a value check tests every element)
@@ -135,6 +160,8 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
                 r = b.emit(name, args, q)
             else:
                 r = _batched_index(lifted[0], lifted[1:], p["axis"], size, p["shape"] if name == "unindex" else None)
+        elif name == "scan":
+            r = _batched_scan(lifted, p, size)
         else:
             raise ValueError(f"batch: no batching rule for primitive {name!r}")
         env[ins.out] = r

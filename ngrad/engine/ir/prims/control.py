@@ -131,7 +131,7 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
     for t in range(length - 1, -1, -1) if reverse else range(length):
         for h, c in zip(history, carry):
             h[t] = c
-        got = run(body, carry + [s[t] for s in seq] + inv)
+        got = run(body, carry + [s[t, ...] for s in seq] + inv)  # 0-d slices stay arrays
         carry = list(got[:carries])
         for y, v in zip(ys, got[carries:]):
             y[t] = v

@@ -1,0 +1,33 @@
+"""Loops: how a compiled program runs a ``scan`` instruction.
+
+Contract: ``scan(params, args)`` returns the packed result of a ``scan`` instruction
+(``ir.prims.control``) on checked host operands, its body run step by step as a program of its
+own through ``dispatch.prepare``: the body tiers, compiles and caches like any tape (once,
+whatever the number of steps: a new length compiles nothing), and a step costs one call of the
+body's driver. The CUDA target runs a scan's steps this way on the host (a step of a recurrence
+is too small to fill a GPU; the operands cross once each way).
+"""
+
+import numpy as np
+
+from ..ir.prims.control import body_of, run_scan
+
+__all__ = ["scan"]
+
+
+def scan(params, args):
+    """The packed result of ``scan(*args; **params)`` (see the module docstring)."""
+    from .dispatch import prepare  # dispatch runs drivers, which run scans
+
+    body = body_of(params["body"])
+    call = prepare(body) if params["length"] else None
+    with np.errstate(all="ignore"):
+        return run_scan(
+            lambda tape, values: call(values),
+            body,
+            args,
+            params["length"],
+            params["reverse"],
+            params["carries"],
+            params["xs"],
+        )

@@ -1,0 +1,242 @@
+"""``ngrad.scan``: PyTorch's scan on ngrad. Values, gradients (first and second order, to the
+initial carry, the sequence and captured tensors) and forward-mode tangents against the loop
+written out step by step in ngrad and against central finite differences (float64), against
+``torch._higher_order_ops.scan`` where PyTorch is installed, interpreted and compiled; a new
+number of steps compiles nothing; PyTorch's errors for a bad body. The primitive itself runs in
+every corpus of the table through ``tests/cases_control.py``."""
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine.targets import cpu
+
+R = np.random.default_rng(5)
+W0, C0, XS = R.standard_normal((3, 3)), R.standard_normal((2, 3)), R.standard_normal((5, 2, 3))
+
+
+def _step(lib, w):
+    def step(carry, x):
+        h, s = carry["h"], carry["s"]
+        h = lib.tanh(h @ w + x[0] * s)
+        s = s * 0.5 + lib.sin(x[1])
+        return {"h": h, "s": s}, (h.sum(-1), h * s)
+
+    return step
+
+
+def _unrolled(lib, step, init, xs, reverse=False):
+    """The written-out loop: the reference every scan is checked against."""
+    n = xs[0].shape[0]
+    carry, ys = init, [None] * n
+    for t in range(n - 1, -1, -1) if reverse else range(n):
+        carry, ys[t] = step(carry, tuple(x[t] for x in xs))
+    return carry, tuple(lib.stack([y[k] for y in ys]) for k in range(len(ys[0])))
+
+
+def _program(lib, scan, reverse=False):
+    """A loss through a scan with a dict carry, a tuple of sequences, a captured weight and two
+    stacked outputs; the values it returns and the gradients of every input."""
+    w = lib.tensor(W0, requires_grad=True)
+    h0, s0 = lib.tensor(C0, requires_grad=True), lib.tensor(C0[::-1].copy(), requires_grad=True)
+    xs = (lib.tensor(XS, requires_grad=True), lib.tensor(XS * 0.3, requires_grad=True))
+    carry, (y1, y2) = scan(_step(lib, w), {"h": h0, "s": s0}, xs, reverse=reverse)
+    loss = (carry["h"] ** 2).sum() + carry["s"].sum() + (y1 * y1).sum() + y2.cos().sum()
+    loss.backward()
+    grads = [t.grad.numpy() for t in (w, h0, s0, *xs)]
+    return [loss.detach().numpy(), y1.detach().numpy(), y2.detach().numpy()] + grads
+
+
+def _unrolled_scan(lib):
+    return lambda f, init, xs, reverse=False: _unrolled(lib, f, init, xs, reverse)
+
+
+@pytest.mark.parametrize("mode", ["never", pytest.param("always", marks=pytest.mark.numba)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_values_and_gradients_equal_the_written_out_loop(mode, reverse, monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("NGRAD_JIT", mode)
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+    got = _program(ngrad, ngrad.scan, reverse)
+    want = _program(ngrad, _unrolled_scan(ngrad), reverse)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.fixture(autouse=True)
+def _interpreted(monkeypatch):
+    """The interpreter unless a test compiles on purpose (the body is called once a step, so
+    tiering would compile it in any test of more than a few steps)."""
+    monkeypatch.setenv("NGRAD_JIT", "never")
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_pytorch_parity(reverse):
+    torch = pytest.importorskip("torch")
+    from torch._higher_order_ops.scan import scan
+
+    for a, b in zip(_program(ngrad, ngrad.scan, reverse), _program(torch, scan, reverse)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_scanning_another_dim_stacks_the_outputs_there(dim):
+    xs = R.standard_normal((2, 3, 4))
+
+    def run(lib, scan):
+        x = lib.tensor(xs, requires_grad=True)
+        c, ys = scan(
+            lambda c, v: (c * 0.9 + v, (c * v).exp()), lib.zeros(2, 4 if dim == 1 else 3, dtype=lib.float64), x, dim=dim
+        )
+        (c.sum() + ys.sum()).backward()
+        return c.detach().numpy(), ys.detach().numpy(), x.grad.numpy()
+
+    got = run(ngrad, ngrad.scan)
+    moved = np.moveaxis(xs, dim, 0)
+    c = np.zeros(moved.shape[1:])
+    ys = []
+    for v in moved:
+        ys.append(np.exp(c * v))
+        c = c * 0.9 + v
+    np.testing.assert_allclose(got[0], c, rtol=1e-13)
+    np.testing.assert_allclose(got[1], np.moveaxis(np.stack(ys), 0, dim), rtol=1e-13)
+    torch = pytest.importorskip("torch")
+    from torch._higher_order_ops.scan import scan
+
+    for a, b in zip(got, run(torch, scan)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def _rnn(w, h0, xs):
+    def step(h, x):
+        h = ngrad.tanh(h * w[0] + x * w[1]) + h * 0.1
+        return h, (h * x).sum()
+
+    h, ys = ngrad.scan(step, h0, xs)
+    return (h * h).sum() + (ys * ys).sum()
+
+
+def test_first_and_second_derivatives_equal_finite_differences():
+    w = ngrad.tensor(R.standard_normal((2, 4)), requires_grad=True)
+    h0 = ngrad.tensor(R.standard_normal(4), requires_grad=True)
+    xs = ngrad.tensor(R.standard_normal((6, 4)), requires_grad=True)
+    assert ngrad.autograd.gradcheck(_rnn, (w, h0, xs))
+    assert ngrad.autograd.gradgradcheck(_rnn, (w, h0, xs))
+
+
+def test_forward_mode_and_hessian_vector_products_equal_the_written_out_loop():
+    args = [R.standard_normal((2, 4)), R.standard_normal(4), R.standard_normal((6, 4))]
+    tangents = tuple(ngrad.tensor(R.standard_normal(a.shape)) for a in args)
+    primals = tuple(ngrad.tensor(a) for a in args)
+
+    def unrolled(w, h0, xs):
+        h, tot = h0, 0
+        for t in range(xs.shape[0]):
+            h = ngrad.tanh(h * w[0] + xs[t] * w[1]) + h * 0.1
+            tot = tot + (h * xs[t]).sum() ** 2
+        return (h * h).sum() + tot
+
+    got = ngrad.func.jvp(_rnn, primals, tangents)
+    want = ngrad.func.jvp(unrolled, primals, tangents)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    for a, b in zip(
+        ngrad.autograd.functional.hvp(_rnn, primals, tangents)[1],
+        ngrad.autograd.functional.hvp(unrolled, primals, tangents)[1],
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-11)
+
+
+@pytest.mark.numba
+def test_a_new_number_of_steps_compiles_nothing(jit_always):
+    w = ngrad.tensor(R.standard_normal((2, 4)), requires_grad=True)
+    h0 = ngrad.tensor(R.standard_normal(4), requires_grad=True)
+    for n in (7, 19, 300):
+        if n == 19:
+            compiled = cpu.stats["compiled"] + cpu.stats["loaded"]
+        xs = ngrad.tensor(R.standard_normal((n, 4)))
+        _rnn(w, h0, xs).backward()
+        h, tot = h0.detach().numpy(), 0.0
+        g = w.detach().numpy()
+        for x in xs.numpy():
+            h = np.tanh(h * g[0] + x * g[1]) + h * 0.1
+            tot += (h * x).sum() ** 2
+        np.testing.assert_allclose(w.grad.numpy().shape, (2, 4))
+        w.grad = None
+    assert cpu.stats["compiled"] + cpu.stats["loaded"] == compiled
+
+
+def test_work_on_captured_tensors_runs_once_and_keeps_their_gradient():
+    """``w[0] * 2`` reads no carry: it is computed before the loop, and the gradient still
+    reaches ``w`` through it."""
+    w = ngrad.tensor(R.standard_normal((2, 3)), requires_grad=True)
+    seen = []
+
+    def step(h, x):
+        scale = w[0] * 2
+        seen.append(scale)
+        return h * scale + x, h.sum()
+
+    h, ys = ngrad.scan(step, ngrad.ones(3, dtype=ngrad.float64), ngrad.ones(4, 3, dtype=ngrad.float64))
+    h.sum().backward()
+    assert seen[0]._node.value is not None  # realized before the loop, not recomputed per step
+    a = 2 * w.detach().numpy()[0]
+    # h4 = a^4 + a^3 + a^2 + a + 1 (x = 1, h0 = 1): d/dw0 = 2 (4a^3 + 3a^2 + 2a + 1)
+    np.testing.assert_allclose(w.grad.numpy()[0], 2 * (4 * a**3 + 3 * a**2 + 2 * a + 1), rtol=1e-12)
+    np.testing.assert_allclose(w.grad.numpy()[1], 0)
+
+
+@pytest.mark.numba
+def test_under_ngrad_compile_it_equals_eager(jit_always):
+    w = ngrad.tensor(R.standard_normal((2, 4)), requires_grad=True)
+    h0 = ngrad.tensor(R.standard_normal(4), requires_grad=True)
+    xs = ngrad.tensor(R.standard_normal((9, 4)))
+    eager = _rnn(w, h0, xs)
+    eager.backward()
+    want = eager.item(), w.grad.numpy().copy()
+    w.grad = None
+    f = ngrad.compile(_rnn)
+    for _ in range(2):
+        got = f(w, h0, xs)
+        got.backward()
+        np.testing.assert_allclose(got.item(), want[0], rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), want[1], rtol=1e-12)
+        w.grad = None
+
+
+def test_ten_thousand_steps():
+    xs = ngrad.tensor(R.standard_normal((10_000, 2)) * 0.01, requires_grad=True)
+    c, ys = ngrad.scan(lambda c, x: (c + x, c.sum()), ngrad.zeros(2, dtype=ngrad.float64), xs)
+    ys.sum().backward()
+    np.testing.assert_allclose(c.detach().numpy(), xs.detach().numpy().sum(0), rtol=1e-10, atol=1e-12)
+    # y_t = sum of x before t, so d(sum y)/dx_t = the number of later steps
+    np.testing.assert_allclose(xs.grad.numpy()[:, 0], np.arange(9_999, -1, -1))
+
+
+def test_errors_follow_pytorch():
+    z = ngrad.zeros(3)
+    xs = ngrad.ones(2, 3)
+    with pytest.raises(RuntimeError, match="All init leaves must be a Tensor"):
+        ngrad.scan(lambda c, x: (c, x), 1.0, xs)
+    with pytest.raises(RuntimeError, match="Expected init and carry to have same metadata"):
+        ngrad.scan(lambda c, x: (ngrad.cat([c, x]), x), z, xs)
+    with pytest.raises(RuntimeError, match="Expected init and carry to have same metadata"):
+        ngrad.scan(lambda c, x: ((c + x).double(), x), z, xs)
+    with pytest.raises(RuntimeError, match="must return a tuple"):
+        ngrad.scan(lambda c, x: c + x, z, xs)
+    with pytest.raises(RuntimeError, match="scan dimension > 0"):
+        ngrad.scan(lambda c, x: (c + x, x), z, ngrad.ones(0, 3))
+    with pytest.raises(RuntimeError, match="holds no tensor"):
+        ngrad.scan(lambda c, x: (c, c), z, ())
+    with pytest.raises(RuntimeError, match="slices along dim"):
+        ngrad.scan(lambda c, x: (c + x[0], c), z, (xs, ngrad.ones(4, 3)))
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        ngrad.scan(lambda c, x: (c + x, x), z, xs, dim=2)
+    with pytest.raises(ngrad.TraceError, match="ngrad.scan: combine_fn needed the value"):
+        ngrad.scan(lambda c, x: (c + x.sum().item(), x), z, xs)
+    with pytest.raises(RuntimeError, match="wrote in place"):
+        ngrad.scan(lambda c, x: (c.add_(x), x.clone()), z.clone(), xs)
+    with pytest.raises(TypeError, match="share one dtype"):
+        ngrad.scan(lambda c, x: (c + x, c.argmax()), z, xs)
+    # writing into a tensor the step made is fine
+    c, ys = ngrad.scan(lambda c, x: (c + x, ngrad.zeros(3).add_(x)), z, xs)
+    np.testing.assert_array_equal(ys.numpy(), np.ones((2, 3)))
