@@ -5,14 +5,15 @@ JSON line, until stdin ends:
 
 - ``{"id", "kind": "start", "eval"}`` -> ``{"id", "tool": "ngrad", "config": {versions}}``
 - ``{"id", "kind": "define", "module"}`` -> ``{"id", "success", "timings"?, "error"?}``. Defining
-  a module whose programs have one structure at every size (all but ``ode`` and ``lstm``, whose
-  tapes unroll their step count, ``det``, whose recursion has ell levels, and ``particle`` and
-  ``saddle``, which have no sizes) runs each function three times on an input of the eval's
-  shape (``ht``: both of its layouts) and waits for the background compiles, so its kernels are
-  compiled (or loaded from the disk cache) here; that time is reported as a timing named
-  ``compile``. ``lse``, ``llsq``, ``kmeans`` and ``gmm`` then make a new size's plan from those
-  kernels in its first call (``NGRAD_JIT_THRESHOLD=1``, ``NGRAD_COMPILE=wait`` while they run,
-  unless set).
+  a module whose programs have one structure at every size (all but ``det``, whose recursion
+  has ell levels, and ``particle`` and ``saddle``, which have no sizes; ``ode``'s steps and
+  ``lstm``'s characters are an ``ngrad.scan``, one body whatever their count) runs each function
+  three times on an input of the eval's shape (``ht``: both of its layouts; ``lstm``: each of
+  GradBench's layer counts) and waits for the background compiles, so its kernels are compiled
+  (or loaded from the disk cache) here; that time is reported as a timing named ``compile``.
+  ``lse``, ``llsq``, ``kmeans``, ``gmm``, ``ode`` and ``lstm`` compile in the calls of ``define``
+  and make a new size's plan from those kernels in its first call (``NGRAD_JIT_THRESHOLD=1``,
+  ``NGRAD_COMPILE=wait`` while they run, unless set).
 - ``{"id", "kind": "evaluate", "module", "function", "input"}`` -> ``{"id", "success": true,
   "output", "timings"}``: the function runs at least ``input["min_runs"]`` times (default 1) and
   until its runs have taken ``input["min_seconds"]`` (default 0), each run reported as a timing
@@ -50,7 +51,7 @@ import numpy as np
 
 import ngrad
 
-from .problems import PROBLEMS, ba, det, gmm, ht, nested, ode
+from .problems import PROBLEMS, ba, det, gmm, ht, lstm, nested, ode
 
 __all__ = ["serve", "MODULES"]
 
@@ -85,6 +86,12 @@ def _value(name):
         return step(t, tuple((k, v) for k, v in inp.items() if not isinstance(v, np.ndarray))).item()
 
     return run
+
+
+def _ode_primal():
+    """y(2) itself (an array), under ``ngrad.compile`` as the values of ``_value`` are."""
+    solve = ngrad.compile(lambda x, s: ode.solve(ngrad, x, s), static_argnums=(1,))
+    return lambda inp: solve(ngrad.from_numpy(inp["x"]), inp["s"]).numpy()
 
 
 def _outputs(name, *keys):
@@ -227,7 +234,7 @@ MODULES = {
         "gradient": (_llsq_prepare, _outputs("llsq", "x"), _one("x")),
     },
     "ode": {
-        "primal": (_ode_prepare, lambda inp: ode.solve(ngrad, _t(inp["x"]), inp["s"]).numpy(), np.ndarray.tolist),
+        "primal": (_ode_prepare, _ode_primal(), np.ndarray.tolist),
         "gradient": (_ode_prepare, _outputs("ode", "x"), _one("x")),
     },
     "kmeans": {
@@ -270,6 +277,12 @@ def _gmm_warm(d):
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in inp.items()}
 
 
+def _lstm_warm(layers):
+    rng = np.random.default_rng(layers)
+    inp = lstm.inputs(6, rng, layers=layers, b=lstm.HIDDEN)
+    return {k: v.tolist() for k, v in inp.items()}
+
+
 # small inputs in GradBench's format, run at define time so that kernels compile there (no
 # dimension of size 1: that would be another broadcast pattern, so other kernels)
 _WARM = {
@@ -283,14 +296,13 @@ _WARM = {
     # (gmm at d = 2, where l has one column, and at d = 10 takes other kernels than at d = 3:
     # GradBench's first two sizes compiled 1-1.6 s a call in their first evaluations)
     "gmm": [_gmm_warm(2), _gmm_warm(10)],
-    # ode and lstm: long enough to run as bytecode, whose loop compiles here for the real sizes too
+    # ode and lstm: their steps are a scan, whose body is one program whatever the step count
+    # or sequence length (and kernels take their sizes as arguments): a few steps compile the
+    # bodies GradBench's workloads run, lstm's for each of its default layer counts (2, 4, 6:
+    # each count is another body) at its text's 14 bits a character (at 3, the planner fused
+    # the body otherwise, and the first jacobian at 14 compiled 3.5 s)
     "ode": {"x": [0.5, -0.25, 0.75, -1.0, 0.125], "s": 4},
-    "lstm": {
-        "main_params": [[0.1 * ((i * 7 + j) % 5 - 2) for j in range(12)] for i in range(4)],
-        "extra_params": [[0.3, -0.2, 0.1], [0.5, 0.4, -0.3], [0.0, 0.1, 0.2]],
-        "state": [[0.1 * (i - j) for j in range(3)] for i in range(4)],
-        "sequence": [[0.2 * ((t * 3 + j) % 7 - 3) for j in range(3)] for t in range(12)],
-    },
+    "lstm": [_lstm_warm(layers) for layers in (2, 4, 6)],
     # ht: both layouts (with and without us) of ADBench's hand
     "ht": [ht.small_input(True), ht.small_input(False)],
     "ba": {
@@ -310,14 +322,15 @@ def _define(module):
         return {"success": False, "error": f"unknown module {module!r}; ngrad supports {', '.join(MODULES)}"}
     t = time.perf_counter_ns()
     warm = _WARM.get(module, [])
-    for raw in warm if isinstance(warm, list) else [warm]:
-        for prepare, run, post in MODULES[module].values():
-            inp = prepare(raw)
-            # tiering: a traced program's second call replays it, which compiles from the third
-            # (with two, gmm's first evaluation still compiled 0.3-0.9 s in its call)
-            for _ in range(3):
-                out = run(inp)
-            post(out)
+    with _tiering(module):
+        for raw in warm if isinstance(warm, list) else [warm]:
+            for prepare, run, post in MODULES[module].values():
+                inp = prepare(raw)
+                # tiering: a traced program's second call replays it, which compiles from the
+                # third (with two, gmm's first evaluation still compiled 0.3-0.9 s in its call)
+                for _ in range(3):
+                    out = run(inp)
+                post(out)
     # ... in the background: wait for it here, or the evaluations that follow would run on the
     # interpreter while the compiler takes their core (kmeans: 8 s of compiling on 2 cores)
     ngrad.synchronize_compiles()
@@ -327,9 +340,11 @@ def _define(module):
 # Modules whose define compiles the kernels of every size: their evaluations compile a new size's
 # plan in the call that first meets it, from those kernels (tiering would interpret that call
 # and the ones after it while the plan is made in the background: kmeans' first cost at k = 1,000,
-# n = 10,000 took 2.7 s so, 0.36 s compiled). An NGRAD_JIT_THRESHOLD or NGRAD_COMPILE the user
-# set is kept.
-_COMPILE_AT_ONCE = {"lse", "llsq", "kmeans", "gmm"}
+# n = 10,000 took 2.7 s so, 0.36 s compiled). Their define compiles in its own calls too: a
+# background compile warms its kernels on copies of the inputs, and lstm's first jacobian then
+# compiled Numba specialisations for 7 s. An NGRAD_JIT_THRESHOLD or NGRAD_COMPILE the user set
+# is kept.
+_COMPILE_AT_ONCE = {"lse", "llsq", "kmeans", "gmm", "ode", "lstm"}
 
 
 @contextlib.contextmanager

@@ -47,16 +47,22 @@ def predict(T, main_params, extra_params, carry, x):
 
 def objective(T, main_params, extra_params, state, sequence):
     """A scan over the characters (``ngrad.scan``), the layers inside its body: the program holds
-    one step whatever the sequence length."""
-    layers, b = main_params.shape[0] // 2, main_params.shape[1] // 4
+    one step whatever the sequence length. The loss's sum and its count, (c - 1) b, are carried
+    from step to step (the sum in the reference's order), so that no number in the program
+    depends on c: a count taken from the shape is a constant of a kernel, and each sequence
+    length compiled its own."""
+    layers = main_params.shape[0] // 2
 
     def step(carry, pair):
-        carry, y = predict(T, main_params, extra_params, carry, pair[0])
-        return carry, T.sum(pair[1] * (y - lse(T, y)))
+        hidden_cell, total, count = carry
+        hidden_cell, y = predict(T, main_params, extra_params, hidden_cell, pair[0])
+        total = total + T.sum(pair[1] * (y - lse(T, y)))
+        return (hidden_cell, total, count + T.sum(T.ones_like(y))), ()
 
-    init = (tuple(state[2 * i] for i in range(layers)), tuple(state[2 * i + 1] for i in range(layers)))
-    _, terms = scan(T, step, init, (sequence[:-1], sequence[1:]))
-    return -T.sum(terms) / ((sequence.shape[0] - 1) * b)
+    hidden_cell = (tuple(state[2 * i] for i in range(layers)), tuple(state[2 * i + 1] for i in range(layers)))
+    zero = T.zeros((), dtype=state.dtype)
+    (_, total, count), _ = scan(T, step, (hidden_cell, zero, zero), (sequence[:-1], sequence[1:]))
+    return -total / count
 
 
 def jax_system(jax, J):
