@@ -185,7 +185,7 @@ def _interpreted(tape, values, record):
     return owned(outs, values)
 
 
-def prepare(tape, target="cpu"):
+def prepare(tape, target="cpu", checked=True):
     """A function ``f(values)`` equal to ``run(tape, values, target)``, for calling many times.
 
     The plan is compiled now (unless ``NGRAD_JIT=never``, or under ``auto`` it needs more than
@@ -197,14 +197,15 @@ def prepare(tape, target="cpu"):
     buffers come from the plan's pool (``POOL_MIN_BYTES``), and a loop writes in place of a
     value that dies there where the executor would (decided once, when the driver is made).
     With threads on, a plan with loops big enough for them runs through ``run``'s step-by-step
-    path, which cuts those loops into chunks.
+    path, which cuts those loops into chunks. ``checked=False`` leaves the input checks out of a
+    compiled plan's driver: for callers that pass exact, contiguous arrays (a scan's steps).
     """
     if target == "cuda":
         return lambda values: run(tape, values, target)
     if _in_background(tape):
         return Pending(tape)
     record = tier_for(tape, jit_mode(), now=True)
-    return _prepared(tape, None if record is None else record.tier)
+    return _prepared(tape, None if record is None else record.tier, checked)
 
 
 def _in_background(tape):
@@ -216,11 +217,11 @@ def _in_background(tape):
     return record is None or record.tier is None or not record.tier.ready()
 
 
-def _prepared(tape, tier):
+def _prepared(tape, tier, checked=True):
     """The function ``prepare`` gives for ``tier`` (a driver once it is compiled)."""
     if isinstance(tier, Machine):
         return _checked(tape, tier)
-    drive = driver_of(tier, tape) if tier is not None and tier.ready() else None
+    drive = driver_of(tier, tape, checked) if tier is not None and tier.ready() else None
     if drive is None:
         return lambda values: run(tape, values)
     return drive

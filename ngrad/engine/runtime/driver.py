@@ -42,23 +42,28 @@ _BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
 
-def driver_of(plan, tape):
+def driver_of(plan, tape, checked=True):
     """The compiled plan's generated driver (see ``dispatch.prepare``), built once; None while
-    threads run its loops in chunks."""
+    threads run its loops in chunks. ``checked=False``: the driver without its input checks, for
+    callers whose values are exact by construction (a scan's steps, ``loops``)."""
     if plan.chunks():
         return None
-    if plan.drive is None:
-        plan.drive = _driver(plan, tape)
-    return plan.drive
+    if checked:
+        if plan.drive is None:
+            plan.drive = _driver(plan, tape, True)
+        return plan.drive
+    if plan.trusted is None:
+        plan.trusted = _driver(plan, tape, False)
+    return plan.trusted
 
 
-def _driver(plan, tape):
+def _driver(plan, tape, checked):
     """The driver of a compiled plan as a Python function of ``values``."""
     # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
     # of its range (the executor falls back to the interpreter), and with threads on
     g = {"execute": lambda values: executed(plan, tape, values)}
     lines, outs = driver_code(
-        plan, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)"
+        plan, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)", checked
     )
     text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
@@ -136,7 +141,7 @@ def store_targets(part, sizes, tape, spare):
     return targets
 
 
-def driver_code(plan, tape, inputs, g, fallback):
+def driver_code(plan, tape, inputs, g, fallback, checked=True):
     """Lines and output expressions of a driver (see ``_driver`` and ``dispatch.inline``)."""
     lay = plan.serial
     plan.compile(lay)
@@ -155,7 +160,7 @@ def driver_code(plan, tape, inputs, g, fallback):
         }
     )
     w = _Writer(plan, tape, g)
-    w.inputs(inputs)
+    w.inputs(inputs, checked)
     g["fix"] = lambda i, v: fix_input(tape, i, v)
     if plan.threaded is not plan.serial:  # loops big enough for threads: once threads are on,
         g["plan"] = plan  # they run in chunks (``execute``); the driver is serial
@@ -214,7 +219,7 @@ class _Writer:
             return f"take({tuple(shape)!r}, {self.dtype_name(s)})"
         return f"empty({tuple(shape)!r}, {self.dtype_name(s)})"
 
-    def inputs(self, inputs):
+    def inputs(self, inputs, checked):
         """Bind each input to a variable, checked (anything unexpected goes through ``fix``)."""
         tape = self.tape
         for i, (s, kind) in enumerate(zip(tape.inputs, tape.kinds)):
@@ -225,6 +230,8 @@ class _Writer:
                 self.scalar.add(v)
             else:
                 self.lines.append(f"{v} = {inputs[i]}  # in %{s}")
+                if not checked:
+                    continue
                 self.lines.append(
                     f"if {v}.__class__ is not ndarray or {v}.shape != {tape.shapes[s]!r} or "
                     f"{v}.dtype is not {self.dtype_name(s)} or not {v}.flags.c_contiguous or not {v}.flags.aligned:"

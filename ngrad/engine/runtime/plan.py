@@ -34,7 +34,7 @@ class CompiledPlan:
     get functions of their own instead (the ``threaded`` layout, compiled the first time threads
     are on), so that threads can run each in chunks of rows."""
 
-    __slots__ = ("plan", "serial", "threaded", "pool", "lent", "consts", "drive", "in_place", "into")
+    __slots__ = ("plan", "serial", "threaded", "pool", "lent", "consts", "drive", "trusted", "in_place", "into")
 
     def __init__(self, tape):
         self.plan = fuse(tape)
@@ -44,6 +44,7 @@ class CompiledPlan:
         chunk = any(isinstance(st, Kernel) and big(st) for st in self.plan.steps)
         self.threaded = Layout(self.plan, tape, dead, split=True) if chunk else self.serial
         self.drive = None  # the generated driver, once asked for
+        self.trusted = None  # the driver without input checks (``loops``: a scan's later steps)
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run
         self.lent = {}  # (shape, dtype) -> results handed out, taken back once unreferenced
         # steps that may write into a dying input's buffer (see VECTOR_MATH)

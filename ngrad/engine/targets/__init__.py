@@ -13,8 +13,10 @@ class CompileError(RuntimeError):
 
 def _cpu():
     """The CPU target if something imported it, else None: the runtime asks what is compiled
-    without importing it (and so Numba), since nothing is before it is imported."""
-    return sys.modules.get(__name__ + ".cpu")
+    without importing it (and so Numba), since nothing is before it is imported. A module another
+    thread is still importing is not there yet either."""
+    cpu = sys.modules.get(__name__ + ".cpu")
+    return cpu if getattr(cpu, "IMPORTED", False) else None
 
 
 def resident(text):

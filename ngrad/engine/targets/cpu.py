@@ -522,3 +522,8 @@ def cache_clear():
             shutil.rmtree(folder, ignore_errors=True)
     _memory.clear()
     return n
+
+
+# the last statement: ``targets._cpu`` hands this module out only once it is whole (a compile on
+# the worker thread imports it, Numba first, while calls on other threads ask what it holds)
+IMPORTED = True

@@ -120,23 +120,30 @@ class Numpy:
 
 def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, xp=np):
     """A scan's packed result, the body run by ``run(body, values)`` (the interpreter, or the
-    runtime's compiled program); ``xp``: the array module of ``args`` (NumPy, or CuPy on CUDA)."""
+    runtime's compiled program); ``xp``: the array module of ``args`` (NumPy, or CuPy on CUDA).
+    The body's results are fresh arrays: each step's are kept as they are and stacked at the end."""
     from ..interpret import np_dtype
 
     carry, seq, inv = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
-    lay = layout(body, length, carries)
-    out = xp.empty(lay.size, dtype=np_dtype(lay.dtype))
-    ys = [out[o : o + math.prod(s)].reshape(s) for o, s in lay.ys]
-    history = [out[o : o + math.prod(s)].reshape(s) for o, s in lay.history]
-    for t in range(length - 1, -1, -1) if reverse else range(length):
+    order = range(length - 1, -1, -1) if reverse else range(length)
+    # each step's slices, made up front (an index of a 1-d array is a number, not a 0-d array)
+    slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if reverse else s) for s in seq]
+    history: list[list] = [[] for _ in range(carries)]
+    ys: list[list] = [[] for _ in range(len(body.outputs) - carries)]
+    for step in range(length):
         for h, c in zip(history, carry):
-            h[t] = c
-        got = run(body, carry + [s[t, ...] for s in seq] + inv)  # 0-d slices stay arrays
+            h.append(c)
+        got = run(body, carry + [s[step] for s in slices] + inv)
         carry = list(got[:carries])
         for y, v in zip(ys, got[carries:]):
-            y[t] = v
+            y.append(v)
+    lay = layout(body, length, carries)
+    out = xp.empty(lay.size, dtype=np_dtype(lay.dtype))
     for (o, s), c in zip(lay.finals, carry):
         out[o : o + math.prod(s)] = c.reshape(-1)
+    for (o, s), steps in zip(lay.ys + lay.history, ys + history):
+        if length:
+            xp.stack(steps[::-1] if reverse else steps, out=out[o : o + math.prod(s)].reshape(s))
     return out
 
 
@@ -158,7 +165,9 @@ def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...
     ins = body.inputs
     c_in, x_in, w_in = (ins[r.start : r.stop] for r in _roles(len(ins), carries, xs))
     dt = body.dtypes
-    sums = tuple(_differentiable(dt[s]) for s in w_in)
+    # a runtime scalar (a Python number of the step) takes no gradient
+    w_kinds = body.kinds[carries + xs :]
+    sums = tuple(_differentiable(dt[s]) and k != "scalar" for s, k in zip(w_in, w_kinds))
     grads_x = tuple(_differentiable(dt[s]) for s in x_in)
     joint = vjp(body, ins)
     b = Builder()
