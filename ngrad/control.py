@@ -221,12 +221,14 @@ def _body(probes, roots, outer):
     slot = dict(zip(map(id, low.sources), low.tape.inputs))
     tape = low.tape
     body = Tape()
-    body.shapes, body.dtypes, body.instrs, body.outputs = tape.shapes, tape.dtypes, tape.instrs, tape.outputs
+    # shapes as tuples: a device array's shape may be its own sequence type (the CUDA simulator's)
+    body.shapes = [tuple(int(d) for d in shape) for shape in tape.shapes]
+    body.dtypes, body.instrs, body.outputs = tape.dtypes, tape.instrs, tape.outputs
     for p in probes:
         s = slot.get(id(p._node))
         if s is None:  # a carry or slice the step never reads
             s = len(body.shapes)
-            body.shapes.append(p._node.shape)
+            body.shapes.append(tuple(p._node.shape))
             body.dtypes.append(p._node.dtype.short)
         body.inputs.append(s)
         body.kinds.append("tensor")

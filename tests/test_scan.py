@@ -240,3 +240,40 @@ def test_errors_follow_pytorch():
     # writing into a tensor the step made is fine
     c, ys = ngrad.scan(lambda c, x: (c + x, ngrad.zeros(3).add_(x)), z, xs)
     np.testing.assert_array_equal(ys.numpy(), np.ones((2, 3)))
+
+
+HAVE_CUDA = ngrad.cuda.is_available()
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (runs under the simulator below)")
+@pytest.mark.parametrize("mode", ["never", "always"])
+def test_device_scan_equals_the_cpu(mode, monkeypatch, tmp_path_factory):
+    """A scan of CUDA tensors (its steps run on the host) gives the CPU's values and gradients,
+    and its results and gradients stay on the device."""
+    monkeypatch.setenv("NGRAD_JIT", mode)
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
+
+    def run(device):
+        w = ngrad.tensor(W0, device=device, requires_grad=True)
+        h0 = ngrad.tensor(C0, device=device, requires_grad=True)
+        xs = ngrad.tensor(XS, device=device, requires_grad=True)
+        h, ys = ngrad.scan(lambda h, x: (ngrad.tanh(h @ w + x), (h * x).sum(-1)), h0, xs, reverse=True)
+        loss = (h * h).sum() + ys.exp().sum()
+        loss.backward()
+        assert h.device.type == device and w.grad.device.type == device
+        return [t.detach().cpu().numpy() for t in (loss, ys, w.grad, h0.grad, xs.grad)]
+
+    for a, b in zip(run("cuda"), run("cpu")):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.numba
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    HAVE_CUDA and __import__("os").environ.get("NUMBA_ENABLE_CUDASIM") != "1",
+    reason="a real GPU runs the device tests directly",
+)
+def test_simulator_runs_the_device_tests(tmp_path):
+    from .oracles import run_device_tests_simulated
+
+    run_device_tests_simulated(__file__, tmp_path)
