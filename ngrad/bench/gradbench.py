@@ -267,9 +267,9 @@ MODULES = {
 }
 
 
-def _kmeans_warm():
-    points = np.random.default_rng(0).random((1000, 8))
-    return {"points": points.tolist(), "centroids": points[-10:].tolist()}
+def _kmeans_warm(n, k):
+    points = np.random.default_rng(0).random((n, 8))
+    return {"points": points.tolist(), "centroids": points[-k:].tolist()}
 
 
 def _gmm_warm(d):
@@ -291,8 +291,9 @@ _WARM = {
     "llsq": {"x": [0.1, -0.2, 0.3], "n": 7},
     # kmeans and gmm: GradBench's smallest n, 1,000 points, so that their arrays take the fused
     # kernels of the real sizes (on a few points their tapes took other kernels, and the first
-    # workload compiled 0.3-4 s)
-    "kmeans": _kmeans_warm(),
+    # workload compiled 0.3-4 s); kmeans also with 1,000 centroids (whose arrays took other
+    # kernels again: 0.1-0.4 s a first call) on enough points for its blocks of products
+    "kmeans": [_kmeans_warm(1000, 10), _kmeans_warm(2000, 1000)],
     # (gmm at d = 2, where l has one column, and at d = 10 takes other kernels than at d = 3:
     # GradBench's first two sizes compiled 1-1.6 s a call in their first evaluations)
     "gmm": [_gmm_warm(2), _gmm_warm(10)],
