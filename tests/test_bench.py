@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ngrad
-from ngrad.bench.problems import PROBLEMS, ba, kmeans
+from ngrad.bench.problems import PROBLEMS, ba, kmeans, lstm, ode
 from ngrad.bench.runner import agree, run_suite
 from ngrad.cli import main
 
@@ -71,6 +71,41 @@ def test_kmeans_newton_direction_matches_differences():
         g[idx] = (cost(c + e) - cost(c - e)) / (2 * eps)
         h[idx] = (cost(c + e) - 2 * cost(c) + cost(c - e)) / eps**2
     np.testing.assert_allclose(out["dir"], g / h, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [12, 13])  # 12: three blocks of four points; 13: and one more point
+def test_kmeans_blocks_of_products_find_the_nearest_centroids(monkeypatch, n):
+    monkeypatch.setattr(kmeans, "BLOCK_ELEMENTS", 12)  # k = 3: blocks of (about) four points
+    inp = kmeans.inputs(n, np.random.default_rng(4), k=3, d=2)
+    d2 = ((inp["points"][:, None] - inp["centroids"][None]) ** 2).sum(2)
+    near = kmeans.nearest(ngrad, ngrad.from_numpy(inp["points"]), ngrad.from_numpy(inp["centroids"]))
+    np.testing.assert_array_equal(near.numpy(), d2.argmin(1))
+    value, out = PROBLEMS["kmeans"].system("ngrad")(inp)
+    assert np.isclose(value, d2.min(1).sum(), rtol=1e-12)
+    np.testing.assert_allclose(out["dir"], kmeans.numpy(inp)[1]["dir"], rtol=1e-12)
+
+
+def _scan_node(t):
+    stack, seen = [t._node], set()
+    while stack:
+        node = stack.pop()
+        if node.op == "scan":
+            return node
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.srcs)
+    raise AssertionError("no scan in the program")
+
+
+def test_recurrences_are_one_scan_body_whatever_their_length():
+    x = ngrad.from_numpy(np.random.default_rng(5).uniform(-1, 1, 6))
+    a, b = (_scan_node(ode.solve(ngrad, x, s)) for s in (3, 7))
+    assert (a.params["length"], b.params["length"]) == (3, 7) and a.params["body"] == b.params["body"]
+    bodies = []
+    for c in (4, 9):
+        inp = {k: ngrad.from_numpy(v) for k, v in lstm.inputs(c, np.random.default_rng(c), layers=2, b=3).items()}
+        bodies.append(_scan_node(lstm.objective(ngrad, **inp)).params["body"])
+    assert bodies[0] == bodies[1]
 
 
 def test_ba_jacobian_matches_differences():
