@@ -66,13 +66,19 @@ def scan(combine_fn, init, xs, *, dim=0, reverse=False):
     if any(x.shape[0] != length for x in moved):
         counts = [x.shape[0] for x in moved]
         raise RuntimeError(f"ngrad.scan: every xs leaf must have {length} slices along dim {dim}, got {counts}")
-    body, invariants, out_spec = _record(combine_fn, init_spec, init_leaves, xs_spec, moved)
+    body, invariants, out_spec, made = _record(combine_fn, init_spec, init_leaves, xs_spec, moved)
     args = [t._node for t in init_leaves] + [x._node for x in moved] + invariants
     lay = layout(body, length, len(init_leaves))
     params = {"body": body.format(), "length": length, "reverse": bool(reverse)}
     params.update(carries=len(init_leaves), xs=len(moved))
 
     packed = record_op("scan", tuple(args), params, (lay.size,), D.from_short(lay.dtype), _NAME)._node
+    for n in invariants:
+        stale = None if n.meta is None else n.meta.stale
+        if stale is not None and id(n) in made:
+            # a value the step made and then wrote in place (``slice_scatter`` into ``ones_like``):
+            # the step reads it as it was, so the scan reads it as an in-place op reads its input
+            stale.readers(n).add(id(packed))
     finals = [_part(packed, o, s) for o, s in lay.finals]
     ys = [_part(packed, o, s) for o, s in lay.ys]
     if dim != 0:
@@ -163,7 +169,7 @@ def _record(combine_fn, init_spec, init_leaves, xs_spec, moved):
         names = sorted(str(d) for d in dtypes)
         raise TypeError(f"ngrad.scan: the carries and ys of combine_fn must share one dtype, got {', '.join(names)}")
     body, invariants = _body(probes, nodes, outer)
-    return body, invariants, specs
+    return body, invariants, specs, made
 
 
 def _check_carry(init_leaves, carry_nodes, init_spec, carry_spec):

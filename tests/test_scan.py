@@ -277,3 +277,27 @@ def test_simulator_runs_the_device_tests(tmp_path):
     from .oracles import run_device_tests_simulated
 
     run_device_tests_simulated(__file__, tmp_path)
+
+
+def test_a_tensor_the_step_makes_and_writes_into_keeps_its_gradient():
+    """``slice_scatter`` into a tensor the step makes (an in-place write underneath): the scan
+    reads the value as the write found it, as the written-out loop does (found by the GradBench
+    ode's shift of its state)."""
+
+    def grads(scan):
+        x = ngrad.tensor([0.5, -0.3, 0.8], dtype=ngrad.float64, requires_grad=True)
+
+        def step(c, h):
+            return c + h * x * ngrad.slice_scatter(ngrad.ones_like(c), c[:-1], 0, 1), ()
+
+        c, _ = scan(step, ngrad.zeros_like(x) + 1, ngrad.full((3,), 0.1, dtype=ngrad.float64))
+        c.sum().backward()
+        return c.detach().numpy(), x.grad.numpy()
+
+    def unrolled(f, c, xs):
+        for t in range(xs.shape[0]):
+            c, _ = f(c, xs[t])
+        return c, ()
+
+    for a, b in zip(grads(ngrad.scan), grads(unrolled)):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
