@@ -859,6 +859,19 @@ def names_of_copy_fill_and_zero_on_tensors_that_are_not_views(lib):
     return out
 
 
+@case
+def zero_dim_integer_tensor_indices_and_their_gradients(lib):
+    """A 0-d index tensor picks one row (NumPy's ascontiguousarray once made it shape (1,), which
+    the values hid and the gradient's scatter did not)."""
+    table = seq(lib, 4, 3, requires_grad=True)
+    out = []
+    for index in (lib.tensor(1), lib.tensor(-1), lib.tensor([[2]]), lib.tensor(3)):
+        r = table[index]
+        (g,) = grads(lib, (r * r).sum(), [table])
+        out += [r, g]
+    return out
+
+
 XFAIL = {}
 
 

@@ -507,7 +507,8 @@ def index_array(a, size, dim):
 
 def index_source(arr):
     """Index arrays the facade computed: copied to the device of the graph that uses them."""
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    # ascontiguousarray would make a 0-d index (a 0-d integer tensor's) one of shape (1,)
+    arr = np.require(arr, dtype=np.int64, requirements="C")
     return source(arr, D.int64, device=None)
 
 
