@@ -85,27 +85,30 @@ def test_kmeans_blocks_of_products_find_the_nearest_centroids(monkeypatch, n):
     np.testing.assert_allclose(out["dir"], kmeans.numpy(inp)[1]["dir"], rtol=1e-12)
 
 
-def _scan_node(t):
-    stack, seen = [t._node], set()
+def _scan_bodies(t):
+    """The ``length`` and ``body`` of every scan in ``t``'s program, in no order."""
+    stack, seen, found = [t._node], set(), []
     while stack:
         node = stack.pop()
-        if node.op == "scan":
-            return node
         if id(node) not in seen:
             seen.add(id(node))
+            if node.op == "scan":
+                found.append((node.params["length"], node.params["body"]))
             stack.extend(node.srcs)
-    raise AssertionError("no scan in the program")
+    return sorted(found)
 
 
-def test_recurrences_are_one_scan_body_whatever_their_length():
+def test_recurrences_are_one_scan_body_whatever_their_length(monkeypatch):
     x = ngrad.from_numpy(np.random.default_rng(5).uniform(-1, 1, 6))
-    a, b = (_scan_node(ode.solve(ngrad, x, s)) for s in (3, 7))
-    assert (a.params["length"], b.params["length"]) == (3, 7) and a.params["body"] == b.params["body"]
-    bodies = []
-    for c in (4, 9):
+    (a,), (b,) = (_scan_bodies(ode.solve(ngrad, x, s)) for s in (3, 7))
+    assert (a[0], b[0]) == (3, 7) and a[1] == b[1]
+    monkeypatch.setattr(lstm, "UNROLL", 2)  # 5 steps: 2 blocks of 2 and 1 step; 8: 4 blocks, 1 step
+    found = []
+    for c in (6, 10):
         inp = {k: ngrad.from_numpy(v) for k, v in lstm.inputs(c, np.random.default_rng(c), layers=2, b=3).items()}
-        bodies.append(_scan_node(lstm.objective(ngrad, **inp)).params["body"])
-    assert bodies[0] == bodies[1]
+        found.append(_scan_bodies(lstm.objective(ngrad, **inp)))
+    assert [[n for n, _ in f] for f in found] == [[1, 2], [1, 4]]
+    assert [body for _, body in found[0]] == [body for _, body in found[1]]
 
 
 def test_ba_jacobian_matches_differences():

@@ -278,8 +278,9 @@ def _gmm_warm(d):
 
 
 def _lstm_warm(layers):
+    """A sequence with a block of ``lstm.UNROLL`` steps and some left over: both scan bodies."""
     rng = np.random.default_rng(layers)
-    inp = lstm.inputs(6, rng, layers=layers, b=lstm.HIDDEN)
+    inp = lstm.inputs(lstm.UNROLL + 3, rng, layers=layers, b=lstm.HIDDEN)
     return {k: v.tolist() for k, v in inp.items()}
 
 

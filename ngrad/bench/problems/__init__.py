@@ -57,20 +57,28 @@ def _flatten(tree):
     return [leaf for leaves, _ in parts for leaf in leaves], build
 
 
-def scan(T, combine_fn, init, xs):
+def scan(T, combine_fn, init, xs, unroll=1):
     """``T.scan(combine_fn, init, xs)`` where the module ``T`` has one (``ngrad.scan``: the body is
     recorded once and kept as a loop), else the loop a PyTorch user writes: ``combine_fn(carry,
     x) -> (carry, y)`` over the first dimension of every tensor of ``xs`` (a pytree), the ``y``
     stacked. Returns ``(final carry, stacked ys)``, as ``torch._higher_order_ops.scan`` does.
 
+    ``unroll`` (as ``jax.lax.scan``'s): each step of ``T.scan``'s loop runs ``unroll`` steps of
+    ``combine_fn`` (a body that many times longer, fused across steps and dispatched once for
+    them); the steps left over, fewer than ``unroll``, run as a second scan of single steps, so
+    that no program depends on the number of steps.
+
     >>> carry, ys = scan(np, lambda c, x: (c + x, (c * x,)), np.zeros(2), np.ones((3, 2)))
     >>> carry.tolist(), ys[0][:, 0].tolist()
     ([3.0, 3.0], [0.0, 1.0, 2.0])
+    >>> carry, ys = scan(ngrad, lambda c, x: (c + x, c * x), ngrad.zeros(2), ngrad.ones(5, 2), unroll=2)
+    >>> carry.tolist(), ys[:, 0].tolist()
+    ([5.0, 5.0], [0.0, 1.0, 2.0, 3.0, 4.0])
     """
     native = getattr(T, "scan", None)
-    if native is not None:
-        return native(combine_fn, init, xs)
     slices, build_x = _flatten(xs)
+    if native is not None:
+        return _native_scan(T, native, combine_fn, init, slices, build_x, unroll)
     carry, steps, build_y = init, [], None
     for t in range(slices[0].shape[0]):
         carry, y = combine_fn(carry, build_x([s[t] for s in slices]))
@@ -79,6 +87,34 @@ def scan(T, combine_fn, init, xs):
     if build_y is None:  # no steps: nothing to stack (the body's outputs are unknown)
         return carry, ()
     return carry, build_y([T.stack([step[i] for step in steps]) for i in range(len(steps[0]))])
+
+
+def _native_scan(T, native, combine_fn, init, slices, build_x, unroll):
+    """``scan`` on ``T.scan``: blocks of ``unroll`` steps, then the steps left over."""
+    length = slices[0].shape[0]
+    whole = length - length % unroll if unroll > 1 else 0
+    carry, parts, built = init, [], []  # built: the ys' structure, from a recorded step
+
+    def block(c, chunk):
+        ys = []
+        for j in range(unroll):
+            c, y = combine_fn(c, build_x([leaf[j] for leaf in _flatten(chunk)[0]]))
+            leaves, build_y = _flatten(y)
+            ys.append(leaves)
+        built.append(build_y)
+        return c, [T.stack([step[i] for step in ys]) for i in range(len(ys[0]))]
+
+    if whole:
+        blocks = build_x([s[:whole].reshape(whole // unroll, unroll, *s.shape[1:]) for s in slices])
+        carry, ys = native(block, carry, blocks)
+        parts.append([y.reshape(whole, *y.shape[2:]) for y in ys])
+    if whole < length:
+        carry, ys = native(combine_fn, carry, build_x([s[whole:] for s in slices]))
+        leaves, build_y = _flatten(ys)
+        parts.append(leaves)
+        built.append(build_y)
+    ys = [part[0] if len(parts) == 1 else T.cat(part) for part in zip(*parts)]
+    return carry, built[-1](ys)
 
 
 class Problem:
