@@ -168,7 +168,7 @@ def _record(combine_fn, init_spec, init_leaves, xs_spec, moved):
     if len(dtypes) > 1:
         names = sorted(str(d) for d in dtypes)
         raise TypeError(f"ngrad.scan: the carries and ys of combine_fn must share one dtype, got {', '.join(names)}")
-    body, invariants = _body(probes, nodes, outer)
+    body, invariants = _body(probes, nodes)
     return body, invariants, specs, made
 
 
@@ -195,7 +195,7 @@ def _shape_free(spec):
     return (spec[0], tuple(_shape_free(s) for s in spec[1]))
 
 
-def _body(probes, roots, outer):
+def _body(probes, roots):
     """The body tape over the probes' slots first, then the invariants; and the invariants'
     outer nodes. Work that reads no probe is computed once, before the loop, not in every step."""
     probe_nodes = {id(p._node) for p in probes}
@@ -218,12 +218,9 @@ def _body(probes, roots, outer):
         stack.pop()
         if reaches[id(n)]:
             frontier.extend(s for s in n.srcs if s.value is None and s.srcs and not reaches[id(s)])
-    hoisted = [n for n in dict.fromkeys(frontier) if _has_source(n) and not _outer_traced(n, outer)]
-    if hoisted:
-        from .tensor.record import realize_values
-
-        realize_values(hoisted)
-    low = lower(roots)
+    frontier.extend(r for r in roots if r.value is None and r.srcs and not reaches[id(r)])
+    hoisted = {n: None for n in frontier if _has_source(n)}
+    low = lower(roots, reads=hoisted)
     slot = dict(zip(map(id, low.sources), low.tape.inputs))
     tape = low.tape
     body = Tape()
@@ -258,15 +255,4 @@ def _has_source(n):
         if v.value is not None:
             return True
         stack.extend(v.srcs)
-    return False
-
-
-def _outer_traced(n, outer):
-    """Whether ``n`` depends on the arguments of an ``ngrad.compile`` call being traced."""
-    if outer is None:
-        return False
-    try:
-        outer.check_concrete([n])
-    except TraceError:
-        return True
     return False

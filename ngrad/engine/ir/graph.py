@@ -205,7 +205,7 @@ class Lowered(NamedTuple):
     node_of_instr: dict
 
 
-def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
+def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, reads=()):
     """Lower the graph below ``roots`` to a tape whose outputs are the roots (see module doc).
 
     ``cuts``: realized nodes read as inputs even in ``grad`` mode (the reverse pass then runs
@@ -215,7 +215,9 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
     one-element source becomes a const of the tape instead of an input (``ngrad.compile``).
     ``wrt``: in ``grad`` mode, the nodes whose cotangents are wanted; a realized node from which
     none of them is reachable is read, not recomputed, so a loop that differentiates its latest
-    value (``autograd.grad(f(y), y, create_graph=True)``) lowers only what lies above it."""
+    value (``autograd.grad(f(y), y, create_graph=True)``) lowers only what lies above it.
+    ``reads``: pending nodes read as inputs all the same (a scan's body reads the work that
+    depends on no step as values its scan computes once, outside the loop)."""
     b = Builder()
     below = _Below(wrt) if grad and wrt is not None else None
     slot_of, sources, node_of_instr = {}, [], {}
@@ -229,9 +231,10 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None):
         n, ready = stack.pop()
         if n in slot_of:
             continue
-        if n.value is not None and (
-            n in cuts or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute)
-        ):
+        if (
+            n.value is not None
+            and (n in cuts or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute))
+        ) or (reads and n in reads):
             if literal is not None and literal(n):
                 slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
                 continue

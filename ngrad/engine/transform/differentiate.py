@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ..ir.dtypes import DIFFERENTIABLE
-from ..ir.prims import PRIMS, Params, Shape, Vjp
+from ..ir.prims import PRIMS, Params, Shape, Vjp, control
 from ..ir.tape import Builder, Instr, Key, Tape, Var
 
 __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
@@ -472,3 +472,7 @@ def jvp(tape: Tape, wrt: Sequence[int]) -> Tangent:
     outputs = [b.var(s) for s in tape.outputs]
     positions = _appended(outputs, [tan.get(s) for s in tape.outputs])
     return Tangent(b.finish(outputs), inputs, positions)
+
+
+# a scan's rules differentiate its body with these (``ir.prims.control.DIFFERENTIATE``)
+control.DIFFERENTIATE.update(vjp=vjp, jvp=jvp)

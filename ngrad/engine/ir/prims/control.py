@@ -13,17 +13,17 @@ carries, then each y stacked over steps, then the *history*, each carry as it en
 
 The VJP is a scan the other way over the body's joint tape (carrying the carries' cotangents
 and the invariants' summed gradients, reading the history), so it is differentiable in turn;
-the JVP is a scan over the body's tangent tape. The differentiation of the body is imported
-lazily from ``engine.transform``: rules of this row build tapes, as every row's rules build
-instructions, and differentiating a body is how a loop's rule is written.
+the JVP is a scan over the body's tangent tape. Differentiating a body is
+``engine.transform.differentiate``'s work, a later layer than this one: it hands its ``vjp`` and
+``jvp`` to ``DIFFERENTIATE`` when it is imported, which is before any rule of a row runs.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -33,7 +33,10 @@ from .table import Cotangents, P, Params, Shapes, Tangents, TapeError, Typed
 if TYPE_CHECKING:
     from ..tape import Tape, Var
 
-__all__ = ["Layout", "body_of", "layout", "parts"]
+__all__ = ["DIFFERENTIATE", "Layout", "body_of", "layout", "parts"]
+
+# ``vjp`` and ``jvp`` of a whole tape, from ``engine.transform.differentiate`` (see the docstring)
+DIFFERENTIATE: dict[str, Callable[..., Any]] = {}
 
 
 @functools.lru_cache(maxsize=256)
@@ -158,7 +161,6 @@ def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...
     differentiable invariant; its xs: the history (the carries entering each step), the xs, the
     cotangents of the ys and of the history; its invariants: the forward's. Its ys: the
     cotangent of each differentiable x at that step."""
-    from ...transform.differentiate import vjp
     from ..tape import Builder
 
     body = body_of(text)
@@ -169,7 +171,7 @@ def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...
     w_kinds = body.kinds[carries + xs :]
     sums = tuple(_differentiable(dt[s]) and k != "scalar" for s, k in zip(w_in, w_kinds))
     grads_x = tuple(_differentiable(dt[s]) for s in x_in)
-    joint = vjp(body, ins)
+    joint = DIFFERENTIATE["vjp"](body, ins)
     b = Builder()
 
     def new(s: int) -> Var:
@@ -234,12 +236,11 @@ def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], param
 def tangent_body(text: str, carries: int, xs: int) -> str:
     """The body of a scan's JVP: carries (the carries, their tangents), xs (the xs, their
     tangents), invariants (the invariants, their tangents); ys the ys, then their tangents."""
-    from ...transform.differentiate import jvp
     from ..tape import Builder
 
     body = body_of(text)
     ins = body.inputs
-    tangent = jvp(body, ins)
+    tangent = DIFFERENTIATE["jvp"](body, ins)
     b = Builder()
     roles = _roles(len(ins), carries, xs)
     env = {}
