@@ -302,3 +302,49 @@ def test_a_tensor_the_step_makes_and_writes_into_keeps_its_gradient():
 
     for a, b in zip(grads(ngrad.scan), grads(unrolled)):
         np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+def test_written_out_scans_equal_the_scans():
+    """``transform.unroll`` (the bytecode tier's form of a scan) against the interpreter: the
+    primitive's case, its joint and the joint of its joint."""
+    from ngrad.engine.ir.interpret import interpret
+    from ngrad.engine.transform.differentiate import vjp
+    from ngrad.engine.transform.unroll import unroll, unrolled_size
+
+    from .cases_control import CASES
+    from .oracles import prim_tape
+
+    args, params, _ = CASES["scan"]
+    tape, _ = prim_tape("scan", args, params)
+    joint = vjp(tape, tape.inputs).tape
+    for t in (tape, joint, vjp(joint, joint.inputs[:3]).tape):
+        values = [R.standard_normal(t.shapes[s]) for s in t.inputs]
+        written = unroll(t).verify()
+        assert not any(ins.prim == "scan" for ins in written.instrs)
+        assert len(written.instrs) <= unrolled_size(t)
+        for a, b in zip(interpret(written, values), interpret(t, values)):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.numba
+def test_short_scans_of_small_steps_run_as_bytecode_and_long_ones_step_by_step(jit_always):
+    from ngrad.engine.runtime.dispatch import records
+    from ngrad.engine.runtime.machine import Machine
+    from ngrad.engine.runtime.plan import CompiledPlan
+
+    w = ngrad.tensor(R.standard_normal((2, 4)), requires_grad=True)
+    h0 = ngrad.tensor(R.standard_normal(4), requires_grad=True)
+    for n, tier in ((40, Machine), (1500, CompiledPlan)):
+        xs = ngrad.tensor(R.standard_normal((n, 4)))
+        records.clear()
+        loss = _rnn(w, h0, xs)
+        loss.backward()
+        assert any(isinstance(r.tier, tier) for r in records.values()), n
+        got = w.grad.numpy().copy()
+        w.grad = None
+        wd, h, tot = w.detach().requires_grad_(), h0.detach(), 0
+        for t in range(n):
+            h = ngrad.tanh(h * wd[0] + xs[t] * wd[1]) + h * 0.1
+            tot = tot + (h * xs[t]).sum() ** 2
+        ((h * h).sum() + tot).backward()
+        np.testing.assert_allclose(got, wd.grad.numpy(), rtol=1e-10)

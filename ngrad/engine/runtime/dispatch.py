@@ -30,7 +30,7 @@ from .driver import driver_code, driver_of
 from .executor import executed
 from .machine import Machine, machine_for
 from .plan import CompiledPlan
-from .tiering import Decision, Record, next_state, small_steps
+from .tiering import Decision, Record, next_state, small_steps, unrolls
 
 __all__ = ["run", "prepare", "inline", "tier_for", "records"]
 
@@ -60,6 +60,8 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
         record = records[key] = Record()
         if len(tape.instrs) >= policy.bytecode_min_instrs:
             record.small = small_steps(tape, policy)
+        if unrolls(tape, policy):
+            record.small = True
     if not now:  # prepare runs nothing: its call is counted when it runs
         record.seen += 1
     if record.compiling or record.failed:

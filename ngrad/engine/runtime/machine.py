@@ -15,7 +15,8 @@ from ..backend.bytecode import Bytecode, loop_ops, loops_name, plan_name, source
 from ..config import debug_level
 from ..store import on_disk, read_plan, write_plan
 from ..targets import resident
-from .tiering import POLICY, small_steps
+from ..transform.unroll import unroll
+from .tiering import POLICY, small_steps, unrolls
 
 __all__ = ["Machine", "machine_for", "loops", "read_loops"]
 
@@ -106,9 +107,12 @@ def machine_for(tape, policy=POLICY, big_steps=False):
     arrays' sizes), else None. Encodings are kept on disk next to the kernels: encoding costs
     about 10 µs an instruction (half a second for an unrolled LSTM's 47,000), reading one back
     a hundredth of that. One that fails its checks is encoded again and replaced."""
-    if len(tape.instrs) < policy.bytecode_min_instrs or not (big_steps or small_steps(tape, policy)):
+    scans = unrolls(tape, policy)
+    if scans is False:
         return None
-    name = plan_name(tape)
+    if not scans and (len(tape.instrs) < policy.bytecode_min_instrs or not (big_steps or small_steps(tape, policy))):
+        return None
+    name = plan_name(tape)  # a tape with scans is stored under its own, short key
     data = name and read_plan(name)
     if data:
         try:
@@ -116,7 +120,7 @@ def machine_for(tape, policy=POLICY, big_steps=False):
         except ValueError:
             if debug_level():
                 print(f"ngrad: stored encoding {name} failed its checks; encoding again", file=sys.stderr)
-    code = bytecode.encode(tape)  # through the module, so tests can watch it encode
+    code = bytecode.encode(unroll(tape) if scans else tape)  # through the module, so tests can watch it
     if code is None:
         return None
     if name:
