@@ -29,29 +29,44 @@ def lse(T, y):
     return T.log(T.sum(T.exp(y)) + 2)
 
 
-def cell_step(T, w, bias, x, hidden, cell):
-    """One layer, one step: the new (hidden, cell). Each gate reads its own slices of ``w`` and
-    ``bias``: gathering the inputs into one vector first, ``cat([x, hidden, x])``, put a copy
-    each way in every step of the scan (objective 27 -> 20 ms, jacobian 74 -> 60 ms of CPU at
-    two layers, c = 1,024)."""
-    b = x.shape[0]
-    forget = T.sigmoid(x * w[:b] + bias[:b])
-    ingate = T.sigmoid(hidden * w[b : 2 * b] + bias[b : 2 * b])
-    outgate = T.sigmoid(x * w[2 * b : 3 * b] + bias[2 * b : 3 * b])
-    change = T.tanh(hidden * w[3 * b :] + bias[3 * b :])
+def weights(main_params, extra_params):
+    """The slices each step reads, taken once: per layer its four gates' (weights, biases)
+    (forget, input, output, change), then the input scale, output scale and output bias.
+    Taken inside the step, they were work that reads no carry, which ``ngrad.scan`` hoists out
+    of its body as operands of its own, one set per unrolled character (a program of 3,224
+    instructions whose kernels Numba took minutes to compile)."""
+    b = main_params.shape[1] // 4
+    layers = [
+        [(main_params[2 * i, k * b : (k + 1) * b], main_params[2 * i + 1, k * b : (k + 1) * b]) for k in range(4)]
+        for i in range(main_params.shape[0] // 2)
+    ]
+    return layers, (extra_params[0], extra_params[1], extra_params[2])
+
+
+def cell_step(T, gates, x, hidden, cell):
+    """One layer, one step: the new (hidden, cell). Each gate has its own weights (``gates``):
+    gathering the inputs into one vector first, ``cat([x, hidden, x])``, put a copy each way in
+    every step of the scan (objective 27 -> 20 ms, jacobian 74 -> 60 ms of CPU at two layers,
+    c = 1,024)."""
+    (wf, bf), (wi, bi), (wo, bo), (wc, bc) = gates
+    forget = T.sigmoid(x * wf + bf)
+    ingate = T.sigmoid(hidden * wi + bi)
+    outgate = T.sigmoid(x * wo + bo)
+    change = T.tanh(hidden * wc + bc)
     cell = cell * forget + ingate * change
     return outgate * T.tanh(cell), cell
 
 
-def predict(T, main_params, extra_params, carry, x):
-    """One step over the layers from the sequence entry ``x``: the new carry (each layer's
-    hidden and cell states, two tuples) and the prediction y."""
+def predict(T, params, carry, x):
+    """One step over the layers from the sequence entry ``x`` (``params``: ``weights``'s): the
+    new carry (each layer's hidden and cell states, two tuples) and the prediction y."""
+    layers, (scale, out_scale, out_bias) = params
     hidden, cell = list(carry[0]), list(carry[1])
-    x = x * extra_params[0]
-    for i in range(len(hidden)):
-        hidden[i], cell[i] = cell_step(T, main_params[2 * i], main_params[2 * i + 1], x, hidden[i], cell[i])
+    x = x * scale
+    for i, gates in enumerate(layers):
+        hidden[i], cell[i] = cell_step(T, gates, x, hidden[i], cell[i])
         x = hidden[i]
-    return (tuple(hidden), tuple(cell)), x * extra_params[1] + extra_params[2]
+    return (tuple(hidden), tuple(cell)), x * out_scale + out_bias
 
 
 def objective(T, main_params, extra_params, state, sequence):
@@ -61,12 +76,14 @@ def objective(T, main_params, extra_params, state, sequence):
     so that no number in the program depends on c: a count taken from the shape is a constant
     of a kernel, and each sequence length compiled its own."""
     layers = main_params.shape[0] // 2
+    params = weights(main_params, extra_params)
+    width = T.sum(T.ones_like(state[0]))  # b, outside the step for the reason ``weights`` gives
 
     def step(carry, pair):
         hidden_cell, total, count = carry
-        hidden_cell, y = predict(T, main_params, extra_params, hidden_cell, pair[0])
+        hidden_cell, y = predict(T, params, hidden_cell, pair[0])
         total = total + T.sum(pair[1] * (y - lse(T, y)))
-        return (hidden_cell, total, count + T.sum(T.ones_like(y))), ()
+        return (hidden_cell, total, count + width), ()
 
     hidden_cell = (tuple(state[2 * i] for i in range(layers)), tuple(state[2 * i + 1] for i in range(layers)))
     zero = T.zeros((), dtype=state.dtype)
@@ -83,8 +100,10 @@ def jax_system(jax, J):
         main_params, extra_params = params
         b = main_params.shape[1] // 4
 
+        params = weights(main_params, extra_params)
+
         def step(carry, pair):
-            carry, y = predict(J, main_params, extra_params, carry, pair[0])
+            carry, y = predict(J, params, carry, pair[0])
             return carry, J.sum(pair[1] * (y - lse(J, y)))
 
         init = (tuple(state[0::2]), tuple(state[1::2]))
