@@ -277,11 +277,14 @@ def _gmm_warm(d):
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in inp.items()}
 
 
-def _lstm_warm(layers):
-    """A sequence with a block of ``lstm.UNROLL`` steps and some left over: both scan bodies."""
+def _lstm_warm(layers, c):
     rng = np.random.default_rng(layers)
-    inp = lstm.inputs(lstm.UNROLL + 3, rng, layers=layers, b=lstm.HIDDEN)
+    inp = lstm.inputs(c, rng, layers=layers, b=lstm.HIDDEN)
     return {k: v.tolist() for k, v in inp.items()}
+
+
+def _ode_warm(n, s):
+    return {"x": np.random.default_rng(n).uniform(-1, 1, n).tolist(), "s": s}
 
 
 # small inputs in GradBench's format, run at define time so that kernels compile there (no
@@ -298,13 +301,17 @@ _WARM = {
     # (gmm at d = 2, where l has one column, and at d = 10 takes other kernels than at d = 3:
     # GradBench's first two sizes compiled 1-1.6 s a call in their first evaluations)
     "gmm": [_gmm_warm(2), _gmm_warm(10)],
-    # ode and lstm: their steps are a scan, whose body is one program whatever the step count
-    # or sequence length (and kernels take their sizes as arguments): a few steps compile the
-    # bodies GradBench's workloads run, lstm's for each of its default layer counts (2, 4, 6:
-    # each count is another body) at its text's 14 bits a character (at 3, the planner fused
-    # the body otherwise, and the first jacobian at 14 compiled 3.5 s)
-    "ode": {"x": [0.5, -0.25, 0.75, -1.0, 0.125], "s": 4},
-    "lstm": [_lstm_warm(layers) for layers in (2, 4, 6)],
+    # ode and lstm: their steps are a scan, whose bodies are the same programs whatever the
+    # step count or sequence length (kernels take their sizes as arguments). The engine runs a
+    # scan of small steps (at most 4,096 elements an instruction) written out as bytecode when
+    # that makes at most 65,536 instructions, else step by step: each way compiles its own, so
+    # the warm-up takes both. ode: one step, 16 small ones (written out), steps of 5,000
+    # elements; lstm, for each of GradBench's layer counts (2, 4, 6: each is another body) at
+    # its text's 14 bits a character: a block of lstm.UNROLL characters and 2 left over, 300
+    # (written out; without it the first objective at c = 1,024 took 2.2 s), 2,048 (step by
+    # step). Without them GradBench's first calls compiled for 0.6-9 s.
+    "ode": [_ode_warm(n, s) for n, s in ((5, 4), (50, 1), (50, 16), (5000, 4))],
+    "lstm": [_lstm_warm(layers, c) for layers in (2, 4, 6) for c in (lstm.UNROLL + 3, 300, 2048)],
     # ht: both layouts (with and without us) of ADBench's hand
     "ht": [ht.small_input(True), ht.small_input(False)],
     "ba": {
