@@ -20,6 +20,7 @@ the JVP is a scan over the body's tangent tape. Differentiating a body is
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -155,12 +156,15 @@ def _differentiable(dtype: str) -> bool:
 
 
 @functools.lru_cache(maxsize=128)
-def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...], tuple[bool, ...]]:
+def reverse_body(
+    text: str, carries: int, xs: int, flows: tuple[bool, ...] | None = None
+) -> tuple[str, tuple[bool, ...], tuple[bool, ...]]:
     """The body of a scan's VJP, with which invariants it sums gradients for and which xs it
     returns cotangents of. Its carries: each carry's cotangent, then one gradient sum per
     differentiable invariant; its xs: the history (the carries entering each step), the xs, the
-    cotangents of the ys and of the history; its invariants: the forward's. Its ys: the
-    cotangent of each differentiable x at that step."""
+    cotangents of the ys and of the history that reach the scan (``flows``: one flag per y, then
+    per carry's history; None: all); its invariants: the forward's. Its ys: the cotangent of each
+    differentiable x at that step."""
     from ..tape import Builder
 
     body = body_of(text)
@@ -180,8 +184,10 @@ def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...
     ct_c = [new(s) for s in c_in]
     acc = [new(s) for s, d in zip(w_in, sums) if d]
     hist, x = [new(s) for s in c_in], [new(s) for s in x_in]
-    ct_y = [new(s) for s in body.outputs[carries:]]
-    ct_h = [new(s) for s in c_in]
+    n_ys = len(body.outputs) - carries
+    flows = flows if flows is not None else (True,) * (n_ys + carries)
+    ct_y = [new(s) if f else b.full(0, body.shapes[s], dt[s]) for s, f in zip(body.outputs[carries:], flows)]
+    ct_h = [new(s) if f else None for s, f in zip(c_in, flows[n_ys:])]
     w = [new(s) for s in w_in]
     env = dict(zip(ins, hist + x + w))
     env.update(zip(joint.seeds, ct_c + ct_y))
@@ -194,8 +200,10 @@ def reverse_body(text: str, carries: int, xs: int) -> tuple[str, tuple[bool, ...
 
     new_ct = []
     for k in range(carries):
-        g = grad(k)
-        new_ct.append(ct_h[k] if g is None else g + ct_h[k])
+        g, h = grad(k), ct_h[k]
+        if g is None:
+            g = b.full(0, body.shapes[c_in[k]], dt[c_in[k]])
+        new_ct.append(g if h is None else g + h)
     new_acc, j = [], 0
     for k in range(len(w_in)):
         if sums[k]:
@@ -214,13 +222,16 @@ def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], param
     text, length, reverse, carries, xs = (params[k] for k in ("body", "length", "reverse", "carries", "xs"))
     body = body_of(text)
     lay = layout(body, length, carries)
-    g_final, g_ys, g_hist = parts(g, lay)
+    g_final, g_ys, g_hist = _cotangent_parts(g, lay)
     _, _, hist = parts(out, lay)
     c, x, w = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
-    rtext, sums, grads_x = reverse_body(text, carries, xs)
+    flows = tuple(v is not None for v in g_ys + g_hist)
+    rtext, sums, grads_x = reverse_body(text, carries, xs, flows)
     zeros = [a.bld.full(0, a.shape, a.dtype) for a, d in zip(w, sums) if d]
-    rargs = g_final + zeros + hist + x + g_ys + g_hist + w
-    n_carry, n_xs = carries + len(zeros), carries + xs + len(g_ys) + carries
+    g_final = [a.bld.full(0, a.shape, a.dtype) if v is None else v for v, a in zip(g_final, c)]
+    g_parts = [v for v in g_ys + g_hist if v is not None]
+    rargs = g_final + zeros + hist + x + g_parts + w
+    n_carry, n_xs = carries + len(zeros), carries + xs + len(g_parts)
     packed = g.bld.emit(
         "scan", rargs, {"body": rtext, "length": length, "reverse": not reverse, "carries": n_carry, "xs": n_xs}
     )
@@ -229,6 +240,34 @@ def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], param
     ct_x = iter(ct_xs)
     return (
         finals[:carries] + [next(ct_x) if d else None for d in grads_x] + [next(sums_of) if d else None for d in sums]
+    )
+
+
+def _cotangent_parts(g: Var, lay: Layout) -> tuple[list, list, list]:
+    """``parts(g, lay)``, None for a part no cotangent reaches: read through the sum of
+    ``unslice``s that the slices taking a scan's parts apart differentiate into, so that a part
+    nobody reads costs no zeros of the packed size and no additions in every step."""
+    windows: dict[tuple[int, int], Var] = {}
+    instrs = g.bld.tape.instrs
+    stack, whole = [g.slot], True
+    while stack and whole:
+        slot = stack.pop()
+        at = bisect.bisect_left(instrs, slot, key=lambda i: i.out)  # slots grow along the tape
+        ins = instrs[at] if at < len(instrs) and instrs[at].out == slot else None
+        if ins is not None and ins.prim == "add":
+            stack.extend(ins.args)
+        elif ins is not None and ins.prim == "unslice" and ins.params["steps"] == (1,):
+            span = (ins.params["starts"][0], ins.params["stops"][0] - ins.params["starts"][0])
+            v = g.bld.var(ins.args[0])
+            windows[span] = v + windows[span] if span in windows else v
+        else:
+            whole = False
+    spans = {(o, math.prod(s)) for o, s in lay.finals + lay.ys + lay.history}
+    if not whole or not set(windows) <= spans:
+        return parts(g, lay)
+    return tuple(  # type: ignore[return-value]
+        [None if (o, math.prod(s)) not in windows else windows[(o, math.prod(s))].reshape(shape=s) for o, s in group]
+        for group in (lay.finals, lay.ys, lay.history)
     )
 
 
