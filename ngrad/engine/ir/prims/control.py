@@ -157,14 +157,15 @@ def _differentiable(dtype: str) -> bool:
 
 @functools.lru_cache(maxsize=128)
 def reverse_body(
-    text: str, carries: int, xs: int, flows: tuple[bool, ...] | None = None
+    text: str, carries: int, xs: int, flows: tuple[bool, ...] | None = None, need: tuple[bool, ...] | None = None
 ) -> tuple[str, tuple[bool, ...], tuple[bool, ...]]:
     """The body of a scan's VJP, with which invariants it sums gradients for and which xs it
     returns cotangents of. Its carries: each carry's cotangent, then one gradient sum per
     differentiable invariant; its xs: the history (the carries entering each step), the xs, the
     cotangents of the ys and of the history that reach the scan (``flows``: one flag per y, then
     per carry's history; None: all); its invariants: the forward's. Its ys: the cotangent of each
-    differentiable x at that step."""
+    differentiable x at that step. ``need``: which of the scan's operands want a cotangent (the
+    VJP rule's flags; None: all)."""
     from ..tape import Builder
 
     body = body_of(text)
@@ -173,9 +174,13 @@ def reverse_body(
     dt = body.dtypes
     # a runtime scalar (a Python number of the step) takes no gradient
     w_kinds = body.kinds[carries + xs :]
-    sums = tuple(_differentiable(dt[s]) and k != "scalar" for s, k in zip(w_in, w_kinds))
-    grads_x = tuple(_differentiable(dt[s]) for s in x_in)
-    joint = DIFFERENTIATE["vjp"](body, ins)
+    need = need if need is not None else (True,) * len(ins)
+    sums = tuple(_differentiable(dt[s]) and k != "scalar" and n for s, k, n in zip(w_in, w_kinds, need[carries + xs :]))
+    grads_x = tuple(_differentiable(dt[s]) and n for s, n in zip(x_in, need[carries : carries + xs]))
+    # only what takes a gradient: a runtime scalar's would be summed in every step for nothing
+    wrt = list(c_in) + [s for s, d in zip(x_in, grads_x) if d] + [s for s, d in zip(w_in, sums) if d]
+    joint = DIFFERENTIATE["vjp"](body, wrt)
+    position = {s: k for k, s in enumerate(wrt)}
     b = Builder()
 
     def new(s: int) -> Var:
@@ -195,7 +200,7 @@ def reverse_body(
         env[instr.out] = b.emit(instr.prim, [env[a] for a in instr.args], instr.params)
 
     def grad(k: int) -> Var | None:
-        at = joint.grads[k]
+        at = joint.grads[position[ins[k]]] if ins[k] in position else None
         return None if at is None else env[joint.tape.outputs[at]]
 
     new_ct = []
@@ -226,7 +231,7 @@ def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], param
     _, _, hist = parts(out, lay)
     c, x, w = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
     flows = tuple(v is not None for v in g_ys + g_hist)
-    rtext, sums, grads_x = reverse_body(text, carries, xs, flows)
+    rtext, sums, grads_x = reverse_body(text, carries, xs, flows, tuple(need))
     zeros = [a.bld.full(0, a.shape, a.dtype) for a, d in zip(w, sums) if d]
     g_final = [a.bld.full(0, a.shape, a.dtype) if v is None else v for v, a in zip(g_final, c)]
     g_parts = [v for v in g_ys + g_hist if v is not None]
