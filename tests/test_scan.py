@@ -327,14 +327,15 @@ def test_written_out_scans_equal_the_scans():
 
 
 @pytest.mark.numba
-def test_short_scans_of_small_steps_run_as_bytecode_and_long_ones_step_by_step(jit_always):
+def test_short_scans_of_small_steps_run_as_bytecode_and_long_ones_step_by_step(jit_always, monkeypatch):
     from ngrad.engine.runtime.dispatch import records
     from ngrad.engine.runtime.machine import Machine
     from ngrad.engine.runtime.plan import CompiledPlan
 
     w = ngrad.tensor(R.standard_normal((2, 4)), requires_grad=True)
     h0 = ngrad.tensor(R.standard_normal(4), requires_grad=True)
-    for n, tier in ((40, Machine), (1500, CompiledPlan)):
+    for n, tier, most in ((40, Machine, "65536"), (1500, CompiledPlan, "65536"), (40, CompiledPlan, "0")):
+        monkeypatch.setenv("NGRAD_SCAN_UNROLL", most)  # 0: every scan stays a loop
         xs = ngrad.tensor(R.standard_normal((n, 4)))
         records.clear()
         loss = _rnn(w, h0, xs)

@@ -21,6 +21,7 @@ __all__ = [
     "debug_level",
     "jit_mode",
     "jit_threshold",
+    "scan_unroll",
     "compile_mode",
     "blas_mode",
     "cache_root",
@@ -68,6 +69,13 @@ def compile_mode() -> str:
 def jit_threshold() -> int:
     """``NGRAD_JIT_THRESHOLD``: the call of a tape structure that compiles it under ``auto``."""
     return max(1, _int("NGRAD_JIT_THRESHOLD", 2))
+
+
+def scan_unroll() -> int:
+    """``NGRAD_SCAN_UNROLL``: the most instructions a program's scans may make written out step by
+    step to run as bytecode (``runtime.tiering.Policy.unroll_max_instrs``); 0 keeps every scan a
+    loop of body calls."""
+    return max(0, _int("NGRAD_SCAN_UNROLL", 65536))
 
 
 def blas_mode() -> str:

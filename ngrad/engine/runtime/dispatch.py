@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..config import compile_mode, debug_level, jit_mode, jit_threshold
+from ..config import compile_mode, debug_level, jit_mode, jit_threshold, scan_unroll
 from ..ir.interpret import interpret, np_dtype
 from ..recent import Recent
 from ..targets import CompileError, kernels_made
@@ -55,7 +55,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
         background.wait(record)
     if record is not None and record.tier is not None and record.tier.ready():
         return record
-    policy = policy or dataclasses.replace(tiering.POLICY, threshold=jit_threshold())
+    policy = policy or dataclasses.replace(tiering.POLICY, threshold=jit_threshold(), unroll_max_instrs=scan_unroll())
     if record is None:
         record = records[key] = Record()
         if len(tape.instrs) >= policy.bytecode_min_instrs:
