@@ -68,9 +68,12 @@ def scan(combine_fn, init, xs, *, dim=0, reverse=False):
         raise RuntimeError(f"ngrad.scan: every xs leaf must have {length} slices along dim {dim}, got {counts}")
     body, invariants, out_spec, made = _record(combine_fn, init_spec, init_leaves, xs_spec, moved)
     args = [t._node for t in init_leaves] + [x._node for x in moved] + invariants
-    lay = layout(body, length, len(init_leaves))
+    dtype = D.from_short(body.dtypes[body.outputs[0]]) if body.outputs else D.float64
+    # the carries entering each step are kept only for a gradient (see ``ir.prims.control``)
+    history = _gm.enabled and dtype.differentiable and any(n.requires_grad for n in args)
+    lay = layout(body, length, len(init_leaves), history)
     params = {"body": body.format(), "length": length, "reverse": bool(reverse)}
-    params.update(carries=len(init_leaves), xs=len(moved))
+    params.update(carries=len(init_leaves), xs=len(moved), history=history)
 
     packed = record_op("scan", tuple(args), params, (lay.size,), D.from_short(lay.dtype), _NAME)._node
     for n in invariants:

@@ -19,7 +19,7 @@ def _body():
     return b.finish([nxt, y]).format()
 
 
-SCAN = {"body": _body(), "length": 3, "reverse": True, "carries": 1, "xs": 1}
+SCAN = {"body": _body(), "length": 3, "reverse": True, "carries": 1, "xs": 1, "history": True}
 
 # (args, params, differentiable argument positions), by primitive
 CASES: dict = {

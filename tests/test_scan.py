@@ -349,3 +349,22 @@ def test_short_scans_of_small_steps_run_as_bytecode_and_long_ones_step_by_step(j
             tot = tot + (h * xs[t]).sum() ** 2
         ((h * h).sum() + tot).backward()
         np.testing.assert_allclose(got, wd.grad.numpy(), rtol=1e-10)
+
+
+def test_a_scan_with_no_gradient_to_take_keeps_no_history():
+    """The carries entering each step are kept only where a gradient may need them."""
+    xs = R.standard_normal((50, 3))
+    wv = R.standard_normal(3)
+    want = np.zeros(3)
+    for x in xs:
+        want = np.tanh(want * wv + x)
+    w = ngrad.tensor(wv, requires_grad=True)
+    sizes = {}
+    for name, grad in (("no_grad", False), ("grad", True)):
+        with ngrad.set_grad_enabled(grad):
+            h, ys = ngrad.scan(
+                lambda h, x: (ngrad.tanh(h * w + x), h.sum()), ngrad.zeros(3, dtype=ngrad.float64), ngrad.tensor(xs)
+            )
+        sizes[name] = h._node.srcs[0].srcs[0].shape[0]  # the packed result the parts are sliced from
+        np.testing.assert_allclose(h.detach().numpy(), want, rtol=1e-13)
+    assert sizes == {"no_grad": 3 + 50, "grad": 3 + 50 + 50 * 3}

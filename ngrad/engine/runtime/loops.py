@@ -35,4 +35,5 @@ def scan(params, args):
             params["reverse"],
             params["carries"],
             params["xs"],
+            history=params["history"],
         )

@@ -79,7 +79,7 @@ def _batched_scan(args: Sequence[Var], params: dict, size: int) -> Var:
     body = bb.finish(outs)
     seq = [_swap(a) if carries <= k < carries + xs else a for k, a in enumerate(args)]
     packed = args[0].bld.emit("scan", seq, dict(params, body=body.format()))
-    finals, ys, hist = parts(packed, layout(body, length, carries))
+    finals, ys, hist = parts(packed, layout(body, length, carries, params["history"]))
     flat = [v.reshape(shape=(size, math.prod(v.shape[1:]))) for v in finals + [_swap(v) for v in ys + hist]]
     if not flat:
         return args[0].bld.full(0, (size, 0), packed.dtype)

@@ -126,7 +126,7 @@ def _scan(b: Builder, args: Sequence[Any], params: Params) -> _Packed:
     seq, inv = args[carries : carries + xs], [_value(a) for a in args[carries + xs :]]
     n_ys = len(body.outputs) - carries
     ys: list[list] = [[None] * length for _ in range(n_ys)]
-    history: list[list] = [[None] * length for _ in range(carries)]
+    history: list[list] = [[None] * length for _ in range(carries if params["history"] else 0)]
     for t in range(length - 1, -1, -1) if params["reverse"] else range(length):
         x = [_step(b, s, t) for s in seq]
         for h, c in zip(history, carry):
@@ -137,7 +137,7 @@ def _scan(b: Builder, args: Sequence[Any], params: Params) -> _Packed:
         carry = outs[:carries]
         for y, v in zip(ys, outs[carries:]):
             y[t] = v
-    lay = layout(body, length, carries)
+    lay = layout(body, length, carries, params["history"])
     parts: dict = {}
     for (o, shape), c in zip(lay.finals, carry):
         parts[(o, math.prod(shape))] = c

@@ -1,15 +1,17 @@
 """Rows of the primitive table: control flow. One row, ``scan``: a loop whose body is a tape,
 compiled once whatever the number of steps (an RNN over a sequence, an ODE solver's steps).
 
-Contract: ``scan(*carries, *xs, *invariants; body, length, reverse, carries, xs)`` runs ``body``
+Contract: ``scan(*carries, *xs, *invariants; body, length, reverse, carries, xs, history)`` runs ``body``
 (the canonical text of a tape, ``Tape.format()``: params stay plain strings, so keys, printing,
 parsing and the cache treat them as any other) ``length`` times. The body's inputs are the
 carries, one step's slice of each of ``xs`` (stacked along axis 0, ``length`` long) and the
 invariants; its outputs are the next carries (their shapes and dtypes) and the step's ys. With
 ``reverse`` the steps run from the last slice to the first, and step ``t``'s ys still go to
 position ``t``. The carries and ys share one dtype, the result's: a flat array packing the final
-carries, then each y stacked over steps, then the *history*, each carry as it entered each step
-(``Layout``). The history is what the VJP reads: PyTorch's scan saves the same carries.
+carries, then each y stacked over steps, then (with ``history``) the *history*, each carry as
+it entered each step (``Layout``). The history is what the VJP reads: PyTorch's scan saves the
+same carries; a scan recorded with no gradient to take keeps none, and its VJP (a double
+backward's, say) runs the steps again to get it.
 
 The VJP is a scan the other way over the body's joint tape (carrying the carries' cotangents
 and the invariants' summed gradients, reading the history), so it is differentiable in turn;
@@ -60,13 +62,14 @@ class Layout(NamedTuple):
     dtype: str
 
 
-def layout(body: Tape, length: int, carries: int) -> Layout:
+def layout(body: Tape, length: int, carries: int, history: bool = True) -> Layout:
     """The ``Layout`` of a scan of ``body`` over ``length`` steps with ``carries`` carries."""
     at = 0
     parts: list[list[tuple[int, tuple[int, ...]]]] = [[], [], []]
     outs = body.outputs
     shapes = [body.shapes[s] for s in outs[:carries]], [body.shapes[s] for s in outs[carries:]]
-    for k, group in enumerate((shapes[0], [(length, *s) for s in shapes[1]], [(length, *s) for s in shapes[0]])):
+    kept = [(length, *s) for s in shapes[0]] if history else []
+    for k, group in enumerate((shapes[0], [(length, *s) for s in shapes[1]], kept)):
         for shape in group:
             parts[k].append((at, shape))
             at += math.prod(shape)
@@ -89,7 +92,7 @@ def _roles(n_args: int, carries: int, xs: int) -> tuple[range, range, range]:
 
 
 def _infer(
-    shapes: Shapes, dtypes: Sequence[str], body: str, length: int, reverse: bool, carries: int, xs: int
+    shapes: Shapes, dtypes: Sequence[str], body: str, length: int, reverse: bool, carries: int, xs: int, history: bool
 ) -> Typed:
     tape = body_of(body)
     if len(shapes) != len(tape.inputs) or not 0 <= carries <= len(tape.outputs) or xs < 0 or length < 0:
@@ -107,7 +110,7 @@ def _infer(
             raise TapeError(f"scan: carry {k} enters as {got}, leaves as {left}")
     if len({tape.dtypes[o] for o in outs}) > 1:
         raise TapeError("scan: the carries and ys of a body share one dtype")
-    lay = layout(tape, length, carries)
+    lay = layout(tape, length, carries, history)
     return (lay.size,), lay.dtype
 
 
@@ -116,13 +119,15 @@ class Numpy:
     the interpreter, step by step."""
 
     @staticmethod
-    def scan(*args: np.ndarray, body: str, length: int, reverse: bool, carries: int, xs: int) -> np.ndarray:
+    def scan(
+        *args: np.ndarray, body: str, length: int, reverse: bool, carries: int, xs: int, history: bool
+    ) -> np.ndarray:
         from ..interpret import interpret
 
-        return run_scan(interpret, body_of(body), args, length, reverse, carries, xs)
+        return run_scan(interpret, body_of(body), args, length, reverse, carries, xs, history=history)
 
 
-def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, xp=np):
+def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, xp=np, history=True):
     """A scan's packed result, the body run by ``run(body, values)`` (the interpreter, or the
     runtime's compiled program); ``xp``: the array module of ``args`` (NumPy, or CuPy on CUDA).
     The body's results are fresh arrays: each step's are kept as they are and stacked at the end."""
@@ -132,20 +137,20 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
     order = range(length - 1, -1, -1) if reverse else range(length)
     # each step's slices, made up front (an index of a 1-d array is a number, not a 0-d array)
     slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if reverse else s) for s in seq]
-    history: list[list] = [[] for _ in range(carries)]
+    kept: list[list] = [[] for _ in range(carries if history else 0)]
     ys: list[list] = [[] for _ in range(len(body.outputs) - carries)]
     for step in range(length):
-        for h, c in zip(history, carry):
+        for h, c in zip(kept, carry):
             h.append(c)
         got = run(body, carry + [s[step] for s in slices] + inv)
         carry = list(got[:carries])
         for y, v in zip(ys, got[carries:]):
             y.append(v)
-    lay = layout(body, length, carries)
+    lay = layout(body, length, carries, history)
     out = xp.empty(lay.size, dtype=np_dtype(lay.dtype))
     for (o, s), c in zip(lay.finals, carry):
         out[o : o + math.prod(s)] = c.reshape(-1)
-    for (o, s), steps in zip(lay.ys + lay.history, ys + history):
+    for (o, s), steps in zip(lay.ys + lay.history, ys + kept):
         if length:
             xp.stack(steps[::-1] if reverse else steps, out=out[o : o + math.prod(s)].reshape(s))
     return out
@@ -226,9 +231,12 @@ def reverse_body(
 def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], params: Params) -> Cotangents:
     text, length, reverse, carries, xs = (params[k] for k in ("body", "length", "reverse", "carries", "xs"))
     body = body_of(text)
-    lay = layout(body, length, carries)
+    lay = layout(body, length, carries, params["history"])
     g_final, g_ys, g_hist = _cotangent_parts(g, lay)
-    _, _, hist = parts(out, lay)
+    if not params["history"]:  # recorded with no gradient to take: run the steps again for it
+        out = g.bld.emit("scan", args, dict(params, history=True))
+    _, _, hist = parts(out, layout(body, length, carries))
+    g_hist = g_hist or [None] * carries
     c, x, w = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
     flows = tuple(v is not None for v in g_ys + g_hist)
     rtext, sums, grads_x = reverse_body(text, carries, xs, flows, tuple(need))
@@ -237,10 +245,10 @@ def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], param
     g_parts = [v for v in g_ys + g_hist if v is not None]
     rargs = g_final + zeros + hist + x + g_parts + w
     n_carry, n_xs = carries + len(zeros), carries + xs + len(g_parts)
-    packed = g.bld.emit(
-        "scan", rargs, {"body": rtext, "length": length, "reverse": not reverse, "carries": n_carry, "xs": n_xs}
-    )
-    finals, ct_xs, _ = parts(packed, layout(body_of(rtext), length, n_carry))
+    # the reverse scan keeps no history: a second backward runs its steps again
+    rparams = {"body": rtext, "length": length, "reverse": not reverse, "carries": n_carry, "xs": n_xs}
+    packed = g.bld.emit("scan", rargs, dict(rparams, history=False))
+    finals, ct_xs, _ = parts(packed, layout(body_of(rtext), length, n_carry, False))
     sums_of = iter(finals[carries:])
     ct_x = iter(ct_xs)
     return (
@@ -316,9 +324,9 @@ def _scan_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Va
     n_ys = len(body.outputs) - carries
     ttext = tangent_body(text, carries, xs)
     tparams = {"body": ttext, "length": length, "reverse": reverse, "carries": 2 * carries, "xs": 2 * xs}
-    packed = out.bld.emit("scan", targs, tparams)
+    packed = out.bld.emit("scan", targs, dict(tparams, history=params["history"]))
     tb = body_of(ttext)
-    finals, ys, hist = parts(packed, layout(tb, length, 2 * carries))
+    finals, ys, hist = parts(packed, layout(tb, length, 2 * carries, params["history"]))
     pieces = finals[carries:] + ys[n_ys:] + hist[carries:]
     flat = [p.reshape(shape=(math.prod(p.shape),)) for p in pieces]
     if not flat:
