@@ -36,19 +36,42 @@ from .table import Cotangents, P, Params, Shapes, Tangents, TapeError, Typed
 if TYPE_CHECKING:
     from ..tape import Tape, Var
 
-__all__ = ["DIFFERENTIATE", "Layout", "body_of", "layout", "parts"]
+__all__ = ["DIFFERENTIATE", "Layout", "body_of", "layout", "parts", "text_of"]
 
 # ``vjp`` and ``jvp`` of a whole tape, from ``engine.transform.differentiate`` (see the docstring)
 DIFFERENTIATE: dict[str, Callable[..., Any]] = {}
 
 
-@functools.lru_cache(maxsize=256)
+_BODIES: dict[str, Tape] = {}  # body text -> its tape (bounded: cleared past _BODIES_KEPT)
+_BODIES_KEPT = 256
+
+
 def body_of(text: str) -> Tape:
     """The body tape of a scan's ``body`` param (parsed once per text: each step and each call
     of a compiled program reads the same ``Tape`` object)."""
-    from ..tape import parse
+    tape = _BODIES.get(text)
+    if tape is None:
+        from ..tape import parse
 
-    return parse(text)
+        tape = _remember(text, parse(text))
+    return tape
+
+
+def text_of(tape: Tape) -> str:
+    """The canonical text of a body built here (``Tape.format()``). A tape whose slots are
+    already numbered as its text numbers them (its inputs first, then its instructions) is what
+    parsing the text would give: ``body_of`` hands it out without parsing."""
+    text = tape.format()
+    n = len(tape.inputs)
+    if tape.inputs == list(range(n)) and all(ins.out == n + k for k, ins in enumerate(tape.instrs)):
+        _remember(text, tape)
+    return text
+
+
+def _remember(text: str, tape: Tape) -> Tape:
+    if len(_BODIES) >= _BODIES_KEPT:
+        _BODIES.clear()
+    return _BODIES.setdefault(text, tape)
 
 
 class Layout(NamedTuple):
@@ -196,9 +219,11 @@ def reverse_body(
     hist, x = [new(s) for s in c_in], [new(s) for s in x_in]
     n_ys = len(body.outputs) - carries
     flows = flows if flows is not None else (True,) * (n_ys + carries)
-    ct_y = [new(s) if f else b.full(0, body.shapes[s], dt[s]) for s, f in zip(body.outputs[carries:], flows)]
+    ct_y: list = [new(s) if f else None for s, f in zip(body.outputs[carries:], flows)]
     ct_h = [new(s) if f else None for s, f in zip(c_in, flows[n_ys:])]
     w = [new(s) for s in w_in]
+    # every input made before any instruction: the tape is in its text's order (``text_of``)
+    ct_y = [b.full(0, body.shapes[s], dt[s]) if v is None else v for v, s in zip(ct_y, body.outputs[carries:])]
     env = dict(zip(ins, hist + x + w))
     env.update(zip(joint.seeds, ct_c + ct_y))
     for instr in joint.tape.instrs:  # the step recomputed from its carries, then its reverse
@@ -225,7 +250,7 @@ def reverse_body(
         if grads_x[k]:
             g = grad(carries + k)
             ys.append(b.full(0, body.shapes[s], dt[s]) if g is None else g)
-    return b.finish(new_ct + new_acc + ys).format(), sums, grads_x
+    return text_of(b.finish(new_ct + new_acc + ys)), sums, grads_x
 
 
 def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], params: Params) -> Cotangents:
@@ -312,7 +337,7 @@ def tangent_body(text: str, carries: int, xs: int) -> str:
 
     values = [env[s] for s in outs]
     tangents = [out_tangent(k) for k in range(len(outs))]
-    return b.finish(values[:carries] + tangents[:carries] + values[carries:] + tangents[carries:]).format()
+    return text_of(b.finish(values[:carries] + tangents[:carries] + values[carries:] + tangents[carries:]))
 
 
 def _scan_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
