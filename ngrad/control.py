@@ -75,7 +75,7 @@ def scan(combine_fn, init, xs, *, dim=0, reverse=False):
     params = {"body": body.format(), "length": length, "reverse": bool(reverse)}
     params.update(carries=len(init_leaves), xs=len(moved), history=history)
 
-    packed = record_op("scan", tuple(args), params, (lay.size,), D.from_short(lay.dtype), _NAME)._node
+    packed = record_op("scan", tuple(args), params, (lay.size,), dtype, _NAME)._node
     for n in invariants:
         stale = None if n.meta is None else n.meta.stale
         if stale is not None and id(n) in made:

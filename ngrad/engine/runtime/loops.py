@@ -11,6 +11,7 @@ is too small to fill a GPU; the operands cross once each way).
 import numpy as np
 
 from ..ir.prims.control import body_of, run_scan
+from .checks import aligned
 
 __all__ = ["scan"]
 
@@ -22,9 +23,7 @@ def scan(params, args):
     body = body_of(params["body"])
     # exact operands once (the outer program may hand over views): every step's are then exact
     # by construction, and the body's driver runs without its input checks
-    args = [
-        a if not isinstance(a, np.ndarray) or (a.flags.c_contiguous and a.flags.aligned) else np.array(a) for a in args
-    ]
+    args = [aligned(a) if isinstance(a, np.ndarray) else a for a in args]
     call = prepare(body, checked=False) if params["length"] else None
     with np.errstate(all="ignore"):
         return run_scan(

@@ -73,7 +73,8 @@ def _batched_scan(args: Sequence[Var], params: dict, size: int) -> Var:
     the sequences scanned along their second axis, and the result packed as ``size`` results of
     the original layout side by side."""
     carries, xs, length = params["carries"], params["xs"], params["length"]
-    body, out_batched = batch(body_of(params["body"]), body_of(params["body"]).inputs, size)
+    body = body_of(params["body"])
+    body, out_batched = batch(body, body.inputs, size)
     bb = Builder(body)
     outs = [bb.var(s) if yes else _lift(bb.var(s), size) for s, yes in zip(body.outputs, out_batched)]
     body = bb.finish(outs)

@@ -150,10 +150,10 @@ class Numpy:
         return run_scan(interpret, body_of(body), args, length, reverse, carries, xs, history=history)
 
 
-def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, xp=np, history=True):
+def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, history=True):
     """A scan's packed result, the body run by ``run(body, values)`` (the interpreter, or the
-    runtime's compiled program); ``xp``: the array module of ``args`` (NumPy, or CuPy on CUDA).
-    The body's results are fresh arrays: each step's are kept as they are and stacked at the end."""
+    runtime's compiled program) on host arrays. The body's results are fresh arrays: each step's
+    are kept as they are and stacked at the end."""
     from ..interpret import np_dtype
 
     carry, seq, inv = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
@@ -170,17 +170,13 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
         for y, v in zip(ys, got[carries:]):
             y.append(v)
     lay = layout(body, length, carries, history)
-    out = xp.empty(lay.size, dtype=np_dtype(lay.dtype))
+    out = np.empty(lay.size, dtype=np_dtype(lay.dtype))
     for (o, s), c in zip(lay.finals, carry):
         out[o : o + math.prod(s)] = c.reshape(-1)
     for (o, s), steps in zip(lay.ys + lay.history, ys + kept):
         if length:
-            xp.stack(steps[::-1] if reverse else steps, out=out[o : o + math.prod(s)].reshape(s))
+            np.stack(steps[::-1] if reverse else steps, out=out[o : o + math.prod(s)].reshape(s))
     return out
-
-
-def _differentiable(dtype: str) -> bool:
-    return dtype in DIFFERENTIABLE
 
 
 @functools.lru_cache(maxsize=128)
@@ -203,16 +199,18 @@ def reverse_body(
     # a runtime scalar (a Python number of the step) takes no gradient
     w_kinds = body.kinds[carries + xs :]
     need = need if need is not None else (True,) * len(ins)
-    sums = tuple(_differentiable(dt[s]) and k != "scalar" and n for s, k, n in zip(w_in, w_kinds, need[carries + xs :]))
-    grads_x = tuple(_differentiable(dt[s]) and n for s, n in zip(x_in, need[carries : carries + xs]))
+    w_need = need[carries + xs :]
+    sums = tuple(dt[s] in DIFFERENTIABLE and k != "scalar" and n for s, k, n in zip(w_in, w_kinds, w_need))
+    grads_x = tuple(dt[s] in DIFFERENTIABLE and n for s, n in zip(x_in, need[carries : carries + xs]))
     # only what takes a gradient: a runtime scalar's would be summed in every step for nothing
     wrt = list(c_in) + [s for s, d in zip(x_in, grads_x) if d] + [s for s, d in zip(w_in, sums) if d]
     joint = DIFFERENTIATE["vjp"](body, wrt)
     position = {s: k for k, s in enumerate(wrt)}
     b = Builder()
+    kinds = dict(zip(ins, body.kinds))
 
     def new(s: int) -> Var:
-        return b.input(body.shapes[s], dt[s], body.kinds[ins.index(s)] if s in ins else "tensor")
+        return b.input(body.shapes[s], dt[s], kinds.get(s, "tensor"))
 
     ct_c = [new(s) for s in c_in]
     acc = [new(s) for s, d in zip(w_in, sums) if d]
