@@ -10,7 +10,8 @@
 * ``deep``: a chain of 100,000 operations on an 8-element leaf (``y * 1.0001 + 0.001`` and
   ``(y * 0.999).sin()`` in turn), then ``backward()``: the time of each and the peak resident
   memory over the process's before recording, per operation (sampled every 5 ms while it runs),
-  after a chain of 3,000 has run (imports, and the bytecode loops of the chain compiled).
+  after a chain of 12,000 has run (imports, and the bytecode loops of the chain and of a segment of
+  its reverse pass compiled).
 
 Each phase prints resident memory (``/proc/self/statm``, else the peak from ``resource``) at
 tenths of its run and the sizes of the in-memory caches at its end. ``--quick`` runs a tenth of
@@ -127,7 +128,9 @@ def _chain(x, count):
 
 def deep(count):
     x = ngrad.randn(8, requires_grad=True)
-    _chain(x, 3000).sum().backward()  # imports, and the loops that run the pending chains compiled
+    # imports, and the loops that run the pending chains and a reverse segment compiled (12,000
+    # operations make 24,000 levels: the reverse pass runs in segments of 4,096, DEEP_SEGMENT)
+    _chain(x, 12000).sum().backward()
     x.grad = None
     start = rss_mb()
     with _Peak() as peak:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import ngrad
+from ngrad.autograd import reverse
 from ngrad.engine.ir import tape as tape_module
 from ngrad.engine.ir.interpret import interpret, last_reads
 from ngrad.engine.ir.tape import NO_PARAMS, Builder
@@ -163,3 +164,123 @@ def test_instructions_without_params_share_one_dict_that_stays_empty():
     v = b.input((2,), "f64")
     w = v.sin()
     assert b.tape.instrs[-1].params is NO_PARAMS and w.slot == 1
+
+
+# --- a reverse pass through a graph deeper than two segments runs segment by segment
+
+
+@pytest.fixture
+def segments(monkeypatch):
+    """Segments of 64 levels, and the number of joint tapes the passes ran (``_reverse`` calls)."""
+    monkeypatch.setattr(reverse, "DEEP_SEGMENT", 64)
+    calls = []
+    inner = reverse._reverse
+    monkeypatch.setattr(reverse, "_reverse", lambda *a, **k: calls.append(1) or inner(*a, **k))
+    return calls
+
+
+def test_a_deep_chain_runs_in_segments_and_keeps_every_step_derivative(segments):
+    x0 = np.linspace(-1.0, 1.0, 8)
+    x = ngrad.tensor(x0, requires_grad=True)
+    _chain(x, 400).sum().backward()  # 800 levels: 12 segments of 64 and the one at the top
+    assert len(segments) == 13
+    np.testing.assert_allclose(x.grad.numpy(), _chain_gradient(x0, 400), rtol=1e-9)
+
+
+def test_a_segmented_pass_holds_one_segment_at_a_time(segments, monkeypatch):
+    monkeypatch.setenv("NGRAD_JIT", "never")  # no compile on the worker thread in the count
+    x0 = np.linspace(-1.0, 1.0, 8)
+    peaks = []
+    for segment in (64, 1 << 30):  # in segments, then whole
+        monkeypatch.setattr(reverse, "DEEP_SEGMENT", segment)
+        x = ngrad.tensor(x0, requires_grad=True)
+        y = _chain(x, 3000).sum()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            y.backward()
+            peaks.append(tracemalloc.get_traced_memory()[1] - base)
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_allclose(x.grad.numpy(), _chain_gradient(x0, 3000), rtol=1e-9)
+    # whole, the pass holds the joint tape of every operation (3.4 KB each); in segments one
+    # segment's and the walk that finds the cuts (a few hundred bytes an operation)
+    assert peaks[0] < peaks[1] / 4 and peaks[0] / 3000 < 600
+
+
+def _skips(x, count):
+    """A deep graph that is not a chain: every 25 levels the running value also reads one from
+    150 operations below (across segment ends), and two roots share the path."""
+    y, kept = x, []
+    for i in range(count):
+        y = (y * 0.999).sin() if i % 2 else y * 1.0001 + 0.001
+        kept.append(y)
+        if i % 25 == 24 and i >= 150:
+            y = y + 0.01 * kept[i - 150].tanh()
+    return y.sum() + (kept[count // 2] * kept[count // 3]).sum()
+
+
+def test_a_deep_graph_with_skips_has_the_unsegmented_gradient_and_the_finite_differences(monkeypatch, segments):
+    x0 = np.linspace(-0.9, 0.8, 5)
+    x = ngrad.tensor(x0, requires_grad=True)
+    _skips(x, 500).backward()
+    assert len(segments) > 1
+    monkeypatch.setattr(reverse, "DEEP_SEGMENT", 1 << 30)
+    whole = ngrad.tensor(x0, requires_grad=True)
+    _skips(whole, 500).backward()
+    np.testing.assert_allclose(x.grad.numpy(), whole.grad.numpy(), rtol=1e-12)
+    eps, fd = 1e-6, []
+    with ngrad.no_grad():
+        for i in range(len(x0)):
+            hi, lo = x0.copy(), x0.copy()
+            hi[i] += eps
+            lo[i] -= eps
+            fd.append((_skips(ngrad.tensor(hi), 500).item() - _skips(ngrad.tensor(lo), 500).item()) / (2 * eps))
+    np.testing.assert_allclose(x.grad.numpy(), fd, rtol=1e-6)
+
+
+def test_grad_of_an_intermediate_and_a_second_backward_follow_pytorch(segments):
+    x0 = np.linspace(-1.0, 1.0, 8)
+    x = ngrad.tensor(x0, requires_grad=True)
+    y = x
+    for i in range(300):
+        y = (y * 0.999).sin() if i % 2 else y * 1.0001 + 0.001
+        if i == 100:
+            mid = y
+    out = y.sum()
+    g_mid, g_x = ngrad.autograd.grad(out, (mid, x), retain_graph=True)
+    # d out / d mid is the derivative of the chain's last 199 steps, taken at mid's value
+    d = np.ones(8)
+    v = mid.detach().numpy().copy()
+    for i in range(101, 300):
+        if i % 2:
+            d, v = d * 0.999 * np.cos(v * 0.999), np.sin(v * 0.999)
+        else:
+            d, v = d * 1.0001, v * 1.0001 + 0.001
+    np.testing.assert_allclose(g_mid.numpy(), d, rtol=1e-9)
+    np.testing.assert_allclose(g_x.numpy(), _chain_gradient(x0, 300), rtol=1e-9)
+    out.backward()
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        out.backward()
+
+
+def test_a_hook_inside_a_deep_chain_runs_once_with_its_segment(segments):
+    x0 = np.linspace(-1.0, 1.0, 8)
+    x = ngrad.tensor(x0, requires_grad=True)
+    y, seen = x, []
+    for i in range(300):
+        y = (y * 0.999).sin() if i % 2 else y * 1.0001 + 0.001
+        if i == 150:
+            y.register_hook(lambda g: seen.append(g.numpy().copy()) or g * 2)
+    y.sum().backward()
+    assert len(seen) == 1
+    np.testing.assert_allclose(x.grad.numpy(), 2 * _chain_gradient(x0, 300), rtol=1e-9)
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(x0, requires_grad=True)
+    u = t
+    for i in range(300):
+        u = (u * 0.999).sin() if i % 2 else u * 1.0001 + 0.001
+        if i == 150:
+            u.register_hook(lambda g: g * 2)
+    u.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-9)

@@ -10,6 +10,9 @@ reverse pass. When the graph holds them, the reverse pass runs in segments: thei
 cut points (realized first, read as inputs), the segments run latest first, and each cut
 hands its gradient on (through its hooks, or through the Function's ``backward``) as the seed
 of the next segment. Every segment is an ordinary joint tape, compiled or interpreted.
+A graph more than ``2 * DEEP_SEGMENT`` operations deep is cut the same way every
+``DEEP_SEGMENT`` levels (``Node.grad_depth``), so that one segment's program is alive at a time
+(unless the gradients are recorded: ``create_graph``, or ``ngrad.compile`` tracing).
 """
 
 import re
@@ -273,19 +276,45 @@ def _parents(v):
     return [n for n in v._input_nodes if n is not None and n.requires_grad]
 
 
-def _units(roots, targets):
+def _units(roots, targets, deep=False):
     """The cut points below ``roots`` (non-leaf nodes with tensor or grad_fn hooks, the sources
-    of a node with grad_fn hooks, custom Function contexts) from which a gradient flows on to
-    one of ``targets`` (PyTorch's engine runs no other node), each before every unit its gradient
-    flows into (reverse post-order, iterative)."""
+    of a node with grad_fn hooks, custom Function contexts; with ``deep``, also every node whose
+    ``grad_depth`` is a multiple of ``DEEP_SEGMENT``) from which a gradient flows on to one of
+    ``targets`` (PyTorch's engine runs no other node), each before every unit its gradient flows
+    into (reverse post-order, iterative)."""
     post = post_order([r for r in roots if r.requires_grad], _parents)
     wanted, needed, relays = set(targets), set(), set()
+    if deep:  # segment ends, not points where Python runs: a root is where a segment starts
+        starts = set(roots)
+        relays.update(v for v in post if v not in starts and _deep_cut(v))
     for v in post:  # the vertices a vertex's gradient flows into come before it
         if v in wanted or any(p in needed for p in _parents(v)):
             needed.add(v)
         if isinstance(v, Node) and v.differentiable and (v.meta or NO_META).ctx is None and node_hooks(v, "hooks"):
             relays.update(s for s in v.srcs if s.differentiable)
     return [v for v in reversed(post) if v in needed and (not isinstance(v, Node) or v in relays or _is_cut(v))]
+
+
+# A reverse pass through a graph deeper than two segments (``Node.grad_depth``) runs in segments of
+# this many levels, cut at the nodes whose grad_depth is a multiple of it: one joint tape at a time
+# is alive, so a backward through 100,000 operations peaks at the recorded graph plus one segment's
+# program (it held the whole joint tape of 700,000 instructions: 3.5 KB an operation)
+DEEP_SEGMENT = 4096
+
+
+def _deep_cut(v):
+    if not isinstance(v, Node) or not v.differentiable or (v.meta or NO_META).ctx is not None:
+        return False
+    level = getattr(v, "grad_depth", 0)  # (a node built field by field has none)
+    return level > 0 and level % DEEP_SEGMENT == 0
+
+
+def _is_deep(roots, create_graph):
+    """Whether the reverse pass from ``roots`` runs in segments of ``DEEP_SEGMENT`` levels: only
+    when it runs now (a recorded gradient graph, ``create_graph`` or tracing, is kept whole)."""
+    if create_graph or grad_mode.state.trace is not None:
+        return False
+    return max((getattr(r, "grad_depth", 0) for r in roots), default=0) > 2 * DEEP_SEGMENT
 
 
 def _position_grads(u, through):
@@ -349,9 +378,10 @@ def _gradients(roots, seed_nodes, targets, retain_graph, create_graph, batched):
 
 
 def _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batched):
-    units = _units(roots, targets) if SEGMENT_NODES else None
+    deep = _is_deep(roots, create_graph)
+    units = _units(roots, targets, deep) if SEGMENT_NODES or deep else None
     if units:
-        result = _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched)
+        result = _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched, deep)
     else:
         result = _reverse(roots, seed_nodes, targets, retain_graph, create_graph, batched)
     for i, (n, g) in enumerate(zip(targets, result)):
@@ -360,11 +390,16 @@ def _gradients_of(roots, seed_nodes, targets, retain_graph, create_graph, batche
     return result
 
 
-def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched):
-    """The reverse pass in segments between the cut points ``units`` (see module doc)."""
+def _segmented(roots, seed_nodes, targets, units, retain_graph, create_graph, batched, deep=False):
+    """The reverse pass in segments between the cut points ``units`` (see module doc; ``deep``:
+    some of them cut a deep graph, ``_units``)."""
     cuts = set()
     for u in units:
         cuts.update((u,) if isinstance(u, Node) else u._cut_nodes())
+    if deep:  # lowest first, each its own program: none holds more than a segment's graph
+        for u in reversed(units):
+            if isinstance(u, Node) and u.value is None:
+                realize([u])
     realize([c for c in cuts if c.value is None])
     acc, final, ran = {}, {}, []
     wanted = set(targets)

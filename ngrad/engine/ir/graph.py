@@ -27,6 +27,9 @@ __all__ = ["Node", "lower", "Lowered", "post_order", "replay", "settle_depth", "
 class Node:
     """One recorded operation or value source. ``requires_grad``: gradients flow into it;
     ``differentiable``: its gradient flows on into ``srcs`` (False for leaves and constants).
+    ``depth``: the longest chain of pending nodes it ends (see ``PENDING_DEPTH``); ``grad_depth``:
+    the longest chain of operations recorded with gradients that it ends, never reset (the reverse
+    pass cuts a graph deeper than ``reverse.DEEP_SEGMENT`` into segments).
     ``device``: ``"cpu"``, ``"cuda"``, or None for values usable on any device (see ``_place``).
     ``meta``: None, or the facade's annotations of the node (the engine never reads them)."""
 
@@ -43,6 +46,7 @@ class Node:
         "requires_grad",
         "differentiable",
         "depth",
+        "grad_depth",
         "device",
         "meta",
         "__dict__",
@@ -63,15 +67,21 @@ class Node:
             _place(self, srcs)
         if ON_RECORD[0] is not None:
             ON_RECORD[0](self)
+        self.grad_depth = 0
         if srcs:
-            d = 0
+            d = g = 0
             try:
                 for s in srcs:
                     if s.depth > d:
                         d = s.depth
+                    if s.grad_depth > g:
+                        g = s.grad_depth
             except AttributeError:  # a source built field by field (ngrad.compile's outputs: values)
                 d = max(getattr(s, "depth", 0) for s in srcs)
+                g = max(getattr(s, "grad_depth", 0) for s in srcs)
             self.depth = d + 1
+            if requires_grad:
+                self.grad_depth = g + 1
             if d >= PENDING_DEPTH and ON_DEEP[0] is not None:
                 ON_DEEP[0](self)
         else:
