@@ -133,6 +133,7 @@ class FuseState:
 
     tape: object
     cpu: bool
+    numpy: bool = False  # no kernels: every instruction a NumPy step (``fuse``)
     placed: list = dataclasses.field(default_factory=list)  # (position, step)
     where: dict = dataclasses.field(default_factory=dict)  # slot -> (position of its step, by an epilogue)
     literal: dict = dataclasses.field(default_factory=dict)  # slot -> the constant it holds
@@ -148,7 +149,8 @@ class FuseState:
     @classmethod
     def of(cls, tape, target="cpu"):
         """The state before any pass: only the tape's inputs are placed."""
-        return cls(tape, target == "cpu", where={s: ((-1,), False) for s in tape.inputs})
+        where = {s: ((-1,), False) for s in tape.inputs}
+        return cls(tape, target in ("cpu", "numpy"), target == "numpy", where=where)
 
 
 def _available(state, slot, pos):
@@ -325,8 +327,14 @@ def place_instrs(state):
     rather than reloading them. Next to real loops, one-element arithmetic (a seed times a
     constant, the max of a logsumexp checked for inf) runs as NumPy glue on the CPU:
     microseconds per call, against a fifth of a second to compile a kernel for it. A tape of
-    scalars only still compiles to one kernel."""
+    scalars only still compiles to one kernel. For the ``numpy`` target every instruction is
+    glue, in the tape's order."""
     tape = state.tape
+    if state.numpy:
+        for n, ins in enumerate(tape.instrs):
+            state.placed.append(((n,), Glue(ins)))
+            state.where[ins.out] = ((n,), False)
+        return
     state.scalar_glue = state.cpu and any(
         PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs
     )
@@ -446,13 +454,20 @@ PASSES = [
 ]
 
 
+# without kernels there is nothing to flatten, sink past or store from
+NUMPY_PASSES = [p for p in PASSES if p.name in ("place_instrs", "order_steps", "drop_dead_glue")]
+
+
 def fuse(tape, target="cpu"):
     """Partition ``tape`` into kernels and glue steps by running ``PASSES``; see the module docstring.
 
     For ``target="cuda"`` every loop stays a kernel (glue there is a device round trip, not a
     microsecond of NumPy), and only reductions the GPU can combine with atomics (``sum``,
-    ``amax``, ``amin`` of numbers) are epilogues; ``prod`` and boolean reductions are glue."""
-    state = run_passes("fuse", PASSES, FuseState.of(tape, target))
+    ``amax``, ``amin`` of numbers) are epilogues; ``prod`` and boolean reductions are glue.
+    ``target="numpy"``: no kernel at all, every instruction a glue step (the plan a driver runs
+    before any kernel is compiled, ``runtime.plan``)."""
+    state = FuseState.of(tape, target)
+    state = run_passes("fuse", NUMPY_PASSES if state.numpy else PASSES, state)
     return Plan(tape, state.steps)
 
 

@@ -32,7 +32,7 @@ from .machine import Machine, machine_for
 from .plan import CompiledPlan
 from .tiering import Decision, Record, next_state, small_steps, unrolls
 
-__all__ = ["run", "prepare", "inline", "tier_for", "records"]
+__all__ = ["run", "prepare", "inline", "tier_for", "records", "numpy_driver", "numpy_body"]
 
 records: dict[tuple, tiering.Record] = Recent()  # tape structure (``Tape.key()``) -> its tiering.Record
 
@@ -177,14 +177,81 @@ def run(tape, values, target="cpu", *, policy=None):
     return executed(tier, tape, values)
 
 
-def _interpreted(tape, values, record):
-    """The outputs of checked ``values`` from the interpreter, owned; the time goes to the
-    record's ``rent``, which tiering weighs against compiling."""
+def _interpreted(tape, values, record, again=False):
+    """The outputs of checked ``values`` before the tape's tier is ready, owned: from the
+    interpreter, then from its NumPy driver (``numpy_driver``) once interpreting this structure
+    has cost what making the driver does (``Policy.numpy_driver_s`` an instruction), at once for
+    a prepared function (``again``) or a tape with a scan (whose body runs step after step:
+    ``loops.scan``). The time goes to the record's ``rent``, which tiering weighs against
+    compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs every call."""
     t = time.perf_counter()
-    outs = interpret(tape, values)
+    if record is not None and record.numpy is None and (again or _due(record.rent, tape) or _has_scan(tape)):
+        record.numpy = numpy_driver(tape)
+    if record is None or record.numpy is None:
+        outs = owned(interpret(tape, values), values)
+    else:
+        outs = record.numpy(values)
     if record is not None:
         record.rent += time.perf_counter() - t
-    return owned(outs, values)
+    return outs
+
+
+def _due(rent, tape):
+    return rent >= tiering.POLICY.numpy_driver_s * len(tape.instrs)
+
+
+def _has_scan(tape):
+    return any(ins.prim == "scan" for ins in tape.instrs)
+
+
+_numpy = Recent()  # (tape structure, checked) -> its NumPy driver
+
+
+def numpy_driver(tape, checked=True):
+    """The generated driver of ``tape``'s NumPy plan (``CompiledPlan(tape, "numpy")``): the
+    interpreter's NumPy calls as straight-line Python, every instruction's row and params bound
+    once, values dropped after their last reader, a scan's body run by ``numpy_body``. No
+    compiler is imported: it serves the calls that come before a structure's kernels are ready,
+    at a fraction of the interpreter's cost per instruction (about 1 µs against 4-8).
+    ``checked=False``: without the input checks (a scan's steps)."""
+    key = (tape.key(), checked)
+    drive = _numpy.get(key)
+    if drive is None:
+        drive = _numpy[key] = driver_of(CompiledPlan(tape, "numpy"), tape, checked)
+    return drive
+
+
+class _Body:
+    """A scan body's steps before its kernels are ready: interpreted, then on its NumPy driver
+    once interpreting them has cost what making it does (as ``_interpreted`` decides)."""
+
+    __slots__ = ("tape", "rent", "drive")
+
+    def __init__(self, tape):
+        self.tape, self.rent, self.drive = tape, 0.0, None
+
+    def __call__(self, values):
+        if self.drive is not None:
+            return self.drive(values)
+        t = time.perf_counter()
+        outs = interpret(self.tape, values)
+        self.rent += time.perf_counter() - t
+        if _due(self.rent, self.tape):
+            self.drive = numpy_driver(self.tape, checked=False)
+        return outs
+
+
+_bodies = Recent()  # body structure -> its _Body
+
+
+def numpy_body(tape):
+    """How a scan's steps run ``tape`` (its body) while the outer program runs on its NumPy
+    driver: a function of each step's exact values (see ``_Body``)."""
+    key = tape.key()
+    body = _bodies.get(key)
+    if body is None:
+        body = _bodies[key] = _Body(tape)
+    return body
 
 
 def prepare(tape, target="cpu", checked=True):
@@ -251,7 +318,7 @@ class Pending:
             self.fn = fn = _prepared(tape, tier)
             return fn(values)
         check(tape, values)
-        return _interpreted(tape, values, record)
+        return _interpreted(tape, values, record, again=True)
 
 
 def _checked(tape, machine):

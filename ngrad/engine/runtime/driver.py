@@ -21,7 +21,7 @@ import numpy as np
 from ..backend.fuse import Glue, reads_of
 from ..backend.source_math import Expr, SourceMath, identity
 from ..config import debug_level
-from ..ir.interpret import compute, evaluate, matmul_into, np_dtype
+from ..ir.interpret import NUMPY, evaluate, matmul_into, np_dtype
 from ..ir.prims import PRIMS
 from . import buffers, loops
 from .buffers import POOL_MIN_BYTES
@@ -39,7 +39,7 @@ _SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow", "abs", "eq", 
 _BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
 
 # prims whose NumPy result may share memory with an operand (their results are not fresh)
-_SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
+_SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach", "real", "imag"])
 
 
 def driver_of(plan, tape, checked=True):
@@ -259,8 +259,7 @@ class _Writer:
             return f"# %{out} = detach(%{a0}) is {self.var[a0]}"
         args = [f"asarray({self.var[a]})" if self.var[a] in self.scalar else self.var[a] for a in ins.args]
         if kind is GlueKind.REQUIRE:
-            tape = self.tape
-            self.g[f"G{out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
+            self.g[f"G{out}"] = _computing(self.tape, ins)
             self.lines.append(f"G{out}({args[0]})  # %{out} = require(%{a0}), {ins.params['test']}")
             self._alias(out, a0, self.root.get(a0, self.var[a0]))
             return f"# %{out} is {self.var[a0]}"
@@ -314,9 +313,10 @@ class _Writer:
             return f"asarray{text.text}" if text.text.startswith("(") else f"asarray({text.text})"
         tape = self.tape
         if ins.prim == "scan":  # its body runs as a program of its own (``loops``)
-            self.g[f"G{ins.out}"] = lambda *arrays, params=ins.params: loops.scan(params, arrays)
+            numpy = self.plan.numpy
+            self.g[f"G{ins.out}"] = lambda *arrays, params=ins.params: loops.scan(params, arrays, numpy)
         else:
-            self.g[f"G{ins.out}"] = lambda *arrays, ins=ins: compute(tape, ins, arrays)
+            self.g[f"G{ins.out}"] = _computing(tape, ins)
         return f"G{ins.out}({', '.join(args)})"
 
     def array_arg(self, a, shape):
@@ -442,6 +442,21 @@ class _Writer:
             lines.append("recycle(made, y)")
             outs = [f"y[{k}]" for k in range(len(outs))]
         return lines, outs
+
+
+def _computing(tape, ins):
+    """``compute(tape, ins, arrays)`` as a function of the arrays, with the row's forward, its
+    params and the result's dtype looked up once."""
+    fwd, params, want = PRIMS[ins.prim].fwd, ins.params, np_dtype(tape.dtypes[ins.out])
+    ndarray, asarray = np.ndarray, np.asarray
+
+    def run(*arrays):
+        r = fwd(NUMPY, *arrays, **params)
+        if r.__class__ is not ndarray or r.dtype != want:
+            r = asarray(r, dtype=want)
+        return r
+
+    return run
 
 
 def implicit_expands(steps, tape):

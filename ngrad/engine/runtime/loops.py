@@ -16,15 +16,20 @@ from .checks import aligned
 __all__ = ["scan"]
 
 
-def scan(params, args):
-    """The packed result of ``scan(*args; **params)`` (see the module docstring)."""
-    from .dispatch import prepare  # dispatch runs drivers, which run scans
+def scan(params, args, numpy=False):
+    """The packed result of ``scan(*args; **params)`` (see the module docstring). ``numpy``: the
+    steps run interpreted or on the body's NumPy driver (``dispatch.numpy_body``), not compiled
+    (the outer program runs on its own NumPy driver: its kernels are not ready)."""
+    from .dispatch import numpy_body, prepare  # dispatch runs drivers, which run scans
 
     body = body_of(params["body"])
     # exact operands once (the outer program may hand over views): every step's are then exact
     # by construction, and the body's driver runs without its input checks
     args = [aligned(a) if isinstance(a, np.ndarray) else a for a in args]
-    call = prepare(body, checked=False) if params["length"] else None
+    if not params["length"]:
+        call = None
+    else:
+        call = numpy_body(body) if numpy else prepare(body, checked=False)
     with np.errstate(all="ignore"):
         return run_scan(
             lambda tape, values: call(values),

@@ -2,7 +2,8 @@
 
 Contract: ``CompiledPlan(tape)`` fuses the tape once and lays it out twice (serial, and with
 big loops on their own for threads); ``compile()`` compiles (or loads) the functions of the
-layout for the current thread count, after which ``ready()`` is true. It also decides, once per
+layout for the current thread count, after which ``ready()`` is true. ``CompiledPlan(tape,
+"numpy")`` has no kernels (every step is NumPy): it is ready at once and imports no compiler. It also decides, once per
 plan, which matmuls write into pooled buffers (``into``), which loops may write in place of a
 dying input (``in_place``) and which glue computes constants (``consts``). Running it is
 ``executor.execute``; its generated driver is ``driver.driver_of``.
@@ -34,15 +35,30 @@ class CompiledPlan:
     get functions of their own instead (the ``threaded`` layout, compiled the first time threads
     are on), so that threads can run each in chunks of rows."""
 
-    __slots__ = ("plan", "serial", "threaded", "pool", "lent", "consts", "drive", "trusted", "in_place", "into")
+    __slots__ = (
+        "plan",
+        "serial",
+        "threaded",
+        "pool",
+        "lent",
+        "consts",
+        "drive",
+        "trusted",
+        "in_place",
+        "into",
+        "numpy",
+    )
 
-    def __init__(self, tape):
-        self.plan = fuse(tape)
+    def __init__(self, tape, target="cpu"):
+        self.numpy = target == "numpy"  # no kernels: the driver calls NumPy only (``numpy_driver``)
+        self.plan = fuse(tape, target)
         self.into = _matmuls_into(self.plan, tape)
         dead = dead_after_steps(tape, self.plan)
         self.serial = Layout(self.plan, tape, dead, split=False)
         chunk = any(isinstance(st, Kernel) and big(st) for st in self.plan.steps)
         self.threaded = Layout(self.plan, tape, dead, split=True) if chunk else self.serial
+        if self.numpy:  # nothing to compile: ready now
+            self.serial.kernels = [None] * len(self.serial.sources)
         self.drive = None  # the generated driver, once asked for
         self.trusted = None  # the driver without input checks (``loops``: a scan's later steps)
         self.pool = {}  # (shape, dtype) -> big intermediate arrays free for the next run

@@ -73,6 +73,12 @@ class Policy:
     call with each step a driver call of its own, and 0.05 ms written out. Longer ones run their
     steps as programs of their own (``runtime.loops``), whose encoding would cost more than a
     second.
+
+    Until a tier is ready, calls run on the interpreter and then on the tape's NumPy driver
+    (``dispatch.numpy_driver``: the same NumPy calls as straight-line Python, about 1 µs an
+    instruction where the interpreter takes 4-8), made once the time spent interpreting the
+    structure has reached ``numpy_driver_s`` a tape instruction, what making it costs (25-35 µs
+    an instruction measured on GradBench's lstm bodies and PyTorch's polynomial tutorial).
     """
 
     threshold: int = 2
@@ -81,6 +87,7 @@ class Policy:
     prepare_functions: int = 32
     plan_s: float = 2e-4
     plan_eager: int = 2000
+    numpy_driver_s: float = 3e-5
     bytecode_min_instrs: int = 256
     bytecode_max_elements: int = 4096
     bytecode_functions: int = 32
@@ -101,7 +108,7 @@ class Record:
     how many are not on disk; ``cached``: the tier's code is all on disk (under ``auto``);
     ``compiling``: the worker thread is encoding, planning or compiling its tier (``background``);
     ``failed``: its compile failed, so it stays on the interpreter (``dispatch.tier_for`` reads
-    both)."""
+    both); ``numpy``: the NumPy driver serving its calls meanwhile."""
 
     tier: object = None
     seen: int = 0
@@ -113,6 +120,7 @@ class Record:
     cached: bool = False
     compiling: bool = False
     failed: bool = False
+    numpy: object = None  # the NumPy driver that serves calls until the tier is ready (``dispatch``)
 
 
 class Decision(enum.Enum):
