@@ -145,3 +145,17 @@ def test_the_numpy_driver_imports_no_compiler():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_under_never_a_scan_steps_on_the_interpreter_alone(monkeypatch):
+    made = []
+    inner = dispatch.numpy_driver
+    monkeypatch.setattr(dispatch, "numpy_driver", lambda tape, checked=True: made.append(1) or inner(tape, checked))
+    monkeypatch.setattr(tiering, "POLICY", dataclasses.replace(tiering.POLICY, numpy_driver_s=0.0))
+    xs = ngrad.tensor(np.linspace(0.0, 1.0, 40).reshape(20, 2))
+    h, _ = ngrad.scan(lambda h, x: ((h * 0.5 + x).sin(), ()), ngrad.zeros(2, dtype=ngrad.float64), xs)
+    hv = np.zeros(2)
+    for x in xs.numpy():
+        hv = np.sin(hv * 0.5 + x)
+    np.testing.assert_allclose(h.numpy(), hv, rtol=1e-14)
+    assert not made  # NGRAD_JIT=never (this folder's default): the oracle runs alone

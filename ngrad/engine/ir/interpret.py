@@ -362,12 +362,21 @@ def last_reads(tape: Tape) -> array:
     return last
 
 
+def _last_reads_of(tape: Tape) -> array:
+    """``last_reads(tape)``, memoized on the tape while its sizes stay what they were."""
+    at = (len(tape.instrs), len(tape.shapes), len(tape.outputs))
+    memo = tape._last
+    if memo is None or memo[0] != at:
+        memo = tape._last = (at, last_reads(tape))
+    return memo[1]
+
+
 def interpret(tape: Tape, values: Sequence[Any]) -> list[np.ndarray]:
     """Run ``tape`` on ``values`` (one per input slot) with NumPy; return the output arrays."""
     env: list[Any] = [None] * len(tape.shapes)  # slot -> value, None once dead
     for s, v in bind(tape, values).items():
         env[s] = v
-    last = last_reads(tape)
+    last = _last_reads_of(tape)
     with np.errstate(all="ignore"):
         for i, ins in enumerate(tape.instrs):
             args = ins.args

@@ -74,6 +74,8 @@ class Tape:
     outputs: list[int] = field(default_factory=list)
     # (sizes it was computed at, key): a memoized joint tape is keyed per run
     _key: tuple[tuple[int, int, int], Key] | None = field(default=None, init=False)
+    # (sizes, ``interpret.last_reads``): a scan's body is interpreted once a step
+    _last: tuple[tuple[int, int, int], Any] | None = field(default=None, init=False)
 
     def __len__(self) -> int:
         return len(self.instrs)

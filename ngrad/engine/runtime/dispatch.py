@@ -21,6 +21,7 @@ import numpy as np
 
 from ..config import compile_mode, debug_level, jit_mode, jit_threshold, scan_unroll
 from ..ir.interpret import interpret, np_dtype
+from ..ir.prims import control
 from ..recent import Recent
 from ..targets import CompileError, kernels_made
 from . import background, tiering
@@ -177,15 +178,15 @@ def run(tape, values, target="cpu", *, policy=None):
     return executed(tier, tape, values)
 
 
-def _interpreted(tape, values, record, again=False):
+def _interpreted(tape, values, record):
     """The outputs of checked ``values`` before the tape's tier is ready, owned: from the
     interpreter, then from its NumPy driver (``numpy_driver``) once interpreting this structure
-    has cost what making the driver does (``Policy.numpy_driver_s`` an instruction), at once for
-    a prepared function (``again``) or a tape with a scan (whose body runs step after step:
-    ``loops.scan``). The time goes to the record's ``rent``, which tiering weighs against
-    compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs every call."""
+    has cost what making the driver does (``Policy.numpy_driver_s`` an instruction; a scan's
+    steps move by the same rule, ``numpy_body``). The time goes to the record's ``rent``, which
+    tiering weighs against compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs
+    every call."""
     t = time.perf_counter()
-    if record is not None and record.numpy is None and (again or _due(record.rent, tape) or _has_scan(tape)):
+    if record is not None and record.numpy is None and _due(record.rent, tape):
         record.numpy = numpy_driver(tape)
     if record is None or record.numpy is None:
         outs = owned(interpret(tape, values), values)
@@ -198,10 +199,6 @@ def _interpreted(tape, values, record, again=False):
 
 def _due(rent, tape):
     return rent >= tiering.POLICY.numpy_driver_s * len(tape.instrs)
-
-
-def _has_scan(tape):
-    return any(ins.prim == "scan" for ins in tape.instrs)
 
 
 _numpy = Recent()  # (tape structure, checked) -> its NumPy driver
@@ -241,17 +238,23 @@ class _Body:
         return outs
 
 
-_bodies = Recent()  # body structure -> its _Body
+_bodies = Recent()  # body text -> its _Body
 
 
-def numpy_body(tape):
-    """How a scan's steps run ``tape`` (its body) while the outer program runs on its NumPy
-    driver: a function of each step's exact values (see ``_Body``)."""
-    key = tape.key()
-    body = _bodies.get(key)
+def numpy_body(text, tape):
+    """How a scan's steps run its body (``tape``, of canonical text ``text``) before its kernels
+    are ready, under the interpreter or a NumPy driver: a function of each step's exact values
+    (see ``_Body``); under ``NGRAD_JIT=never`` the interpreter's own."""
+    if jit_mode() == "never":
+        return lambda values: interpret(tape, values)
+    body = _bodies.get(text)
     if body is None:
-        body = _bodies[key] = _Body(tape)
+        body = _bodies[text] = _Body(tape)
     return body
+
+
+# the interpreter's scans run their steps here (``ir.prims.control.STEPS``)
+control.STEPS["run"] = numpy_body
 
 
 def prepare(tape, target="cpu", checked=True):
@@ -318,7 +321,7 @@ class Pending:
             self.fn = fn = _prepared(tape, tier)
             return fn(values)
         check(tape, values)
-        return _interpreted(tape, values, record, again=True)
+        return _interpreted(tape, values, record)
 
 
 def _checked(tape, machine):

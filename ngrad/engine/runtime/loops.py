@@ -29,7 +29,7 @@ def scan(params, args, numpy=False):
     if not params["length"]:
         call = None
     else:
-        call = numpy_body(body) if numpy else prepare(body, checked=False)
+        call = numpy_body(params["body"], body) if numpy else prepare(body, checked=False)
     with np.errstate(all="ignore"):
         return run_scan(
             lambda tape, values: call(values),

@@ -36,10 +36,16 @@ from .table import Cotangents, P, Params, Shapes, Tangents, TapeError, Typed
 if TYPE_CHECKING:
     from ..tape import Tape, Var
 
-__all__ = ["DIFFERENTIATE", "Layout", "body_of", "layout", "parts", "text_of"]
+__all__ = ["DIFFERENTIATE", "STEPS", "Layout", "body_of", "layout", "parts", "text_of"]
 
 # ``vjp`` and ``jvp`` of a whole tape, from ``engine.transform.differentiate`` (see the docstring)
 DIFFERENTIATE: dict[str, Callable[..., Any]] = {}
+
+# How the interpreter runs a scan's steps: ``STEPS["run"](text, body)`` is a function of each
+# step's values, returning the body's outputs. The runtime, a later layer, puts its own there
+# when it is imported (the steps of a long scan move from the interpreter to the body's NumPy
+# driver, which computes the same values); without it the interpreter runs them.
+STEPS: dict[str, Callable[..., Any]] = {}
 
 
 _BODIES: dict[str, Tape] = {}  # body text -> its tape (bounded: cleared past _BODIES_KEPT)
@@ -147,7 +153,12 @@ class Numpy:
     ) -> np.ndarray:
         from ..interpret import interpret
 
-        return run_scan(interpret, body_of(body), args, length, reverse, carries, xs, history=history)
+        tape = body_of(body)
+        steps = STEPS.get("run")
+        if steps is None:
+            return run_scan(interpret, tape, args, length, reverse, carries, xs, history=history)
+        call = steps(body, tape)
+        return run_scan(lambda t, values: call(values), tape, args, length, reverse, carries, xs, history=history)
 
 
 def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, history=True):
