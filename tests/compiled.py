@@ -13,6 +13,7 @@ from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
 from .oracles import draw, prim_tape
+from .test_random_graphs import SHAPES, build
 
 
 def compiled(tape, values):
@@ -60,4 +61,16 @@ def corpus_joint(name, rng):
     low = lower([out._node], grad=True)
     joint = vjp(low.tape, [low.slot_of[x._node] for x in xs if x._node in low.slot_of])
     seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
+    return joint.tape, [n.value for n in low.sources] + seeds
+
+
+def random_joint(ops, seed):
+    """The joint tape of random program ``ops`` (``test_random_graphs``) on inputs drawn from
+    ``seed``, and its input values (cotangents of ones)."""
+    rng = np.random.default_rng(seed)
+    xs = [ngrad.tensor(rng.uniform(-1.5, 1.5, s), requires_grad=True) for s in SHAPES[:3]]
+    out = build(ops, *xs)
+    low = lower([out._node], grad=True)
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
+    seeds = [np.ones(joint.tape.shapes[s]) for s in joint.seeds]
     return joint.tape, [n.value for n in low.sources] + seeds

@@ -13,15 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ngrad
-from ngrad.engine.ir.graph import lower
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.runtime import dispatch, tiering
 from ngrad.engine.runtime.dispatch import numpy_driver
-from ngrad.engine.transform.differentiate import vjp
 
 from . import test_ops, test_prims
-from .compiled import corpus_joint, prim_joint
-from .test_random_graphs import SHAPES, build, program
+from .compiled import corpus_joint, prim_joint, random_joint
+from .test_random_graphs import program
 
 
 def _same(tape, values, rtol):
@@ -57,13 +55,7 @@ def test_op_corpus_values_and_gradients(name, rng):
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(program, st.integers(0, 2**32 - 1))
 def test_random_programs_equal_the_interpreter(ops, seed):
-    rng = np.random.default_rng(seed)
-    xs = [ngrad.tensor(rng.uniform(-1.5, 1.5, s), requires_grad=True) for s in SHAPES[:3]]
-    out = build(ops, *xs)
-    low = lower([out._node], grad=True)
-    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]) for s in joint.seeds]
-    _same(joint.tape, [n.value for n in low.sources] + seeds, rtol=1e-13)
+    _same(*random_joint(ops, seed), rtol=1e-13)
 
 
 @pytest.fixture
