@@ -295,7 +295,9 @@ def bind_parameters(state):
     ]
     out += [f"{p}a{k} = {bound[a]}  # %{a}, stored above" for k, (a, _) in enumerate(state.arrays) if a in bound]
     out += [
-        f"{name} = {p}w[{k}]  # {'start' if end == 0 else 'stop'} of %{slot}'s window on axis {axis}"
+        f"{name} = {p}w[{k}]  # "
+        + (f"{'start' if end == 0 else 'stop'} of %{slot}'s window" if end in (0, 1) else f"{end} of %{slot}")
+        + f" on axis {axis}"
         for k, ((slot, axis, end), (name, _)) in enumerate(state.bounds.items())
     ]
     # a scalar made by an earlier loop of the same function arrives as a one-element array, read
@@ -331,16 +333,28 @@ def write_nest(state):
         out += [ind + ln for ln in post[d - 1]]
 
 
+def _windowed(kernel):
+    """(source, read at shifted rows) of each array a kernel reads through a window: a slice's, an
+    unslice's, or a concatenation's piece (along the rows, every piece is: it is read at the
+    loop's row less its part's start)."""
+    shape = kernel.shape or (1,)
+    for r in kernel.reads.values():
+        if r.kind in (ReadKind.WINDOW, ReadKind.PAD):
+            yield r.src, bool(r.window) and tuple(r.window[0]) != (0, shape[0], 1)
+        elif r.kind == ReadKind.CAT:
+            for _, _, p in r.pieces:
+                if p.kind == ReadKind.WINDOW:
+                    yield p.src, r.axis == 0 or tuple(p.window[0]) != (0, shape[0], 1)
+                elif p.kind == ReadKind.ARRAY:
+                    yield p.src, r.axis == 0
+
+
 def describe_part(state):
     """The kernel's calling convention (``Part``): which arrays it is passed, which of them are
     read through a window at shifted rows, its scalars, stores, accumulators, guard and bounds."""
-    kernel, bound, shape = state.kernel, state.bound, state.shape
-    windowed = {r.src for r in kernel.reads.values() if r.kind in (ReadKind.WINDOW, ReadKind.PAD)}
-    shifted = {
-        r.src
-        for r in kernel.reads.values()
-        if r.kind in (ReadKind.WINDOW, ReadKind.PAD) and r.window and tuple(r.window[0]) != (0, shape[0], 1)
-    }
+    kernel, bound = state.kernel, state.bound
+    windowed = {src for src, _ in _windowed(kernel)}
+    shifted = {src for src, moved in _windowed(kernel) if moved}
     passed = [(a, pattern) for a, pattern in state.arrays if a not in bound]
     padded = {k: a in shifted for k, (a, pattern) in enumerate(passed) if a in windowed and not any(pattern)}
     state.part = Part(

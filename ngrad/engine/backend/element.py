@@ -141,6 +141,49 @@ def _read_window(state, slot, r, dtype):
     return Expr(v, dtype)
 
 
+def _piece_load(state, slot, k, piece, at, dtype):
+    """The load of piece ``k`` of a concatenation at its index ``at`` along the axis (the loop's
+    index elsewhere): a literal, or its array (a window's source through the window)."""
+    if piece.kind == ReadKind.LITERAL:
+        return typed(piece.value, dtype)
+    ix = []
+    for d, i in enumerate(state.idx):
+        i = at if d == state.kernel.reads[slot].axis else i
+        if piece.kind == ReadKind.WINDOW:
+            a, _, c = piece.window[d]
+            i = i if c == 1 else f"({i}) * {c}"
+            if a:
+                name = f"{state.p}w{len(state.bounds)}"
+                i = f"{state.bounds.setdefault((slot, d, f'start of piece {k} window'), (name, a))[0]} + {i}"
+        ix.append(i if i.isidentifier() or i.isdigit() else _unsigned(i))  # unsigned: see ``_window_index``
+    n = _array(state, piece.src, tuple(False for _ in state.tape.shapes[piece.src]) or (False,))
+    return f"{state.p}a{n}[{', '.join(ix)}]"
+
+
+def _read_cat(state, slot, r, dtype):
+    """A concatenation's load: the piece whose part of the axis holds the loop's index, read at
+    that index less the part's start (a chain of conditionals; starts are arguments, as window
+    bounds are)."""
+    i = state.idx[r.axis]
+    starts = [
+        state.bounds.setdefault((slot, r.axis, f"start of piece {k}"), (f"{state.p}w{len(state.bounds)}", a))[0]
+        if a
+        else None
+        for k, (a, _, _) in enumerate(r.pieces)
+    ]
+    loads = [
+        _piece_load(state, slot, k, piece, f"{i} - {start}" if start else i, dtype)
+        for k, (start, (_, _, piece)) in enumerate(zip(starts, r.pieces))
+    ]
+    load = loads[-1]
+    for k in range(len(loads) - 2, -1, -1):
+        load = f"{loads[k]} if {i} < {starts[k + 1]} else {load}"
+    v = f"{state.p}r{slot}{state.tag}"
+    what = ", ".join(f"%{p.src}" if p.src is not None else "literal" for _, _, p in r.pieces)
+    _emit(state, f"{v} = {load}  # %{slot} = cat of {what}", v, [state.depth_of.get(i, -1) for i in state.idx])
+    return Expr(v, dtype)
+
+
 def _read_array(state, slot, r, dtype):
     """An array's load at the loop indices of its axes that are not broadcast."""
     src, pattern = r.src, tuple(r.pattern) or (False,)
@@ -171,6 +214,8 @@ def read_operands(state):
             state.names[slot] = Expr(f"{state.p}s{state.scalars.index(r.src)}", dtype)
         elif r.kind in (ReadKind.WINDOW, ReadKind.PAD):
             state.names[slot] = _read_window(state, slot, r, dtype)
+        elif r.kind == ReadKind.CAT:
+            state.names[slot] = _read_cat(state, slot, r, dtype)
         else:
             state.names[slot] = _read_array(state, slot, r, dtype)
 

@@ -67,20 +67,25 @@ class ReadKind(str, enum.Enum):
     LITERAL = "literal"  # a constant ``value`` inlined into the kernel's text
     WINDOW = "window"  # the array ``src`` through a slice's ``window``: no view is built per call
     PAD = "pad"  # the array ``src`` placed in a zero array at ``window`` (an unslice), read where it is used
+    CAT = "cat"  # ``pieces`` one after another along ``axis`` (a concatenation), read where it is used
 
 
 class Read(typing.NamedTuple):
     """One kernel read: ``kind`` first (so ``read[0]`` is the kind), then its payload.
 
-    ``src``: the slot read (None for a literal); ``pattern``: for an array, per axis of the
-    kernel's shape whether the source is broadcast there; ``window``: for a window or pad, the
-    slice's (start, stop, step) per axis; ``value``: a literal's value."""
+    ``src``: the slot read (None for a literal or a concatenation); ``pattern``: for an array, per
+    axis of the kernel's shape whether the source is broadcast there; ``window``: for a window or
+    pad, the slice's (start, stop, step) per axis; ``value``: a literal's value; ``axis`` and
+    ``pieces``: for a concatenation, the axis and, in order along it, each piece's (start, stop)
+    there and its own read (a literal, a whole array of the piece's shape, or a window)."""
 
     kind: ReadKind
     src: int | None = None
     pattern: tuple = ()
     window: tuple = ()
     value: object = None
+    axis: int = 0
+    pieces: tuple = ()
 
 
 class Glue:
@@ -93,9 +98,10 @@ class Glue:
 
 
 class Kernel:
-    """A fused loop. ``reads``: slot -> ``Read``, one of five kinds (``ReadKind``): an array at the
+    """A fused loop. ``reads``: slot -> ``Read``, one of six kinds (``ReadKind``): an array at the
     loop's index with a broadcast pattern, a one-element scalar, an inlined literal, an array
-    through a slice's window, or an unslice's source padded with zeros outside its window;
+    through a slice's window, an unslice's source padded with zeros outside its window, or a
+    concatenation's pieces, each read in its part of the axis;
     ``body``: elementwise instructions in order; ``reductions``: epilogue instructions;
     ``stores``: slots written to full-size output arrays (filled in by ``fuse``); ``defined``:
     the slots readable inside the loop (read or computed)."""
@@ -201,15 +207,15 @@ def _glue(state, ins):
 def _remat(state, kern, pos, slot, budget):
     """Define ``slot`` inside the kernel at ``pos`` by recomputing it; False if not worth it."""
     d = state.defs.get(slot)
-    if d is None or budget[0] <= 0:
+    if d is None:
         return False
-    if isinstance(d, Read):
-        if d.kind == ReadKind.LITERAL or _available(state, d.src, pos):
+    if isinstance(d, Read):  # free, whatever is left of the budget: a read recurses no further
+        if d.kind == ReadKind.LITERAL or _read_ready(state, d, pos):
             kern.reads[slot] = d
             kern.defined.add(slot)
             return True
         return False
-    if d.prim not in CHEAP:
+    if d.prim not in CHEAP or budget[0] <= 0:
         return False
     budget[0] -= 1
     for a in d.args:
@@ -225,6 +231,14 @@ def _remat(state, kern, pos, slot, budget):
     kern.body.append(d)
     kern.defined.add(slot)
     return True
+
+
+def _read_ready(state, r, pos):
+    """Whether what the read ``r`` loads is there at ``pos``. A concatenation loads its pieces at
+    other indices than the loop's, so they must come from an earlier step."""
+    if r.kind == ReadKind.CAT:
+        return all(p.kind == ReadKind.LITERAL or state.where[p.src][0] < pos for _, _, p in r.pieces)
+    return _available(state, r.src, pos)
 
 
 def _read(state, kern, pos, slot, budget=None):
@@ -253,15 +267,43 @@ def _compute(state, ins):
     state.where[ins.out] = (pos, False)
 
 
-def _as_read(state, ins, r):
-    """``ins`` computed by the way a kernel of its shape reads its operand (a broadcast, an
-    unslice), in the latest such kernel: it costs no step of its own."""
-    pos, kern = _kernel_for(state, state.tape.shapes[ins.out], [r.src])
+def _as_read(state, ins, r, deps=None):
+    """``ins`` computed by the way a kernel of its shape reads its operands ``deps`` (default:
+    ``r.src``; a broadcast, an unslice, a concatenation), in the latest such kernel: it costs no
+    step of its own."""
+    pos, kern = _kernel_for(state, state.tape.shapes[ins.out], [r.src] if deps is None else deps)
     kern.reads[ins.out] = r
     kern.defined.add(ins.out)
     state.defs[ins.out] = r
     state.home[ins.out] = kern
     state.where[ins.out] = (pos, False)
+
+
+def _fusible_cat(state, ins):
+    """Whether kernels read the concatenation ``ins`` piece by piece (``ReadKind.CAT``): on the
+    CPU, as windows are, and when no piece is all of it (a piece is then read at other indices
+    than the loop's, so it never comes from the loop that reads it)."""
+    if not state.cpu or ins.prim != "cat":
+        return False
+    shapes, axis = state.tape.shapes, ins.params["axis"]
+    return all(shapes[a][axis] < shapes[ins.out][axis] for a in ins.args)
+
+
+def _cat_read(state, ins):
+    """The read of a concatenation: each nonempty piece with its part of the axis, as a literal,
+    a window of the slice's source, or the piece's own array."""
+    shapes, axis = state.tape.shapes, ins.params["axis"]
+    pieces, start = [], 0
+    for a in ins.args:
+        stop = start + shapes[a][axis]
+        if stop > start:
+            if a in state.literal:
+                r = Read(ReadKind.LITERAL, value=state.literal[a])
+            else:
+                r = state.windows.get(a) or Read(ReadKind.ARRAY, a, pattern=tuple(False for _ in shapes[a]))
+            pieces.append((start, stop, r))
+        start = stop
+    return Read(ReadKind.CAT, axis=axis, pieces=tuple(pieces))
 
 
 def _epilogue(state, ins):
@@ -314,6 +356,11 @@ def _place(state, ins):
         # the gradient of a slice is read where it is used (zero outside its window) instead
         # of being built as a zeroed array: a fan-out of slices sums in one loop
         _as_read(state, ins, Read(ReadKind.PAD, ins.args[0], window=_window(ins.params)))
+    elif _fusible_cat(state, ins):
+        # read where it is used, each element from its piece, instead of built by NumPy: a
+        # pass over memory and an array fewer (GradBench ode's right-hand side, four a step)
+        axis = ins.params["axis"]
+        _as_read(state, ins, _cat_read(state, ins), [a for a in ins.args if tape.shapes[a][axis]])
     elif prim.kind in FUSED:
         _compute(state, ins)
     elif ins.prim in EPILOGUES and (state.cpu or (ins.prim != "prod" and tape.dtypes[ins.out] in CUDA_ATOMIC)):
@@ -362,9 +409,8 @@ def _by_phase(state):
             ready[ins.out] = key + 1
             epilogue.append(True)
         else:
-            if (kind in FUSED or ins.prim in ("reshape", "expand", "slice", "unslice")) and not (
-                scalar_glue and _ones(tape.shapes[ins.out])
-            ):
+            in_loop = kind in FUSED or ins.prim in ("reshape", "expand", "slice", "unslice") or _fusible_cat(state, ins)
+            if in_loop and not (scalar_glue and _ones(tape.shapes[ins.out])):
                 key = ready[ins.out] = max([ready.get(a, 0) for a in ins.args], default=0)
                 looped.add(ins.out)
             else:
@@ -398,7 +444,8 @@ def flatten_one_op_loops(state):
     became a kernel above some size made GradBench's ba compile 5 more functions at p = 100,000
     than at 10,000); a big one gives up threads, which fused loops keep. A loop reading a slice's
     gradient stays, which NumPy would first build as a zeroed array (the gradient of x[:-1]
-    plus that of x[1:]: five NumPy calls against one loop)."""
+    plus that of x[1:]: five NumPy calls against one loop), and so does one computing with a
+    concatenation it reads (NumPy would build it first)."""
     instr_of = {ins.out: ins for ins in state.tape.instrs}
     flat = []
     for step in state.steps:
@@ -407,7 +454,7 @@ def flatten_one_op_loops(state):
             and isinstance(step, Kernel)
             and len(step.body) <= 1
             and not step.reductions
-            and not any(r.kind == ReadKind.PAD for r in step.reads.values())
+            and not any(r.kind == ReadKind.PAD or (r.kind == ReadKind.CAT and step.body) for r in step.reads.values())
         ):
             # its reads as NumPy steps (a slice's own view step is already there)
             flat += [
@@ -426,9 +473,9 @@ def sink_glue(state):
     state.steps = _sink(state.steps)
 
 
-def drop_dead_glue(state):
-    """Glue whose value nothing reads is dropped (see ``_live``)."""
-    state.steps = _live(state.steps, state.tape)
+def drop_dead_steps(state):
+    """Steps whose values nothing reads are dropped (see ``_live``)."""
+    state.steps = _live(state.steps, state.tape, state.home)
 
 
 def choose_stores(state):
@@ -449,13 +496,13 @@ PASSES = [
     Pass("order_steps", "sort the placed steps by position into execution order", order_steps),
     Pass("flatten_one_op_loops", "one-operation loops become NumPy glue (CPU)", flatten_one_op_loops),
     Pass("sink_glue", "glue after a kernel moves down to its first reader", sink_glue),
-    Pass("drop_dead_glue", "glue whose value nothing reads is dropped", drop_dead_glue),
+    Pass("drop_dead_steps", "glue and loops whose values nothing reads are dropped", drop_dead_steps),
     Pass("choose_stores", "each kernel stores what is read outside it and first computed by it", choose_stores),
 ]
 
 
 # without kernels there is nothing to flatten, sink past or store from
-NUMPY_PASSES = [p for p in PASSES if p.name in ("place_instrs", "order_steps", "drop_dead_glue")]
+NUMPY_PASSES = [p for p in PASSES if p.name in ("place_instrs", "order_steps", "drop_dead_steps")]
 
 
 def fuse(tape, target="cpu"):
@@ -476,13 +523,21 @@ def _window(params):
     return tuple(zip(params["starts"], params["stops"], params["steps"]))
 
 
-def _live(steps, tape):
-    """``steps`` without the glue whose value nothing reads: a view or constant that every
-    kernel inlines (as a literal, or by reading the array it broadcasts) costs nothing on the
-    CPU but a device allocation and launch on the GPU."""
+def _live(steps, tape, home):
+    """``steps`` without the glue whose value nothing reads (a view or constant that every
+    kernel inlines, as a literal or by reading the array it broadcasts, costs nothing on the
+    CPU but a device allocation and launch on the GPU) and without the loops none of whose
+    values (those it computes first, ``home``, and its reductions) anything reads: a scan's
+    reverse body recomputed the forward step's new carry, which only the forward body returns."""
     live, kept = set(tape.outputs), []
     for step in reversed(steps):
         if isinstance(step, Glue) and step.instr.out not in live:
+            continue
+        if (
+            isinstance(step, Kernel)
+            and not any(home.get(s) is step and s in live for s in step.defined)
+            and not any(ins.out in live for ins in step.reductions)
+        ):
             continue
         live.update(reads_of(step))
         kept.append(step)
@@ -494,7 +549,12 @@ def reads_of(step):
     and scalars)."""
     if isinstance(step, Glue):
         return set(step.instr.args)
-    r = {read.src for read in step.reads.values() if read.kind != ReadKind.LITERAL}
+    r = set()
+    for read in step.reads.values():
+        if read.kind == ReadKind.CAT:
+            r.update(p.src for _, _, p in read.pieces if p.kind != ReadKind.LITERAL)
+        elif read.kind != ReadKind.LITERAL:
+            r.add(read.src)
     r.update(a for ins in step.body for a in ins.args if a not in step.defined)
     return r
 
