@@ -92,6 +92,36 @@ def test_nd_concatenations_along_the_rows_and_a_later_axis(fn, rng):
     assert_same(tape, values, rtol=1e-12)
 
 
+def _disjoint(a, b):
+    # the widest pieces of the two concatenations share no row: no row runs without tests
+    return ngrad.cat([a[:5], a[5:9], b[:3]]) * ngrad.cat([b[:3], b[3:7], a[:5]])
+
+
+def _gradients_of_strided_slices(a, b):
+    # an unslice with a step along the rows keeps its test inside the split loop
+    return (a[::2] * b).sum() + (a[1:] * ngrad.cat([b[:1], a[:-2]])).exp().sum()
+
+
+@pytest.mark.parametrize("fn", [_disjoint, _gradients_of_strided_slices, _ode_rhs])
+def test_rows_where_every_row_test_holds_run_without_tests(fn, rng):
+    a, b = (
+        (rng.standard_normal(13), rng.standard_normal(7))
+        if fn is _gradients_of_strided_slices
+        else (
+            rng.standard_normal(12),
+            rng.standard_normal(12),
+        )
+    )
+    tape, values = _joint(fn, [a, b], rng)
+    kernels = _cat_kernels(tape)
+    text = program(kernels, tape).text
+    assert "# rows outside" in text
+    if fn is _ode_rhs:  # in the split loop the concatenation is one unconditional load
+        inner = text.split("# rows outside")[1].split("\n    for ")[1]
+        assert "= cat of" in inner and " if " not in inner
+    assert_same(tape, values, rtol=1e-12)
+
+
 LITERALS_AND_EMPTY = """\
 in %0 : {t}[0]
 in %1 : {t}[1]

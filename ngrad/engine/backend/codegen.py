@@ -24,7 +24,7 @@ import numpy as np
 
 from ..ir.dtypes import from_short
 from ..ir.tape import format_instr
-from .element import render_element
+from .element import render_element, rows_inside
 from .fuse import ReadKind
 from .passes import Pass, run_passes
 from .source_math import GUARDED, NP_TYPE, TRIG_LIMIT, SourceMath, identity, typed
@@ -123,6 +123,7 @@ class LoopCopy:
 
     idx: list
     tag: str
+    bare: dict = dataclasses.field(default_factory=dict)  # loop index -> its unsigned name (``render_element``)
     names: dict = dataclasses.field(default_factory=dict)
     pre: dict = dataclasses.field(default_factory=dict)
     post: dict = dataclasses.field(default_factory=dict)
@@ -150,6 +151,10 @@ class LoopState:
     loop_dims: int = 1
     dims: list = dataclasses.field(default_factory=list)  # loops whose extent is an argument
     copies: list = dataclasses.field(default_factory=list)
+    # a loop over the rows where every read testing the row index reads without a condition
+    # (``element.rows_inside``): (its reads, the starts and stops of its range), and its copies
+    inside: typing.Any = None
+    inner: list = dataclasses.field(default_factory=list)
     arrays: list = dataclasses.field(default_factory=list)
     scalars: list = dataclasses.field(default_factory=list)
     bounds: dict = dataclasses.field(default_factory=dict)
@@ -166,7 +171,9 @@ class LoopState:
 def choose_nest(state):
     """One loop per axis; a short innermost extent (xyz coordinates) is unrolled instead: its
     copies of the element become straight-line code, and a reduction along another axis gets one
-    local per copy."""
+    local per copy. Where reads test the row index (a concatenation along the rows, an unslice
+    with a window along them), the rows where every test holds get a second nest of copies that
+    read without the tests (``element.rows_inside``)."""
     state.rank = max(1, len(state.kernel.shape))
     state.shape = state.kernel.shape or (1,)
     state.unroll = state.shape[-1] if state.rank > 1 and state.shape[-1] <= SMALL_DIM else 0
@@ -180,12 +187,21 @@ def choose_nest(state):
         tag = f"_{copy}" if state.unroll else ""
         pre = {d: [] for d in range(-1, state.rank)}
         state.copies.append(LoopCopy(idx, tag, pre=pre, post={d: [] for d in range(-1, state.rank)}))
+    slots, starts, stops = rows_inside(state.kernel, state.bounds, state.p)
+    if slots:
+        state.inside = (frozenset(slots), starts, stops)
+        for c in state.copies:
+            bare = {c.idx[0]: f"{state.p}u0"}
+            state.inner.append(
+                LoopCopy(c.idx, c.tag, bare, pre={d: [] for d in state.pre}, post={d: [] for d in state.pre})
+            )
 
 
 def render_elements(state):
     """Each copy's element: reads (those ignoring the inner indices hoisted into the outer loops'
-    heads), instructions and stores (``render_element``)."""
-    for c in state.copies:
+    heads), instructions and stores (``render_element``); again for the loop over the rows
+    inside every row test, where those reads have no condition."""
+    for c in state.copies + state.inner:
         outer = [c.pre[d] for d in range(state.loop_dims)]
         c.names = render_element(
             state.kernel,
@@ -199,6 +215,8 @@ def render_elements(state):
             c.tag,
             state.bounds,
             outer,
+            state.inside[0] if c in state.inner else frozenset(),
+            c.bare,
         )
 
 
@@ -222,7 +240,7 @@ def _accumulate(state, n, c, k, ins):
     (innermost) the accumulator array itself."""
     p, dtype, axes = state.p, state.tape.dtypes[ins.out], ins.params["axes"]
     # the accumulator arrives without its reduced axes (a full reduction's is 0-d)
-    ix = ", ".join(c.idx[d] for d in range(len(state.kernel.shape)) if d not in axes) or "()"
+    ix = ", ".join(c.bare.get(c.idx[d], c.idx[d]) for d in range(len(state.kernel.shape)) if d not in axes) or "()"
     x = c.names[ins.args[0]].text
     depth = max([d for d in range(state.loop_dims) if d not in axes and d < len(state.kernel.shape)], default=-1)
     across = state.unroll and state.rank - 1 in axes  # the unrolled copies add into one local
@@ -254,9 +272,10 @@ def accumulate_reductions(state):
     on (outside the whole nest for a full reduction): a load and store per element (the arrays
     might alias) would keep LLVM from vectorising and from keeping the sum in a register. Such an
     accumulator starts from the reduction's identity, so its array needs no initial fill."""
-    for n, c in enumerate(state.copies):
-        for k, ins in enumerate(state.kernel.reductions):
-            _accumulate(state, n, c, k, ins)
+    for copies in (state.copies, state.inner):
+        for n, c in enumerate(copies):
+            for k, ins in enumerate(state.kernel.reductions):
+                _accumulate(state, n, c, k, ins)
 
 
 def guard_ranges(state):
@@ -306,31 +325,59 @@ def bind_parameters(state):
     state.lines = out
 
 
-def write_nest(state):
-    """The loops' lines: each loop's head lines, the loop, the body (``pass`` if empty), then each
-    loop's tail lines, the copies' lines before the nest's own."""
-    p, shape, out = state.p, state.shape, state.lines
-    pre = {d: [ln for c in state.copies for ln in c.pre[d]] + state.pre[d] for d in state.pre}
-    post = {d: [ln for c in state.copies for ln in c.post[d]] + state.post[d] for d in state.post}
-    body = [ln for c in state.copies for ln in c.body] + state.body
-    ind = ""
+def _nest(state, copies, rows, head, ind):
+    """One loop nest at indentation ``ind``, its outer loop over ``range(rows)`` with ``head``
+    first in its body: each loop's head lines, the loop, the body (``pass`` if empty), then each
+    loop's tail lines, the copies' lines before the nest's own (lines outside every loop are the
+    caller's)."""
+    p, shape, out = state.p, state.shape, []
+    pre = {d: [ln for c in copies for ln in c.pre[d]] + state.pre[d] for d in state.pre}
+    post = {d: [ln for c in copies for ln in c.post[d]] + state.post[d] for d in state.post}
+    body = [ln for c in copies for ln in c.body] + state.body
     for d in range(state.loop_dims):
-        out += [ind + ln for ln in pre[d - 1]]
-        if d > 0 and shape[d] <= SMALL_DIM:
+        if d > 0:
+            out += [ind + ln for ln in pre[d - 1]]
+        if d == 0:
+            loop = f"range({rows})"
+        elif shape[d] <= SMALL_DIM:
             loop = f"range({shape[d]})"  # a short extent LLVM unrolls
         else:
             loop = f"range({p}n{d})"
         out.append(f"{ind}for {p}i{d} in {loop}:")
         ind += "    "
+        if d == 0:
+            out += [ind + ln for ln in head]
     out += [ind + ln for ln in pre[state.loop_dims - 1]]
     for ln in body:
         out.append(ind + ln.replace("{ind}", ind))
     if not body:
         out.append(ind + "pass")
     out += [ind + ln for ln in post[state.loop_dims - 1]]
-    for d in range(state.loop_dims - 1, -1, -1):
+    for d in range(state.loop_dims - 1, 0, -1):
         ind = ind[:-4]
         out += [ind + ln for ln in post[d - 1]]
+    return out
+
+
+def write_nest(state):
+    """The loops' lines (``_nest``) between the lines outside every loop. With reads that test
+    the row index (``state.inside``), the rows where each test holds run in a nest of their own
+    without the tests, row indices unsigned, and the rows before and after in the plain nest."""
+    p, out = state.p, state.lines
+    out += [ln for c in state.copies for ln in c.pre[-1]] + state.pre[-1]
+    if state.inside is None:
+        out += _nest(state, state.copies, f"{p}n0", [], "")
+    else:
+        _, starts, stops = state.inside
+        lo = f"max({', '.join(starts)})" if len(starts) > 1 else (starts or ["0"])[0]
+        out.append(f"{p}lo = {lo}")
+        hi = f"min({', '.join(stops)}, {p}n0)" if stops else f"{p}n0"
+        out.append(f"{p}hi = {hi}")
+        out.append(f"for {p}j0, {p}j1 in ((0, min({p}lo, {p}n0)), (max({p}lo, {p}hi), {p}n0)):  # rows outside")
+        out += _nest(state, state.copies, f"{p}j0, {p}j1", [], "    ")
+        head = [f"{p}u0 = np.uint64({p}i0)  # unsigned: Numba tests a signed index for negativity"]
+        out += _nest(state, state.inner, f"{p}lo, {p}hi", head, "")
+    out += [ln for c in state.copies for ln in c.post[-1]] + state.post[-1]
 
 
 def _windowed(kernel):
