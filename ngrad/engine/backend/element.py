@@ -27,6 +27,8 @@ __all__ = [
     "pair_sincos",
     "compute_instrs",
     "store_slots",
+    "rows_inside",
+    "widest",
 ]
 
 
