@@ -457,9 +457,25 @@ def replay(lib, steps, leaf):
         elif step[0] == "write":
             with lib.no_grad() if step[4] else contextlib.nullcontext():
                 lib_write(lib, live[step[1]], step[2], step[3], leaf, live)
+            if lib is torch:
+                _refresh_views(live)
         else:
             del live[step[1]]
     return live
+
+
+def _refresh_views(live):
+    """Read every live tensor's ``grad_fn``, as PyTorch's own checks of a view should: PyTorch brings
+    a view's autograd state up to date when ``grad_fn`` is read, and until then an in-place op on it
+    may see stale state. A view of a detached tensor made before an in-place op gave that tensor a
+    history (``v = t.detach(); w = v.mT; v.add_(x.sin())``) then raised "a leaf Variable that
+    requires grad is being used in an in-place operation" on ``w.add_(1)``, and not once
+    ``w.grad_fn`` had been read (PyTorch 2.13; Hypothesis found it). ngrad answers as the latter."""
+    for t in live.values():
+        try:
+            t.grad_fn
+        except RuntimeError:  # a view PyTorch forbids once its base was written: the next use raises
+            pass
 
 
 def run_lib(lib, steps, leaf, live=None):
