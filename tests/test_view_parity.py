@@ -203,14 +203,15 @@ def grad_case(shape, op, multi, order):
     return f
 
 
-def names_case(shape, op):
-    """grad_fn names: the view's, and the base's after a write through the view (CopySlices)."""
+def names_case(shape, op, write=lambda v: v.mul_(2.0)):
+    """grad_fn names: the view's, and the base's after a write through the view (CopySlices), a
+    product or (``fill_``) a constant, whose gradient is zero."""
 
     def f(lib):
         x = seq(lib, *shape, requires_grad=True) * 1.0
         v = as_tuple(op(x))[0]
         before = [name_of(x), name_of(v)]
-        v.mul_(2.0)
+        write(v)
         return before, name_of(x), x.is_leaf, v.is_leaf
 
     return f
@@ -223,6 +224,7 @@ for _name, (_shape, _op, _writable) in VIEW_OPS.items():
         if _name not in MULTI:
             CASES[f"grad2_{_name}"] = grad_case(_shape, _op, False, 2)
             CASES[f"names_{_name}"] = names_case(_shape, _op)
+            CASES[f"names_fill_{_name}"] = names_case(_shape, _op, lambda v: v.fill_(1.5))
 
 
 # --- autograd through writes to views (ported from PyTorch's test_autograd.py) --------------------------

@@ -177,6 +177,8 @@ def inplace_update(t, result, uniform=False):
         m = write_back(root._node, view.steps, r)
     old = root._node
     new = root_value(old, m, tracked)
+    if view is not None and new is not m and new.op == "where":  # a constant written through a view
+        name_node(new, "CopySlices")
     vc = version_of(t)
     views = live_views(root)
     # a backward that needs an old value now fails, as in PyTorch, unless the reader is this
