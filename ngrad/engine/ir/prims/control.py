@@ -163,30 +163,29 @@ class Numpy:
 
 def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, history=True):
     """A scan's packed result, the body run by ``run(body, values)`` (the interpreter, or the
-    runtime's compiled program) on host arrays. The body's results are fresh arrays: each step's
-    are kept as they are and stacked at the end."""
+    runtime's compiled program) on host arrays. Each step's ys and the carries entering it are
+    copied into the result as they are made, while they are in cache (kept until the end and
+    stacked, 100 steps of GradBench's ode at n = 100,000 held 80 MB of step results freshly
+    mapped, page faults and all, and copied them again: 13 ms of its 82 ms gradient)."""
     from ..interpret import np_dtype
 
     carry, seq, inv = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
     order = range(length - 1, -1, -1) if reverse else range(length)
     # each step's slices, made up front (an index of a 1-d array is a number, not a 0-d array)
     slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if reverse else s) for s in seq]
-    kept: list[list] = [[] for _ in range(carries if history else 0)]
-    ys: list[list] = [[] for _ in range(len(body.outputs) - carries)]
+    lay = layout(body, length, carries, history)
+    out = np.empty(lay.size, dtype=np_dtype(lay.dtype))
+    kept, ys = ([out[o : o + math.prod(s)].reshape(s) for o, s in part] for part in (lay.history, lay.ys))
     for step in range(length):
+        at = order[step]
         for h, c in zip(kept, carry):
-            h.append(c)
+            h[at] = c
         got = run(body, carry + [s[step] for s in slices] + inv)
         carry = list(got[:carries])
         for y, v in zip(ys, got[carries:]):
-            y.append(v)
-    lay = layout(body, length, carries, history)
-    out = np.empty(lay.size, dtype=np_dtype(lay.dtype))
+            y[at] = v
     for (o, s), c in zip(lay.finals, carry):
         out[o : o + math.prod(s)] = c.reshape(-1)
-    for (o, s), steps in zip(lay.ys + lay.history, ys + kept):
-        if length:
-            np.stack(steps[::-1] if reverse else steps, out=out[o : o + math.prod(s)].reshape(s))
     return out
 
 
