@@ -210,7 +210,16 @@ def numpy_driver(tape, checked=True):
     once, values dropped after their last reader, a scan's body run by ``numpy_body``. No
     compiler is imported: it serves the calls that come before a structure's kernels are ready,
     at a fraction of the interpreter's cost per instruction (about 1 µs against 4-8).
-    ``checked=False``: without the input checks (a scan's steps)."""
+    ``checked=False``: without the input checks (a scan's steps).
+
+    >>> import numpy as np
+    >>> from ngrad.engine.ir.tape import Builder
+    >>> b = Builder()
+    >>> x = b.input((3,), "f64")
+    >>> tape = b.finish([(x * x).sum(axes=(0,), keepdim=False)])
+    >>> numpy_driver(tape)([np.array([1.0, 2.0, 3.0])])
+    [array(14.)]
+    """
     key = (tape.key(), checked)
     drive = _numpy.get(key)
     if drive is None:
