@@ -36,22 +36,26 @@ def _chain_gradient(x0, count):
     return d
 
 
-def test_a_backward_through_a_deep_chain_holds_a_few_kilobytes_an_operation():
-    # (test_autograd runs a chain 100,000 deep; this one checks every step's derivative)
-    x0 = np.linspace(-1.0, 1.0, 8)
-    x = ngrad.tensor(x0, requires_grad=True)
-    y = _chain(x, 3000).sum()
+def _backward_peak(y):
+    """The peak Python memory ``y.backward()`` adds (tracemalloc), in bytes."""
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         y.backward()
-        peak = tracemalloc.get_traced_memory()[1]
+        return tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
+
+
+def test_a_backward_through_a_deep_chain_holds_a_few_kilobytes_an_operation():
+    # (test_autograd runs a chain 100,000 deep; this one checks every step's derivative)
+    x0 = np.linspace(-1.0, 1.0, 8)
+    x = ngrad.tensor(x0, requires_grad=True)
+    added = _backward_peak(_chain(x, 3000).sum())
     np.testing.assert_allclose(x.grad.numpy(), _chain_gradient(x0, 3000), rtol=1e-9)
     # lowering, the joint tape and the interpreter's live values: 3.4 KB an operation (5.6 KB
     # before long keys were digests, params shared and cotangents and values dropped once used)
-    assert (peak - base) / 3000 < 4500
+    assert added / 3000 < 4500
 
 
 def _long_tape(value, steps=tape_module.DIGEST_INSTRS, dtype_first=False):
@@ -194,14 +198,7 @@ def test_a_segmented_pass_holds_one_segment_at_a_time(segments, monkeypatch):
     for segment in (64, 1 << 30):  # in segments, then whole
         monkeypatch.setattr(reverse, "DEEP_SEGMENT", segment)
         x = ngrad.tensor(x0, requires_grad=True)
-        y = _chain(x, 3000).sum()
-        tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            y.backward()
-            peaks.append(tracemalloc.get_traced_memory()[1] - base)
-        finally:
-            tracemalloc.stop()
+        peaks.append(_backward_peak(_chain(x, 3000).sum()))
         np.testing.assert_allclose(x.grad.numpy(), _chain_gradient(x0, 3000), rtol=1e-9)
     # whole, the pass holds the joint tape of every operation (3.4 KB each); in segments one
     # segment's and the walk that finds the cuts (a few hundred bytes an operation)

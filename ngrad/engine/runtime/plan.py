@@ -3,10 +3,10 @@
 Contract: ``CompiledPlan(tape)`` fuses the tape once and lays it out twice (serial, and with
 big loops on their own for threads); ``compile()`` compiles (or loads) the functions of the
 layout for the current thread count, after which ``ready()`` is true. ``CompiledPlan(tape,
-"numpy")`` has no kernels (every step is NumPy): it is ready at once and imports no compiler. It also decides, once per
-plan, which matmuls write into pooled buffers (``into``), which loops may write in place of a
-dying input (``in_place``) and which glue computes constants (``consts``). Running it is
-``executor.execute``; its generated driver is ``driver.driver_of``.
+"numpy")`` has no kernels (every step is NumPy): it is ready at once and imports no compiler.
+A plan also decides, once, which matmuls write into pooled buffers (``into``), which loops may
+write in place of a dying input (``in_place``) and which glue computes constants (``consts``).
+Running it is ``executor.execute``; its generated driver is ``driver.driver_of``.
 """
 
 import numpy as np

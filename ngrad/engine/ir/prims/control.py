@@ -155,9 +155,7 @@ class Numpy:
 
         tape = body_of(body)
         steps = STEPS.get("run")
-        if steps is None:
-            return run_scan(interpret, tape, args, length, reverse, carries, xs, history=history)
-        call = steps(body, tape)
+        call = steps(body, tape) if steps is not None else lambda values: interpret(tape, values)
         return run_scan(lambda t, values: call(values), tape, args, length, reverse, carries, xs, history=history)
 
 
