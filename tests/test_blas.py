@@ -153,6 +153,7 @@ def test_ngrad_blas_chooses_and_refuses(monkeypatch):
         blas.backend()
 
     monkeypatch.setattr(blas, "_library_path", lambda: None)
+    monkeypatch.setattr(blas, "_system_library", lambda: None)
     monkeypatch.setattr(blas, "_gemms", None)
     monkeypatch.setenv("NGRAD_BLAS", "mkl")
     with pytest.raises(RuntimeError, match=r"NGRAD_BLAS=mkl, but MKL cannot be used: MKL is not installed"):
@@ -204,3 +205,41 @@ def test_products_from_several_python_threads_at_once():
     for t in threads:
         t.join()
     assert not wrong
+
+
+SYSTEM = r"""
+import subprocess, sys, numpy as np
+from ngrad.engine.ir import blas
+wheel = blas._library_path()
+blas._library_path = lambda: None             # as where MKL is a system library, not the wheel
+blas._SYSTEM_NAMES[sys.platform] = ("libmkl_rt_absent.so", wheel)
+spawned = []
+subprocess.Popen.__init__ = lambda *a, **k: spawned.append(a)   # no ldconfig or compiler run
+assert blas.backend() == "mkl", blas.describe()
+x = np.random.default_rng(0).standard_normal((300, 200))
+assert np.allclose(blas.matmul(x, x.T), x @ x.T, rtol=1e-12, atol=1e-10)
+assert not spawned, spawned
+"""
+
+ABSENT = r"""
+import subprocess, sys
+from ngrad.engine.ir import blas
+blas._library_path = lambda: None
+blas._SYSTEM_NAMES[sys.platform] = ("libmkl_rt_absent.so",)
+spawned = []
+subprocess.Popen.__init__ = lambda *a, **k: spawned.append(a)
+assert blas.backend() == "numpy" and "MKL is not installed" in blas.describe()
+assert not spawned, spawned
+"""
+
+
+@on_mkl
+def test_a_system_mkl_is_found_by_its_name_without_running_anything():
+    done = subprocess.run([sys.executable, "-c", SYSTEM], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_mkl_costs_no_subprocess():
+    # ctypes.util.find_library runs ldconfig and the C compiler: 20 ms of every first product
+    done = subprocess.run([sys.executable, "-c", ABSENT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -38,6 +38,7 @@ import ctypes
 import ctypes.util
 import importlib.metadata
 import os
+import sys
 import threading
 from typing import Any
 
@@ -71,7 +72,18 @@ def _mode() -> str:
     return blas_mode()
 
 
+# the names a system MKL's runtime library answers to (dlopen searches LD_LIBRARY_PATH and ld.so's
+# cache); ctypes.util.find_library would run ldconfig and the C compiler: 20 ms on the first large
+# product of every process without MKL
+_SYSTEM_NAMES = {
+    "linux": ("libmkl_rt.so", "libmkl_rt.so.2", "libmkl_rt.so.3"),
+    "darwin": ("libmkl_rt.dylib", "libmkl_rt.2.dylib"),
+    "win32": ("mkl_rt.dll", "mkl_rt.2.dll"),
+}
+
+
 def _library_path() -> str | None:
+    """The ``mkl`` wheel's ``libmkl_rt``, or None (then ``_open`` looks for a system one)."""
     try:
         files = importlib.metadata.files("mkl") or ()
     except importlib.metadata.PackageNotFoundError:
@@ -79,19 +91,41 @@ def _library_path() -> str | None:
     for f in files:
         if f.name.startswith("libmkl_rt.so"):
             return str(f.locate())
-    return ctypes.util.find_library("mkl_rt")
+    return None
+
+
+def _system_library() -> Any:
+    """A system MKL's runtime library, loaded, or None."""
+    for name in _SYSTEM_NAMES.get(sys.platform, ()):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def _gomp() -> None:
+    """Load libgomp for every library after it (RTLD_GLOBAL), or raise OSError saying why not."""
+    try:
+        ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
+        return
+    except OSError:
+        pass
+    try:
+        ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise OSError(f"libgomp, the OpenMP runtime MKL must share with Numba, cannot be loaded ({e})") from None
 
 
 def _open() -> tuple[Any, dict[np.dtype, Any], str]:
     """MKL's library with its gemms set up and checked, or an OSError saying why not."""
     path = _library_path()
-    if path is None:
+    lib = _system_library() if path is None else None
+    if path is None and lib is None:
         raise OSError("MKL is not installed (pip install 'ngrad[mkl]')")
-    try:
-        ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
-    except OSError as e:
-        raise OSError(f"libgomp, the OpenMP runtime MKL must share with Numba, cannot be loaded ({e})") from None
-    lib = ctypes.CDLL(path)
+    _gomp()  # before MKL picks its threading layer (below), which resolves against it
+    if lib is None:
+        lib = ctypes.CDLL(path)
     if lib.MKL_Set_Threading_Layer(_GNU_THREADING) != _GNU_THREADING:
         raise OSError("MKL did not accept libgomp as its threading layer")
     gemms = {}
