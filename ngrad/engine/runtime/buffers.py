@@ -23,9 +23,10 @@ __all__ = ["POOL_MIN_BYTES", "LENT_MAX", "taker", "recycle", "donors", "owned", 
 # a page fault per 4 KiB on first touch (measured here: 0.5 to 10 ms per 8 MB, depending on the
 # kernel's huge-page compaction), which a loop calling the same gradient thousands of times would
 # pay on every call. Intermediates go back to the plan's pool when the run ends. Results belong
-# to the caller: the plan keeps watching a few of them (``LENT_MAX`` per shape and dtype) and
-# takes one back only once nothing else references it (the caller dropped it, and no view of it
-# is alive), so the next run writes into memory that is already mapped.
+# to the caller: the plan keeps watching a few of them (``LENT_MAX`` per result of a run, by
+# shape and dtype: a scan holds one step's carries while the next step runs) and takes one back
+# only once nothing else references it (the caller dropped it, and no view of it is alive), so
+# the next run writes into memory that is already mapped.
 POOL_MIN_BYTES = 1 << 16
 LENT_MAX = 2
 
@@ -73,6 +74,8 @@ def recycle(plan, made, results):
     """The big arrays of ``made`` back to ``plan``: intermediates to its pool, ``results`` (handed
     to the caller) watched until they are dropped."""
     keep = {id(root(r)) for r in results}
+    # a caller may hold one run's results through the next (a scan's carries): watch two runs' worth
+    limit = LENT_MAX * max(1, len(keep))
     for arr in made:
         if arr.nbytes < POOL_MIN_BYTES:
             continue
@@ -82,10 +85,10 @@ def recycle(plan, made, results):
             continue
         with _lent_lock:
             watched = plan.lent.setdefault(key, [])
-            if len(watched) >= LENT_MAX:  # stop watching results the caller still holds
+            if len(watched) >= limit:  # stop watching results the caller still holds
                 unused = [i for i in range(len(watched)) if _refcount(watched, i) <= _UNREFERENCED]
                 watched[:] = [watched[i] for i in unused]
-            if len(watched) < LENT_MAX:
+            if len(watched) < limit:
                 watched.append(arr)
 
 

@@ -24,7 +24,7 @@ from ..ir.interpret import interpret, np_dtype
 from ..ir.prims import control
 from ..recent import Recent
 from ..targets import CompileError, kernels_made
-from . import background, tiering
+from . import background, loops, tiering
 from .buffers import owned
 from .checks import check, check_one, check_scalars
 from .driver import driver_code, driver_of
@@ -262,8 +262,9 @@ def numpy_body(text, tape):
     return body
 
 
-# the interpreter's scans run their steps here (``ir.prims.control.STEPS``)
-control.STEPS["run"] = numpy_body
+# the interpreter's scans run their steps here (``ir.prims.control.STEPS``): on the body's
+# compiled driver once it is ready, else ``numpy_body``
+control.STEPS["run"] = loops.steps
 
 
 def prepare(tape, target="cpu", checked=True):

@@ -159,12 +159,13 @@ class Numpy:
         return run_scan(lambda t, values: call(values), tape, args, length, reverse, carries, xs, history=history)
 
 
-def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, history=True):
+def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs: int, history=True, out=None):
     """A scan's packed result, the body run by ``run(body, values)`` (the interpreter, or the
     runtime's compiled program) on host arrays. Each step's ys and the carries entering it are
     copied into the result as they are made, while they are in cache (kept until the end and
     stacked, 100 steps of GradBench's ode at n = 100,000 held 80 MB of step results freshly
-    mapped, page faults and all, and copied them again: 13 ms of its 82 ms gradient)."""
+    mapped, page faults and all, and copied them again: 13 ms of its 82 ms gradient). ``out``: an
+    array of the result's size and dtype to write it into (every element is written), else a new one."""
     from ..interpret import np_dtype
 
     carry, seq, inv = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
@@ -172,7 +173,8 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
     # each step's slices, made up front (an index of a 1-d array is a number, not a 0-d array)
     slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if reverse else s) for s in seq]
     lay = layout(body, length, carries, history)
-    out = np.empty(lay.size, dtype=np_dtype(lay.dtype))
+    if out is None:
+        out = np.empty(lay.size, dtype=np_dtype(lay.dtype))
     kept, ys = ([out[o : o + math.prod(s)].reshape(s) for o, s in part] for part in (lay.history, lay.ys))
     for step in range(length):
         at = order[step]
