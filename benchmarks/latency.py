@@ -17,6 +17,10 @@ until the first call within 1.5x the steady state, every call before counted; fo
 timed call got there, all of them and the wait for its compiles). The ``ratio``
 columns divide by PyTorch eager's same call.
 
+The first line says what ran ngrad's large matrix products and where it compiled: MKL is an
+opt-in extra (``pip install 'ngrad[mkl]'``, also in the ``test`` extra), whose loading and first
+product (30-90 ms here) fall in call 1; ``NGRAD_BLAS=numpy`` measures a default install.
+
 Run: ``python benchmarks/latency.py [--problems example,gmm,ode] [--calls 20] [--markdown OUT]``.
 """
 
@@ -201,6 +205,12 @@ def main(argv=None):
     from ngrad.bench.problems import PROBLEMS
 
     systems = [s for s in args.systems.split(",") if _installed(s)]
+    from ngrad.engine.config import compile_mode
+    from ngrad.engine.ir import blas
+
+    # MKL is an opt-in extra: where it is installed its loading and first product count in call 1
+    setting = f"ngrad: large products on {blas.describe()}; compiles: NGRAD_COMPILE={compile_mode()}"
+    print(setting)
     lines = [
         "| problem | system | cache | import (s) | call 1 (ms) | call 2 | calls 3-5 | steady | to steady (s) "
         "| call 1 / eager | call 2 / eager | calls 3-5 / eager |",
@@ -235,7 +245,7 @@ def main(argv=None):
             print(line, flush=True)
     if args.markdown:
         with open(args.markdown, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+            fh.write(setting + "\n\n" + "\n".join(lines) + "\n")
     return 0
 
 
