@@ -25,10 +25,13 @@ __all__ = ["KEEP_SOURCES", "realize", "held", "pending_count"]
 # view keeps its source's value instead
 _VIEWS = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach"])
 
-# graph structure (``_scan``'s key) -> the tape ``lower`` made of it; only graphs of up to
-# _MAX_KEPT nodes, so that the keys stay small. A loop's graphs are, with the depth bound: a chain
-# of PENDING_DEPTH (1,024) operations with a Python number each is 2,049 nodes (at 2,048, such a
-# chain was lowered again at every depth-bound realization)
+# the hash of a graph structure (``_scan``'s key) -> [(that key, the tape ``lower`` made of it)]:
+# a lookup hashes the fresh key once and compares it once with the kept one (a ``Recent``'s own
+# ``get`` does both twice, its ``move_to_end`` looking the key up again: 7 µs of the 110 of an
+# iteration of PyTorch's polynomial tutorial). Only graphs of up to _MAX_KEPT nodes, so that the
+# keys stay small. A loop's graphs are, with the depth bound: a chain of PENDING_DEPTH (1,024)
+# operations with a Python number each is 2,049 nodes (at 2,048, such a chain was lowered again
+# at every depth-bound realization)
 _tapes = Recent()
 _MAX_KEPT = 4096
 
@@ -53,7 +56,9 @@ def realize(nodes, keep=False):
     if keep:
         pending += _held(pending, scan)
     key = (structure, tuple([index[n] for n in pending]))
-    tape = _tapes.get(key)
+    h = hash(key)
+    kept = _tapes.get(h)
+    tape = next((t for k, t in kept if k == key), None) if kept is not None else None
     if tape is None:
         low = lower(pending)
         tape, ordered = low.tape, low.sources
@@ -62,7 +67,10 @@ def realize(nodes, keep=False):
             and len(ordered) == len(sources)
             and all(a is b for a, b in zip(ordered, sources))
         ):
-            _tapes[key] = tape
+            if kept is None:
+                _tapes[h] = [(key, tape)]
+            else:  # another structure of the same hash
+                kept.append((key, tape))
         sources = ordered
     _store(pending, run(tape, [s.value for s in sources], "cpu"))
     return [n.value for n in nodes]
