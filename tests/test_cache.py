@@ -125,3 +125,12 @@ def test_debug_level_3_breaks_a_compile_into_its_phases(tmp_path):
     assert "Numba's front end" in err and "LLVM" in err  # Numba's own timers of the first compile
     again = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
     assert "loaded from the disk cache" in again
+
+
+def test_the_compile_servers_warm_up_pays_numbas_compile_start_up():
+    # the child pays it before its first request; loading a kernel does not need it
+    program = (
+        "import sys; from ngrad.engine.targets import cpu; cpu.warm_up(); print('numba.np.arraymath' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
