@@ -10,7 +10,15 @@ from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.ir.prims import PRIMS, TapeError
 from ngrad.engine.transform.differentiate import jvp, vjp
 
-from . import cases_complex_math, cases_control, cases_fft, cases_linalg, cases_scatter, cases_selection
+from . import (
+    cases_complex_math,
+    cases_composite,
+    cases_control,
+    cases_fft,
+    cases_linalg,
+    cases_scatter,
+    cases_selection,
+)
 from .oracles import dot_check, draw, inner, prim_tape, second_order_tape
 
 R = np.random.default_rng(7)
@@ -102,7 +110,15 @@ NOT_DIFFERENTIABLE = {
     "floordiv",
 }
 
-for _family in (cases_linalg, cases_selection, cases_scatter, cases_complex_math, cases_fft, cases_control):
+for _family in (
+    cases_linalg,
+    cases_selection,
+    cases_scatter,
+    cases_complex_math,
+    cases_fft,
+    cases_control,
+    cases_composite,
+):
     assert not set(_family.CASES) & set(CASES), "a family's case repeats one of the table's"
     CASES.update(_family.CASES)
     NOT_DIFFERENTIABLE |= _family.NOT_DIFFERENTIABLE

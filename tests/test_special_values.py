@@ -88,25 +88,15 @@ OPS = {
 
 # (op, dtype) -> why ngrad still differs from PyTorch there
 KNOWN: dict[tuple[str, str], str] = {
-    ("softmax", "float32"): "rounding of the probabilities: where the gradient of sum(softmax) is 0 but for "
-    "rounding ([-inf, 0, 1], [1, 2, 3]), PyTorch's float32 probabilities sum to exactly 1 and the gradient is "
-    "+0.0; ngrad's are an ulp off (NumPy's float32 exp(-1) is 0.36787942 where PyTorch's is 0.36787945, and "
-    "PyTorch multiplies by the reciprocal of the sum where ngrad divides), so its gradient is -6e-8 or -0.0 "
-    "(within tolerance, but the sign of 0 is compared); matching needs PyTorch's float32 exp",
     ("std", "float32"): "accumulation precision: PyTorch's float32 std of [3e38, 3e38, -1] is 1.7e38 because "
-    "it computes float32 variances in float64 (and their gradients in float32); ngrad's float32 variance "
-    "overflows to inf. A float64 variance spliced onto the float32 gradient path made compiled float32 var(1) "
-    "of 1000 x 1000 2.2x slower (0.094 -> 0.208 ms; with backward 0.20 -> 0.31 ms, one thread), so every "
-    "call would pay",
-    **{
-        ("logsumexp", d): "PyTorch's logsumexp gradient is exp(x - out), which rounds to 1 each at [3e38, 3e38] "
-        "(out rounds to 3e38; the sum is 2); ngrad's is the softmax, 0.5 each (exact). The formula costs nothing "
-        "(compiled logsumexp(1) + backward of 1000 x 1000 float64, one thread: 1.85-1.97 ms now, 1.85-1.92 ms "
-        "with it), but its second derivative needs out differentiated by the same rule (PyTorch's double "
-        "backward): a logsumexp primitive in the engine. Spliced onto the value in the facade it loses the "
-        "-e e^T term of the Hessian"
-        for d in ("float64", "float32")
-    },
+    "it accumulates float32 variances in float64 (and their gradients in float32); ngrad's float32 variance "
+    "overflows to inf. Accumulating in float64 costs every compiled float32 variance about 30%, however "
+    "formulated: var and std primitives lowered to one fused float64 pass (the sums of the differences from "
+    "each slice's first element and of their squares) matched PyTorch here and at ordinary values (a var of "
+    "10^6 float32 values to the last bit, where float32 sums are 1e-6 off), but compiled float32 var(1) of "
+    "1000 x 1000, one thread, went 92 -> 122 us (two float64 passes: 171 us), with backward 197 -> 242 us, "
+    "std with backward 195 -> 245 us; hand-written Numba loops take the same (float32, two passes: 81 us; "
+    "float64, one pass: 112 us): float64 halves the vector lanes",
 }
 
 

@@ -310,22 +310,45 @@ class ReduceOps:
         return named(out, "LinalgVectorNormBackward0")
 
     def logsumexp(self, dim, keepdim=False):
+        """``log(exp(x).sum(dim))``, computed shifted by the maximum so that nothing overflows;
+        its gradient is PyTorch's ``exp(x - out)`` (one primitive, ``logsumexp``, which kernels
+        compute fused from the shifted sum).
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.tensor([[3e38, 3e38, -1.0]], requires_grad=True)
+        >>> x.logsumexp(1).backward()
+        >>> x.grad
+        tensor([[1., 1., 0.]])
+
+        ```
+        """
         x = wrap(float_node(self._node))
-        axes = normalize_dims(dim, x.ndim)
-        m = x.detach().amax(axes, keepdim=True) if x.numel() else zeros_like_node(x, axes)
-        m = where(m.abs() == math.inf, 0.0, m)
-        out = (x - m).exp().sum(axes, keepdim=True).log() + m
-        if not keepdim:
-            out = out.squeeze(axes)
-        return named(out, "LogsumexpBackward0")
+        if x.dtype.is_complex:  # not ordered: the maximum's error, as PyTorch's CPU kernels
+            return x.amax(normalize_dims(dim, x.ndim))
+        return reduction("logsumexp", x, dim, keepdim, "LogsumexpBackward0")
 
     def softmax(self, dim, dtype=None):
-        """``exp(x) / exp(x).sum(dim)`` of a floating tensor (``dtype`` converts it first)."""
+        """``exp(x) / exp(x).sum(dim)`` of a floating tensor (``dtype`` converts it first), in
+        PyTorch's order, with its gradient ``y * (g - sum(g * y))``.
+
+        ```python
+        >>> import ngrad
+        >>> x = ngrad.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+        >>> x.softmax(1).sum().backward()
+        >>> x.grad
+        tensor([[0., 0., 0.]])
+
+        ```
+        """
         x = _softmax_input(self, dim, dtype, "softmax")
         axis = normalize_dim(dim, x.ndim)
-        m = x.detach().amax(axis, keepdim=True) if x.numel() else zeros_like_node(x, (axis,) if x.ndim else ())
-        e = (x - m).exp()
-        return named(e / e.sum(axis, keepdim=True), "SoftmaxBackward0")
+        if not x.ndim:  # one probability, 1 (nan at nan or an infinity)
+            return named(x.reshape(1).softmax(0).reshape(()), "SoftmaxBackward0")
+        # one primitive: PyTorch's order (the max, the shifted exponentials, the product by their
+        # sum's reciprocal) and its gradient, y * (g - sum(g * y))
+        n = x._node
+        return record_op("softmax", (n,), {"axis": axis}, n.shape, n.dtype, "SoftmaxBackward0")
 
     def log_softmax(self, dim, dtype=None):
         """``x - logsumexp(x, dim)`` of a floating tensor (``dtype`` converts it first)."""

@@ -38,6 +38,7 @@ from ..ir.dtypes import from_numpy_dtype
 from ..ir.interpret import np_dtype
 from ..ir.prims import ELEMENTWISE, PRIMS
 from ..ir.tape import params_key
+from ..transform.lower import lower
 from .bytecode_loop import source
 from .bytecode_rows import (
     FLAT,
@@ -191,6 +192,7 @@ def encode(tape, pairs=True):
 
     ```
     """
+    tape = lower(tape)  # rows with a decomposition (logsumexp) run as the rows it is written in
     dt = _fits(tape)
     if dt is None:
         return None

@@ -29,6 +29,7 @@ from ..backend.source_math import identity
 from ..config import debug_level, jit_mode, jit_threshold
 from ..ir.interpret import compute, interpret, np_dtype
 from ..recent import Recent
+from ..transform.lower import lower
 from .checks import check
 from .layout import dead_after_steps, squeezed
 
@@ -110,11 +111,12 @@ class _Program:
     """A tape's CUDA plan: its steps, each kernel's source and compiled kernel, the slots that
     live on the host as numbers (runtime scalars and their reshapes), and constants made once."""
 
-    __slots__ = ("plan", "sources", "kernels", "seen", "dead", "numbers", "consts")
+    __slots__ = ("tape", "plan", "sources", "kernels", "seen", "dead", "numbers", "consts")
 
     def __init__(self, tape, host=()):
         from ..backend.fuse import Glue, Kernel, fuse
 
+        self.tape = tape = lower(tape)  # what the program runs: rows with a decomposition written out
         self.plan = fuse(tape, "cuda")
         self.numbers = {s for s, k in zip(tape.inputs, tape.kinds) if k == "scalar"} | set(host)
         for step in self.plan.steps:
@@ -184,7 +186,7 @@ def run(tape, values):
     if prog is None:
         outs = interpret(tape, [_host(v) for v in values])
         return [_device(o) for o in outs]
-    outs = _execute(prog, tape, values)
+    outs = _execute(prog, prog.tape, values)
     taken = {id(v) for v in values}
     res = []
     for o in outs:
@@ -391,5 +393,5 @@ def ptx(tape):
     out = []
     for step, src in zip(prog.plan.steps, prog.sources):
         if src is not None:
-            out.append((src.text, cuda_ptx(src.text, signature(step, src.parts[0], tape))))
+            out.append((src.text, cuda_ptx(src.text, signature(step, src.parts[0], prog.tape))))
     return out

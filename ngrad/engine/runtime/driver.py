@@ -143,6 +143,7 @@ def store_targets(part, sizes, tape, spare):
 
 def driver_code(plan, tape, inputs, g, fallback, checked=True):
     """Lines and output expressions of a driver (see ``_driver`` and ``dispatch.inline``)."""
+    tape = plan.tape  # ``tape`` with its rows lowered, as the plan was fused (same inputs and outputs)
     lay = plan.serial
     plan.compile(lay)
     g.update(

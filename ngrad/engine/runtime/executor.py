@@ -34,6 +34,7 @@ def execute(plan, tape, values, kernels=None):
     """The outputs of ``plan`` run on ``values`` (see the module docstring). ``kernels``: the
     functions to call in place of the layout's own (a background compile runs the ones it has
     not published yet, so that each specialises on the calls' argument types)."""
+    tape = plan.tape  # ``tape`` with its rows lowered, as the plan was fused (same inputs and outputs)
     debug = debug_level()
     env = bind(tape, values)
     n_threads = threads.get_num_threads()

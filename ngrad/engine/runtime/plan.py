@@ -6,7 +6,8 @@ layout for the current thread count, after which ``ready()`` is true. ``Compiled
 "numpy")`` has no kernels (every step is NumPy): it is ready at once and imports no compiler.
 A plan also decides, once, which matmuls write into pooled buffers (``into``), which loops may
 write in place of a dying input (``in_place``) and which glue computes constants (``consts``).
-Running it is ``executor.execute``; its generated driver is ``driver.driver_of``.
+Running it is ``executor.execute``; its generated driver is ``driver.driver_of``; both run
+``plan.tape``, the tape it was built from with its rows lowered (``transform.lower``).
 """
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..backend.fuse import Glue, Kernel, fuse
 from ..backend.vmath import FUNCTIONS
 from ..store import on_disk
 from ..targets import resident
+from ..transform.lower import lower
 from .layout import Layout, big, dead_after_steps
 from .threads import get_num_threads
 
@@ -36,6 +38,7 @@ class CompiledPlan:
     are on), so that threads can run each in chunks of rows."""
 
     __slots__ = (
+        "tape",
         "plan",
         "serial",
         "threaded",
@@ -51,6 +54,9 @@ class CompiledPlan:
 
     def __init__(self, tape, target="cpu"):
         self.numpy = target == "numpy"  # no kernels: the driver calls NumPy only (``numpy_driver``)
+        # what the plan runs: rows with a decomposition written out, so kernels fuse them
+        # (NumPy runs such a row's own forward in one step); drivers and the executor read it
+        self.tape = tape = tape if self.numpy else lower(tape)
         self.plan = fuse(tape, target)
         self.into = _matmuls_into(self.plan, tape)
         dead = dead_after_steps(tape, self.plan)

@@ -126,12 +126,13 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
             if "shape" in p:
                 p["shape"] = (size,) + tuple(p["shape"])
             r = b.emit(name, lifted, p)
-        elif name in ("sum", "prod", "amax", "amin", "fftn", "rfftn", "irfftn"):
+        elif name in ("sum", "prod", "amax", "amin", "logsumexp", "fftn", "rfftn", "irfftn"):
             r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
         elif name in (
             "argmax",
             "argmin",
             "argsort",
+            "softmax",
             "cumsum",
             "cumprod",
             "logcumsumexp",

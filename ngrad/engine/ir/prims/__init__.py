@@ -6,9 +6,9 @@ Contract: importing this package fills ``PRIMS`` with every row; ``FAMILIES`` li
 modules.
 """
 
-from . import complex_math, control, fft, linalg, scatter, selection
+from . import complex_math, composite, control, fft, linalg, scatter, selection
 from .table import ELEMENTWISE, PRIMS, Params, Prim, Shape, TapeError, Vjp
 
 __all__ = ["Prim", "PRIMS", "TapeError", "ELEMENTWISE", "FAMILIES", "Shape", "Params", "Vjp"]
 
-FAMILIES = (linalg, selection, scatter, complex_math, fft, control)
+FAMILIES = (linalg, selection, scatter, complex_math, fft, control, composite)

@@ -51,6 +51,7 @@ Infer = Callable[..., Typed]  # (shapes, dtypes, **params) -> the result's shape
 Vjp = Callable[[Sequence[bool], "Var", "Var", Sequence["Var"], Params], Cotangents]
 Jvp = Callable[[Tangents, "Var", Sequence["Var"], Params], "Var | None"]
 Rule = Callable[..., "Var | None"]  # (g, out, *args, **params): one argument's partial, applied to g
+Lower = Callable[[Sequence["Var"], Params], "Var"]  # (args, params) -> the row's value in other rows
 
 
 # --- helpers the VJP rules share ---------------------------------------------------------------
@@ -255,7 +256,10 @@ class Prim:
     """One primitive: ``fwd(m, *args, **params)``, ``vjp(need, g, out, args, params)`` (the
     cotangent of each argument, None where not needed) and ``jvp(tangents, out, args, params)``
     (the tangent of the result from the arguments' tangents, None for an argument without one;
-    the rule returns None when no tangent reaches the result)."""
+    the rule returns None when no tangent reaches the result). ``lower(args, params)``, on a row
+    that has one, writes the row's value in other rows (``Var`` handles in, the result's handle
+    out): a row with a derivative of its own whose value the compiled targets compute, fused,
+    from simpler rows (``transform.lower``)."""
 
     name: str
     kind: str
@@ -263,6 +267,7 @@ class Prim:
     fwd: Callable[..., Any]  # (m, *args, **params), ``m`` the math namespace
     vjp: Vjp | None  # None: not differentiable
     jvp: Jvp | None
+    lower: Lower | None = None
 
     def __repr__(self) -> str:
         return f"Prim({self.name})"
@@ -323,16 +328,23 @@ ELEMENTWISE = ("unary", "binary", "compare", "logical", "where", "cast")
 
 
 def P(
-    name: str, kind: str, infer: Infer, fwd: Callable[..., Any], vjp: Vjp | None = None, jvp: Jvp | str | None = None
+    name: str,
+    kind: str,
+    infer: Infer,
+    fwd: Callable[..., Any],
+    vjp: Vjp | None = None,
+    jvp: Jvp | str | None = None,
+    lower: Lower | None = None,
 ) -> None:
-    """Add a row to ``PRIMS`` (``jvp``: a rule, ``LINEAR``, or None: from a ``per_arg`` VJP)."""
+    """Add a row to ``PRIMS`` (``jvp``: a rule, ``LINEAR``, or None: from a ``per_arg`` VJP;
+    ``lower``: its value in other rows, for the compiled targets)."""
     if jvp is None and kind in ELEMENTWISE and vjp is not None:
         assert isinstance(vjp, PerArg), f"{name}: an elementwise VJP is written per argument"
         jvp = _diagonal(vjp.rules)
     elif jvp == LINEAR:
         jvp = _linear(name)
     assert not isinstance(jvp, str)
-    PRIMS[name] = Prim(name, kind, infer, fwd, vjp, jvp)
+    PRIMS[name] = Prim(name, kind, infer, fwd, vjp, jvp, lower)
 
 
 # elementwise unary: (m, x) -> same shape and dtype

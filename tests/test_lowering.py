@@ -1,0 +1,172 @@
+"""Rows that carry a decomposition (``Prim.lower``, ``ngrad/engine/transform/lower.py``).
+
+``logsumexp`` and ``softmax`` are primitives whose derivatives are PyTorch's formulas
+(``g * exp(x - out)``, ``y * (g - sum(g * y))``) to every order (a second derivative sees
+``out`` as a function of ``x``), while the compiled targets compute their values from the rows
+they are lowered to. Checked: the lowered tape against the row's own forward (exactly, but for
+float32 exponentials, which the softmax row rounds from float64 ones), first and second
+derivatives against finite differences and PyTorch, forward mode, batching (vmap), and compiled
+against interpreted to second order.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.autograd import functional as AF
+from ngrad.engine.ir.interpret import interpret
+from ngrad.engine.ir.tape import Builder
+from ngrad.engine.transform.lower import LOWERED, lower
+
+from .oracles import tensor_fd_check, torch_or_skip
+
+NAN, INF = math.nan, math.inf
+EDGES = np.array([[3e38, 3e38, -1.0], [-INF, -INF, -INF], [INF, 0.0, 1.0], [NAN, 0.0, 1.0], [1e4, -1e4, 0.5]])
+
+
+def _lse_tape(shape, axes, keepdim, dtype="f64"):
+    b = Builder()
+    x = b.input(shape, dtype)
+    y = x.logsumexp(axes=axes, keepdim=keepdim)
+    return b.finish([y * y, y, x.exp()])  # read by another row, an output, and a row beside it
+
+
+def _softmax_tape(shape, axes, keepdim, dtype="f64"):
+    b = Builder()
+    x = b.input(shape, dtype)
+    y = x.softmax(axis=axes[0])
+    return b.finish([y * y, y, x.exp()])
+
+
+# the facade's function of each row, the same for ngrad and torch
+ROWS = {"logsumexp": lambda lib, x, dim: lib.logsumexp(x, dim), "softmax": lambda lib, x, dim: lib.softmax(x, dim)}
+
+
+def test_a_tape_without_such_rows_is_returned_as_it_is():
+    b = Builder()
+    x = b.input((3,), "f64")
+    tape = b.finish([(x - x.amax(axes=(0,), keepdim=True).expand(shape=(3,))).exp()])
+    assert lower(tape) is tape
+
+
+@pytest.mark.parametrize(
+    "shape,axes,keepdim",
+    [((5, 3), (1,), False), ((5, 3), (1,), True), ((2, 3, 4), (0, 2), False), ((4, 0), (1,), False), ((), (), False)],
+)
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+@pytest.mark.parametrize("row", ["logsumexp", "softmax"])
+def test_the_lowered_tape_computes_what_the_row_computes(row, shape, axes, keepdim, dtype, rng):
+    if row == "softmax" and (not shape or len(axes) > 1):
+        return  # one axis, of a tensor with one
+    tape = (_lse_tape if row == "logsumexp" else _softmax_tape)(shape, axes, keepdim, dtype)
+    low = lower(tape).verify()
+    assert not {ins.prim for ins in low.instrs} & LOWERED
+    assert (low.inputs, low.kinds) == (tape.inputs, tape.kinds)
+    assert [low.shapes[s] for s in low.outputs] == [tape.shapes[s] for s in tape.outputs]
+    x = rng.standard_normal(shape) * 30
+    if shape == (5, 3):
+        x = EDGES
+    x = np.asarray(x, np.float64 if dtype == "f64" else np.float32)
+    with np.errstate(all="ignore"):
+        for got, want in zip(interpret(low, [x]), interpret(tape, [x])):
+            if row == "softmax" and dtype == "f32":  # NumPy's float32 exp against the row's
+                np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)
+            else:
+                np.testing.assert_array_equal(got, want)
+
+
+def test_lowering_computes_equal_steps_once():
+    # the gradient's exp(x - max), its shift held constant (detach), is the forward's
+    b = Builder()
+    x = b.input((4, 3), "f64")
+    from ngrad.engine.transform.differentiate import vjp
+
+    y = x.logsumexp(axes=(1,), keepdim=False)
+    joint = vjp(b.finish([y]), [x.slot]).tape
+    low = lower(joint)
+    assert sum(ins.prim == "exp" for ins in low.instrs) == 2  # exp(x - max) and exp(max - out)
+    assert not any(ins.prim == "detach" for ins in low.instrs)
+
+
+@pytest.mark.parametrize("row", ["logsumexp", "softmax"])
+@pytest.mark.parametrize("dim", [1, 0])
+def test_first_and_second_derivatives_against_finite_differences(row, dim, rng):
+    f = ROWS[row]
+    w = rng.standard_normal((3, 4))
+
+    def loss(x):
+        y = f(ngrad, x, dim)
+        return (y * y * ngrad.tensor(w[: y.shape[0], : y.shape[1]] if y.ndim == 2 else w[0, : y.shape[0]])).sum()
+
+    tensor_fd_check(loss, [rng.standard_normal((3, 4))], rng)
+
+
+def _hessian(lib, row, x, dim):
+    x = lib.tensor(x, requires_grad=True)
+    y = ROWS[row](lib, x, dim)
+    w = lib.tensor(np.arange(y.numel(), dtype=np.float64).reshape(y.shape) % 4 - 1.5)
+    (g,) = lib.autograd.grad((y * w).sum(), x, create_graph=True)
+    v = lib.tensor(np.arange(x.numel(), dtype=np.float64).reshape(x.shape) % 3 - 1.0)
+    (h,) = lib.autograd.grad((g * v).sum(), x)
+    return y.detach().numpy(), g.detach().numpy(), h.numpy()
+
+
+@pytest.mark.parametrize("row", ["logsumexp", "softmax"])
+@pytest.mark.parametrize("values", ["ordinary", "edges"])
+def test_value_gradient_and_hessian_follow_pytorch(row, values, rng):
+    torch = torch_or_skip()
+    x = rng.standard_normal((4, 5)) if values == "ordinary" else EDGES
+    with np.errstate(all="ignore"):
+        got = _hessian(ngrad, row, x, 1)
+    want = _hessian(torch, row, x, 1)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dim,keepdim", [(1, False), (-1, True), ((0, 2), False), (0, False)])
+def test_logsumexp_value_and_gradient_follow_pytorch(dtype, dim, keepdim, rng):
+    torch = torch_or_skip()
+    x = rng.standard_normal((3, 4, 2)) * 5
+    results = []
+    for lib in (ngrad, torch):
+        t = lib.tensor(x, dtype=getattr(lib, dtype), requires_grad=True)
+        y = lib.logsumexp(t, dim, keepdim=keepdim)
+        (y * y).sum().backward()
+        results.append((y.detach().numpy(), t.grad.numpy()))
+    rtol = 1e-12 if dtype == "float64" else 1e-5
+    for a, b in zip(*results):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol)
+
+
+@pytest.mark.parametrize("row", ["logsumexp", "softmax"])
+def test_forward_mode_and_batched_jacobians_follow_pytorch(row, rng):
+    torch = torch_or_skip()
+    f = ROWS[row]
+    x, t = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    _, got = AF.jvp(lambda a: f(ngrad, a, 1), ngrad.tensor(x), ngrad.tensor(t))
+    _, want = torch.autograd.functional.jvp(lambda a: f(torch, a, 1), torch.tensor(x), torch.tensor(t))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-15)
+    # vectorize=True batches the reverse pass: the row's batching rule
+    got = AF.jacobian(lambda a: f(ngrad, a, 1), ngrad.tensor(x), vectorize=True)
+    want = torch.autograd.functional.jacobian(lambda a: f(torch, a, 1), torch.tensor(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-15)
+    got = AF.hessian(lambda a: f(ngrad, a, 0).reshape(-1)[0], ngrad.tensor(x[0]), vectorize=True)
+    want = torch.autograd.functional.hessian(lambda a: f(torch, a, 0).reshape(-1)[0], torch.tensor(x[0]))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("row", ["logsumexp", "softmax"])
+def test_compiled_derivatives_equal_interpreted_ones(row, monkeypatch, tmp_path, rng):
+    x = np.concatenate([rng.standard_normal((6, 5)), np.pad(EDGES, ((0, 0), (0, 2)), constant_values=-2.0)])
+    with np.errstate(all="ignore"):
+        want = _hessian(ngrad, row, x, 1)
+        monkeypatch.setenv("NGRAD_JIT", "always")
+        monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+        got = _hessian(ngrad, row, x, 1)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
