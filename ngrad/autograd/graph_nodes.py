@@ -94,10 +94,6 @@ def _mean_of(n):
     return n.op in ("mul", "div") and n.srcs[0].op == "sum"
 
 
-def _softmax_of(n):
-    return n.op == "div" and n.srcs[1].op == "sum"
-
-
 def _log_softmax_of(n):
     return n.op == "sub" and n.srcs[1].op == "log" and n.srcs[1].srcs[0].op == "sum"
 
@@ -129,7 +125,7 @@ SAVED = {
             "keepdim": _param(lambda n: n.srcs[0].params["keepdim"]),
         },
     ),
-    "SoftmaxBackward0": (_softmax_of, {"dim": _param(lambda n: n.srcs[1].params["axes"][0]), "result": _RESULT}),
+    "SoftmaxBackward0": ("softmax", {"dim": _param(lambda n: n.params["axis"]), "result": _RESULT}),
     "LogSoftmaxBackward0": (
         _log_softmax_of,
         {"dim": _param(lambda n: n.srcs[1].srcs[0].params["axes"][0]), "result": _RESULT},
