@@ -87,7 +87,7 @@ def _logsumexp_lower(args: Sequence[Var], params: Params) -> Var:
 
 
 def _scaled_probabilities(g: Var, out: Var, x: Var, axes: Sequence[int], keepdim: bool) -> Var:
-    """``g * exp(x - out)`` (``g`` of ``out``'s shape) as ``exp(x - m) * g * exp(m - out)``, the
+    """``g * exp(x - out)`` (``g`` of ``out``'s shape) as ``exp(x - m) * (g * exp(m - out))``, the
     shift ``m`` held constant: the first factor is the lowered forward's (a compiled program
     keeps it rather than computing every exponential again: the same rows, which
     ``transform.lower`` merges), the last one number a slice (``m - out`` lies in
@@ -97,10 +97,7 @@ def _scaled_probabilities(g: Var, out: Var, x: Var, axes: Sequence[int], keepdim
     m = _shift(x, axes).detach()
     if not keepdim:
         g, out = g.reshape(shape=kept), out.reshape(shape=kept)
-    # both products in the loop over x: a product of one number a slice would be one more step
-    # between kernels (glue) where slices are single numbers
-    scale = (m - out).exp().expand(shape=x.shape)
-    return (x - m.expand(shape=x.shape)).exp() * g.expand(shape=x.shape) * scale
+    return (x - m.expand(shape=x.shape)).exp() * (g * (m - out).exp()).expand(shape=x.shape)
 
 
 def _logsumexp_vjp(g: Var, out: Var, x: Var, axes: Sequence[int], keepdim: bool) -> Var:
