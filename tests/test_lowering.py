@@ -170,3 +170,32 @@ def test_compiled_derivatives_equal_interpreted_ones(row, monkeypatch, tmp_path,
         got = _hessian(ngrad, row, x, 1)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+def _scanned(xs, w):
+    """Value and gradients of a scan whose steps use both rows."""
+    xs, w = ngrad.tensor(xs, requires_grad=True), ngrad.tensor(w, requires_grad=True)
+
+    def step(c, x):
+        z = c + x * w
+        c = ngrad.softmax(z, 0) + ngrad.logsumexp(z, 0)
+        return c, c.sum()
+
+    c, ys = ngrad.scan(step, ngrad.zeros(3, dtype=ngrad.float64), xs)
+    loss = (ys * ys).sum() + c.sum()
+    gx, gw = ngrad.autograd.grad(loss, (xs, w))
+    return loss.item(), gx.numpy(), gw.numpy()
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("unroll", ["0", "65536"])
+def test_scans_of_the_rows_compile_as_loops_and_as_bytecode(unroll, monkeypatch, tmp_path, rng):
+    # a scan's body is a program of its own (runtime.plan lowers it); written out step by step
+    # it runs as bytecode (the encoder lowers it)
+    xs, w = rng.standard_normal((6, 3)), rng.standard_normal(3)
+    want = _scanned(xs, w)
+    monkeypatch.setenv("NGRAD_JIT", "always")
+    monkeypatch.setenv("NGRAD_SCAN_UNROLL", unroll)
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    for got_part, want_part in zip(_scanned(xs, w), want):
+        np.testing.assert_allclose(got_part, want_part, rtol=1e-12)
