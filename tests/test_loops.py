@@ -225,6 +225,19 @@ def test_graphs_of_one_structure_share_a_tape_and_keep_their_own_values(monkeypa
     assert tapes[2] is not tapes[3] and tapes[4] is not tapes[5]
 
 
+def test_structures_whose_keys_hash_alike_keep_their_own_tapes(monkeypatch):
+    # every key in one bucket: each structure must still find its own tape, never another's
+    monkeypatch.setattr(realize_mod, "_tapes", type(realize_mod._tapes)())
+    monkeypatch.setattr(realize_mod, "hash", lambda key: 7, raising=False)
+    xs = np.linspace(-1.0, 1.0, 5)
+    x = ngrad.tensor(xs)
+    for _ in range(2):  # the second round finds each structure's tape in the shared bucket
+        np.testing.assert_allclose((x * 2.0).sin().numpy(), np.sin(xs * 2.0), rtol=1e-15)
+        np.testing.assert_allclose((x * 2.0).cos().numpy(), np.cos(xs * 2.0), rtol=1e-15)
+        np.testing.assert_allclose((x**3).numpy(), xs**3, rtol=1e-15)
+    assert [len(kept) for kept in realize_mod._tapes.values()] == [3]
+
+
 def test_chains_at_the_depth_bound_are_lowered_once(monkeypatch):
     # each operation with a Python number adds a runtime scalar source: a chain at the real depth
     # bound (1,024) is about 2,050 nodes, and every realization of it past the first must reuse
