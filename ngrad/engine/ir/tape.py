@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from . import shapes as _shapes
 from .prims import PRIMS, Params, Shape, TapeError
 
 __all__ = ["Tape", "Instr", "Builder", "Var", "Key", "NO_PARAMS", "parse", "TapeError"]
@@ -286,35 +287,30 @@ class Var:
     def _lift(self, v: Var | float) -> Var:
         return v if isinstance(v, Var) else self.bld.full(v, self.shape, self.dtype)
 
-    def _bin(self, name: str, other: Var | float) -> Var:
-        return self.bld.emit(name, (self, self._lift(other)))
-
-    def _rbin(self, name: str, other: Var | float) -> Var:
-        return self.bld.emit(name, (self._lift(other), self))
-
+    # the operators are written out, each one call into ``emit``: VJP rules are mostly these
     def __add__(self, o: Var | float) -> Var:
-        return self._bin("add", o)
+        return self.bld.emit("add", (self, o if isinstance(o, Var) else self.bld.full(o, self.shape, self.dtype)))
 
-    def __radd__(self, o: Var | float) -> Var:
-        return self._rbin("add", o)
+    def __radd__(self, o: float) -> Var:
+        return self.bld.emit("add", (self.bld.full(o, self.shape, self.dtype), self))
 
     def __sub__(self, o: Var | float) -> Var:
-        return self._bin("sub", o)
+        return self.bld.emit("sub", (self, o if isinstance(o, Var) else self.bld.full(o, self.shape, self.dtype)))
 
-    def __rsub__(self, o: Var | float) -> Var:
-        return self._rbin("sub", o)
+    def __rsub__(self, o: float) -> Var:
+        return self.bld.emit("sub", (self.bld.full(o, self.shape, self.dtype), self))
 
     def __mul__(self, o: Var | float) -> Var:
-        return self._bin("mul", o)
+        return self.bld.emit("mul", (self, o if isinstance(o, Var) else self.bld.full(o, self.shape, self.dtype)))
 
-    def __rmul__(self, o: Var | float) -> Var:
-        return self._rbin("mul", o)
+    def __rmul__(self, o: float) -> Var:
+        return self.bld.emit("mul", (self.bld.full(o, self.shape, self.dtype), self))
 
     def __truediv__(self, o: Var | float) -> Var:
-        return self._bin("div", o)
+        return self.bld.emit("div", (self, o if isinstance(o, Var) else self.bld.full(o, self.shape, self.dtype)))
 
-    def __rtruediv__(self, o: Var | float) -> Var:
-        return self._rbin("div", o)
+    def __rtruediv__(self, o: float) -> Var:
+        return self.bld.emit("div", (self.bld.full(o, self.shape, self.dtype), self))
 
     def __neg__(self) -> Var:
         return self.bld.emit("neg", (self,))
@@ -328,7 +324,9 @@ class Var:
 
 def _method(name: str) -> Callable[..., Var]:
     def method(self: Var, *args: Var | float, **params: Any) -> Var:
-        return self.bld.emit(name, (self,) + tuple(self._lift(a) for a in args), params)
+        if not args:  # most are: movements, reductions, unary functions
+            return self.bld.emit(name, (self,), params)
+        return self.bld.emit(name, (self, *[self._lift(a) for a in args]), params)
 
     method.__name__ = name
     return method
@@ -339,8 +337,11 @@ for _name in PRIMS:
         setattr(Var, _name, _method(_name))
 
 
-def _instr_key(prim: str, args: Iterable[int], params: Params) -> Key:
-    return prim, tuple(args), params_key(params) if params else ()
+_SAME, _MATCHING = _shapes.unary, _shapes.matching  # the shape rules ``Builder.emit`` writes out
+
+
+# the Python type a literal of each dtype is held as (float for the others)
+_PYTHON_TYPE: dict[str, type] = {"b8": bool, "i32": int, "i64": int, "c64": complex, "c128": complex}
 
 
 class Builder:
@@ -348,31 +349,35 @@ class Builder:
     equal to one already on the tape is not written again (common-subexpression elimination).
 
     ``Builder(tape)`` continues an existing tape (the forward part of a joint tape).
+
+    >>> b = Builder()
+    >>> x = b.input((2,), "f64")
+    >>> (x * 2).slot == (x * 2).slot  # the second product is the first one, found again
+    True
     """
 
     def __init__(self, tape: Tape | None = None) -> None:
         self.tape = Tape()
         self._literals: dict[int, Any] = {}
         self._seen: dict[Key, int] = {}  # (prim, args, params) -> slot: every primitive is pure, so equal means same
+        # handles made so far, by slot, and ``full``'s results by (repr of the value, dtype,
+        # shape): both are functions of instructions already written, which never change. They
+        # point back at the builder, so ``finish`` lets go of them
+        self._vars: dict[int, Var] = {}
+        self._fulls: dict[tuple[str, str, Shape], Var] = {}
         if tape is not None:
             t = self.tape
             t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
             t.inputs, t.kinds = list(tape.inputs), list(tape.kinds)
             t.instrs = list(tape.instrs)
             seen, literals = self._seen, self._literals
-            for ins in t.instrs:  # _instr_key and _note_literal inlined: a joint tape starts here
+            for ins in t.instrs:  # as ``emit`` keys and notes them: a joint tape starts here
                 prim, args = ins.prim, ins.args
                 seen.setdefault((prim, args, params_key(ins.params) if ins.params else ()), ins.out)
                 if prim == "const":
                     literals[ins.out] = ins.params["value"]
                 elif (prim == "reshape" or prim == "expand") and args[0] in literals:
                     literals[ins.out] = literals[args[0]]
-
-    def _note_literal(self, ins: Instr) -> None:
-        if ins.prim == "const":
-            self._literals[ins.out] = ins.params["value"]
-        elif ins.prim in ("reshape", "expand") and ins.args[0] in self._literals:
-            self._literals[ins.out] = self._literals[ins.args[0]]
 
     def literal(self, v: Var) -> Any:
         """The Python value of ``v`` if it is a literal broadcast to its shape, else None."""
@@ -385,8 +390,12 @@ class Builder:
         return len(t.shapes) - 1
 
     def var(self, slot: int) -> Var:
-        """The handle of an existing ``slot``."""
-        return Var(self, slot, self.tape.shapes[slot], self.tape.dtypes[slot])
+        """The handle of an existing ``slot`` (one per slot: handles never change)."""
+        v = self._vars.get(slot)
+        if v is None:
+            t = self.tape
+            v = self._vars[slot] = Var(self, slot, t.shapes[slot], t.dtypes[slot])
+        return v
 
     def input(self, shape: Iterable[int], dtype: str, kind: str = "tensor") -> Var:
         """A new input slot (``kind`` "tensor", or "scalar" for a runtime Python number)."""
@@ -408,36 +417,67 @@ class Builder:
 
     def emit(self, prim: str, args: Sequence[Var], params: Params | None = None) -> Var:
         """Append ``prim`` on ``args`` with its inferred result type (or find it already there)."""
-        params = params or NO_PARAMS
-        if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
-            return args[0]  # a no-op movement is never written down
-        slots = tuple([a.slot for a in args])
-        key = (prim, slots, params_key(params) if params else ())  # _instr_key, inlined: VJPs emit here
+        # every VJP and JVP rule emits here, several times an instruction: the common cases are
+        # written out (one or two operands, no params, the elementwise shape rules)
+        if not params:
+            params, pk = NO_PARAMS, ()
+        else:
+            if (prim == "reshape" or prim == "expand") and tuple(params["shape"]) == args[0].shape:
+                return args[0]  # a no-op movement is never written down
+            pk = params_key(params)
+        n = len(args)
+        if n == 2:
+            a, c = args
+            slots: tuple[int, ...] = (a.slot, c.slot)
+        elif n == 1:
+            a = c = args[0]
+            slots = (a.slot,)
+        else:
+            a = c = args[0] if n else None  # type: ignore[assignment]
+            slots = tuple([v.slot for v in args])
+        key = (prim, slots, pk)
         hit = self._seen.get(key)
         if hit is not None:  # common subexpression: a VJP re-deriving cos(x) reuses the forward's
-            return self.var(hit)
-        shape, dtype = PRIMS[prim].infer([a.shape for a in args], [a.dtype for a in args], **params)
+            v = self._vars.get(hit)
+            return v if v is not None else self.var(hit)
+        infer = PRIMS[prim].infer
+        if infer is _SAME and n:
+            shape, dtype = a.shape, a.dtype
+        elif infer is _MATCHING and n == 2 and a.shape == c.shape and a.dtype == c.dtype:
+            shape, dtype = a.shape, a.dtype
+        else:  # the row's rule (which also raises the errors)
+            shape, dtype = infer([v.shape for v in args], [v.dtype for v in args], **params)
         t = self.tape
-        t.shapes.append(shape)
+        shapes = t.shapes
+        shapes.append(shape)
         t.dtypes.append(dtype)
-        s = len(t.shapes) - 1
-        ins = Instr(s, prim, slots, params)
-        t.instrs.append(ins)
-        if prim == "const" or prim == "reshape" or prim == "expand":
-            self._note_literal(ins)
+        s = len(shapes) - 1
+        t.instrs.append(Instr(s, prim, slots, params))
+        if prim == "const":
+            self._literals[s] = params["value"]
+        elif (prim == "reshape" or prim == "expand") and slots[0] in self._literals:
+            self._literals[s] = self._literals[slots[0]]
         self._seen[key] = s
-        return Var(self, s, shape, dtype)
+        v = self._vars[s] = Var(self, s, shape, dtype)
+        return v
 
     def full(self, value: float, shape: Shape, dtype: str) -> Var:
         """``value`` broadcast to ``shape``: a const (one per literal and dtype, by ``emit``'s
         common-subexpression elimination), then expand."""
-        value = {"b8": bool, "i32": int, "i64": int, "c64": complex, "c128": complex}.get(dtype, float)(value)
-        c = self.emit("const", (), {"value": value, "dtype": dtype})
-        if not shape:
-            return c
-        return c.reshape(shape=(1,) * len(shape)).expand(shape=tuple(shape))
+        value = _PYTHON_TYPE.get(dtype, float)(value)
+        # keyed as the const's params are (by repr: -0.0 is not 0.0), so a hit is what emitting
+        # the const, reshape and expand again would find
+        key = (repr(value), dtype, shape if type(shape) is tuple else tuple(shape))
+        v = self._fulls.get(key)
+        if v is None:
+            v = self.emit("const", (), {"value": value, "dtype": dtype})
+            if shape:
+                v = v.reshape(shape=(1,) * len(shape)).expand(shape=tuple(shape))
+            self._fulls[key] = v
+        return v
 
     def finish(self, outputs: Iterable[Var]) -> Tape:
         """The tape, with ``outputs`` as its outputs."""
         self.tape.outputs = [o.slot for o in outputs]
+        self._vars, self._fulls = {}, {}  # they refer back to the builder: freed with it, without a collection
         return self.tape

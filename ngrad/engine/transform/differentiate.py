@@ -209,11 +209,13 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     contributions: list[tuple[int, int, int]] = []
     instrs = tape.instrs
     wanted = set(wrt)
+    emit = b.emit
     for i in range(len(instrs) - 1, -1, -1):
         ins = instrs[i]
+        out = ins.out
         # every contribution to this slot's cotangent is in (later instructions made them): it is
         # dropped once used, so a long tape never holds them all
-        g = ct.get(ins.out) if ins.out in wanted else ct.pop(ins.out, None)
+        g = ct.get(out) if out in wanted else ct.pop(out, None)
         if g is None:
             continue
         args = ins.args
@@ -223,13 +225,13 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
         first = len(made)
         # a cotangent reaches only active slots, whose primitives have VJPs (``wrt`` aside)
         rule = cast(Vjp, PRIMS[ins.prim].vjp)
-        cts = rule(need, g, var(ins.out), [var(a) for a in args], ins.params)
+        cts = rule(need, g, var(out), [var(a) for a in args], ins.params)
         ran.append(i)
         # any forward value the rule reads is a "saved tensor" (with common-subexpression
         # elimination the rule's cos(x) may be the forward pass's own cos(x))
         read = set()
-        for new in made[first:]:
-            for a in new.args:
+        for k in range(first, len(made)):
+            for a in made[k].args:
                 if a < n_forward and a not in literal:
                     read.add(a)
         for c in cts:
@@ -246,7 +248,8 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
         for k, (a, n, c) in enumerate(zip(args, need, cts)):
             if n and c is not None:
                 contributions.append((i, k, c.slot))
-                _accumulate(ct, a, c)
+                prev = ct.get(a)  # _accumulate, inlined
+                ct[a] = c if prev is None else emit("add", (prev, c))
 
     outputs = [b.var(s) for s in tape.outputs]
     grads = _appended(outputs, [ct.get(w) for w in wrt])
@@ -459,14 +462,18 @@ def jvp(tape: Tape, wrt: Sequence[int]) -> Tangent:
         inputs.append(t.slot)
         if tape.dtypes[s] in DIFFERENTIABLE:
             tan[s] = t
+    var, dtypes = b.var, tape.dtypes
     for ins in tape.instrs:
         rule = PRIMS[ins.prim].jvp
-        if rule is None or tape.dtypes[ins.out] not in DIFFERENTIABLE:
+        if rule is None or dtypes[ins.out] not in DIFFERENTIABLE:
             continue
         ts = [tan.get(a) for a in ins.args]
-        if all(t is None for t in ts):
+        for tv in ts:
+            if tv is not None:
+                break
+        else:  # no tangent reaches it
             continue
-        tangent = rule(ts, b.var(ins.out), [b.var(a) for a in ins.args], ins.params)
+        tangent = rule(ts, var(ins.out), [var(a) for a in ins.args], ins.params)
         if tangent is not None:
             tan[ins.out] = tangent
     outputs = [b.var(s) for s in tape.outputs]
