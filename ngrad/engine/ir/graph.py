@@ -237,39 +237,43 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, read
     t = b.tape
     shapes, dtypes, inputs, kinds, instrs = t.shapes, t.dtypes, t.inputs, t.kinds, t.instrs
     stack = [(r, False) for r in reversed(roots)]
+    push, new_instr = stack.append, object.__new__
     while stack:
         n, ready = stack.pop()
-        if n in slot_of:
-            continue
-        if (
-            n.value is not None
-            and (n in cuts or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute))
-        ) or (reads and n in reads):
-            if literal is not None and literal(n):
-                slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
-                continue
-            # Builder.input, inlined: a graph may have a source per operation
-            slot_of[n] = len(shapes)
-            shapes.append(n.shape)
-            dtypes.append(n.dtype.short)
-            inputs.append(len(shapes) - 1)
-            kinds.append("scalar" if n.params and n.params.get("scalar") else "tensor")
-            sources.append(n)
-            continue
         if not ready:
-            stack.append((n, True))
+            if n in slot_of:
+                continue
+            if (
+                n.value is not None
+                and (n in cuts or not ((grad and n.differentiable and (below is None or below(n))) or n in recompute))
+            ) or (reads and n in reads):
+                if literal is not None and literal(n):
+                    slot_of[n] = b.full(np.asarray(n.value).reshape(-1)[0], n.shape, n.dtype.short).slot
+                    continue
+                # Builder.input, inlined: a graph may have a source per operation
+                slot_of[n] = len(shapes)
+                shapes.append(n.shape)
+                dtypes.append(n.dtype.short)
+                inputs.append(len(shapes) - 1)
+                kinds.append("scalar" if n.params and n.params.get("scalar") else "tensor")
+                sources.append(n)
+                continue
+            # computed here, once its sources are: marked ready, it comes back after them (in a
+            # DAG nothing below it can push it again, so it is written once)
+            push((n, True))
             for s in reversed(n.srcs):
                 if s not in slot_of:
-                    stack.append((s, False))
+                    push((s, False))
             continue
-        if n.op == "input":
-            raise RuntimeError("a source node lost its value (it was freed) and cannot be recomputed")
-        if n.op == "const":  # one literal per value and dtype, however many nodes spell it
-            c = b.full(n.params["value"], (), n.params["dtype"])
-            slot_of[n] = c.slot
-            continue
-        args = [slot_of[s] for s in n.srcs]
         op = n.op
+        if op == "input":
+            raise RuntimeError("a source node lost its value (it was freed) and cannot be recomputed")
+        if op == "const":  # one literal per value and dtype, however many nodes spell it
+            params = n.params
+            slot_of[n] = b.full(params["value"], (), params["dtype"]).slot
+            continue
+        srcs = n.srcs
+        args = [slot_of[s] for s in srcs]
         spread = spreads.get(op)
         if spread is None:
             spread = spreads[op] = PRIMS[op].kind in ELEMENTWISE and op != "cast"
@@ -288,15 +292,21 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, read
                             v = b.emit_known("expand", [v], _shaped(moves, "expand", shape), shape, dtypes[a])
                         bcast[key] = v
                     args[i] = v
+        v = len(shapes)
         node_of_instr[len(instrs)] = n
         # Builder.emit_known, inlined. The node's params are copied (the facade updates a
         # detach's), and shared when empty
-        v = len(shapes)
         shapes.append(n.shape)
         dtypes.append(n.dtype.short)
-        instrs.append(Instr(v, op, args, dict(n.params) if n.params else NO_PARAMS))
-        if grad and not n.differentiable and op != "detach" and any(s.requires_grad for s in n.srcs):
-            v = b.var(v).detach().slot
+        params = n.params
+        ins = new_instr(Instr)  # Instr(...) without its __init__ call
+        ins.out, ins.prim, ins.args, ins.params = v, op, tuple(args), dict(params) if params else NO_PARAMS
+        instrs.append(ins)
+        if grad and not n.differentiable and op != "detach":
+            for s in srcs:
+                if s.requires_grad:
+                    v = b.var(v).detach().slot
+                    break
         slot_of[n] = v
     return Lowered(b.finish([b.var(slot_of[r]) for r in roots]), sources, slot_of, node_of_instr)
 
