@@ -174,6 +174,7 @@ class LoopState:
     # rows in blocks (``program``): the nest runs rows ``blk0`` to ``blk1`` of a block loop around
     # it and the loops beside it, and its lines are ``nest``, not in ``lines``
     block: bool = False
+    descending: bool = False  # the blocks run from the last row down, and so does each nest in them
     nest: list = dataclasses.field(default_factory=list)
     tail: list = dataclasses.field(default_factory=list)  # lines after the block loop (a range guard's flag)
 
@@ -349,7 +350,12 @@ def _nest(state, copies, rows, head, ind):
             out += [ind + ln for ln in pre[d - 1]]
         if d == 0 and state.block:
             lo, hi = rows.split(", ") if ", " in rows else ("0", rows)
-            loop = f"range(max({lo}, blk0), min({hi}, blk1))" if lo != "0" or hi != f"{p}n0" else "range(blk0, blk1)"
+            if state.descending:  # every stream goes down, from block to block too: prefetched
+                loop = f"range(min({hi}, blk1) - 1, max({lo}, blk0) - 1, -1)"
+            else:
+                loop = (
+                    f"range(max({lo}, blk0), min({hi}, blk1))" if lo != "0" or hi != f"{p}n0" else "range(blk0, blk1)"
+                )
         elif d == 0:
             loop = f"range({rows})"
         elif shape[d] <= SMALL_DIM:
@@ -454,10 +460,11 @@ LOOP_PASSES = [
 ]
 
 
-def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=False):
+def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None):
     """The parameters, lines, ``Part`` and (in blocks of rows) nest lines of one kernel's loop
-    nest (``LOOP_PASSES``; the arguments are ``LoopState``'s)."""
-    state = LoopState(kernel, tape, p, late, scratch, bound or {}, block=block)
+    nest (``LOOP_PASSES``; the arguments are ``LoopState``'s; ``block``: None, or whether the
+    blocks run descending)."""
+    state = LoopState(kernel, tape, p, late, scratch, bound or {}, block=block is not None, descending=bool(block))
     state = run_passes("loops", LOOP_PASSES, state)
     return state.params, state.lines, state.part, (state.nest, state.tail)
 
@@ -471,15 +478,12 @@ BLOCK_ROWS = 256
 
 def _behind(r, written):
     """Whether the kernel read ``r`` loads the slots ``written`` (stored by the loops before it in
-    a block) only at rows up to the loop's own, which those loops have made by then: at its own
-    row (an array), through a window from row 0 with step 1, or shifted down (an unslice, a
-    concatenation's piece, read at the row less the piece's start, from a window starting no
-    later than the piece)."""
-    if r.kind == ReadKind.LITERAL:
-        return True
+    a run) only at rows up to the loop's own: at its own row (an array), through a window from
+    row 0 with step 1, or shifted down (an unslice starting at row 0 or later, a concatenation's
+    piece, read at the row less the piece's start, from a window starting no later than it)."""
     if r.kind == ReadKind.CAT:
-        return all(_behind_piece(at, piece, written) for at, _, piece in r.pieces)
-    if r.src not in written or r.kind == ReadKind.ARRAY:
+        return all(_piece_rows(at, piece, written, True) for at, _, piece in r.pieces)
+    if r.kind == ReadKind.LITERAL or r.src not in written or r.kind == ReadKind.ARRAY:
         return True
     start, _, step = r.window[0] if r.window else (0, 0, 0)
     if r.kind == ReadKind.WINDOW:
@@ -487,38 +491,61 @@ def _behind(r, written):
     return r.kind == ReadKind.PAD and start >= 0 and step >= 1
 
 
-def _behind_piece(at, r, written):
+def _ahead(r, written):
+    """Whether the kernel read ``r`` loads the slots ``written`` only at rows from the loop's own
+    up (``_behind`` the other way): through a window of positive step, or shifted up (an unslice
+    of a slice, ``fuse``: its start is negative)."""
+    if r.kind == ReadKind.CAT:
+        return all(_piece_rows(at, piece, written, False) for at, _, piece in r.pieces)
     if r.kind == ReadKind.LITERAL or r.src not in written or r.kind == ReadKind.ARRAY:
         return True
+    start, _, step = r.window[0] if r.window else (0, 0, 0)
+    if r.kind == ReadKind.WINDOW:
+        return step >= 1
+    return r.kind == ReadKind.PAD and start <= 0 and step == 1
+
+
+def _piece_rows(at, r, written, down):
+    """``_behind`` (``down``) or ``_ahead`` for the piece ``r`` of a concatenation at row ``at``."""
+    if r.kind == ReadKind.LITERAL or r.src not in written:
+        return True
+    if r.kind == ReadKind.ARRAY:  # at the row less ``at``
+        return down or at == 0
     start, _, step = r.window[0]
-    return r.kind == ReadKind.WINDOW and step == 1 and start <= at
+    return r.kind == ReadKind.WINDOW and step == 1 and (start <= at if down else start >= at)
 
 
 def blocks(kernels):
     """Runs of consecutive kernels that run together in blocks of ``BLOCK_ROWS`` rows (each
-    block through every loop of the run, then the next block), as lists of their indices: loops
+    block through every loop of the run, then the next block), as (indices, descending): loops
     over one axis of one extent, without reductions (a loop after one may read its sum), each
-    reading what the run's loops before it store only at rows those have made
-    (``_behind``). A chain of loops over 100,000 rows otherwise streams every array from L2 or
-    L3 at each loop: GradBench ode's RK4 step, four loops of which each reads the stage before
-    it one row down, 17.5 -> 13 ms for 100 steps at n = 100,000. The choice depends on no size (windows are
-    judged by their starts and steps), so one text serves every size."""
-    runs, run, written = [], [], set()
+    reading what the run's loops before it store only at rows those have made: every read at
+    rows up to its own (``_behind``: the blocks run from row 0 up) or every read at rows from
+    its own up (``_ahead``: the last block first). A chain of loops over 100,000 rows otherwise
+    streams every array from L2 or L3 at each loop: GradBench ode's RK4 step, four loops of
+    which each reads the stage before it one row down, 17.5 -> 13 ms for 100 steps at
+    n = 100,000, and its reverse, whose loops read the gradients of the stages one row up. The
+    choice depends on no size (windows are judged by their starts and steps), so one text
+    serves every size."""
+    runs, run, written, ways = [], [], set(), set()
     for j, kern in enumerate(kernels):
         fits = len(kern.shape) == 1 and not kern.reductions
-        if (
-            fits
-            and run
-            and kern.shape == kernels[run[0]].shape
-            and all(_behind(r, written) for r in kern.reads.values())
-        ):
-            run.append(j)
+        if fits and run and kern.shape == kernels[run[0]].shape:
+            reads = kern.reads.values()
+            now = ways & {
+                way for way, test in ((False, _behind), (True, _ahead)) if all(test(r, written) for r in reads)
+            }
         else:
-            runs.append(run)
-            run, written = ([j], set()) if fits else ([], set())
+            now = set()
+        if now:
+            run.append(j)
+            ways = now
+        else:
+            runs.append((run, ways))
+            run, written, ways = ([j] if fits else []), set(), {False, True}
         written |= set(kern.stores) if run else set()
-    runs.append(run)
-    return [r for r in runs if len(r) > 1]
+    runs.append((run, ways))
+    return [(r, False not in ways) for r, ways in runs if len(r) > 1]
 
 
 def render(kernel, tape):
@@ -557,12 +584,12 @@ def program(kernels, tape, late=frozenset(), outside=None):
                 scratch.add(st)
         scratch -= denied
     params, lines, parts, bound = [], [], [], {}
-    runs = {run[-1]: run for run in blocks(kernels)}
-    blocked = {j for run in runs.values() for j in run}
+    runs = {run[-1]: (run, down) for run, down in blocks(kernels)}
+    blocked = {j: down for run, down in runs.values() for j in run}
     nests = []
     for j, kern in enumerate(kernels):
         p = f"k{j}_" if len(kernels) > 1 else ""
-        ps, ls, part, nest = _loops(kern, tape, p, late, scratch, bound, j in blocked)
+        ps, ls, part, nest = _loops(kern, tape, p, late, scratch, bound, blocked.get(j))
         for k, st in enumerate(kern.stores):
             if st in scratch:
                 bound[st] = f"{p}o{k}"
@@ -573,13 +600,19 @@ def program(kernels, tape, late=frozenset(), outside=None):
         parts.append(part)
         nests.append(nest)
         if j in runs:  # the last loop of a run: the block loop through all of them
-            n = f"k{runs[j][0]}_n0"
-            lines.append(
-                f"for blk0 in range(0, {n}, {BLOCK_ROWS}):  # loops {runs[j][0]}-{j}, a block of rows at a time"
-            )
+            run, down = runs[j]
+            n = f"k{run[0]}_n0"
+            if down:
+                what = f"loops {run[0]}-{j}, a block of rows at a time, the last first"
+                lines.append(f"for blk in range(({n} - 1) // {BLOCK_ROWS}, -1, -1):  # {what}")
+                lines.append(f"    blk0 = blk * {BLOCK_ROWS}")
+            else:
+                lines.append(
+                    f"for blk0 in range(0, {n}, {BLOCK_ROWS}):  # loops {run[0]}-{j}, a block of rows at a time"
+                )
             lines.append(f"    blk1 = min(blk0 + {BLOCK_ROWS}, {n})")
-            lines += ["\n".join("    " + x for x in ln.split("\n")) for k in runs[j] for ln in nests[k][0]]
-            lines += [ln for k in runs[j] for ln in nests[k][1]]
+            lines += ["\n".join("    " + x for x in ln.split("\n")) for k in run for ln in nests[k][0]]
+            lines += [ln for k in run for ln in nests[k][1]]
     body = ["    " + ln for text in lines for ln in text.split("\n")]
     if any(_VMATH_CALL.search(ln) for ln in body):
         body.insert(0, "    _wide_vectors()  # vmath inside: 512-bit vectors where the CPU has them")

@@ -186,7 +186,7 @@ def rows_inside(kernel, bounds, p=""):
                 stops.append(_bound(bounds, p, (slot, 0, f"start of piece {k + 1}"), b))
         elif r.kind == ReadKind.PAD and r.window[0][2] == 1 and tuple(r.window[0]) != (0, kernel.shape[0], 1):
             a, b, _ = r.window[0]
-            if a:
+            if a > 0:  # a negative start (an unslice of a slice, ``fuse``) holds from row 0
                 starts.append(_bound(bounds, p, (slot, 0, 0), a))
             if b < kernel.shape[0]:
                 stops.append(_bound(bounds, p, (slot, 0, 1), b))

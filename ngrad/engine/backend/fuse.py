@@ -235,9 +235,11 @@ def _remat(state, kern, pos, slot, budget):
 
 def _read_ready(state, r, pos):
     """Whether what the read ``r`` loads is there at ``pos``. A concatenation loads its pieces at
-    other indices than the loop's, so they must come from an earlier step."""
+    other indices than the loop's, and so does an unslice, so they must come from an earlier step."""
     if r.kind == ReadKind.CAT:
         return all(p.kind == ReadKind.LITERAL or state.where[p.src][0] < pos for _, _, p in r.pieces)
+    if r.kind == ReadKind.PAD:  # at other indices than the loop's too
+        return state.where[r.src][0] < pos
     return _available(state, r.src, pos)
 
 
@@ -306,6 +308,22 @@ def _cat_read(state, ins):
     return Read(ReadKind.CAT, axis=axis, pieces=tuple(pieces))
 
 
+def _unslice_read(state, ins):
+    """The read of an unslice: its operand placed in zeros at its window, or, where the operand is
+    a slice whose window composes with it (steps of 1, and on each axis one of the two starting
+    at 0), the slice's source placed at the difference of their starts, which is negative for
+    the gradient of ``y[1:]`` placed in ``[:-1]``: no view is built, and the loops on either side
+    of it can be one function (GradBench ode's reverse step read four such slices between five
+    loops). It is read only by loops after the slice's, where the source is complete."""
+    r = Read(ReadKind.PAD, ins.args[0], window=_window(ins.params))
+    w = state.windows.get(ins.args[0])
+    if w is None or any(b != 1 or d != 1 or (a and c) for (a, _, b), (c, _, d) in zip(r.window, w.window)):
+        return r
+    return Read(
+        ReadKind.PAD, w.src, window=tuple((a - c, stop, 1) for (a, stop, _), (c, _, _) in zip(r.window, w.window))
+    )
+
+
 def _epilogue(state, ins):
     """The reduction ``ins`` accumulated by the kernel that computes its operand (or a new one)."""
     src = ins.args[0]
@@ -355,7 +373,7 @@ def _place(state, ins):
     elif ins.prim == "unslice" and state.cpu and moved:
         # the gradient of a slice is read where it is used (zero outside its window) instead
         # of being built as a zeroed array: a fan-out of slices sums in one loop
-        _as_read(state, ins, Read(ReadKind.PAD, ins.args[0], window=_window(ins.params)))
+        _as_read(state, ins, _unslice_read(state, ins), [ins.args[0]])
     elif _fusible_cat(state, ins):
         # read where it is used, each element from its piece, instead of built by NumPy: a
         # pass over memory and an array fewer (GradBench ode's right-hand side, four a step)
