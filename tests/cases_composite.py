@@ -12,5 +12,7 @@ R = np.random.default_rng(23)
 CASES: dict = {
     "logsumexp": ([R.uniform(-3.0, 3.0, (3, 4, 2))], {"axes": (0, 2), "keepdim": False}, [0]),
     "softmax": ([R.uniform(-3.0, 3.0, (3, 4))], {"axis": 0}, [0]),
+    "var": ([R.uniform(-3.0, 3.0, (3, 4, 2))], {"axes": (0, 2), "correction": 1, "keepdim": False}, [0]),
+    "std": ([R.uniform(-3.0, 3.0, (4, 5))], {"axes": (1,), "correction": 0, "keepdim": True}, [0]),
 }
 NOT_DIFFERENTIABLE: set = set()

@@ -43,6 +43,9 @@ DECLINED |= {"cumprod", "logcumsumexp"}
 DECLINED |= {"cholesky", "cholesky_info", "solve_triangular", "slogdet", "eigh", "svd", "qr", "matrix_exp"}
 # a loop: its body runs as a program of its own (tiered on its own), never as rows of the outer one
 DECLINED |= {"scan"}
+# in float32 only: a float32 variance accumulates in float64 (PyTorch's), so its lowered tape mixes
+# dtypes, which the bytecode's one-dtype arena declines
+DECLINED_F32 = {"var", "std"}
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +57,7 @@ def _cases(dtype, rng):
     """Every case that fits: the primitives' joint tapes, extra ones, and (float64) the corpus."""
     out = {}
     for name in sorted(test_prims.CASES):
-        if name not in DECLINED:
+        if name not in DECLINED and not (dtype == np.float32 and name in DECLINED_F32):
             out[name] = prim_joint(name, dtype, rng)
     x = rng.standard_normal((2, 3)).astype(dtype)
     extra = {  # cat off axis 0 (strided windows), comparisons and logic on NaN, casts via booleans

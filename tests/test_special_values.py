@@ -87,17 +87,7 @@ OPS = {
 }
 
 # (op, dtype) -> why ngrad still differs from PyTorch there
-KNOWN: dict[tuple[str, str], str] = {
-    ("std", "float32"): "accumulation precision: PyTorch's float32 std of [3e38, 3e38, -1] is 1.7e38 because "
-    "it accumulates float32 variances in float64 (and their gradients in float32); ngrad's float32 variance "
-    "overflows to inf. Accumulating in float64 costs every compiled float32 variance about 30%, however "
-    "formulated: var and std primitives lowered to one fused float64 pass (the sums of the differences from "
-    "each slice's first element and of their squares) matched PyTorch here and at ordinary values (a var of "
-    "10^6 float32 values to the last bit, where float32 sums are 1e-6 off), but compiled float32 var(1) of "
-    "1000 x 1000, one thread, went 92 -> 122 us (two float64 passes: 171 us), with backward 197 -> 242 us, "
-    "std with backward 195 -> 245 us; hand-written Numba loops take the same (float32, two passes: 81 us; "
-    "float64, one pass: 112 us): float64 halves the vector lanes",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _run(lib, fn, rows, dtype):

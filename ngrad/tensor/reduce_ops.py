@@ -223,39 +223,46 @@ class ReduceOps:
         return self._max_min("amin", dim, keepdim, other, "MinBackward", _MIN)
 
     def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        return named(self._var(dim, unbiased, keepdim, correction), "VarBackward0")
+        """The variance over ``dim`` with divisor ``n - correction`` (default 1, or ``unbiased``),
+        as PyTorch's: a float32 variance accumulates in float64, its gradient
+        ``2 / (n - correction) * g * (x - mean)`` is taken in float32; a complex one is the sum of
+        its parts' variances.
 
-    def _var(self, dim, unbiased, keepdim, correction):
+        ```python
+        >>> import ngrad
+        >>> ngrad.tensor([[3e38, 3e38, -1.0]]).std(1)
+        tensor([1.7321e+38])
+
+        ```
+        """
+        return self._spread("var", dim, unbiased, keepdim, correction)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        """The square root of ``var``; its gradient is 0 where it is 0 (a constant slice), as
+        PyTorch's, not 0 * inf = NaN that would poison a whole batch."""
+        return self._spread("std", dim, unbiased, keepdim, correction)
+
+    def _spread(self, op, dim, unbiased, keepdim, correction):
         if isinstance(dim, bool):
             dim, unbiased = None, dim
         if correction is None:
             correction = 1 if unbiased is None or unbiased else 0
+        name = "VarBackward0" if op == "var" else "StdBackward0"
         if self._node.dtype.is_complex:  # the mean squared modulus: the two parts' variances
-            return self.real._var(dim, unbiased, keepdim, correction) + self.imag._var(
-                dim, unbiased, keepdim, correction
+            v = self.real.var(dim, keepdim=keepdim, correction=correction) + self.imag.var(
+                dim, keepdim=keepdim, correction=correction
             )
+            if op == "var":
+                return named(v, name)
+            zero = v == 0  # the double where keeps sqrt's derivative away from 0
+            return named(where(zero, 0.0, where(zero, 1.0, v).sqrt()), name)
         if not self._node.dtype.is_floating_point:
             raise RuntimeError("std and var only support floating point and complex dtypes")
-        x = self
-        axes = normalize_dims(dim, x.ndim)
-        n = math.prod(x._node.shape[a] for a in axes)
-        m = x.mean(axes, keepdim=True)
-        # PyTorch's gradient 2 / (n - correction) * (x - mean): the mean held constant, so no
-        # NaN comes back through it from an infinite entry and -0.0 keeps its sign ...
-        centered = x - m.detach()
-        out = (centered * centered).sum(axes, keepdim=keepdim)
-        # ... and a term of value and gradient 0 restores the mean's part of the second derivative
-        finite = m.detach().abs() < math.inf
-        shift = where(finite, m, 0.0) - where(finite, m.detach(), 0.0)
-        out = out - (shift * shift * n).reshape(out.shape)
-        return out / max(0, n - correction)
-
-    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        v = self._var(dim, unbiased, keepdim, correction)
-        # PyTorch's gradient is 0 where the std is 0 (a constant row), not 0 * inf = NaN that
-        # would poison a whole batch: the double where keeps sqrt's derivative away from 0
-        zero = v == 0
-        return named(where(zero, 0.0, where(zero, 1.0, v).sqrt()), "StdBackward0")
+        n = self._node
+        axes = normalize_dims(dim, len(n.shape))
+        shape = tuple((1 if i in axes else s) for i, s in enumerate(n.shape) if keepdim or i not in axes)
+        params = {"axes": axes, "correction": correction, "keepdim": bool(keepdim)}
+        return record_op(op, (n,), params, shape, n.dtype, name)
 
     def _moments(self, dim, unbiased, keepdim, correction, spread, name):
         """``(spread, mean)`` over ``dim``, both named ``name`` (PyTorch's ``var_mean``/``std_mean``)."""

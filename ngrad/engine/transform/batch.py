@@ -126,7 +126,7 @@ def batch(tape: Tape, batched: Collection[int], size: int) -> tuple[Tape, list[b
             if "shape" in p:
                 p["shape"] = (size,) + tuple(p["shape"])
             r = b.emit(name, lifted, p)
-        elif name in ("sum", "prod", "amax", "amin", "logsumexp", "fftn", "rfftn", "irfftn"):
+        elif name in ("sum", "prod", "amax", "amin", "logsumexp", "var", "std", "fftn", "rfftn", "irfftn"):
             r = b.emit(name, args, dict(p, axes=_shift(p["axes"])))
         elif name in (
             "argmax",

@@ -1,5 +1,5 @@
 """Rows of the primitive table whose value the compiled targets compute from simpler rows:
-``logsumexp`` and ``softmax``, with the NumPy forwards the interpreter's math namespace takes
+``logsumexp``, ``softmax``, ``var`` and ``std``, with the NumPy forwards the interpreter's math namespace takes
 from ``Numpy``.
 
 Contract: each row has a derivative of its own, PyTorch's formula written in rows of the
@@ -17,19 +17,21 @@ second derivative must see ``out`` as a function of ``x`` (``diag(p) - p p^T``),
 formula spliced onto the composition's value would not. PyTorch's ``softmax`` gradient is
 ``y * (g - sum(g * y))`` and its value the exponentials times their sum's reciprocal: the
 gradient of ``sum(softmax)`` is then +0.0 wherever the probabilities sum to 1 exactly, where
-the composition's is a rounding residue of either sign.
+the composition's is a rounding residue of either sign. PyTorch accumulates a float32 variance
+in float64 (the std of [3e38, 3e38, -1] is 1.7e38, not an overflow) and takes its gradient
+``2 / (n - correction) * g * (x - mean)`` in float32.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import shapes as S
-from .table import P, Params, Tangents, keepdim_shape, per_arg, sole, zeros_like
+from .table import P, Params, Tangents, keepdim_shape, per_arg, sole, unreduce, zeros_like
 
 if TYPE_CHECKING:
     from ..tape import Var
@@ -69,6 +71,27 @@ class Numpy:
         d = x - m
         e = np.exp(d.astype(np.float64)).astype(x.dtype) if x.dtype == np.float32 else np.exp(d)
         return e * (x.dtype.type(1) / np.sum(e, axis=axis, keepdims=True, dtype=x.dtype))
+
+    @staticmethod
+    def var(x: np.ndarray, axes: tuple[int, ...], correction: float, keepdim: bool, root: bool = False) -> np.ndarray:
+        # the lower rule's steps (see ``_moment_lower``)
+        n = _count(x.shape, axes)
+        if x.dtype == np.float32:
+            w = x.astype(np.float64)
+            k = w[tuple(slice(0, 1) if i in axes else slice(None) for i in range(x.ndim))] if x.size else 0.0
+            d = w - k
+            s1, s2 = np.sum(d, axis=axes, keepdims=True), np.sum(d * d, axis=axes, keepdims=True)
+            out = np.maximum(s2 - s1 * s1 / np.float64(n), 0.0)
+        else:
+            c = x - np.sum(x, axis=axes, keepdims=True, dtype=x.dtype) / x.dtype.type(n)
+            out = np.sum(c * c, axis=axes, keepdims=True, dtype=x.dtype)
+        out = out / out.dtype.type(_divisor(x.shape, axes, correction))
+        out = np.sqrt(out) if root else out
+        return (out if keepdim else out.reshape(_reduced(x.shape, axes))).astype(x.dtype)
+
+    @staticmethod
+    def std(x: np.ndarray, axes: tuple[int, ...], correction: float, keepdim: bool) -> np.ndarray:
+        return Numpy.var(x, axes, correction, keepdim, root=True)
 
 
 def _shift(x: Var, axes: Sequence[int]) -> Var:
@@ -163,3 +186,90 @@ P(
     _softmax_jvp,
     lower=_softmax_lower,
 )
+
+
+# --- var and std: PyTorch's float32 statistics accumulate in float64 ----------------------------------------
+
+
+def _count(shape: Shape, axes: Sequence[int]) -> int:
+    return math.prod(shape[a] for a in axes)
+
+
+def _divisor(shape: Shape, axes: Sequence[int], correction: float) -> float:
+    return max(0, _count(shape, axes) - correction)
+
+
+def _moment(
+    shapes: Sequence[Shape], dtypes: Sequence[str], axes: Sequence[int], correction: float, keepdim: bool
+) -> S.Typed:
+    if dtypes[0] not in ("f32", "f64"):
+        S.fail(f"var and std operands must be real floating, got {dtypes[0]}")
+    return S.reduce(shapes, dtypes, axes, keepdim)
+
+
+def _moment_lower(root: bool) -> Callable[[Sequence[Var], Params], Var]:
+    """The rule of ``var`` (``root``: ``std``). float32 is accumulated in float64, as PyTorch's
+    (one pass: the sums of the differences from the slice's first element and of their squares;
+    float32 values differ exactly in float64 and square nearly so, so the cancellation this
+    shift leaves costs nothing after the rounding to float32, and the pass reads float32 once,
+    where two passes in float64 took twice as long); float64 takes two passes, the mean's first."""
+
+    def rule(args: Sequence[Var], params: Params) -> Var:
+        (x,), axes, correction, keepdim = args, params["axes"], params["correction"], params["keepdim"]
+        n, kept = _count(x.shape, axes), keepdim_shape(x.shape, axes)
+        if x.dtype == "f32":
+            if n:
+                firsts = x.slice(starts=(0,) * len(x.shape), stops=kept, steps=(1,) * len(x.shape))
+                k = firsts.cast(dtype="f64").expand(shape=x.shape)
+            else:
+                k = x.bld.full(0, x.shape, "f64")
+            d = x.cast(dtype="f64") - k
+            s1, s2 = d.sum(axes=axes, keepdim=True), (d * d).sum(axes=axes, keepdim=True)
+            out = (s2 - s1 * s1 / n).maximum(x.bld.full(0, kept, "f64"))
+        else:
+            c = x - (x.sum(axes=axes, keepdim=True) / n).expand(shape=x.shape)
+            out = (c * c).sum(axes=axes, keepdim=True)
+        out = out / _divisor(x.shape, axes, correction)
+        out = out.sqrt() if root else out
+        out = out if keepdim else out.reshape(shape=_reduced(x.shape, axes))
+        return out.cast(dtype="f32") if x.dtype == "f32" else out
+
+    return rule
+
+
+def _var_vjp(g: Var, out: Var, x: Var, axes: Sequence[int], correction: float, keepdim: bool) -> Var:
+    # PyTorch's 2 / (n - correction) * g * (x - mean(x)), in x's dtype (a float32 mean that
+    # overflows gives PyTorch's infinities); the mean is a function of x to second order
+    d = _divisor(x.shape, axes, correction)
+    mean = x.sum(axes=axes, keepdim=True) / _count(x.shape, axes)
+    scale = 2.0 / d if d else math.inf
+    return unreduce(g, x.shape, axes, keepdim) * scale * (x - mean.expand(shape=x.shape))
+
+
+def _std_vjp(g: Var, out: Var, x: Var, axes: Sequence[int], correction: float, keepdim: bool) -> Var:
+    # PyTorch's: the variance's, of g / (2 std), 0 where the std is 0 (a constant slice)
+    zero = out.eq(zeros_like(out))
+    return _var_vjp(zero.where(zeros_like(g), g / (out * 2)), out, x, axes, correction, keepdim)
+
+
+def _var_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
+    (x,), axes, correction, keepdim = args, params["axes"], params["correction"], params["keepdim"]
+    d = _divisor(x.shape, axes, correction)
+    mean = x.sum(axes=axes, keepdim=True) / _count(x.shape, axes)
+    return ((x - mean.expand(shape=x.shape)) * sole(ts)).sum(axes=axes, keepdim=keepdim) * (2.0 / d if d else math.inf)
+
+
+def _std_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
+    return out.eq(zeros_like(out)).where(zeros_like(out), _var_jvp(ts, out, args, params) / (out * 2))
+
+
+for _name, _vjp, _jvp in (("var", _var_vjp, _var_jvp), ("std", _std_vjp, _std_jvp)):
+    P(
+        _name,
+        "reduce",
+        _moment,
+        lambda m, x, axes, correction, keepdim, _f=_name: getattr(m, _f)(x, axes, correction, keepdim),
+        per_arg(_vjp),
+        _jvp,
+        lower=_moment_lower(_name == "std"),
+    )
