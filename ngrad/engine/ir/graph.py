@@ -273,7 +273,7 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, read
             slot_of[n] = b.full(params["value"], (), params["dtype"]).slot
             continue
         srcs = n.srcs
-        args = [slot_of[s] for s in srcs]
+        args = list(map(slot_of.__getitem__, srcs))
         spread = spreads.get(op)
         if spread is None:
             spread = spreads[op] = PRIMS[op].kind in ELEMENTWISE and op != "cast"

@@ -70,16 +70,19 @@ def cast(shapes: Shapes, dtypes: Dtypes, dtype: str) -> Typed:
 
 
 def axes_ok(axes: Ints, rank: int) -> None:
-    if list(axes) != sorted(set(axes)) or any(not 0 <= a < rank for a in axes):
-        fail(f"axes {axes} must be sorted, unique and within rank {rank}")
+    prev = -1
+    for a in axes:  # strictly increasing within [0, rank): sorted and unique
+        if not (prev < a and 0 <= a < rank):
+            fail(f"axes {axes} must be sorted, unique and within rank {rank}")
+        prev = a
 
 
 def reduce(shapes: Shapes, dtypes: Dtypes, axes: Ints, keepdim: bool) -> Typed:
     s = shapes[0]
     axes_ok(axes, len(s))
     if keepdim:
-        return tuple(1 if i in axes else n for i, n in enumerate(s)), dtypes[0]
-    return tuple(n for i, n in enumerate(s) if i not in axes), dtypes[0]
+        return tuple([1 if i in axes else n for i, n in enumerate(s)]), dtypes[0]
+    return tuple([n for i, n in enumerate(s) if i not in axes]), dtypes[0]
 
 
 def arg(shapes: Shapes, dtypes: Dtypes, axis: int, keepdim: bool) -> Typed:
@@ -114,8 +117,11 @@ def permute(shapes: Shapes, dtypes: Dtypes, perm: Ints) -> Typed:
 
 def expand(shapes: Shapes, dtypes: Dtypes, shape: Ints) -> Typed:
     s = shapes[0]
-    if len(s) != len(shape) or any(a != b and a != 1 for a, b in zip(s, shape)):
+    if len(s) != len(shape):
         fail(f"cannot expand {s} to {shape} (equal ranks, size-1 axes only)")
+    for a, b in zip(s, shape):
+        if a != b and a != 1:
+            fail(f"cannot expand {s} to {shape} (equal ranks, size-1 axes only)")
     return tuple(shape), dtypes[0]
 
 

@@ -348,6 +348,7 @@ for _name in PRIMS:
 
 _SAME, _MATCHING = _shapes.unary, _shapes.matching  # the shape rules ``Builder.emit`` writes out
 _new = object.__new__
+_LITERAL_OF = frozenset(["const", "reshape", "expand"])  # instructions whose result may be a literal
 
 
 # the Python type a literal of each dtype is held as (float for the others)
@@ -451,11 +452,15 @@ class Builder:
             v = self._vars.get(hit)
             return v if v is not None else self.var(hit)
         infer = PRIMS[prim].infer
-        if infer is _SAME and n:
+        if infer is _MATCHING and n == 2 and a.shape == c.shape and a.dtype == c.dtype:
             shape, dtype = a.shape, a.dtype
-        elif infer is _MATCHING and n == 2 and a.shape == c.shape and a.dtype == c.dtype:
+        elif infer is _SAME and n:
             shape, dtype = a.shape, a.dtype
-        else:  # the row's rule (which also raises the errors)
+        elif n == 1:  # the row's rule (which also raises the errors)
+            shape, dtype = infer([a.shape], [a.dtype], **params)
+        elif n == 2:
+            shape, dtype = infer([a.shape, c.shape], [a.dtype, c.dtype], **params)
+        else:
             shape, dtype = infer([v.shape for v in args], [v.dtype for v in args], **params)
         t = self.tape
         shapes = t.shapes
@@ -464,15 +469,22 @@ class Builder:
         s = len(shapes) - 1
         # Instr(...) and Var(...) without their __init__ calls, a third of the cost of each
         ins = _new(Instr)
-        ins.out, ins.prim, ins.args, ins.params = s, prim, slots, params
+        ins.out = s
+        ins.prim = prim
+        ins.args = slots
+        ins.params = params
         t.instrs.append(ins)
-        if prim == "const":
-            self._literals[s] = params["value"]
-        elif (prim == "reshape" or prim == "expand") and slots[0] in self._literals:
-            self._literals[s] = self._literals[slots[0]]
+        if prim in _LITERAL_OF:  # a literal, or a literal moved
+            if prim == "const":
+                self._literals[s] = params["value"]
+            elif slots[0] in self._literals:
+                self._literals[s] = self._literals[slots[0]]
         self._seen[key] = s
-        v = self._vars[s] = _new(Var)
-        v.bld, v.slot, v.shape, v.dtype = self, s, shape, dtype
+        self._vars[s] = v = _new(Var)
+        v.bld = self
+        v.slot = s
+        v.shape = shape
+        v.dtype = dtype
         return v
 
     def full(self, value: float, shape: Shape, dtype: str) -> Var:

@@ -33,10 +33,10 @@ import marshal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from ..ir.dtypes import DIFFERENTIABLE
-from ..ir.prims import PRIMS, Params, Shape, Vjp, control
+from ..ir.prims import PRIMS, Params, Shape, control
 from ..ir.tape import Builder, Instr, Key, Tape, Var
 
 __all__ = ["vjp", "joint", "Joint", "split", "Split", "jvp", "Tangent"]
@@ -47,6 +47,7 @@ _RECOMPUTED = frozenset(["unary", "binary", "compare", "logical", "where", "cast
 STORE_MIN_INSTRS = 256  # shorter tapes differentiate faster than a stored joint is read (~50 µs)
 MEMO_MAX_INSTRS = 1 << 18  # longer joints are read back from the cache's plans, not kept in memory
 _FORMAT = 1  # of ``Joint.dumps``
+_LITERAL_PRIMS = frozenset(["const", "reshape", "expand", "cast"])  # a literal, or a literal moved or cast
 T = TypeVar("T")
 
 
@@ -189,7 +190,7 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
                 if a in active:
                     active.add(out)
                     break
-        if prim == "const" or ((prim == "reshape" or prim == "expand" or prim == "cast") and ins.args[0] in literal):
+        if prim in _LITERAL_PRIMS and (prim == "const" or ins.args[0] in literal):
             literal.add(out)
 
     n_forward = len(tape.shapes)
@@ -209,7 +210,7 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     contributions: list[tuple[int, int, int]] = []
     instrs = tape.instrs
     wanted = set(wrt)
-    emit = b.emit
+    emit, is_active = b.emit, active.__contains__
     for i in range(len(instrs) - 1, -1, -1):
         ins = instrs[i]
         out = ins.out
@@ -219,24 +220,37 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
         if g is None:
             continue
         args = ins.args
-        need = [a in active for a in args]
+        need = list(map(is_active, args))  # map, not a comprehension: no function made per instruction
         if True not in need:
             continue
         first = len(made)
         # a cotangent reaches only active slots, whose primitives have VJPs (``wrt`` aside)
-        rule = cast(Vjp, PRIMS[ins.prim].vjp)
-        cts = rule(need, g, var(out), [var(a) for a in args], ins.params)
+        rule = PRIMS[ins.prim].vjp
+        assert rule is not None
+        cts = rule(need, g, var(out), list(map(var, args)), ins.params)
         ran.append(i)
         # any forward value the rule reads is a "saved tensor" (with common-subexpression
         # elimination the rule's cos(x) may be the forward pass's own cos(x))
         read = set()
-        for k in range(first, len(made)):
-            for a in made[k].args:
-                if a < n_forward and a not in literal:
-                    read.add(a)
+        for new in made[first:]:
+            new_args = new.args
+            # most read only slots the reverse pass made (min of a tuple: no loop in Python)
+            if new_args and min(new_args) < n_forward:
+                for a in new_args:
+                    if a < n_forward and a not in literal:
+                        read.add(a)
+        n_args, k = len(args), 0
         for c in cts:
-            if c is not None and c.slot < n_forward and c.slot not in literal:
-                read.add(c.slot)
+            if c is not None:
+                cs = c.slot
+                if cs < n_forward and cs not in literal:
+                    read.add(cs)
+                if k < n_args and need[k]:  # as zip(args, need, cts) pairs them
+                    contributions.append((i, k, cs))
+                    a = args[k]
+                    prev = ct.get(a)  # _accumulate, inlined: summing adds no reads
+                    ct[a] = c if prev is None else emit("add", (prev, c))
+            k += 1
         if read:
             reads_saved.add(i)
             for a in read:
@@ -245,11 +259,6 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
                     saved[a] = [i]
                 else:
                     at.append(i)
-        for k, (a, n, c) in enumerate(zip(args, need, cts)):
-            if n and c is not None:
-                contributions.append((i, k, c.slot))
-                prev = ct.get(a)  # _accumulate, inlined
-                ct[a] = c if prev is None else emit("add", (prev, c))
 
     outputs = [b.var(s) for s in tape.outputs]
     grads = _appended(outputs, [ct.get(w) for w in wrt])
@@ -467,13 +476,13 @@ def jvp(tape: Tape, wrt: Sequence[int]) -> Tangent:
         rule = PRIMS[ins.prim].jvp
         if rule is None or dtypes[ins.out] not in DIFFERENTIABLE:
             continue
-        ts = [tan.get(a) for a in ins.args]
+        ts = list(map(tan.get, ins.args))
         for tv in ts:
             if tv is not None:
                 break
         else:  # no tangent reaches it
             continue
-        tangent = rule(ts, var(ins.out), [var(a) for a in ins.args], ins.params)
+        tangent = rule(ts, var(ins.out), list(map(var, ins.args)), ins.params)
         if tangent is not None:
             tan[ins.out] = tangent
     outputs = [b.var(s) for s in tape.outputs]
