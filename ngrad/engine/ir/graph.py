@@ -273,25 +273,13 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, read
             slot_of[n] = b.full(params["value"], (), params["dtype"]).slot
             continue
         srcs = n.srcs
-        args = list(map(slot_of.__getitem__, srcs))
+        args = tuple(map(slot_of.__getitem__, srcs))
         spread = spreads.get(op)
         if spread is None:
             spread = spreads[op] = PRIMS[op].kind in ELEMENTWISE and op != "cast"
-        if spread:
-            shape = n.shape
-            for i, a in enumerate(args):
-                if shapes[a] != shape:  # explicit broadcasting: reshape to the rank, then expand
-                    key = (a, shape)
-                    v = bcast.get(key)
-                    if v is None:
-                        v = a
-                        if len(shapes[v]) < len(shape):
-                            ranked = (1,) * (len(shape) - len(shapes[v])) + shapes[v]
-                            v = b.emit_known("reshape", [v], _shaped(moves, "reshape", ranked), ranked, dtypes[a])
-                        if shapes[v] != shape:
-                            v = b.emit_known("expand", [v], _shaped(moves, "expand", shape), shape, dtypes[a])
-                        bcast[key] = v
-                    args[i] = v
+        # operands of another shape are broadcast (counted in C: most have the node's shape)
+        if spread and list(map(shapes.__getitem__, args)).count(n.shape) != len(args):
+            args = _broadcast(b, list(args), n.shape, bcast, moves)
         v = len(shapes)
         node_of_instr[len(instrs)] = n
         # Builder.emit_known, inlined. The node's params are copied (the facade updates a
@@ -300,7 +288,7 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, read
         dtypes.append(n.dtype.short)
         params = n.params
         ins = new_instr(Instr)  # Instr(...) without its __init__ call
-        ins.out, ins.prim, ins.args, ins.params = v, op, tuple(args), dict(params) if params else NO_PARAMS
+        ins.out, ins.prim, ins.args, ins.params = v, op, args, dict(params) if params else NO_PARAMS
         instrs.append(ins)
         if grad and not n.differentiable and op != "detach":
             for s in srcs:
@@ -309,6 +297,26 @@ def lower(roots, grad=False, cuts=(), recompute=(), literal=None, wrt=None, read
                     break
         slot_of[n] = v
     return Lowered(b.finish([b.var(slot_of[r]) for r in roots]), sources, slot_of, node_of_instr)
+
+
+def _broadcast(b, args, shape, bcast, moves):
+    """``args`` broadcast to ``shape``: each slot of another shape reshaped to the rank, then
+    expanded, once per slot and shape (``bcast``)."""
+    shapes, dtypes = b.tape.shapes, b.tape.dtypes
+    for i, a in enumerate(args):
+        if shapes[a] != shape:
+            key = (a, shape)
+            v = bcast.get(key)
+            if v is None:
+                v = a
+                if len(shapes[v]) < len(shape):
+                    ranked = (1,) * (len(shape) - len(shapes[v])) + shapes[v]
+                    v = b.emit_known("reshape", [v], _shaped(moves, "reshape", ranked), ranked, dtypes[a])
+                if shapes[v] != shape:
+                    v = b.emit_known("expand", [v], _shaped(moves, "expand", shape), shape, dtypes[a])
+                bcast[key] = v
+            args[i] = v
+    return tuple(args)
 
 
 def _shaped(moves, op, shape):
