@@ -175,3 +175,58 @@ def test_one_handle_per_slot_and_the_builder_is_freed_without_a_collection():
         if enabled:
             gc.enable()
     assert tape.verify() is tape
+
+
+@pytest.mark.parametrize(
+    "prim, shape, params, phrase",
+    [
+        (
+            "slice",
+            (5, 4),
+            {"starts": (1, 0), "stops": (6, 4), "steps": (2, 3)},
+            "slice 1:6:2 out of range for an axis of size 5",
+        ),
+        (
+            "slice",
+            (5, 4),
+            {"starts": (1, -1), "stops": (5, 4), "steps": (1, 1)},
+            "slice -1:4:1 out of range for an axis of size 4",
+        ),
+        (
+            "slice",
+            (5, 4),
+            {"starts": (0, 0), "stops": (5, 4), "steps": (1, 0)},
+            "slice 0:4:0 out of range for an axis of size 4",
+        ),
+        ("slice", (5,), {"starts": (0, 0), "stops": (5,), "steps": (1,)}, "slice bounds must have one entry per axis"),
+        ("sum", (2, 3), {"axes": (1, 0), "keepdim": False}, r"axes \(1, 0\) must be sorted, unique and within rank 2"),
+        ("sum", (2, 3), {"axes": (0, 0), "keepdim": True}, "must be sorted, unique"),
+        ("sum", (2, 3), {"axes": (2,), "keepdim": True}, "within rank 2"),
+        ("sum", (2, 3), {"axes": (-1,), "keepdim": True}, "within rank 2"),
+        ("expand", (2, 3), {"shape": (2, 3, 1)}, "equal ranks, size-1 axes only"),
+        ("expand", (2, 3), {"shape": (4, 3)}, "equal ranks, size-1 axes only"),
+    ],
+)
+def test_shape_rules_refuse_bad_params_with_their_messages(prim, shape, params, phrase):
+    b = Builder()
+    x = b.input(shape, "f64")
+    with pytest.raises(TapeError, match=phrase):
+        b.emit(prim, (x,), params)
+
+
+def test_shape_rules_measure_slices_and_reductions_as_numpy_does():
+    b = Builder()
+    x = b.input((5, 4, 3), "f64")
+    for starts, stops, steps in [
+        ((1, 0, 0), (5, 4, 3), (2, 3, 1)),
+        ((0, 4, 1), (5, 4, 3), (4, 1, 5)),
+        ((5, 0, 0), (5, 1, 3), (1, 1, 2)),
+    ]:
+        want = np.zeros((5, 4, 3))[tuple(slice(a, z, s) for a, z, s in zip(starts, stops, steps))].shape
+        assert x.slice(starts=starts, stops=stops, steps=steps).shape == want
+    for axes in [(), (0,), (1, 2), (0, 1, 2)]:
+        assert x.sum(axes=axes, keepdim=False).shape == np.zeros((5, 4, 3)).sum(axis=axes).shape
+        assert x.sum(axes=axes, keepdim=True).shape == np.zeros((5, 4, 3)).sum(axis=axes, keepdims=True).shape
+    assert b.emit(
+        "expand", (x.slice(starts=(0, 0, 0), stops=(1, 4, 3), steps=(1, 1, 1)),), {"shape": (5, 4, 3)}
+    ).shape == (5, 4, 3)
