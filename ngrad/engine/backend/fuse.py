@@ -66,7 +66,8 @@ class ReadKind(str, enum.Enum):
     SCALAR = "scalar"  # a one-element value ``src`` (a runtime scalar or a one-element array)
     LITERAL = "literal"  # a constant ``value`` inlined into the kernel's text
     WINDOW = "window"  # the array ``src`` through a slice's ``window``: no view is built per call
-    PAD = "pad"  # the array ``src`` placed in a zero array at ``window`` (an unslice), read where it is used
+    PAD = "pad"  # the array ``src`` placed in a zero array at ``window`` (an unslice), read where it is used;
+    # a negative start places it partly before row 0 (an unslice of a slice, ``_unslice_read``)
     CAT = "cat"  # ``pieces`` one after another along ``axis`` (a concatenation), read where it is used
 
 
