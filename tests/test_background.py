@@ -235,3 +235,24 @@ def test_another_size_of_a_compiled_structure_runs_compiled_at_its_first_call(mo
         want = _reference(x0, f, monkeypatch)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
+
+
+def test_kernels_on_disk_load_without_the_compile_server(monkeypatch, rng):
+    def f(x):
+        return (x.sin() * x.cos() + 2.0).sum()
+
+    x0 = rng.standard_normal(500)
+    for _ in range(3):
+        _value_and_grad(x0, f)
+    assert ngrad.synchronize_compiles(timeout=120)
+    compile_server.stop()
+    dispatch.records.clear()  # a new process, as far as this structure knows: its kernels are on disk
+    sys.modules["ngrad.engine.targets.cpu"]._memory.clear()
+    for _ in range(3):
+        got = _value_and_grad(x0, f)
+    assert ngrad.synchronize_compiles(timeout=120)
+    assert compile_server._child["proc"] is None  # loaded here, whatever NGRAD_COMPILE says
+    assert all(r.tier.ready() for r in dispatch.records.values() if r.tier is not None)
+    want = _reference(x0, f, monkeypatch)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)

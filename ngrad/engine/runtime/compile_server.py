@@ -2,7 +2,7 @@
 front end (Python, holding its interpreter's lock) never competes with the calls of the program.
 
 Contract: ``compile_remote(tier, tape, values)`` asks the child (one per process, started by
-``prestart`` or the first request; it imports the engine alone and pays Numba's start-up before
+the first request; it imports the engine alone and pays Numba's compile start-up before
 it reads a request) to compile the functions of
 ``tier`` (a ``CompiledPlan`` of ``tape``, laid out for the current thread count, or a bytecode
 ``Machine``) and run them once on ``values``, so that their machine code for exactly these
@@ -28,7 +28,7 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "prestart", "stop", "main"]
+__all__ = ["compile_remote", "stop", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -79,13 +79,6 @@ def compile_remote(tier, tape, values, meanwhile=None):
     if reply[0] == "compile_error":
         raise CompileError(reply[1])
     return reply[0] == "ok"
-
-
-def prestart():
-    """Start the child now (it imports Numba and pays its start-up before the first request)."""
-    with _lock:
-        if _child["proc"] is None and not _child["dead"] and usable_dir() is not None:
-            _start()
 
 
 def stop():
