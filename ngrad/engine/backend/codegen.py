@@ -476,37 +476,28 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None):
 BLOCK_ROWS = 256
 
 
-def _behind(r, written):
+def _rows_made(r, written, down):
     """Whether the kernel read ``r`` loads the slots ``written`` (stored by the loops before it in
-    a run) only at rows up to the loop's own: at its own row (an array), through a window from
-    row 0 with step 1, or shifted down (an unslice starting at row 0 or later, a concatenation's
-    piece, read at the row less the piece's start, from a window starting no later than it)."""
+    a run) only at rows those loops have made, the blocks running from row 0 up (``down``: reads
+    at rows up to the loop's own: at its own row, an array; through a window from row 0 with step
+    1; or shifted down, an unslice starting at row 0 or later, a concatenation's piece read at the
+    row less the piece's start from a window starting no later than it) or from the last row down
+    (reads at rows from the loop's own up: through a window of positive step, or shifted up, an
+    unslice of a slice, whose start ``fuse`` makes negative)."""
     if r.kind == ReadKind.CAT:
-        return all(_piece_rows(at, piece, written, True) for at, _, piece in r.pieces)
+        return all(_piece_rows(at, piece, written, down) for at, _, piece in r.pieces)
     if r.kind == ReadKind.LITERAL or r.src not in written or r.kind == ReadKind.ARRAY:
         return True
     start, _, step = r.window[0] if r.window else (0, 0, 0)
     if r.kind == ReadKind.WINDOW:
-        return start == 0 and step == 1
-    return r.kind == ReadKind.PAD and start >= 0 and step >= 1
-
-
-def _ahead(r, written):
-    """Whether the kernel read ``r`` loads the slots ``written`` only at rows from the loop's own
-    up (``_behind`` the other way): through a window of positive step, or shifted up (an unslice
-    of a slice, ``fuse``: its start is negative)."""
-    if r.kind == ReadKind.CAT:
-        return all(_piece_rows(at, piece, written, False) for at, _, piece in r.pieces)
-    if r.kind == ReadKind.LITERAL or r.src not in written or r.kind == ReadKind.ARRAY:
-        return True
-    start, _, step = r.window[0] if r.window else (0, 0, 0)
-    if r.kind == ReadKind.WINDOW:
-        return step >= 1
-    return r.kind == ReadKind.PAD and start <= 0 and step == 1
+        return start == 0 and step == 1 if down else step >= 1
+    if r.kind != ReadKind.PAD:
+        return False
+    return start >= 0 and step >= 1 if down else start <= 0 and step == 1
 
 
 def _piece_rows(at, r, written, down):
-    """``_behind`` (``down``) or ``_ahead`` for the piece ``r`` of a concatenation at row ``at``."""
+    """``_rows_made`` for the piece ``r`` of a concatenation at row ``at``."""
     if r.kind == ReadKind.LITERAL or r.src not in written:
         return True
     if r.kind == ReadKind.ARRAY:  # at the row less ``at``
@@ -520,8 +511,8 @@ def blocks(kernels):
     block through every loop of the run, then the next block), as (indices, descending): loops
     over one axis of one extent, without reductions (a loop after one may read its sum), each
     reading what the run's loops before it store only at rows those have made: every read at
-    rows up to its own (``_behind``: the blocks run from row 0 up) or every read at rows from
-    its own up (``_ahead``: the last block first). A chain of loops over 100,000 rows otherwise
+    rows up to its own (the blocks run from row 0 up) or every read at rows from its own up (the
+    last block first; ``_rows_made``). A chain of loops over 100,000 rows otherwise
     streams every array from L2 or L3 at each loop: GradBench ode's RK4 step, four loops of
     which each reads the stage before it one row down, 17.5 -> 13 ms for 100 steps at
     n = 100,000, and its reverse, whose loops read the gradients of the stages one row up. The
@@ -532,9 +523,8 @@ def blocks(kernels):
         fits = len(kern.shape) == 1 and not kern.reductions
         if fits and run and kern.shape == kernels[run[0]].shape:
             reads = kern.reads.values()
-            now = ways & {
-                way for way, test in ((False, _behind), (True, _ahead)) if all(test(r, written) for r in reads)
-            }
+            # a way is descending: True where every read is at rows from the loop's own up
+            now = ways & {way for way in (False, True) if all(_rows_made(r, written, not way) for r in reads)}
         else:
             now = set()
         if now:
