@@ -19,7 +19,7 @@ from .test_random_graphs import SHAPES, build
 def compiled(tape, values):
     comp = CompiledPlan(tape)
     comp.compile()
-    return execute(comp, tape, values)
+    return execute(comp, values)
 
 
 def assert_same(tape, values, rtol):

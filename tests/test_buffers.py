@@ -115,7 +115,7 @@ def test_matmul_products_are_written_into_the_plan_buffers(rng, monkeypatch):
     assert {tape.shapes[s] for s in big} == {(64, 128), (80, 128)}, comp.into  # h = x @ w, x.T @ dh
     drive = runtime.prepare(tape)
     real = buffers.taker
-    for run in (lambda: execute(comp, tape, values), lambda: drive(values)):
+    for run in (lambda: execute(comp, values), lambda: drive(values)):
         taken = []
         monkeypatch.setattr(
             buffers,
@@ -144,5 +144,5 @@ def test_matmul_read_through_a_permute_is_written_in_the_permuted_layout(rng):
     comp = CompiledPlan(joint.tape)
     assert any(inverse for _, inverse in comp.into.values())  # the forward matmul and the gradient's
     assert_same(joint.tape, values, rtol=1e-12)
-    lines, _ = driver_code(comp, joint.tape, [f"v[{i}]" for i in range(len(values))], {}, "return None")
+    lines, _ = driver_code(comp, [f"v[{i}]" for i in range(len(values))], {}, "return None")
     assert sum("laid out as" in line for line in lines) == 2, lines  # the driver writes them so too

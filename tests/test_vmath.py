@@ -28,7 +28,7 @@ def _compiled_exp(x, monkeypatch, tmp_path, prim="exp"):
     comp = CompiledPlan(tape)
     assert any(s is not None for s in comp.sources)
     comp.compile()
-    return execute(comp, tape, [x])[0], comp
+    return execute(comp, [x])[0], comp
 
 
 def test_exp_float64_ulp_over_the_whole_range(monkeypatch, tmp_path):

@@ -154,11 +154,11 @@ def _compile(record, tier, tape, values):
             lay = tier.layout()
             if lay.kernels is None:
                 kernels = tier.build(lay)
-                execute(tier, tape, values, kernels)
+                execute(tier, values, kernels)
                 lay.kernels = kernels
                 # its driver is written here too, not by the first call after publication (0.3 to
                 # 0.5 ms of GradBench's hello, its first evaluations after define)
-                driver_of(tier, tape)
+                driver_of(tier)
     except CompileError as e:
         record.failed = True
         warn_failed(e)

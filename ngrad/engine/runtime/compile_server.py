@@ -157,7 +157,7 @@ def _serve(request):
     set_num_threads(n_threads)
     plan = CompiledPlan(what)
     lay = plan.layout()
-    execute(plan, what, values, plan.build(lay))
+    execute(plan, values, plan.build(lay))
 
 
 def main():

@@ -186,7 +186,7 @@ def run(tape, values):
     if prog is None:
         outs = interpret(tape, [_host(v) for v in values])
         return [_device(o) for o in outs]
-    outs = _execute(prog, prog.tape, values)
+    outs = _execute(prog, values)
     taken = {id(v) for v in values}
     res = []
     for o in outs:
@@ -215,9 +215,10 @@ def _pointer(a):
             return None
 
 
-def _execute(prog, tape, values):
+def _execute(prog, values):
     from ..targets.cuda import device_empty
 
+    tape = prog.tape
     debug = debug_level()
     env = dict(zip(tape.inputs, values))
     for s, k in zip(tape.inputs, tape.kinds):

@@ -163,7 +163,7 @@ def run(tape, values, target="cpu", *, policy=None):
     if tier is not None and debug < 3 and not isinstance(tier, Machine) and tier.ready():
         # a driver checks its array inputs itself (class, shape, dtype, layout): only the count
         # and the scalars are checked here
-        drive = driver_of(tier, tape)
+        drive = driver_of(tier)
         if drive is not None:
             if len(values) != len(tape.inputs):
                 check(tape, values)
@@ -175,7 +175,7 @@ def run(tape, values, target="cpu", *, policy=None):
     if isinstance(tier, Machine):
         return tier.run(values)  # fresh arrays, sharing memory with nothing
     # a small plan runs through its driver (``prepare``): straight-line code, shapes as literals
-    return executed(tier, tape, values)
+    return executed(tier, values)
 
 
 def _interpreted(tape, values, record):
@@ -223,7 +223,7 @@ def numpy_driver(tape, checked=True):
     key = (tape.key(), checked)
     drive = _numpy.get(key)
     if drive is None:
-        drive = _numpy[key] = driver_of(CompiledPlan(tape, "numpy"), tape, checked)
+        drive = _numpy[key] = driver_of(CompiledPlan(tape, "numpy"), checked)
     return drive
 
 
@@ -303,7 +303,7 @@ def _prepared(tape, tier, checked=True):
     """The function ``prepare`` gives for ``tier`` (a driver once it is compiled)."""
     if isinstance(tier, Machine):
         return _checked(tape, tier)
-    drive = driver_of(tier, tape, checked) if tier is not None and tier.ready() else None
+    drive = driver_of(tier, checked) if tier is not None and tier.ready() else None
     if drive is None:
         return lambda values: run(tape, values)
     return drive
@@ -372,4 +372,4 @@ def inline(tape, inputs, g, fallback):
     tier = None if record is None else record.tier
     if not isinstance(tier, CompiledPlan) or not tier.ready() or tier.chunks():
         return None
-    return driver_code(tier, tape, inputs, g, fallback)
+    return driver_code(tier, inputs, g, fallback)

@@ -1,8 +1,8 @@
 """The generated driver: a compiled plan unrolled into straight-line Python for one call.
 
-Contract: ``driver_of(plan, tape)`` is ``prepare``'s function for a ``CompiledPlan`` (built once,
-None while threads run its loops in chunks); ``driver_code(plan, tape, inputs, g, fallback)``
-returns its lines and output expressions for a caller's own generated function (``inline``).
+Contract: ``driver_of(plan)`` is ``prepare``'s function for a ``CompiledPlan`` (built once,
+None while threads run its loops in chunks) of ``plan.tape``; ``driver_code(plan, inputs, g,
+fallback)`` returns its lines and output expressions for a caller's own generated function (``inline``).
 A driver checks its inputs (class, shape, dtype, layout; anything else takes ``fix_input``),
 allocates buffers (big ones from the plan's pool), calls kernels and NumPy glue, and copies an
 output that would share memory with an input or another output. Writing one is two passes per
@@ -42,7 +42,7 @@ _BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach", "real", "imag"])
 
 
-def driver_of(plan, tape, checked=True):
+def driver_of(plan, checked=True):
     """The compiled plan's generated driver (see ``dispatch.prepare``), built once; None while
     threads run its loops in chunks. ``checked=False``: the driver without its input checks, for
     callers whose values are exact by construction (a scan's steps, ``loops``)."""
@@ -50,21 +50,21 @@ def driver_of(plan, tape, checked=True):
         return None
     if checked:
         if plan.drive is None:
-            plan.drive = _driver(plan, tape, True)
+            plan.drive = _driver(plan, True)
         return plan.drive
     if plan.trusted is None:
-        plan.trusted = _driver(plan, tape, False)
+        plan.trusted = _driver(plan, False)
     return plan.trusted
 
 
-def _driver(plan, tape, checked):
+def _driver(plan, checked):
     """The driver of a compiled plan as a Python function of ``values``."""
     # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
     # of its range (the executor falls back to the interpreter), and with threads on
-    g = {"execute": lambda values: executed(plan, tape, values)}
-    lines, outs = driver_code(
-        plan, tape, [f"values[{i}]" for i in range(len(tape.inputs))], g, "return execute(values)", checked
-    )
+    tape = plan.tape
+    g = {"execute": lambda values: executed(plan, values)}
+    inputs = [f"values[{i}]" for i in range(len(tape.inputs))]
+    lines, outs = driver_code(plan, inputs, g, "return execute(values)", checked)
     text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
         print(f"ngrad: generated driver\n{text}", file=sys.stderr)
@@ -141,9 +141,11 @@ def store_targets(part, sizes, tape, spare):
     return targets
 
 
-def driver_code(plan, tape, inputs, g, fallback, checked=True):
-    """Lines and output expressions of a driver (see ``_driver`` and ``dispatch.inline``)."""
-    tape = plan.tape  # ``tape`` with its rows lowered, as the plan was fused (same inputs and outputs)
+def driver_code(plan, inputs, g, fallback, checked=True):
+    """Lines and output expressions of a driver (see ``_driver`` and ``dispatch.inline``) of
+    ``plan.tape``: the caller's tape with its rows lowered, as the plan was fused (the same
+    inputs and outputs)."""
+    tape = plan.tape
     lay = plan.serial
     plan.compile(lay)
     g.update(

@@ -1,6 +1,6 @@
 """The executor: a compiled plan run step by step.
 
-Contract: ``execute(plan, tape, values)`` runs a ``CompiledPlan`` on checked inputs: glue steps
+Contract: ``execute(plan, values)`` runs a ``CompiledPlan`` (its ``plan.tape``) on checked inputs: glue steps
 through the interpreter's NumPy (matmuls and unslices into pooled buffers, constants once per
 plan), each segment's buffers allocated before its function is called, big loops in chunks on
 threads. It returns the outputs (not yet ``owned``); when a vectorised sin/cos met an argument
@@ -24,17 +24,17 @@ from .layout import kept, squeezed
 __all__ = ["execute", "executed"]
 
 
-def executed(plan, tape, values):
+def executed(plan, values):
     """The outputs of the compiled plan run step by step (``execute``), owned."""
     plan.compile()  # a driver made with threads off calls this once they are on
-    return owned(execute(plan, tape, values), values)
+    return owned(execute(plan, values), values)
 
 
-def execute(plan, tape, values, kernels=None):
+def execute(plan, values, kernels=None):
     """The outputs of ``plan`` run on ``values`` (see the module docstring). ``kernels``: the
     functions to call in place of the layout's own (a background compile runs the ones it has
     not published yet, so that each specialises on the calls' argument types)."""
-    tape = plan.tape  # ``tape`` with its rows lowered, as the plan was fused (same inputs and outputs)
+    tape = plan.tape  # the caller's tape with its rows lowered, as the plan was fused
     debug = debug_level()
     env = bind(tape, values)
     n_threads = threads.get_num_threads()
