@@ -210,7 +210,7 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
     contributions: list[tuple[int, int, int]] = []
     instrs = tape.instrs
     wanted = set(wrt)
-    emit, is_active = b.emit, active.__contains__
+    is_active = active.__contains__
     for i in range(len(instrs) - 1, -1, -1):
         ins = instrs[i]
         out = ins.out
@@ -247,9 +247,7 @@ def vjp(tape: Tape, wrt: Sequence[int]) -> Joint:
                     read.add(cs)
                 if k < n_args and need[k]:  # as zip(args, need, cts) pairs them
                     contributions.append((i, k, cs))
-                    a = args[k]
-                    prev = ct.get(a)  # _accumulate, inlined: summing adds no reads
-                    ct[a] = c if prev is None else emit("add", (prev, c))
+                    _accumulate(ct, args[k], c)  # summing adds no reads
             k += 1
         if read:
             reads_saved.add(i)
