@@ -1,6 +1,6 @@
 """Rows of the primitive table whose value the compiled targets compute from simpler rows:
-``logsumexp``, ``softmax``, ``var`` and ``std``, with the NumPy forwards the interpreter's math namespace takes
-from ``Numpy``.
+``logsumexp``, ``softmax``, ``var`` and ``std``, with the NumPy forwards the interpreter's math
+namespace takes from ``Numpy``.
 
 Contract: each row has a derivative of its own, PyTorch's formula written in rows of the
 table (so a second derivative differentiates that formula again, as PyTorch's double backward
@@ -188,7 +188,7 @@ P(
 )
 
 
-# --- var and std: PyTorch's float32 statistics accumulate in float64 ----------------------------------------
+# --- var and std: PyTorch's float32 statistics accumulate in float64 --------------------------
 
 
 def _count(shape: Shape, axes: Sequence[int]) -> int:
@@ -197,6 +197,17 @@ def _count(shape: Shape, axes: Sequence[int]) -> int:
 
 def _divisor(shape: Shape, axes: Sequence[int], correction: float) -> float:
     return max(0, _count(shape, axes) - correction)
+
+
+def _deviations(x: Var, axes: Sequence[int]) -> Var:
+    """``x - mean(x)`` along ``axes``, the mean a function of ``x``."""
+    return x - (x.sum(axes=axes, keepdim=True) / _count(x.shape, axes)).expand(shape=x.shape)
+
+
+def _slope(shape: Shape, axes: Sequence[int], correction: float) -> float:
+    """PyTorch's ``2 / (n - correction)`` of a variance's derivative (inf for no degree of freedom)."""
+    d = _divisor(shape, axes, correction)
+    return 2.0 / d if d else math.inf
 
 
 def _moment(
@@ -227,7 +238,7 @@ def _moment_lower(root: bool) -> Callable[[Sequence[Var], Params], Var]:
             s1, s2 = d.sum(axes=axes, keepdim=True), (d * d).sum(axes=axes, keepdim=True)
             out = (s2 - s1 * s1 / n).maximum(x.bld.full(0, kept, "f64"))
         else:
-            c = x - (x.sum(axes=axes, keepdim=True) / n).expand(shape=x.shape)
+            c = _deviations(x, axes)
             out = (c * c).sum(axes=axes, keepdim=True)
         out = out / _divisor(x.shape, axes, correction)
         out = out.sqrt() if root else out
@@ -240,10 +251,7 @@ def _moment_lower(root: bool) -> Callable[[Sequence[Var], Params], Var]:
 def _var_vjp(g: Var, out: Var, x: Var, axes: Sequence[int], correction: float, keepdim: bool) -> Var:
     # PyTorch's 2 / (n - correction) * g * (x - mean(x)), in x's dtype (a float32 mean that
     # overflows gives PyTorch's infinities); the mean is a function of x to second order
-    d = _divisor(x.shape, axes, correction)
-    mean = x.sum(axes=axes, keepdim=True) / _count(x.shape, axes)
-    scale = 2.0 / d if d else math.inf
-    return unreduce(g, x.shape, axes, keepdim) * scale * (x - mean.expand(shape=x.shape))
+    return unreduce(g, x.shape, axes, keepdim) * _slope(x.shape, axes, correction) * _deviations(x, axes)
 
 
 def _std_vjp(g: Var, out: Var, x: Var, axes: Sequence[int], correction: float, keepdim: bool) -> Var:
@@ -254,9 +262,7 @@ def _std_vjp(g: Var, out: Var, x: Var, axes: Sequence[int], correction: float, k
 
 def _var_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
     (x,), axes, correction, keepdim = args, params["axes"], params["correction"], params["keepdim"]
-    d = _divisor(x.shape, axes, correction)
-    mean = x.sum(axes=axes, keepdim=True) / _count(x.shape, axes)
-    return ((x - mean.expand(shape=x.shape)) * sole(ts)).sum(axes=axes, keepdim=keepdim) * (2.0 / d if d else math.inf)
+    return (_deviations(x, axes) * sole(ts)).sum(axes=axes, keepdim=keepdim) * _slope(x.shape, axes, correction)
 
 
 def _std_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Var:
