@@ -43,11 +43,12 @@ _TOPK = namedtuple("topk", ["values", "indices"])
 _ALL_AXES = [tuple(range(i)) for i in range(65)]
 
 
-def reduction(op, t, dim, keepdim, name, node=None):
+def reduction(op, t, dim, keepdim, name, node=None, **params):
+    """Record reduction ``op`` of ``t`` (or ``node``) over ``dim``, with any further ``params``."""
     n = node or t._node
     axes = normalize_dims(dim, len(n.shape))
     shape = tuple((1 if i in axes else s) for i, s in enumerate(n.shape) if keepdim or i not in axes)
-    return record_op(op, (n,), {"axes": axes, "keepdim": bool(keepdim)}, shape, n.dtype, name)
+    return record_op(op, (n,), {"axes": axes, "keepdim": bool(keepdim), **params}, shape, n.dtype, name)
 
 
 def zeros_like_node(x, axes):
@@ -258,11 +259,7 @@ class ReduceOps:
             return named(where(zero, 0.0, where(zero, 1.0, v).sqrt()), name)
         if not self._node.dtype.is_floating_point:
             raise RuntimeError("std and var only support floating point and complex dtypes")
-        n = self._node
-        axes = normalize_dims(dim, len(n.shape))
-        shape = tuple((1 if i in axes else s) for i, s in enumerate(n.shape) if keepdim or i not in axes)
-        params = {"axes": axes, "correction": correction, "keepdim": bool(keepdim)}
-        return record_op(op, (n,), params, shape, n.dtype, name)
+        return reduction(op, self, dim, keepdim, name, correction=correction)
 
     def _moments(self, dim, unbiased, keepdim, correction, spread, name):
         """``(spread, mean)`` over ``dim``, both named ``name`` (PyTorch's ``var_mean``/``std_mean``)."""
