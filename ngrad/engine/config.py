@@ -28,6 +28,7 @@ __all__ = [
     "cache_owners",
     "cuda_simulated",
     "memory_entries",
+    "malloc_mode",
 ]
 
 
@@ -111,3 +112,9 @@ def memory_entries() -> int:
     files made 372 kernels and 309 records in one process, so the benchmarks and the test suite do
     not evict at the default; a soak of 2,000 new structures stays flat once it reaches it."""
     return max(1, _int("NGRAD_MEMORY_ENTRIES", 1024))
+
+
+def malloc_mode() -> str:
+    """``NGRAD_MALLOC``: ``keep`` (default: glibc's malloc keeps freed memory mapped for the next
+    arrays, see ``runtime.allocator``) or ``system`` (malloc is left as the process has it)."""
+    return _choice("NGRAD_MALLOC", "keep", ("keep", "system"))

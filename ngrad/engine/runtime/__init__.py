@@ -23,13 +23,16 @@ Modules, each named by the decision it makes: ``checks`` (inputs against slots),
 ``buffers`` (the pool: lending and reclaiming arrays), ``plan`` (a compiled plan), ``executor``
 (running its steps), ``driver`` (the generated driver), ``machine`` (the bytecode tier),
 ``tiering`` (the rules), ``dispatch`` (which tier runs a call), ``cuda`` (the CUDA executor),
-``realize`` (the values of pending graph nodes).
+``realize`` (the values of pending graph nodes), ``allocator`` (the process's malloc, set once
+when this package is imported).
 """
 
 from ..config import debug_level, jit_mode
-from . import background
+from . import allocator, background
 from .dispatch import inline, prepare, run
 from .threads import get_num_threads, set_num_threads
+
+allocator.tune()
 
 __all__ = [
     "run",
