@@ -222,6 +222,17 @@ def _source_digest(modules: tuple[ModuleType, ...]) -> bytes:
     return h.digest()
 
 
+def _plain(key: Any) -> Any:
+    """``key`` with the tuple subclasses in it (``tape.HashedKey``, down to two levels: a key, or
+    a tuple holding keys) made plain tuples, which is all ``marshal`` takes."""
+    if isinstance(key, tuple):
+        if type(key) is not tuple:
+            return tuple(key)
+        if any(isinstance(e, tuple) and type(e) is not tuple for e in key):
+            return tuple(tuple(e) if isinstance(e, tuple) else e for e in key)
+    return key
+
+
 def plan_name(kind: str, modules: Iterable[ModuleType], key: Any) -> str | None:
     """The name a plan of ``kind`` (a prefix) made from ``key`` by the code of ``modules`` is
     stored under: a hash of both, so a plan is read back only by code that makes the same (and
@@ -233,7 +244,9 @@ def plan_name(kind: str, modules: Iterable[ModuleType], key: Any) -> str | None:
     ('x', 33)
     """
     try:
-        body = marshal.dumps(key)
+        # version 2 writes values only: the default marks objects referenced elsewhere, so equal
+        # keys gave other bytes (another name) as soon as something else held a part of them
+        body = marshal.dumps(_plain(key), 2)
         digest = _source_digest(tuple(modules))
     except (ValueError, OSError):
         return None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from . import shapes as _shapes
 from .prims import PRIMS, Params, Shape, TapeError
 
-__all__ = ["Tape", "Instr", "Builder", "Var", "Key", "NO_PARAMS", "parse", "TapeError"]
+__all__ = ["Tape", "Instr", "Builder", "Var", "Key", "HashedKey", "NO_PARAMS", "parse", "TapeError"]
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -97,7 +97,7 @@ class Tape:
             for ins in instrs:
                 parts.append((ins.out, ins.prim, ins.args, params_key(ins.params), shapes[ins.out], dtypes[ins.out]))
             parts.append(tuple(self.outputs))
-            key: Key = tuple(parts)
+            key: Key = HashedKey(parts)
         else:  # hashed a chunk at a time, so the structure is never whole in memory either
             h = hashlib.sha256(marshal.dumps((head, tuple(self.outputs)), 2))
             for i in range(0, len(instrs), 4096):
@@ -169,6 +169,26 @@ class Tape:
 
     def __str__(self) -> str:
         return self.format()
+
+
+class HashedKey(tuple):  # type: ignore[type-arg]
+    """A tape's structural key that hashes once: a tuple of a few hundred nested tuples costs
+    microseconds to hash, and a realized loop looks its tape's record up at every iteration. It
+    equals (and hashes as) the plain tuple of its items; ``marshal`` takes only the plain one
+    (``store.plan_name`` converts it)."""
+
+    h: int
+
+    def __hash__(self) -> int:
+        try:
+            return self.h
+        except AttributeError:
+            self.h = h = tuple.__hash__(self)
+            return h
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # never the cached hash: another process hashes its strings with another seed
+        return HashedKey, (tuple(self),)
 
 
 def _sorted(params: Params) -> Params | list[tuple[str, Any]]:

@@ -9,7 +9,10 @@ still referenced from outside it (``held``): a tensor the program still holds (t
 an optimizer loop, between two ``.item()``) starts the next read from its value instead of
 recomputing its whole history, so a loop's pending history stays the size of one iteration.
 A loop realizes graphs of one structure again and again: the tape lowered for a structure is
-kept (``Recent``), so the next graph of that structure is only walked, not lowered again.
+kept (``Recent``), so the next graph of that structure is only walked, not lowered again; and
+the structure itself is kept (``_Known``), so the next graph is matched against it node by node
+(``_Known.match``: ops, params, shapes, dtypes, which node feeds which, which are values) instead
+of being scanned into a key, hashed and compared. A graph that differs anywhere is scanned.
 """
 
 import sys
@@ -51,8 +54,21 @@ def realize(nodes, keep=False):
                 low = lower(group)
                 _store(group, run(low.tape, [s.value for s in low.sources], target_of(group)))
         return [n.value for n in nodes]
+    seen = _seen.get((len(pending), pending[0].op, pending[0].shape))
+    if seen is not None:  # a graph of a structure realized before: matched, not scanned
+        for known in seen:
+            nodes_at = known.match(pending)
+            if nodes_at is not None:
+                run_of = known.runs.get(known.held(nodes_at) if keep else ())
+                if run_of is not None:
+                    tape, inputs, held_at = run_of
+                    group = pending + [nodes_at[i] for i in held_at]
+                    _store(group, run(tape, [nodes_at[i].value for i in inputs], "cpu"))
+                    return [n.value for n in nodes]
+                break
     scan = _scan(pending)
     structure, sources, _, _, index = scan
+    roots = len(pending)
     if keep:
         pending += _held(pending, scan)
     key = (structure, tuple([index[n] for n in pending]))
@@ -71,9 +87,154 @@ def realize(nodes, keep=False):
                 _tapes[h] = [(key, tape)]
             else:  # another structure of the same hash
                 kept.append((key, tape))
+        else:
+            tape = None  # not kept: not recognized either
         sources = ordered
-    _store(pending, run(tape, [s.value for s in sources], "cpu"))
+    if tape is not None:
+        _remember(pending[:roots], pending[roots:], scan, tape)
+    _store(pending, run(low.tape if tape is None else tape, [s.value for s in sources], "cpu"))
     return [n.value for n in nodes]
+
+
+# (how many roots, the first root's op and shape) -> up to _KNOWN_PER_SIGN ``_Known`` structures,
+# the latest first: a loop's next graph is matched against the structure its last one had
+_seen = Recent()
+_KNOWN_PER_SIGN = 4
+
+
+class _Known:
+    """A graph structure realized before (a ``_scan`` of it), recognized in another graph by
+    walking the two together (``match``): no key is built, hashed or compared, which in
+    PyTorch's polynomial tutorial costs more than walking. ``runs``: per tuple of held positions
+    (see ``held``), the kept tape, the positions feeding its inputs, and those held positions."""
+
+    __slots__ = ("key", "size", "roots", "ops", "sources", "walked", "runs")
+
+    def __init__(self, key, roots, scan):
+        parts, _, walked, refs, index = scan
+        nodes = list(index)  # in position order: ``_scan`` numbers them as it meets them
+        self.key, self.size, self.roots, self.runs = key, len(parts), key[1], {}
+        ops, self.sources = [], []
+        for i, n in enumerate(nodes):
+            p = n.params
+            if n.value is None:
+                ops.append((i, n.op, _plain(p), params_key(p) if p else (), n.shape, n.dtype, parts[i][4]))
+            else:
+                self.sources.append((i, n.shape, n.dtype, parts[i][2]))
+        self.ops = ops[::-1]  # from the roots down: a node's position is set before it is checked
+        self.walked = []  # (position, references from the graph, position of the value kept)
+        for n in walked:
+            kept = n
+            while kept.op in _VIEWS and kept.srcs:  # as ``_held``: the value under a chain of views
+                kept = kept.srcs[0]
+                if kept.value is not None or kept.op == "const":
+                    kept = None
+                    break
+            self.walked.append((index[n], refs[n], -1 if kept is None else index[kept]))
+
+    def match(self, roots):
+        """The node at each position when the graph below ``roots`` has this structure, else None."""
+        if len(roots) != len(self.roots):
+            return None
+        at = [None] * self.size
+        for i, r in zip(self.roots, roots):
+            at[i] = r
+        for i, op, params, key, shape, dtype, args in self.ops:
+            n = at[i]
+            if n.value is not None or n.op != op or n.shape != shape or n.dtype is not dtype:
+                return None
+            if (n.params or key) and not _same_params(n.params, params, key):
+                return None
+            srcs = n.srcs
+            if len(srcs) != len(args):
+                return None
+            for s, j in zip(srcs, args):
+                o = at[j]
+                if o is None:
+                    at[j] = s
+                elif o is not s:
+                    return None
+        for i, shape, dtype, scalar in self.sources:
+            n = at[i]
+            p = n.params
+            if n.value is None or n.shape != shape or n.dtype is not dtype or bool(p and p.get("scalar")) != scalar:
+                return None
+        if len(set(at)) != self.size:  # two positions, one node: another structure
+            return None
+        return at
+
+    def extras(self, at):
+        """``_outside`` for a ``match``: the references to each walked node from outside the graph
+        plus this count's own (``_OWN_MATCH``)."""
+        return [sys.getrefcount(at[i]) - refs for i, refs, _ in self.walked]
+
+    def held(self, at):
+        """``_held`` for a ``match``: the positions of the held values, in ``_held``'s order."""
+        out, wanted = [], set(self.roots)
+        for (_, _, kept), extra in zip(self.walked, self.extras(at)):
+            if extra > _OWN_MATCH and kept >= 0 and kept not in wanted:
+                wanted.add(kept)
+                out.append(kept)
+        return tuple(out)
+
+
+_PLAIN = frozenset([int, bool, str, type(None), float, complex])
+
+
+def _plain(params):
+    """A copy of ``params`` that ``_same_params`` compares, or None when ``params_key`` must (a
+    value of another kind: a node, an array, a tuple of floats) or there are none."""
+    if not params:
+        return None
+    for v in params.values():
+        c = v.__class__
+        if c not in _PLAIN and not (c is tuple and all(e.__class__ is int for e in v)):
+            return None
+    return dict(params)
+
+
+def _same_params(p, q, key):
+    """Whether params ``p`` equal those a ``_Known`` kept (``q``, from ``_plain``; ``key``, their
+    ``params_key``) as ``params_key`` compares: same values of the same classes, floats by
+    ``repr`` (-0.0 is not 0.0)."""
+    if not p:
+        return not key
+    if q is None:
+        return params_key(p) == key
+    if p != q:
+        return False
+    for k, v in p.items():
+        w = q[k]
+        c = v.__class__
+        if c is not w.__class__:
+            return False
+        if c is tuple:
+            for e, f in zip(v, w):
+                if e.__class__ is not f.__class__:
+                    return False
+        elif (c is float or c is complex) and repr(v) != repr(w):
+            return False
+    return True
+
+
+def _remember(roots, held, scan, tape):
+    """Keep ``tape`` for graphs of ``scan``'s structure realizing ``roots`` and ``held``."""
+    structure, sources, _, _, index = scan
+    if len(structure) > _MAX_KEPT:
+        return
+    sign = (len(roots), roots[0].op, roots[0].shape)
+    key = (structure, tuple([index[r] for r in roots]))
+    known_list = _seen.get(sign)
+    known = next((k for k in known_list if k.key == key), None) if known_list is not None else None
+    if known is None:
+        known = _Known(key, roots, scan)
+        if known_list is None:
+            _seen[sign] = [known]
+        else:
+            known_list.insert(0, known)
+            del known_list[_KNOWN_PER_SIGN:]
+    held_at = tuple([index[n] for n in held])
+    known.runs[held_at] = (tape, tuple([index[s] for s in sources]), held_at)
 
 
 # Set while forward-mode AD is active (the facade's dual_level): tangents are computed through the
@@ -145,6 +306,19 @@ def _calibrate():
 
 
 _OWN = _calibrate()
+
+
+def _calibrate_match():
+    """The count ``_Known.extras`` gives a node that nothing outside the graph holds."""
+    leaf = Node("input", (), None, (), None, value=0)
+    root = Node("neg", (Node("neg", (leaf,), None, (), None),), None, (), None)
+    scan = _scan([root])
+    known = _Known((scan[0], (scan[4][root],)), [root], scan)
+    del scan  # a match holds no scan: its containers' references are not counted
+    return known.extras(known.match([root]))[0]
+
+
+_OWN_MATCH = _calibrate_match()
 
 
 def _held(roots, scan):

@@ -1,0 +1,161 @@
+"""Graphs recognized without a scan: a realization whose graph has the structure of one realized
+before is matched against it (``realize._Known``) instead of being scanned and keyed. Whatever
+changes between two graphs (their structure, which sources they share, which values are still
+held, literals, params, in-place writes through views), the values are those of a NumPy model of
+the same loop, and of PyTorch where it is installed."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.engine.runtime import realize as realize_mod
+
+
+@pytest.fixture
+def scans(monkeypatch):
+    """The number of graphs scanned (not recognized) since the test began."""
+    count = [0]
+    scan = realize_mod._scan
+
+    def counted(roots):
+        count[0] += 1
+        return scan(roots)
+
+    monkeypatch.setattr(realize_mod, "_scan", counted)
+    return count
+
+
+def test_a_loop_of_one_structure_is_scanned_only_until_it_is_known(scans):
+    xs = np.linspace(-1.0, 1.0, 7)
+    x, s, want = ngrad.tensor(xs), ngrad.zeros(7, dtype=ngrad.float64), np.zeros(7)
+    for k in range(6):
+        s = s * 0.5 + x * float(k)  # runtime scalars: one structure every iteration
+        want = want * 0.5 + xs * float(k)
+        np.testing.assert_allclose(s.numpy(), want, rtol=1e-15)
+    assert scans[0] <= 2
+
+
+def test_structures_that_start_alike_are_told_apart(scans):
+    # one first root (a sum of a 3x3 matrix to shape (3,)) over other axes, other ops, other
+    # sharing: each realization gets its own structure's values, never a matched neighbour's
+    m = np.arange(9.0).reshape(3, 3) - 4.0
+    t, u = ngrad.tensor(m), ngrad.tensor(m * 2.0)
+    for _ in range(3):  # four structures with one first root are known at once
+        np.testing.assert_allclose((t * 1.5).sum(0).numpy(), (m * 1.5).sum(0), rtol=1e-15)
+        np.testing.assert_allclose((t * 1.5).sum(1).numpy(), (m * 1.5).sum(1), rtol=1e-15)
+        np.testing.assert_allclose((t * t).sum(0).numpy(), (m * m).sum(0), rtol=1e-15)
+        np.testing.assert_allclose((t * u).sum(0).numpy(), (m * m * 2.0).sum(0), rtol=1e-15)
+    for _ in range(3):
+        v = t + 1.0  # one pending node read twice, then two equal ones read once each
+        np.testing.assert_allclose((v * v).sum(0).numpy(), ((m + 1.0) ** 2).sum(0), rtol=1e-15)
+        np.testing.assert_allclose(((t + 1.0) * (t + 2.0)).sum(0).numpy(), ((m + 1) * (m + 2)).sum(0), rtol=1e-15)
+        np.testing.assert_allclose((t**2).sum(0).numpy(), (m**2).sum(0), rtol=1e-15)
+        np.testing.assert_allclose((t**3).sum(0).numpy(), (m**3).sum(0), rtol=1e-15)
+    assert scans[0] == 8  # each structure scanned once, then matched
+
+
+def test_a_source_realized_in_between_changes_the_structure(monkeypatch):
+    ran = []
+    run = realize_mod.run
+    monkeypatch.setattr(realize_mod, "run", lambda tape, values, target: ran.append(tape) or run(tape, values, target))
+    xs = np.linspace(0.0, 1.0, 5)
+    x = ngrad.tensor(xs, requires_grad=True)  # a realized y keeps its history (for backward)
+    for k in range(6):
+        y = x * float(k + 1)
+        if k % 2:
+            y.detach().numpy()  # now a value: the next graph reads it where the last computed it
+        with ngrad.no_grad():
+            got = (y + 1.0).sum().item()
+        np.testing.assert_allclose(got, (xs * (k + 1) + 1.0).sum(), rtol=1e-14)
+        assert ("mul" in [i.prim for i in ran[-1].instrs]) == (k % 2 == 0)
+
+
+def test_the_values_still_held_are_kept_as_they_change():
+    # a loop that holds an intermediate in some iterations only: each read realizes what is held
+    # then, and only that (a held tensor left pending would be computed again from its history)
+    xs = np.linspace(-1.0, 1.0, 6)
+    x, a, want = ngrad.tensor(xs), ngrad.tensor(0.5, dtype=ngrad.float64), 0.5
+    kept = []
+    for k in range(8):
+        h = a * x + 1.0
+        if k % 3 == 0:
+            kept.append((h, want * xs + 1.0))
+        got = (h * h).sum().item()
+        np.testing.assert_allclose(got, ((want * xs + 1.0) ** 2).sum(), rtol=1e-14)
+        assert h._node.value is not None  # held by ``h`` while the read ran: realized with it
+        a = a - 0.01 * (h * x).sum()
+        want = want - 0.01 * ((want * xs + 1.0) * xs).sum()
+        del h
+    for t, w in kept:
+        np.testing.assert_allclose(t.numpy(), w, rtol=1e-14)
+
+
+def test_in_place_writes_through_views_in_a_matched_loop():
+    base_np = np.linspace(1.0, 2.0, 8)
+    base = ngrad.tensor(base_np)
+    for k in range(6):
+        lo = k % 2  # two alternating slices: two structures, each matched from its second time
+        view = base[lo : lo + 4]
+        view.mul_(0.5)
+        base_np[lo : lo + 4] *= 0.5
+        view += 1.0
+        base_np[lo : lo + 4] += 1.0
+        np.testing.assert_allclose(base.sum().item(), base_np.sum(), rtol=1e-14)
+        np.testing.assert_allclose(view.numpy(), base_np[lo : lo + 4], rtol=1e-14)
+    assert base._version == 12
+
+
+def test_params_are_compared_as_the_structural_key_compares_them():
+    same = realize_mod._same_params
+    key = realize_mod.params_key
+    for p, q in [
+        ({"value": -0.0, "dtype": "f64"}, {"value": 0.0, "dtype": "f64"}),
+        ({"value": True, "dtype": "f64"}, {"value": 1, "dtype": "f64"}),
+        ({"value": 1.0, "dtype": "f64"}, {"value": 1, "dtype": "f64"}),
+        ({"axes": (True,), "keepdim": False}, {"axes": (1,), "keepdim": False}),
+        ({"axes": (0,), "keepdim": False}, {"axes": (0,), "keepdim": 0}),
+        ({"axes": (0,)}, {"axes": (0,), "keepdim": False}),
+        ({"value": float("nan"), "dtype": "f64"}, {"value": 2.0, "dtype": "f64"}),
+    ]:
+        assert key(p) != key(q)
+        assert not same(p, realize_mod._plain(q), key(q)) and not same(q, realize_mod._plain(p), key(p))
+    for p in [{"value": -0.0, "dtype": "f32"}, {"axes": (0, 2), "keepdim": True}, {"perm": (1, 0)}]:
+        assert same(dict(p), realize_mod._plain(p), key(p))
+    assert same(None, None, ()) and not same(None, None, key({"shape": (1,)}))
+    assert not same({"shape": (1,)}, None, ())
+
+
+def test_the_literal_of_a_matched_graph_is_its_own():
+    xs = np.linspace(-1.0, 1.0, 5)
+    x = ngrad.tensor(xs)
+    for _ in range(2):
+        for p in (2, 3, -0.0, 0.0, 2.5):
+            np.testing.assert_allclose((x**p * 1.0).sum().item(), (xs**p).sum(), rtol=1e-14)
+
+
+def _poly(lib, steps):
+    x = lib.linspace(-math.pi, math.pi, 200, dtype=lib.float64)
+    y = lib.sin(x)
+    a, b, c, d = (lib.tensor(v, dtype=lib.float64) for v in (0.1, -0.2, 0.3, -0.05))
+    losses = []
+    for t in range(steps):
+        y_pred = a + b * x + c * x**2 + d * x**3
+        losses.append((y_pred - y).pow(2).sum().item())
+        grad = 2.0 * (y_pred - y)
+        if t % 4 == 0:  # a held view and an in-place write through it, every fourth iteration
+            head = grad[:10]
+            head.mul_(0.0)
+        a -= 1e-5 * grad.sum()
+        b -= 1e-5 * (grad * x).sum()
+        c -= 1e-5 * (grad * x**2).sum()
+        d -= 1e-5 * (grad * x**3).sum()
+    return losses, [float(v.item()) for v in (a, b, c, d)]
+
+
+def test_a_matched_loop_with_views_agrees_with_pytorch():
+    torch = pytest.importorskip("torch")
+    got, want = _poly(ngrad, 24), _poly(torch, 24)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
