@@ -166,6 +166,19 @@ def _recurrence(rng, steps=40):
     return low.tape, [n.value for n in low.sources]
 
 
+def test_a_plans_name_is_the_same_whatever_else_holds_parts_of_its_key():
+    from ngrad.engine.store import plan_name
+
+    def key():
+        return (tuple(["mul", (0, 1)]), tuple([(3,), "f64"]), 2.5)
+
+    alone, shared = key(), key()
+    held = [shared[0], shared[1]]  # as a memo or an interpreter's steps hold an instruction's parts
+    assert plan_name("t", (), alone) == plan_name("t", (), shared)
+    assert plan_name("t", (), alone) != plan_name("t", (), key()[:2])
+    del held
+
+
 def test_a_long_tapes_joint_is_kept_on_disk_and_a_damaged_one_is_made_again(monkeypatch, tmp_path, rng):
     import os
 

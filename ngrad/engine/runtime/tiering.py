@@ -75,10 +75,11 @@ class Policy:
     second.
 
     Until a tier is ready, calls run on the interpreter and then on the tape's NumPy driver
-    (``dispatch.numpy_driver``: the same NumPy calls as straight-line Python, about 1 µs an
-    instruction where the interpreter takes 4-8), made once the time spent interpreting the
-    structure has reached ``numpy_driver_s`` a tape instruction, what making it costs (25-35 µs
-    an instruction measured on GradBench's lstm bodies and PyTorch's polynomial tutorial).
+    (``dispatch.numpy_driver``: the same NumPy calls as straight-line Python, 1-1.3 µs an
+    instruction on small arrays where the interpreter takes 1.3-2), made once the time spent
+    interpreting the structure has reached ``numpy_driver_s`` a tape instruction, what making it
+    costs (30-40 µs an instruction, a third of it Python's own ``compile``, measured on
+    GradBench's lstm bodies and PyTorch's polynomial tutorial).
     """
 
     threshold: int = 2
