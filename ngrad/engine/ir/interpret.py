@@ -410,7 +410,7 @@ def _steps_of(tape: Tape) -> list[_Step]:
     if memo is not None and memo[0] == at:
         return memo[1]
     last = last_reads(tape)
-    steps = []
+    steps: list[_Step] = []
     for i, ins in enumerate(tape.instrs):
         dead = tuple(a for a in ins.args if last[a] == i)
         if last[ins.out] == i:
