@@ -159,3 +159,25 @@ def test_a_matched_loop_with_views_agrees_with_pytorch():
     got, want = _poly(ngrad, 24), _poly(torch, 24)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+@pytest.mark.numba
+def test_a_prepared_driver_takes_numbers_and_refuses_anything_else_as_a_runtime_scalar(jit_always):
+    # the driver checks its runtime scalars itself (run() no longer does it for it), so what
+    # prepare() hands out refuses a str as run() does, where ``dtype.type`` would parse it
+    from ngrad.engine.ir.graph import lower
+    from ngrad.engine.runtime.dispatch import prepare, run
+
+    xs = np.linspace(-1.0, 1.0, 6)
+    low = lower([(ngrad.tensor(xs) * 2.5 + 1.0)._node])
+    k = low.tape.kinds.index("scalar")
+    values = [n.value for n in low.sources]
+    drive = prepare(low.tape)
+    for number in (3.0, np.float64(3.0), np.asarray(3.0), np.float32(3.0), 3):
+        values[k] = number
+        np.testing.assert_allclose(drive(values)[0], run(low.tape, values)[0], rtol=1e-15)
+    for bad in ("2.5", [2.5], None):
+        values[k] = bad
+        for call in (drive, lambda v: run(low.tape, v)):
+            with pytest.raises(TypeError, match="must be a scalar"):
+                call(values)

@@ -26,7 +26,7 @@ from ..recent import Recent
 from ..targets import CompileError, kernels_made
 from . import background, loops, tiering
 from .buffers import owned
-from .checks import check, check_one, check_scalars
+from .checks import check, check_one
 from .driver import driver_code, driver_of
 from .executor import executed
 from .machine import Machine, machine_for
@@ -161,13 +161,12 @@ def run(tape, values, target="cpu", *, policy=None):
     record = tier_for(tape, jit_mode(), policy=policy, values=values)
     tier = None if record is None else record.tier
     if tier is not None and debug < 3 and not isinstance(tier, Machine) and tier.ready():
-        # a driver checks its array inputs itself (class, shape, dtype, layout): only the count
-        # and the scalars are checked here
+        # a driver checks its inputs itself (an array's class, shape, dtype and layout, a runtime
+        # scalar's class): only their count is checked here
         drive = driver_of(tier)
         if drive is not None:
             if len(values) != len(tape.inputs):
                 check(tape, values)
-            check_scalars(tape, values)
             return drive(values)
     check(tape, values)
     if tier is None or not tier.ready():

@@ -3,7 +3,8 @@
 Contract: ``driver_of(plan)`` is ``prepare``'s function for a ``CompiledPlan`` (built once,
 None while threads run its loops in chunks) of ``plan.tape``; ``driver_code(plan, inputs, g,
 fallback)`` returns its lines and output expressions for a caller's own generated function (``inline``).
-A driver checks its inputs (class, shape, dtype, layout; anything else takes ``fix_input``),
+A driver checks its inputs (an array's class, shape, dtype, layout: anything else takes
+``fix_input``; a runtime scalar's class: anything but a number takes ``check_one``),
 allocates buffers (big ones from the plan's pool), calls kernels and NumPy glue, and copies an
 output that would share memory with an input or another output. Writing one is two passes per
 step: *deciding* what the step does (``glue_kind``: a ``GlueKind``; ``store_targets``: a
@@ -25,7 +26,7 @@ from ..ir.interpret import NUMPY, evaluate, matmul_into, np_dtype
 from ..ir.prims import PRIMS
 from . import buffers, loops
 from .buffers import POOL_MIN_BYTES
-from .checks import fix_input
+from .checks import NUMBERS, check_one, fix_input
 from .executor import executed
 from .layout import keepdims, kept, squeezed
 
@@ -165,6 +166,8 @@ def driver_code(plan, inputs, g, fallback, checked=True):
     w = _Writer(plan, tape, g)
     w.inputs(inputs, checked)
     g["fix"] = lambda i, v: fix_input(tape, i, v)
+    g["check_one"] = lambda i, v: check_one(tape, i, v)
+    g["NUMBERS"] = NUMBERS
     if plan.threaded is not plan.serial:  # loops big enough for threads: once threads are on,
         g["plan"] = plan  # they run in chunks (``execute``); the driver is serial
         w.lines.append("if plan.chunks():")
@@ -229,7 +232,12 @@ class _Writer:
             v = self.var[s] = f"x{s}"
             self.root[s] = v
             if kind == "scalar":
-                self.lines.append(f"{v} = {self.dtype_name(s)}.type({inputs[i]})  # in %{s} scalar")
+                if checked:  # a number as it is; anything else the tape's error (``type()`` parses a str)
+                    self.lines.append(f"{v} = {inputs[i]}  # in %{s} scalar")
+                    self.lines.append(f"if {v}.__class__ not in NUMBERS: check_one({i}, {v})")
+                    self.lines.append(f"{v} = {self.dtype_name(s)}.type({v})")
+                else:
+                    self.lines.append(f"{v} = {self.dtype_name(s)}.type({inputs[i]})  # in %{s} scalar")
                 self.scalar.add(v)
             else:
                 self.lines.append(f"{v} = {inputs[i]}  # in %{s}")
