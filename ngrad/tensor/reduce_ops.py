@@ -42,6 +42,10 @@ _TOPK = namedtuple("topk", ["values", "indices"])
 
 _ALL_AXES = [tuple(range(i)) for i in range(65)]
 
+# the params of a full sum, one dict per rank: a loop's graphs then share them, and realizing one
+# recognizes them by identity (a recorded node's params are never changed)
+_FULL_SUM = [{"axes": axes, "keepdim": False} for axes in _ALL_AXES]
+
 
 def reduction(op, t, dim, keepdim, name, node=None, **params):
     """Record reduction ``op`` of ``t`` (or ``node``) over ``dim``, with any further ``params``."""
@@ -85,9 +89,7 @@ class ReduceOps:
         elif n.dtype.category < 2:
             n = cast_node(n, D.int64)
         if dim is None and not keepdim:  # the full sum of a loss: the hot path
-            return record_op(
-                "sum", (n,), {"axes": _ALL_AXES[len(n.shape)], "keepdim": False}, (), n.dtype, "SumBackward0"
-            )
+            return record_op("sum", (n,), _FULL_SUM[len(n.shape)], (), n.dtype, "SumBackward0")
         return reduction("sum", self, dim, keepdim, "SumBackward0" if dim is None else "SumBackward1", n)
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):

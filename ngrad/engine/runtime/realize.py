@@ -143,7 +143,8 @@ class _Known:
             n = at[i]
             if n.value is not None or n.op != op or n.shape != shape or n.dtype is not dtype:
                 return None
-            if (n.params or key) and not _same_params(n.params, params, key):
+            p = n.params
+            if p is not params and (p or key) and not _same_params(p, params, key):
                 return None
             srcs = n.srcs
             if len(srcs) != len(args):
@@ -182,15 +183,21 @@ _PLAIN = frozenset([int, bool, str, type(None), float, complex])
 
 
 def _plain(params):
-    """A copy of ``params`` that ``_same_params`` compares, or None when ``params_key`` must (a
-    value of another kind: a node, an array, a tuple of floats) or there are none."""
+    """``params`` when ``_same_params`` compares them itself, ``_KEYED`` when ``params_key`` must
+    (a value of another kind: a node, an array, a tuple of floats), None for none. Kept as they
+    are, not copied: a recorded node's params never change (a detach's, which the facade
+    updates, hold a node: never plain), and so a graph sharing them (a literal's, a full sum's)
+    is recognized by their identity."""
     if not params:
         return None
     for v in params.values():
         c = v.__class__
         if c not in _PLAIN and not (c is tuple and all(e.__class__ is int for e in v)):
-            return None
-    return dict(params)
+            return _KEYED
+    return params
+
+
+_KEYED = {}  # ``_plain``'s mark of params compared by ``params_key`` (no node's params are it)
 
 
 def _same_params(p, q, key):
@@ -199,7 +206,7 @@ def _same_params(p, q, key):
     ``repr`` (-0.0 is not 0.0)."""
     if not p:
         return not key
-    if q is None:
+    if q is _KEYED:
         return params_key(p) == key
     if p != q:
         return False
