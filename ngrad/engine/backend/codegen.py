@@ -27,6 +27,7 @@ import numpy as np
 
 from ..ir.dtypes import from_short
 from ..ir.tape import format_instr
+from .blocking import block_head, blocks, held, hold_lines
 from .element import render_element, rows_inside
 from .fuse import ReadKind
 from .passes import Pass, run_passes
@@ -177,6 +178,10 @@ class LoopState:
     descending: bool = False  # the blocks run from the last row down, and so does each nest in them
     nest: list = dataclasses.field(default_factory=list)
     tail: list = dataclasses.field(default_factory=list)  # lines after the block loop (a range guard's flag)
+    # slots kept in a buffer of a block's rows (``program``) -> the name of the row at its start,
+    # and the (plus, minus) window bounds whose difference is how far a read of one goes
+    held: dict = dataclasses.field(default_factory=dict)
+    halo: list = dataclasses.field(default_factory=list)
 
 
 def choose_nest(state):
@@ -228,6 +233,8 @@ def render_elements(state):
             outer,
             state.inside[0] if c in state.inner else frozenset(),
             c.bare,
+            state.held,
+            state.halo,
         )
 
 
@@ -321,7 +328,7 @@ def bind_parameters(state):
     out = [
         f"{p}o{k} = np.empty(({extents}), {NP_TYPE[state.tape.dtypes[st]]})  # scratch %{st}"
         for k, st in enumerate(kernel.stores)
-        if st in state.scratch
+        if st in state.scratch and st not in state.held
     ]
     out += [f"{p}a{k} = {bound[a]}  # %{a}, stored above" for k, (a, _) in enumerate(state.arrays) if a in bound]
     out += [
@@ -353,9 +360,8 @@ def _nest(state, copies, rows, head, ind):
             if state.descending:  # every stream goes down, from block to block too: prefetched
                 loop = f"range(min({hi}, blk1) - 1, max({lo}, blk0) - 1, -1)"
             else:
-                loop = (
-                    f"range(max({lo}, blk0), min({hi}, blk1))" if lo != "0" or hi != f"{p}n0" else "range(blk0, blk1)"
-                )
+                whole = lo == "0" and hi == f"{p}n0"
+                loop = "range(blk0, blk1)" if whole else f"range(max({lo}, blk0), min({hi}, blk1))"
         elif d == 0:
             loop = f"range({rows})"
         elif shape[d] <= SMALL_DIM:
@@ -460,13 +466,17 @@ LOOP_PASSES = [
 ]
 
 
-def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None):
-    """The parameters, lines, ``Part`` and (in blocks of rows) nest lines of one kernel's loop
-    nest (``LOOP_PASSES``; the arguments are ``LoopState``'s; ``block``: None, or whether the
-    blocks run descending)."""
+def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None, held=None):
+    """The parameters, lines, ``Part``, (in blocks of rows) nest lines and halo of one kernel's
+    loop nest (``LOOP_PASSES``; the arguments are ``LoopState``'s; ``block``: None, or whether
+    the blocks run descending). The halo: how far from their own row its reads of held slots go,
+    as expressions of its window bounds (``{p}w[k]``: function parameters, valid anywhere)."""
     state = LoopState(kernel, tape, p, late, scratch, bound or {}, block=block is not None, descending=bool(block))
+    state.held = held or {}
     state = run_passes("loops", LOOP_PASSES, state)
-    return state.params, state.lines, state.part, (state.nest, state.tail)
+    names = {name: f"{p}w[{k}]" for k, (name, _) in enumerate(state.bounds.values())}
+    halo = {f"abs({' - '.join(names[n] for n in (plus, minus) if n)})" for plus, minus in state.halo if plus or minus}
+    return state.params, state.lines, state.part, (state.nest, state.tail), sorted(halo)
 
 
 # Rows a run of loops in blocks (``blocks``) takes at a time: 2 KiB of each float64 array, so the
@@ -474,68 +484,6 @@ def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None):
 # loop to the next (its gradient at n = 100,000, s = 100: 59-62 ms in blocks of 256 rows, 61-66
 # of 512, 65-69 of 1,024).
 BLOCK_ROWS = 256
-
-
-def _rows_made(r, written, down):
-    """Whether the kernel read ``r`` loads the slots ``written`` (stored by the loops before it in
-    a run) only at rows those loops have made, the blocks running from row 0 up (``down``: reads
-    at rows up to the loop's own: at its own row, an array; through a window from row 0 with step
-    1; or shifted down, an unslice starting at row 0 or later, a concatenation's piece read at the
-    row less the piece's start from a window starting no later than it) or from the last row down
-    (reads at rows from the loop's own up: through a window of positive step, or shifted up, an
-    unslice of a slice, whose start ``fuse`` makes negative)."""
-    if r.kind == ReadKind.CAT:
-        return all(_piece_rows(at, piece, written, down) for at, _, piece in r.pieces)
-    if r.kind == ReadKind.LITERAL or r.src not in written or r.kind == ReadKind.ARRAY:
-        return True
-    start, _, step = r.window[0] if r.window else (0, 0, 0)
-    if r.kind == ReadKind.WINDOW:
-        return start == 0 and step == 1 if down else step >= 1
-    if r.kind != ReadKind.PAD:
-        return False
-    return start >= 0 and step >= 1 if down else start <= 0 and step == 1
-
-
-def _piece_rows(at, r, written, down):
-    """``_rows_made`` for the piece ``r`` of a concatenation at row ``at``."""
-    if r.kind == ReadKind.LITERAL or r.src not in written:
-        return True
-    if r.kind == ReadKind.ARRAY:  # at the row less ``at``
-        return down or at == 0
-    start, _, step = r.window[0]
-    return r.kind == ReadKind.WINDOW and step == 1 and (start <= at if down else start >= at)
-
-
-def blocks(kernels):
-    """Runs of consecutive kernels that run together in blocks of ``BLOCK_ROWS`` rows (each
-    block through every loop of the run, then the next block), as (indices, descending): loops
-    over one axis of one extent, without reductions (a loop after one may read its sum), each
-    reading what the run's loops before it store only at rows those have made: every read at
-    rows up to its own (the blocks run from row 0 up) or every read at rows from its own up (the
-    last block first; ``_rows_made``). A chain of loops over 100,000 rows otherwise
-    streams every array from L2 or L3 at each loop: GradBench ode's RK4 step, four loops of
-    which each reads the stage before it one row down, 17.5 -> 13 ms for 100 steps at
-    n = 100,000, and its reverse, whose loops read the gradients of the stages one row up. The
-    choice depends on no size (windows are judged by their starts and steps), so one text
-    serves every size."""
-    runs, run, written, ways = [], [], set(), set()
-    for j, kern in enumerate(kernels):
-        fits = len(kern.shape) == 1 and not kern.reductions
-        if fits and run and kern.shape == kernels[run[0]].shape:
-            reads = kern.reads.values()
-            # a way is descending: True where every read is at rows from the loop's own up
-            now = ways & {way for way in (False, True) if all(_rows_made(r, written, not way) for r in reads)}
-        else:
-            now = set()
-        if now:
-            run.append(j)
-            ways = now
-        else:
-            runs.append((run, ways))
-            run, written, ways = ([j] if fits else []), set(), {False, True}
-        written |= set(kern.stores) if run else set()
-    runs.append((run, ways))
-    return [(r, False not in ways) for r, ways in runs if len(r) > 1]
 
 
 def render(kernel, tape):
@@ -554,8 +502,11 @@ def program(kernels, tape, late=frozenset(), outside=None):
     make). One compile instead of one per kernel: Numba spends about 0.2 s on every function
     whatever its size. Kernel j's names carry the prefix ``k{j}_``. ``outside``: the slots read
     by anything but this function's loops (None: all); a small store no one outside reads is
-    local scratch (see ``SCRATCH_MAX_BYTES``)."""
-    scratch = set()
+    local scratch (see ``SCRATCH_MAX_BYTES``), and so is one a run of loops in blocks keeps a
+    block at a time (``blocking.held``)."""
+    block_runs = blocks(kernels)
+    keep = held(kernels, tape, outside, block_runs)
+    scratch = set(keep)
     if outside is not None:
         denied = set(outside)
         for kern in kernels:
@@ -572,37 +523,45 @@ def program(kernels, tape, late=frozenset(), outside=None):
                 ):
                     denied.add(st)  # stored twice (recomputed by a later loop), big, or reshaped
                 scratch.add(st)
-        scratch -= denied
+        scratch = (scratch - denied) | set(keep)
     params, lines, parts, bound = [], [], [], {}
-    runs = {run[-1]: (run, down) for run, down in blocks(kernels)}
-    blocked = {j: down for run, down in runs.values() for j in run}
-    nests = []
+    run_of = {j: r for r, (run, _) in enumerate(block_runs) for j in run}
+    offsets = {st: f"off{r}" for st, r in keep.items()}
+    rendered, names = [], {}
     for j, kern in enumerate(kernels):
         p = f"k{j}_" if len(kernels) > 1 else ""
-        ps, ls, part, nest = _loops(kern, tape, p, late, scratch, bound, blocked.get(j))
+        way = block_runs[run_of[j]][1] if j in run_of else None
+        rendered.append(_loops(kern, tape, p, late, scratch, bound, way, offsets))
         for k, st in enumerate(kern.stores):
             if st in scratch:
-                bound[st] = f"{p}o{k}"
+                bound[st] = names[st] = f"{p}o{k}"
+    for j, (ps, ls, part, _, _) in enumerate(rendered):
         params += ps
+        r = run_of.get(j)
+        run, down = (None, False) if r is None else block_runs[r]
+        if run is not None and j == run[0] and r in keep.values():
+            # the buffers of what the run holds, before its loops' lines bind them
+            terms = sorted({t for k in run for t in rendered[k][4]})
+            lines += hold_lines(keep, r, run, terms, tape, names, BLOCK_ROWS)
         if len(kernels) > 1:
-            lines.append(f"# loop {j}" + (" (its rows in the blocks below)" if j in blocked else ""))
+            lines.append(f"# loop {j}" + (" (its rows in the blocks below)" if run is not None else ""))
         lines += ls
         parts.append(part)
-        nests.append(nest)
-        if j in runs:  # the last loop of a run: the block loop through all of them
-            run, down = runs[j]
-            n = f"k{run[0]}_n0"
+        if run is not None and j == run[-1]:  # the block loop through all of them
+            n, first = f"k{run[0]}_n0", run[0]
             if down:
-                what = f"loops {run[0]}-{j}, a block of rows at a time, the last first"
+                what = f"loops {first}-{j}, a block of rows at a time, the last first"
                 lines.append(f"for blk in range(({n} - 1) // {BLOCK_ROWS}, -1, -1):  # {what}")
                 lines.append(f"    blk0 = blk * {BLOCK_ROWS}")
             else:
                 lines.append(
-                    f"for blk0 in range(0, {n}, {BLOCK_ROWS}):  # loops {run[0]}-{j}, a block of rows at a time"
+                    f"for blk0 in range(0, {n}, {BLOCK_ROWS}):  # loops {first}-{j}, a block of rows at a time"
                 )
             lines.append(f"    blk1 = min(blk0 + {BLOCK_ROWS}, {n})")
-            lines += ["\n".join("    " + x for x in ln.split("\n")) for k in run for ln in nests[k][0]]
-            lines += [ln for k in run for ln in nests[k][1]]
+            if r in keep.values():
+                lines += ["    " + ln for ln in block_head(keep, r, run, down, kernels, BLOCK_ROWS)]
+            lines += ["\n".join("    " + x for x in ln.split("\n")) for k in run for ln in rendered[k][3][0]]
+            lines += [ln for k in run for ln in rendered[k][3][1]]
     body = ["    " + ln for text in lines for ln in text.split("\n")]
     if any(_VMATH_CALL.search(ln) for ln in body):
         body.insert(0, "    _wide_vectors()  # vmath inside: 512-bit vectors where the CPU has them")

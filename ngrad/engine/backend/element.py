@@ -56,6 +56,14 @@ def _unsigned(index):
     return f"np.uint64({index})"
 
 
+def _held_row(state, src, row, plus=None, minus=None):
+    """The position of row ``row`` (a signed expression) of a slot kept in a block buffer, and
+    how far from the loop's own row it is (``plus - minus``, window bounds' names, into
+    ``state.halo``): the buffer starts at the row its offset names."""
+    state.halo.append((plus, minus))
+    return _unsigned(f"{row} - {state.held[src]}")
+
+
 def _bound(bounds, p, key, value):
     """The name of the argument holding a window's start or stop (``key``: (slot, axis, end))."""
     return bounds.setdefault(key, (f"{p}w{len(bounds)}", value))[0]
@@ -100,7 +108,10 @@ class ElementState:
     value depends on (-1: none); ``depth_of``: loop index -> its loop (an unrolled copy's literal
     index has none); ``pair_of``: out slot -> the (sin, cos) instructions computed together;
     ``inside``: the reads whose conditions along the rows always hold (see ``rows_inside``);
-    ``bare``: loop index -> its unsigned name, used where the index is used alone."""
+    ``bare``: loop index -> its unsigned name, used where the index is used alone; ``held``:
+    slot -> the name of the row at position 0 of the block buffer it is kept in (see
+    ``render_element``), and ``halo`` collects how far from their own row the reads of those
+    slots go."""
 
     kernel: typing.Any
     tape: typing.Any
@@ -115,6 +126,8 @@ class ElementState:
     outer: typing.Any = None
     inside: typing.Any = frozenset()
     bare: dict = dataclasses.field(default_factory=dict)
+    held: dict = dataclasses.field(default_factory=dict)
+    halo: list = dataclasses.field(default_factory=list)
     names: dict = dataclasses.field(default_factory=dict)
     level: dict = dataclasses.field(default_factory=dict)
     depth_of: dict = dataclasses.field(default_factory=dict)
@@ -150,6 +163,12 @@ def _read_window(state, slot, r, dtype):
     ix, inside = _window_index(
         r, slot, state.idx, state.kernel.shape, state.bounds, state.p, slot in state.inside, state.bare
     )
+    if src in state.held:  # a step of 1 along the rows (``codegen``): the row is i + start or i - start
+        a = r.window[0][0]
+        start = _bound(state.bounds, state.p, (slot, 0, 0), a) if a else None
+        i = state.idx[0]
+        row = i if start is None else f"{start} + {i}" if r.kind == ReadKind.WINDOW else f"{i} - {start}"
+        ix[0] = _held_row(state, src, row, start)
     v = f"{state.p}r{slot}{state.tag}"
     load = f"{state.p}a{k}[{', '.join(ix) or '0'}]"
     if inside:
@@ -196,14 +215,22 @@ def rows_inside(kernel, bounds, p=""):
     return slots, starts, stops
 
 
-def _piece_load(state, slot, k, piece, at, dtype):
+def _piece_load(state, slot, k, piece, at, dtype, start=None):
     """The load of piece ``k`` of a concatenation at its index ``at`` along the axis (the loop's
-    index elsewhere): a literal, or its array (a window's source through the window)."""
+    index elsewhere; ``start``: the name of the piece's start, if not 0): a literal, or its
+    array (a window's source through the window)."""
     if piece.kind == ReadKind.LITERAL:
         return typed(piece.value, dtype)
+    axis = state.kernel.reads[slot].axis
+    if piece.src in state.held:  # along the rows, through a window of step 1 (``codegen``)
+        a = piece.window[0][0] if piece.kind == ReadKind.WINDOW else 0
+        begin = _bound(state.bounds, state.p, (slot, 0, f"start of piece {k} window"), a) if a else None
+        row = at if begin is None else f"{begin} + {at}"
+        n = _array(state, piece.src, (False,))
+        return f"{state.p}a{n}[{_held_row(state, piece.src, row, begin, start)}]"
     ix = []
     for d, i in enumerate(state.idx):
-        i = at if d == state.kernel.reads[slot].axis else i
+        i = at if d == axis else i
         if piece.kind == ReadKind.WINDOW:
             a, _, c = piece.window[d]
             i = i if c == 1 else f"({i}) * {c}"
@@ -224,7 +251,7 @@ def _read_cat(state, slot, r, dtype):
         for k, (a, _, _) in enumerate(r.pieces)
     ]
     loads = [
-        _piece_load(state, slot, k, piece, f"{i} - {start}" if start else i, dtype)
+        _piece_load(state, slot, k, piece, f"{i} - {start}" if start else i, dtype, start)
         for k, (start, (_, _, piece)) in enumerate(zip(starts, r.pieces))
     ]
     if slot in state.inside:  # the loop runs inside the widest piece only
@@ -250,6 +277,8 @@ def _read_array(state, slot, r, dtype):
     used = [state.idx[d] for d in range(len(pattern)) if not pattern[d]]
     v = f"{state.p}r{slot}{state.tag}"
     at = ", ".join(state.bare.get(i, i) for i in used) or "0"
+    if src in state.held:
+        at = _held_row(state, src, state.idx[0])
     _emit(
         state,
         f"{v} = {state.p}a{k}[{at}]  # read %{src}" + (" (broadcast)" if any(pattern) else ""),
@@ -342,6 +371,8 @@ def store_slots(state):
     """Each stored slot is written into its output array at the element's indices."""
     for k, slot in enumerate(state.kernel.stores):
         at = ", ".join(state.bare.get(i, i) for i in state.idx)
+        if slot in state.held:
+            at = _unsigned(f"{state.idx[0]} - {state.held[slot]}")
         state.body.append(f"{state.p}o{k}[{at}] = {state.names[slot].text}  # store %{slot}")
 
 
@@ -371,6 +402,8 @@ def render_element(
     outer=None,
     inside=frozenset(),
     bare=None,
+    held=None,
+    halo=None,
 ):
     """Append to ``body`` the lines computing one element of ``kernel`` at loop indices ``idx``
     (reads, its instructions against the math namespace ``math_``, stores) by running
@@ -387,6 +420,13 @@ def render_element(
 
     ``inside``: reads (slots) whose conditions along the rows (axis 0) always hold, in a loop that
     runs only where each reads one piece of a concatenation or inside an unslice's window (see
-    ``rows_inside``); ``bare``: loop index -> an unsigned name of it, for indices used alone."""
+    ``rows_inside``); ``bare``: loop index -> an unsigned name of it, for indices used alone.
+
+    ``held``: slot -> the name of an offset, for the slots a run of loops in blocks keeps in a
+    buffer of a block's rows (``codegen``): each is stored and read at its row less the offset,
+    and ``halo`` (a list) gets, for every read of one, the window bounds' names (plus, minus)
+    whose difference is how far from the loop's own row it reads."""
     state = ElementState(kernel, tape, idx, math_, arrays, scalars, body, p, tag, bounds, outer, inside, bare or {})
+    state.held = held or {}
+    state.halo = halo if halo is not None else []
     return run_passes("element", ELEMENT_PASSES, state, level=4).names  # one list per element: only at 4

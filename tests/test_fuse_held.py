@@ -1,0 +1,126 @@
+"""A run of loops in blocks of rows (``codegen.blocks``) keeps the values only its own later loops
+read in buffers of one block's rows and the rows beyond it those loops read (``blocking.held``),
+instead of arrays of the full extent: the buffers hold the block and, moved from the block
+before, the rows below it (blocks going up) or above it (going down); when the loops read
+farther from their row than a block, the buffers hold every row. The compiled plans equal the
+interpreter, values and gradients, on two calls, each way and at both reaches."""
+
+import numpy as np
+import pytest
+
+import ngrad
+from ngrad.bench.problems import ode
+from ngrad.engine.backend import blocking, codegen
+from ngrad.engine.backend.fuse import fuse
+from ngrad.engine.ir.graph import lower
+from ngrad.engine.ir.interpret import interpret, np_dtype
+from ngrad.engine.runtime.dispatch import prepare
+from ngrad.engine.transform.differentiate import vjp
+
+from .compiled import assert_same
+
+pytestmark = [pytest.mark.usefixtures("jit_always"), pytest.mark.numba]
+
+
+def _tape(fn, arrays, rng, grad):
+    """The tape of ``fn`` (with ``grad``, its joint tape: value and gradient of every input) and
+    its inputs."""
+    xs = [ngrad.tensor(a, requires_grad=grad) for a in arrays]
+    low = lower([fn(*xs)._node], grad=grad)
+    if not grad:
+        return low.tape, [n.value for n in low.sources]
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(np_dtype(joint.tape.dtypes[s])) for s in joint.seeds]
+    return joint.tape, [n.value for n in low.sources] + seeds
+
+
+def _held(tape):
+    """The slots the program of every loop of ``tape`` holds a block at a time (only the tape's
+    outputs read outside it)."""
+    kernels = fuse(tape).kernels()
+    return blocking.held(kernels, tape, set(tape.outputs), codegen.blocks(kernels))
+
+
+def _same_each_call(tape, values, rng):
+    """The compiled plan equals the interpreter, and again on other inputs (a buffer holding
+    rows of the last call, or of the wrong block, would show)."""
+    assert_same(tape, values, 1e-12)
+    drive = prepare(tape)
+    for vs in (values, [np.asarray(v * rng.uniform(0.5, 2.0, np.shape(v)), np.asarray(v).dtype) for v in values]):
+        for got, want in zip(drive(vs), interpret(tape, vs), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def _far(a, b):
+    # the second loop reads the first's value 9 rows down: more than a block of 4
+    c = (a * b).sin()
+    return (ngrad.cat([b[:9], c[:-9]]) * a).exp()
+
+
+def _up(a, b):
+    # the second loop reads the first's value one row up: blocks from the last row down
+    c = (a * b).sin()
+    return (ngrad.cat([c[1:], b[:1]]) * a).exp() + c
+
+
+@pytest.mark.parametrize("n", [37, 3])
+def test_an_rk4_step_holds_its_stages_a_block_at_a_time(n, monkeypatch, rng):
+    monkeypatch.setattr(codegen, "BLOCK_ROWS", 4)  # 37 rows: nine blocks and one of a row
+    x, y = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+    forward, inputs = _tape(lambda x, y: ode.rk4_step(ngrad, x, y, 0.125), [x, y], rng, False)
+    assert len(_held(forward)) == 3  # the stages the last loop combines; it stores y only
+    text = codegen.program(fuse(forward).kernels(), forward, outside=set(forward.outputs)).text
+    assert text.count("a block at a time") == 3 and "loc0 = h0 <= 4" in text
+    _same_each_call(forward, inputs, rng)
+    joint, values = _tape(lambda x, y: (ode.rk4_step(ngrad, x, y, 0.125) * y).sin(), [x, y], rng, True)
+    assert _held(joint)  # the reverse loops' gradients of the stages, going down
+    _same_each_call(joint, values, rng)
+
+
+@pytest.mark.parametrize("fn", [_far, _up])
+def test_reads_beyond_a_block_each_way(fn, monkeypatch, rng):
+    monkeypatch.setattr(codegen, "BLOCK_ROWS", 4)
+    a, b = rng.standard_normal(29), rng.standard_normal(29)
+    for grad in (False, True):
+        tape, values = _tape(fn, [a, b], rng, grad)
+        if not grad and fn is _far:
+            assert _held(tape)  # held, at every row: 9 rows below the block is more than a block
+        _same_each_call(tape, values, rng)
+
+
+def test_a_value_read_outside_the_run_is_not_held(rng):
+    a, b = rng.standard_normal(29), rng.standard_normal(29)
+    tape, _ = _tape(_up, [a, b], rng, False)
+    kernels = fuse(tape).kernels()
+    stored = {s for k in kernels for s in k.stores}
+    assert blocking.held(kernels, tape, stored, codegen.blocks(kernels)) == {}
+    assert blocking.held(kernels, tape, None, codegen.blocks(kernels)) == {}
+
+
+@pytest.mark.parametrize("rows,n", [(8, 37), (1, 38)])  # each size a plan of its own
+def test_an_ode_gradient_holds_its_reverse_steps_gradients(rows, n, monkeypatch, rng):
+    """GradBench ode's gradient as a scan run step by step (y_n-1 is not zero once n / 4 steps
+    have passed: a step reaches 4 rows up): its reverse step recomputes the RK4 stages going up,
+    then their gradients go down, three of them held (a block of 8 rows and the one above it;
+    in blocks of one row, that row and the one above), and the gradient equals the written-out NumPy reference, on
+    two calls with other inputs."""
+    monkeypatch.setattr(codegen, "BLOCK_ROWS", rows)
+    monkeypatch.setenv("NGRAD_SCAN_UNROLL", "0")
+    texts = []
+    program = codegen.program
+
+    def recorded(*args, **kwargs):
+        source = program(*args, **kwargs)
+        texts.append(source.text)
+        return source
+
+    monkeypatch.setattr("ngrad.engine.runtime.layout.program", recorded)
+    system = ode.PROBLEMS[0].system("ngrad")
+    for s in (12, 10):
+        inp = {"x": rng.uniform(-1, 1, n), "s": s}
+        value, grads = system(inp)
+        want_value, want = ode.numpy(inp)
+        np.testing.assert_allclose(value, want_value, rtol=1e-12)
+        assert np.count_nonzero(want["x"]) == n
+        np.testing.assert_allclose(grads["x"], want["x"], rtol=1e-11, atol=0)
+    assert any("the last first" in t and t.count("a block at a time") == 3 for t in texts)
