@@ -16,6 +16,7 @@ of being scanned into a key, hashed and compared. A graph that differs anywhere 
 """
 
 import sys
+from collections import OrderedDict
 
 from ..ir.graph import Node, lower, target_of
 from ..ir.tape import params_key
@@ -54,7 +55,9 @@ def realize(nodes, keep=False):
                 low = lower(group)
                 _store(group, run(low.tape, [s.value for s in low.sources], target_of(group)))
         return [n.value for n in nodes]
-    seen = _seen.get((len(pending), pending[0].op, pending[0].shape))
+    # a lookup without ``Recent.get``'s move to the end (half a microsecond): an entry drops out
+    # after ``memory_entries()`` newer ones, used or not, and is scanned back in
+    seen = _seen_get(_seen, (len(pending), pending[0].op, pending[0].shape))
     if seen is not None:  # a graph of a structure realized before: matched, not scanned
         for known in seen:
             nodes_at = known.match(pending)
@@ -99,6 +102,7 @@ def realize(nodes, keep=False):
 # (how many roots, the first root's op and shape) -> up to _KNOWN_PER_SIGN ``_Known`` structures,
 # the latest first: a loop's next graph is matched against the structure its last one had
 _seen = Recent()
+_seen_get = OrderedDict.get
 _KNOWN_PER_SIGN = 4
 
 
@@ -108,7 +112,7 @@ class _Known:
     PyTorch's polynomial tutorial costs more than walking. ``runs``: per tuple of held positions
     (see ``held``), the kept tape, the positions feeding its inputs, and those held positions."""
 
-    __slots__ = ("key", "size", "roots", "ops", "sources", "walked", "runs")
+    __slots__ = ("key", "size", "roots", "ops", "sources", "walked", "refs", "kept", "runs")
 
     def __init__(self, key, roots, scan):
         parts, _, walked, refs, index = scan
@@ -122,7 +126,9 @@ class _Known:
             else:
                 self.sources.append((i, n.shape, n.dtype, parts[i][2]))
         self.ops = ops[::-1]  # from the roots down: a node's position is set before it is checked
-        self.walked = []  # (position, references from the graph, position of the value kept)
+        # per walked node: its position, the references the graph holds to it, where its value
+        # is kept (-1: nowhere)
+        self.walked, self.refs, self.kept = tuple([index[n] for n in walked]), [], []
         for n in walked:
             kept = n
             while kept.op in _VIEWS and kept.srcs:  # as ``_held``: the value under a chain of views
@@ -130,7 +136,8 @@ class _Known:
                 if kept.value is not None or kept.op == "const":
                     kept = None
                     break
-            self.walked.append((index[n], refs[n], -1 if kept is None else index[kept]))
+            self.refs.append(refs[n])
+            self.kept.append(-1 if kept is None else index[kept])
 
     def match(self, roots):
         """The node at each position when the graph below ``roots`` has this structure, else None."""
@@ -164,18 +171,21 @@ class _Known:
             return None
         return at
 
-    def extras(self, at):
-        """``_outside`` for a ``match``: the references to each walked node from outside the graph
-        plus this count's own (``_OWN_MATCH``)."""
-        return [sys.getrefcount(at[i]) - refs for i, refs, _ in self.walked]
+    def counts(self, at):
+        """The reference count of each walked node of a ``match``: the graph's (``refs``), those
+        from outside it, and this count's own (``_OWN_MATCH``)."""
+        return list(map(sys.getrefcount, map(at.__getitem__, self.walked)))
 
     def held(self, at):
         """``_held`` for a ``match``: the positions of the held values, in ``_held``'s order."""
-        out, wanted = [], set(self.roots)
-        for (_, _, kept), extra in zip(self.walked, self.extras(at)):
-            if extra > _OWN_MATCH and kept >= 0 and kept not in wanted:
-                wanted.add(kept)
-                out.append(kept)
+        out, wanted = [], None
+        for count, refs, kept in zip(self.counts(at), self.refs, self.kept):
+            if count - refs > _OWN_MATCH and kept >= 0:
+                if wanted is None:
+                    wanted = set(self.roots)
+                if kept not in wanted:
+                    wanted.add(kept)
+                    out.append(kept)
         return tuple(out)
 
 
@@ -316,13 +326,14 @@ _OWN = _calibrate()
 
 
 def _calibrate_match():
-    """The count ``_Known.extras`` gives a node that nothing outside the graph holds."""
+    """The count ``_Known.counts`` gives a node that nothing outside the graph holds, less the
+    graph's own references."""
     leaf = Node("input", (), None, (), None, value=0)
     root = Node("neg", (Node("neg", (leaf,), None, (), None),), None, (), None)
     scan = _scan([root])
     known = _Known((scan[0], (scan[4][root],)), [root], scan)
     del scan  # a match holds no scan: its containers' references are not counted
-    return known.extras(known.match([root]))[0]
+    return known.counts(known.match([root]))[0] - known.refs[0]
 
 
 _OWN_MATCH = _calibrate_match()
