@@ -97,14 +97,14 @@ def test_a_value_read_outside_the_run_is_not_held(rng):
     assert blocking.held(kernels, tape, None, codegen.blocks(kernels)) == {}
 
 
-@pytest.mark.parametrize("rows,n", [(8, 37), (1, 38)])  # each size a plan of its own
-def test_an_ode_gradient_holds_its_reverse_steps_gradients(rows, n, monkeypatch, rng):
+@pytest.mark.slow  # two RK4 bodies to compile: about 15 s
+def test_an_ode_gradient_holds_its_reverse_steps_gradients(monkeypatch, rng):
     """GradBench ode's gradient as a scan run step by step (y_n-1 is not zero once n / 4 steps
     have passed: a step reaches 4 rows up): its reverse step recomputes the RK4 stages going up,
-    then their gradients go down, three of them held (a block of 8 rows and the one above it;
-    in blocks of one row, that row and the one above), and the gradient equals the written-out NumPy reference, on
-    two calls with other inputs."""
-    monkeypatch.setattr(codegen, "BLOCK_ROWS", rows)
+    then their gradients go down, three of them held (a block of 8 rows and the one above it),
+    and the gradient equals the written-out NumPy reference, on two calls with other inputs."""
+    monkeypatch.setattr(codegen, "BLOCK_ROWS", 8)
+    n = 37
     monkeypatch.setenv("NGRAD_SCAN_UNROLL", "0")
     texts = []
     program = codegen.program

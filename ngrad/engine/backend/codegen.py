@@ -6,8 +6,9 @@ convention (loop sizes, input arrays, scalars, output arrays, reduction accumula
 ``render(kernel, tape)`` is the one-kernel case. Each loop nest is rendered by the named passes
 of ``LOOP_PASSES`` over a ``LoopState``; its element (reads, instructions, stores) by
 ``render_element`` (element.py). Consecutive loops over one axis run in blocks of rows
-(``blocks``: each block through all of them, then the next) where each reads what the loops
-before it store only at rows already made, so their arrays stay in cache between them.
+(``blocking.blocks``: each block through all of them, then the next) where each reads what the
+loops before it store only at rows already made, so their arrays stay in cache between them;
+what only a run's own later loops read lives in buffers of a block's rows (``blocking.held``).
 Elementwise expressions come from the primitive table's forward rows, evaluated against
 ``SourceMath`` (source_math.py: it builds expression text instead of numbers), so the
 interpreter and the compiled code share one definition. Every generated line carries the tape
