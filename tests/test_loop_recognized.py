@@ -13,6 +13,15 @@ import ngrad
 from ngrad.engine.runtime import realize as realize_mod
 
 
+@pytest.fixture(params=["walked", "written"], autouse=True)
+def matcher(request, monkeypatch):
+    """Every test twice: graphs matched by ``_Known.walk``, and by the code written for their
+    structure (``realize._written``) from their second match on."""
+    monkeypatch.setattr(realize_mod, "_WRITE_AFTER", 10**9 if request.param == "walked" else 1)
+    monkeypatch.setattr(realize_mod, "_seen", type(realize_mod._seen)())  # structures known before: not written
+    return request.param
+
+
 @pytest.fixture
 def scans(monkeypatch):
     """The number of graphs scanned (not recognized) since the test began."""
@@ -252,3 +261,37 @@ def test_random_loops_agree_with_numpy_and_with_scanning(monkeypatch):
         results[mode] = reads
     assert matched[0] > 20, matched  # the matched path ran
     assert results["matched"] == results["scanned"]  # bit for bit: the same tapes on the same values
+
+
+def _tapes_run(monkeypatch):
+    ran = []
+    run = realize_mod.run
+    monkeypatch.setattr(realize_mod, "run", lambda tape, values, target: ran.append(tape) or run(tape, values, target))
+    return ran
+
+
+def test_a_known_structure_refuses_a_value_where_it_computed_a_node(monkeypatch):
+    ran = _tapes_run(monkeypatch)
+    xs = np.linspace(0.0, 1.0, 5)
+    x = ngrad.tensor(xs, requires_grad=True)  # a realized y keeps its sources: it still looks computed
+    for k in range(3):
+        y = x * 2.0
+        with ngrad.no_grad():
+            assert (y + float(k)).sum().item() == pytest.approx((xs * 2.0 + k).sum(), rel=1e-14)
+    assert "mul" in [i.prim for i in ran[-1].instrs]
+    monkeypatch.setattr(realize_mod, "_remember", lambda *args: None)  # only y's pending structure is known
+    y = x * 3.0
+    y.detach().numpy()  # y now has a value: it is read, not computed again
+    with ngrad.no_grad():
+        assert (y + 1.0).sum().item() == pytest.approx((xs * 3.0 + 1.0).sum(), rel=1e-14)
+    assert "mul" not in [i.prim for i in ran[-1].instrs]
+
+
+def test_a_known_structure_tells_a_runtime_scalar_from_a_0d_tensor(monkeypatch):
+    ran = _tapes_run(monkeypatch)
+    xs = np.linspace(0.0, 1.0, 5)
+    x = ngrad.tensor(xs)
+    for k in range(6):
+        c = 2.0 if k % 2 else ngrad.tensor(2.0, dtype=ngrad.float64)  # one shape and dtype, two kinds
+        np.testing.assert_allclose((x * c).sum().item(), (xs * 2.0).sum(), rtol=1e-14)
+        assert ("scalar" in ran[-1].kinds) == (k % 2 == 1)
