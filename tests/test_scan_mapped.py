@@ -1,10 +1,9 @@
 """A scan's big packed result on new memory is mapped with all its pages at once
-(``loops._mapped``, from ``loops.MAPPED_MIN_BYTES``) when the kernel is short of free huge pages:
-its values are the interpreter's, the shelf takes it back once the caller drops it (the next call
-maps nothing new); a smaller one, or one the free huge pages cover, stays NumPy's."""
+(``loops._mapped``, from ``loops.MAPPED_MIN_BYTES``): its values are the interpreter's, the
+shelf takes it back once the caller drops it (the next call maps nothing new), and a smaller
+one stays NumPy's."""
 
 import mmap
-import os
 import weakref
 
 import numpy as np
@@ -43,7 +42,6 @@ def _reference(body, params, args):
 def test_a_big_new_result_is_mapped_and_taken_back(monkeypatch):
     monkeypatch.setenv("NGRAD_JIT", "never")
     monkeypatch.setattr(loops, "MAPPED_MIN_BYTES", POOL_MIN_BYTES)
-    monkeypatch.setattr(loops, "huge_pages_free", lambda nbytes: False)
     body, params, args = _case(3001, 5)  # (1 + 5 + 5 * 3001 + 5) doubles: 120 KiB of result
     want = _reference(body, params, args)
     first = loops.scan(params, args)
@@ -65,19 +63,3 @@ def test_a_result_below_the_bar_is_numpys(monkeypatch):
     out = loops.scan(params, args)
     assert not _on_map(out)
     np.testing.assert_array_equal(out, _reference(body, params, args))
-
-
-def test_free_huge_pages_leave_it_to_numpy(monkeypatch):
-    monkeypatch.setenv("NGRAD_JIT", "never")
-    monkeypatch.setattr(loops, "MAPPED_MIN_BYTES", POOL_MIN_BYTES)
-    monkeypatch.setattr(loops, "huge_pages_free", lambda nbytes: True)
-    body, params, args = _case(3003, 5)
-    out = loops.scan(params, args)
-    assert not _on_map(out)
-    np.testing.assert_array_equal(out, _reference(body, params, args))
-
-
-def test_free_huge_pages_are_counted_from_the_buddy_lists():
-    # a terabyte is never free here; a byte always is, where the lists exist
-    assert loops.huge_pages_free(1) is True
-    assert loops.huge_pages_free(1 << 40) is (not os.path.exists("/proc/buddyinfo"))

@@ -9,8 +9,7 @@ is too small to fill a GPU; the operands cross once each way). ``steps(text, tap
 program that is not compiled yet (interpreted, or on its NumPy driver) runs a scan's steps: on
 the body's compiled driver when that is ready, else ``dispatch.numpy_body``. A big result is
 written into memory already mapped: one the caller has dropped since an earlier call (``_shelf``);
-a new one of ``MAPPED_MIN_BYTES`` or more is mapped with all its pages at once (``_mapped``) when
-the kernel is short of free huge pages (``huge_pages_free``).
+a new one of ``MAPPED_MIN_BYTES`` or more is mapped with all its pages at once (``_mapped``).
 """
 
 import mmap
@@ -26,7 +25,7 @@ from ..recent import Recent
 from .buffers import POOL_MIN_BYTES, recycle, taker
 from .checks import aligned
 
-__all__ = ["scan", "steps", "huge_pages_free", "MAPPED_MIN_BYTES"]
+__all__ = ["scan", "steps", "MAPPED_MIN_BYTES"]
 
 
 class _Lent(Recent):
@@ -47,29 +46,13 @@ class _Lent(Recent):
 # that a result ``buffers.taker`` allocated anew is told from one it took back
 _shelf = types.SimpleNamespace(pool={}, lent=_Lent(), known=weakref.WeakValueDictionary())
 
-# A new scan result this big is mapped with every page present (``_mapped``) when the kernel has
-# too few free huge pages for it: NumPy asks for huge pages for arrays of 4 MiB or more, which
-# the kernel, short of free ones, assembles by compacting memory at the first touch of each
-# (GradBench ode's gradient at n = 100,000, s = 100: 80 MB of history, 150-165 ms of system
-# time in its first call; 0-12 ms with huge pages free), where mapping 4 KiB pages all at once
-# costs 28-30 ms, and touching them one by one 70 ms.
+# A new scan result this big is mapped with every 4 KiB page present (``_mapped``), not on the
+# huge pages NumPy asks for from 4 MiB: a process's first touch of huge pages is slow on this
+# (virtual) machine, likely pages the host must back again, even with gigabytes of free 2 MiB
+# blocks listed (GradBench ode's gradient at n = 100,000, s = 100: 80 MB of history, 105-165 ms
+# of system time in its first call; 5-7 ms for the same process's next 80 MB), while mapping
+# 4 KiB pages all at once costs 26-30 ms, and touching them one by one 70 ms.
 MAPPED_MIN_BYTES = 1 << 22
-
-
-def huge_pages_free(nbytes):
-    """Whether the kernel's free memory holds twice ``nbytes`` in blocks of 2 MiB or more (its
-    free blocks by order, ``/proc/buddyinfo``, order 9 and up); True where that is not known.
-
-    >>> isinstance(huge_pages_free(1 << 30), bool)
-    True
-    """
-    try:
-        with open("/proc/buddyinfo") as f:
-            rows = [line.split()[4:] for line in f]
-    except OSError:
-        return True
-    blocks = sum(int(c) << (k - 9) for r in rows for k, c in enumerate(r) if k >= 9 and c.isdigit())
-    return blocks << 21 >= 2 * nbytes
 
 
 def _mapped(size, dt):
@@ -100,7 +83,7 @@ def scan(params, args, numpy=False):
     dt, made = np_dtype(lay.dtype), []
     out = taker(_shelf, made)((lay.size,), dt) if lay.size * dt.itemsize >= POOL_MIN_BYTES else None
     if out is not None and _shelf.known.get(id(out)) is not out:  # new memory: no page touched yet
-        if out.nbytes >= MAPPED_MIN_BYTES and not huge_pages_free(out.nbytes):
+        if out.nbytes >= MAPPED_MIN_BYTES:
             out = made[-1] = _mapped(lay.size, dt)
         _shelf.known[id(out)] = out
     with np.errstate(all="ignore"):
