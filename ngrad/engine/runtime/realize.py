@@ -236,7 +236,7 @@ _WRITE_MAX = 512
 def _written(known):
     """A function doing what ``known.walk`` does, written for ``known``'s structure: the same
     checks in the same order, the sharing ``walk`` finds at run time known as it is written."""
-    g = {"same": _same_params, "KEYED": _KEYED}
+    g = {"same": _same_params}
     lines = ["def match(roots):", f"    if len(roots) != {len(known.roots)}:", "        return None"]
     lines += [f"    n{i} = roots[{k}]" for k, i in enumerate(known.roots)]
     bound = set(known.roots)
