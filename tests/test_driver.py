@@ -58,7 +58,7 @@ def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys
     np_dt = np.float32 if dtype == "f32" else np.float64
     values = [np.linspace(-1, 1, 40).astype(np_dt), np.asarray(0.7, np_dt), np.asarray(1.3, np_dt)]
     _, text = _driver_text(lambda: assert_same(tape, values, 1e-6 if dtype == "f32" else 1e-14), capsys, monkeypatch)
-    assert " ** " in text and "asarray(-e" in text and "= G" not in text  # no interpreter dispatch
+    assert " ** " in text and " = (-e" in text and "= G" not in text  # no interpreter dispatch
     got = runtime.prepare(tape)(values)
     assert got[2] == np.inf and all(type(a) is np.ndarray and a.dtype == np_dt for a in got)
 
