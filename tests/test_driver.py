@@ -63,6 +63,29 @@ def test_one_element_arithmetic_in_a_driver_equals_the_interpreter(dtype, capsys
     assert got[2] == np.inf and all(type(a) is np.ndarray and a.dtype == np_dt for a in got)
 
 
+def test_one_element_arithmetic_read_as_an_array_keeps_its_shape(capsys, monkeypatch):
+    # 0-d arithmetic runs on NumPy scalars and a reshape of one to (1,) is the same scalar: a
+    # concatenation of such values (GradBench ht's rotation rows) and an output of shape (1,)
+    # must still see arrays of their own shapes (the concatenation got 0-d values and failed)
+    from ngrad.engine.ir.tape import Builder
+    from ngrad.engine.runtime.dispatch import numpy_driver
+
+    b = Builder()
+    a, c, r = b.input((), "f64"), b.input((), "f64"), b.input((), "f64", "scalar")
+    rows = [(a * c - a).reshape(shape=(1,)), (a + c).reshape(shape=(1,)), (c * r).reshape(shape=(1,))]
+    row = b.emit("cat", tuple(rows), {"axis": 0})
+    tape = b.finish([row.reshape(shape=(1, 3)), (a / c).reshape(shape=(1,)), (a * c).reshape(shape=(1, 1))])
+    values = [np.asarray(2.0), np.asarray(3.0), 0.5]
+    _, text = _driver_text(lambda: assert_same(tape, values, 1e-15), capsys, monkeypatch)
+    assert "(x0[()] + x1[()])" in text  # the 0-d arithmetic did run on scalars
+    want = [np.array([[4.0, 5.0, 1.5]]), np.array([2.0 / 3.0]), np.array([[6.0]])]
+    for drive in (runtime.prepare(tape), numpy_driver(tape)):
+        got = drive(values)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-15)
+
+
 def test_a_driver_lets_numpy_broadcast_an_expand_only_elementwise_glue_reads(rng, capsys, monkeypatch):
     # small loops of one operation run as NumPy glue: the scale * vector at the end of a
     # logsumexp's gradient reads the one-element scale as it is; an expand that is an output, or

@@ -268,7 +268,7 @@ class _Writer:
         if kind is GlueKind.ALIAS:
             self._alias(out, a0, self.root[a0])
             return f"# %{out} = detach(%{a0}) is {self.var[a0]}"
-        args = [f"asarray({self.var[a]})" if self.var[a] in self.scalar else self.var[a] for a in ins.args]
+        args = [self._array(a) if self.var[a] in self.scalar else self.var[a] for a in ins.args]
         if kind is GlueKind.REQUIRE:
             self.g[f"G{out}"] = _computing(self.tape, ins)
             self.lines.append(f"G{out}({args[0]})  # %{out} = require(%{a0}), {ins.params['test']}")
@@ -297,6 +297,13 @@ class _Writer:
             self.root[out] = v
             self.fresh.add(v)
         return f"{v} = {expr}  # %{out} = {ins.prim}"
+
+    def _array(self, a):
+        """An expression of slot ``a``, held as a NumPy scalar, as an array of its own shape: a
+        reshape of a scalar to one element is the same scalar (``SCALAR_ALIAS``), so a reader that
+        needs the shape (a ``cat``, an output) reshapes it back."""
+        shape = tuple(self.tape.shapes[a])
+        return f"asarray({self.var[a]})" + (f".reshape({shape!r})" if shape else "")
 
     def _scalar(self, a):
         """An expression of 0-d slot ``a`` as a NumPy scalar."""
@@ -452,7 +459,7 @@ class _Writer:
         for s in self.tape.outputs:
             v = self.var[s]
             if v in self.scalar:
-                v = f"asarray({v})"
+                v = self._array(s)
             elif self.root.get(s) not in self.fresh or self.root.get(s) in taken:  # an input, a constant, or shared
                 v = f"{v}.copy()"
             taken.add(self.root.get(s))
