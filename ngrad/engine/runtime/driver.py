@@ -299,11 +299,13 @@ class _Writer:
         return f"{v} = {expr}  # %{out} = {ins.prim}"
 
     def _array(self, a):
-        """An expression of slot ``a``, held as a NumPy scalar, as an array of its own shape: a
-        reshape of a scalar to one element is the same scalar (``SCALAR_ALIAS``), so a reader that
-        needs the shape (a ``cat``, an output) reshapes it back."""
+        """An expression of slot ``a``, held as a NumPy scalar, as an array: a reshape of a scalar
+        to one element is the same scalar (``SCALAR_ALIAS``), so a reader that needs the shape (a
+        ``cat``, an output) reshapes it back; an expand NumPy broadcasts (``IMPLICIT``) stays 0-d,
+        as its elementwise readers broadcast it."""
         shape = tuple(self.tape.shapes[a])
-        return f"asarray({self.var[a]})" + (f".reshape({shape!r})" if shape else "")
+        one = shape and math.prod(shape) == 1
+        return f"asarray({self.var[a]})" + (f".reshape({shape!r})" if one else "")
 
     def _scalar(self, a):
         """An expression of 0-d slot ``a`` as a NumPy scalar."""
