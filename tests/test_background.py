@@ -256,3 +256,16 @@ def test_kernels_on_disk_load_without_the_compile_server(monkeypatch, rng):
     want = _reference(x0, f, monkeypatch)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
+
+
+def test_a_burst_of_jobs_leaves_the_calls_alone_first_unless_somebody_waits(monkeypatch):
+    from ngrad.engine.runtime.tiering import Decision, Record
+
+    monkeypatch.setattr(background, "START_S", 30.0)
+    assert background.synchronize(timeout=120)  # the worker idle: the next job starts a burst
+    ran = threading.Event()
+    record = Record()
+    assert background.submit(record, None, [], lambda: ran.set() or Decision.WAIT)
+    assert not ran.wait(0.3)  # the calls have the interpreter's lock to themselves first
+    assert background.wait(record, timeout=20)  # one waiting for it starts it at once
+    assert ran.is_set() and not record.compiling

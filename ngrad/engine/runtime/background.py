@@ -18,6 +18,10 @@ holds a copy of its call's inputs); a structure refused meanwhile is offered aga
 call. One thread, whatever the number of structures. ``synchronize(timeout)`` waits until every
 job has finished (``ngrad.synchronize_compiles``); ``wait(record)`` until that record's has.
 
+Before a burst of jobs (it was idle) the worker leaves the interpreter's lock to the calls for
+``START_S``, unless somebody waits for the compiles (``synchronize``, ``wait``): the calls that
+asked for the jobs go first.
+
 While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
 queue empties): Numba's front end is Python and holds the GIL, and a call that releases the GIL
 for a NumPy loop would otherwise wait up to 5 ms to get it back.
@@ -43,10 +47,18 @@ __all__ = ["submit", "synchronize", "wait", "pending", "MAX_QUEUED"]
 
 MAX_QUEUED = 16
 SWITCH_S = 2e-4
+# Before a burst of jobs (the worker was idle) it leaves the interpreter's lock to the calls for
+# this long, unless somebody waits for the compiles. A job's first half-second is Python (Numba's
+# import and front end, fusion), which on two cores took the lock from the very calls that asked
+# for it. Fresh process, warm cache, calls 1 / 2 / 3-6 (ms), without and with it: lstm c = 64
+# 142-155 / 98-148 / 39-181 and 62-80 / 27-33 / 32-55; gmm n = 1,000 43-56 / 25-65 / 4-42 and
+# 23 / 3-11 / 3-11; the 100,000-point example 26-59 / 19-50 / 10-18 and 18-20 / 11 / 4-5
+# (PyTorch eager: 24 / 22, 20 / 3, 47 / 5 / 3). Kernels arrive START_S later.
+START_S = 0.05
 
 _cond = threading.Condition()
 _jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
-_state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None}
+_state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None, "waiters": 0, "idle": True}
 
 
 def _forked():
@@ -57,7 +69,7 @@ def _forked():
         if record is not None:  # offered again at their next call here
             record.compiling = False
     _jobs.clear()
-    _state.update(active=0, worker=None, switch=None, running=None)
+    _state.update(active=0, worker=None, switch=None, running=None, waiters=0, idle=True)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
@@ -94,14 +106,23 @@ def submit(record, tape, values, advance):
 
 def synchronize(timeout=None):
     """Wait until no compile is queued or running; False if ``timeout`` seconds passed first."""
-    with _cond:
-        return _cond.wait_for(lambda: _state["active"] == 0, timeout)
+    return _waiting(lambda: _state["active"] == 0, timeout)
 
 
 def wait(record, timeout=None):
     """Wait until ``record``'s compile (if any) has finished; False if ``timeout`` passed first."""
+    return _waiting(lambda: not record.compiling, timeout)
+
+
+def _waiting(done, timeout):
+    """Wait for ``done()``; the worker starts its jobs without ``START_S`` meanwhile."""
     with _cond:
-        return _cond.wait_for(lambda: not record.compiling, timeout)
+        _state["waiters"] += 1
+        _cond.notify_all()
+        try:
+            return _cond.wait_for(done, timeout)
+        finally:
+            _state["waiters"] -= 1
 
 
 def _copies(values):
@@ -121,6 +142,9 @@ def _work():
     while True:
         with _cond:
             _cond.wait_for(lambda: bool(_jobs))
+            if _state["idle"]:  # the calls go first: a burst of jobs starts once they had START_S
+                _cond.wait_for(lambda: _state["waiters"] > 0, START_S)
+                _state["idle"] = False
             record, advance, tape, values = _jobs.popleft()
             _state["running"] = record
         try:
@@ -134,6 +158,7 @@ def _work():
                 record.compiling = False
                 _state["running"] = None
                 _state["active"] -= 1
+                _state["idle"] = _state["active"] == 0
                 if _state["active"] == 0 and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])
                 _cond.notify_all()
