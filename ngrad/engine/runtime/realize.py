@@ -58,7 +58,7 @@ def realize(nodes, keep=False):
         return [n.value for n in nodes]
     # a lookup without ``Recent.get``'s move to the end (half a microsecond): an entry drops out
     # after ``memory_entries()`` newer ones, used or not, and is scanned back in
-    seen = _seen_get(_seen, (len(pending), pending[0].op, pending[0].shape))
+    seen = _seen_get(_seen, _sign(pending))
     if seen is not None:  # a graph of a structure realized before: matched, not scanned
         for known in seen:
             nodes_at = known.match(pending)
@@ -107,6 +107,21 @@ _seen_get = OrderedDict.get
 _KNOWN_PER_SIGN = 4
 
 
+def _sign(roots):
+    """What ``_seen`` files a graph's structures under: how many roots, the first one's op and shape."""
+    return (len(roots), roots[0].op, roots[0].shape)
+
+
+def _kept(n):
+    """The node whose value keeps held node ``n``'s: ``n``, or the pending source under its chain
+    of views; None when that chain ends at a value or a constant (nothing to keep)."""
+    while n.op in _VIEWS and n.srcs:
+        n = n.srcs[0]
+        if n.value is not None or n.op == "const":
+            return None
+    return n
+
+
 class _Known:
     """A graph structure realized before (a ``_scan`` of it), recognized in another graph by
     walking the two together (``match``): no key is built, hashed or compared, which in
@@ -124,7 +139,7 @@ class _Known:
         for i, n in enumerate(nodes):
             p = n.params
             if n.value is None:
-                ops.append((i, n.op, _plain(p), params_key(p) if p else (), n.shape, n.dtype, parts[i][4]))
+                ops.append((i, n.op, _params_kept(p), params_key(p) if p else (), n.shape, n.dtype, parts[i][4]))
             else:
                 self.sources.append((i, n.shape, n.dtype, parts[i][2]))
         self.ops = ops[::-1]  # from the roots down: a node's position is set before it is checked
@@ -132,12 +147,7 @@ class _Known:
         # is kept (-1: nowhere)
         self.walked, self.refs, self.kept = tuple([index[n] for n in walked]), [], []
         for n in walked:
-            kept = n
-            while kept.op in _VIEWS and kept.srcs:  # as ``_held``: the value under a chain of views
-                kept = kept.srcs[0]
-                if kept.value is not None or kept.op == "const":
-                    kept = None
-                    break
+            kept = _kept(n)
             self.refs.append(refs[n])
             self.kept.append(-1 if kept is None else index[kept])
 
@@ -206,7 +216,7 @@ class _Known:
 _PLAIN = frozenset([int, bool, str, type(None), float, complex])
 
 
-def _plain(params):
+def _params_kept(params):
     """``params`` when ``_same_params`` compares them itself, ``_KEYED`` when ``params_key`` must
     (a value of another kind: a node, an array, a tuple of floats), None for none. Kept as they
     are, not copied: a recorded node's params never change (a detach's, which the facade
@@ -221,7 +231,7 @@ def _plain(params):
     return params
 
 
-_KEYED: dict[str, object] = {}  # ``_plain``'s mark of params compared by ``params_key`` (no node's params are it)
+_KEYED: dict[str, object] = {}  # ``_params_kept``'s mark of params compared by ``params_key`` (no node's params are it)
 
 
 # a structure matched this many times gets a matcher of its own (``_written``): straight-line
@@ -278,7 +288,7 @@ def _written(known):
 
 
 def _same_params(p, q, key):
-    """Whether params ``p`` equal those a ``_Known`` kept (``q``, from ``_plain``; ``key``, their
+    """Whether params ``p`` equal those a ``_Known`` kept (``q``, from ``_params_kept``; ``key``, their
     ``params_key``) as ``params_key`` compares: same values of the same classes, floats by
     ``repr`` (-0.0 is not 0.0)."""
     if not p:
@@ -306,7 +316,7 @@ def _remember(roots, held, scan, tape):
     structure, sources, _, _, index = scan
     if len(structure) > _MAX_KEPT:
         return
-    sign = (len(roots), roots[0].op, roots[0].shape)
+    sign = _sign(roots)
     key = (structure, tuple([index[r] for r in roots]))
     known_list = _seen.get(sign)
     known = next((k for k in known_list if k.key == key), None) if known_list is not None else None
@@ -413,14 +423,10 @@ def _held(roots, scan):
     for n, extra in zip(scan[2], _outside(scan)):
         if extra <= _OWN:
             continue
-        while n.op in _VIEWS and n.srcs:  # keep the value under a chain of views
-            n = n.srcs[0]
-            if n.value is not None or n.op == "const":
-                break
-        else:
-            if n not in wanted:
-                wanted.add(n)
-                out.append(n)
+        n = _kept(n)
+        if n is not None and n not in wanted:
+            wanted.add(n)
+            out.append(n)
     return out
 
 
