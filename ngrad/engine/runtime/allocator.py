@@ -22,6 +22,7 @@ True
 """
 
 import ctypes
+import functools
 
 from ..config import malloc_mode
 
@@ -34,16 +35,11 @@ MMAP_MAX = 32 << 20
 # twice the largest block, as glibc's own dynamic rule would have it
 TRIM_MAX = 64 << 20
 
-_done: list[str] = []
 
-
+@functools.cache
 def tune():
     """Set glibc's malloc as the module docstring says, once per process; what was done."""
-    if _done:
-        return _done[0]
-    outcome = "system" if malloc_mode() == "system" else _set()
-    _done.append(outcome)
-    return outcome
+    return "system" if malloc_mode() == "system" else _set()
 
 
 def _set():

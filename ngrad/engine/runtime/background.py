@@ -58,7 +58,7 @@ START_S = 0.05
 
 _cond = threading.Condition()
 _jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
-_state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None, "waiters": 0, "idle": True}
+_state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None, "waiters": 0}
 
 
 def _forked():
@@ -69,7 +69,7 @@ def _forked():
         if record is not None:  # offered again at their next call here
             record.compiling = False
     _jobs.clear()
-    _state.update(active=0, worker=None, switch=None, running=None, waiters=0, idle=True)
+    _state.update(active=0, worker=None, switch=None, running=None, waiters=0)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
@@ -139,12 +139,12 @@ def _copies(values):
 
 
 def _work():
+    idle = True  # no job queued when the last one ended: the next one starts a burst
     while True:
         with _cond:
             _cond.wait_for(lambda: bool(_jobs))
-            if _state["idle"]:  # the calls go first: a burst of jobs starts once they had START_S
+            if idle:  # the calls go first: a burst of jobs starts once they had START_S
                 _cond.wait_for(lambda: _state["waiters"] > 0, START_S)
-                _state["idle"] = False
             record, advance, tape, values = _jobs.popleft()
             _state["running"] = record
         try:
@@ -158,8 +158,8 @@ def _work():
                 record.compiling = False
                 _state["running"] = None
                 _state["active"] -= 1
-                _state["idle"] = _state["active"] == 0
-                if _state["active"] == 0 and _state["switch"] is not None:
+                idle = _state["active"] == 0
+                if idle and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])
                 _cond.notify_all()
 
