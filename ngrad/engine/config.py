@@ -32,18 +32,59 @@ __all__ = [
 ]
 
 
-def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = os.environ.get(name, default).strip().lower() or default
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+# ``os.environ.get`` costs about a microsecond (the name encoded, the value decoded, through
+# Mapping.get), and every call of a program reads the debug level and the JIT mode: the
+# polynomial tutorial's 63 µs iteration spent 2 of them here. The variable is looked up in the
+# mapping's own table under its encoded name, and a raw value is parsed once; ``os.environ``'s
+# ``__setitem__``/``__delitem__`` (and so ``monkeypatch.setenv``) update that table.
+_environ = os.environ
+_table = getattr(_environ, "_data", None)
+_encoded: dict[str, object] = {}
+_parsed: dict[tuple, object] = {}
+
+
+def _raw(name: str):
+    """The variable's value as ``os.environ`` holds it (encoded), or None."""
+    if _table is None:  # an os.environ without its own table: read it the public way
+        return _environ.get(name)
+    key = _encoded.get(name)
+    if key is None:
+        key = _encoded[name] = _environ.encodekey(name)
+    return _table.get(key)
+
+
+def _text(raw):
+    return raw if raw is None or isinstance(raw, str) else _environ.decodevalue(raw)
+
+
+def _remember(key, value):
+    if len(_parsed) > 256:  # the values a long test session set and unset
+        _parsed.clear()
+    _parsed[key] = value
     return value
 
 
+def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    key = (name, _raw(name), default)
+    value = _parsed.get(key)
+    if value is None:
+        value = (_text(key[1]) or default).strip().lower() or default
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+        _remember(key, value)
+    return value  # type: ignore[return-value]
+
+
 def _int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, str(default)) or default)
-    except ValueError:
-        return default
+    key = (name, _raw(name), default)
+    value = _parsed.get(key)
+    if value is None:
+        try:
+            value = int(_text(key[1]) or default)
+        except ValueError:
+            value = default
+        _remember(key, value)
+    return value  # type: ignore[return-value]
 
 
 def debug_level() -> int:
