@@ -43,25 +43,24 @@ _encoded: dict[str, object] = {}
 _parsed: dict[tuple, object] = {}
 
 
-def _raw(name: str):
+def _raw(name: str) -> object:
     """The variable's value as ``os.environ`` holds it (encoded), or None."""
     if _table is None:  # an os.environ without its own table: read it the public way
         return _environ.get(name)
     key = _encoded.get(name)
     if key is None:
-        key = _encoded[name] = _environ.encodekey(name)
+        key = _encoded[name] = _environ.encodekey(name)  # type: ignore[attr-defined]
     return _table.get(key)
 
 
-def _text(raw):
-    return raw if raw is None or isinstance(raw, str) else _environ.decodevalue(raw)
+def _text(raw: object) -> str | None:
+    return raw if raw is None or isinstance(raw, str) else _environ.decodevalue(raw)  # type: ignore[attr-defined,arg-type]
 
 
-def _remember(key, value):
+def _remember(key: tuple, value: object) -> None:
     if len(_parsed) > 256:  # the values a long test session set and unset
         _parsed.clear()
     _parsed[key] = value
-    return value
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
