@@ -401,14 +401,20 @@ class Builder:
             t.shapes, t.dtypes = list(tape.shapes), list(tape.dtypes)
             t.inputs, t.kinds = list(tape.inputs), list(tape.kinds)
             t.instrs = list(tape.instrs)
-            seen, literals = self._seen, self._literals
+            seen = self._seen
             for ins in t.instrs:  # as ``emit`` keys and notes them: a joint tape starts here
                 prim, args = ins.prim, ins.args
                 seen.setdefault((prim, args, params_key(ins.params) if ins.params else ()), ins.out)
-                if prim == "const":
-                    literals[ins.out] = ins.params["value"]
-                elif (prim == "reshape" or prim == "expand") and args[0] in literals:
-                    literals[ins.out] = literals[args[0]]
+                if prim in _LITERAL_OF:
+                    self._note_literal(prim, args, ins.params, ins.out)
+
+    def _note_literal(self, prim: str, slots: tuple[int, ...], params: Params, s: int) -> None:
+        """Note slot ``s`` of a ``_LITERAL_OF`` instruction: a const's value, or the value its
+        moved operand holds when that is a literal."""
+        if prim == "const":
+            self._literals[s] = params["value"]
+        elif slots[0] in self._literals:
+            self._literals[s] = self._literals[slots[0]]
 
     def literal(self, v: Var) -> Any:
         """The Python value of ``v`` if it is a literal broadcast to its shape, else None."""
@@ -495,10 +501,7 @@ class Builder:
         ins.params = params
         t.instrs.append(ins)
         if prim in _LITERAL_OF:  # a literal, or a literal moved
-            if prim == "const":
-                self._literals[s] = params["value"]
-            elif slots[0] in self._literals:
-                self._literals[s] = self._literals[slots[0]]
+            self._note_literal(prim, slots, params, s)
         self._seen[key] = s
         self._vars[s] = v = _new(Var)
         v.bld = self
