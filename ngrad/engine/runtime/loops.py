@@ -12,6 +12,7 @@ written into memory already mapped: one the caller has dropped since an earlier 
 a new one of ``MAPPED_MIN_BYTES`` or more is mapped with all its pages at once (``_mapped``).
 """
 
+import math
 import mmap
 import types
 import weakref
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..config import jit_mode
 from ..ir.interpret import np_dtype
-from ..ir.prims.control import body_of, layout, run_scan
+from ..ir.prims.control import body_of, layout, roles, run_scan
 from ..recent import Recent
 from .buffers import POOL_MIN_BYTES, recycle, taker
 from .checks import aligned
@@ -70,6 +71,7 @@ def scan(params, args, numpy=False):
     steps run interpreted or on the body's NumPy driver (``dispatch.numpy_body``), not compiled
     (the outer program runs on its own NumPy driver: its kernels are not ready; see ``steps``)."""
     from .dispatch import prepare  # dispatch runs drivers, which run scans
+    from .driver import stepper
 
     body = body_of(params["body"])
     # exact operands once (the outer program may hand over views): every step's are then exact
@@ -86,19 +88,70 @@ def scan(params, args, numpy=False):
         if out.nbytes >= MAPPED_MIN_BYTES:
             out = made[-1] = _mapped(lay.size, dt)
         _shelf.known[id(out)] = out
+    stepping = None if call is None else stepper(call)
     with np.errstate(all="ignore"):
-        out = run_scan(
-            lambda tape, values: call(values),
-            body,
-            args,
-            params["length"],
-            params["reverse"],
-            params["carries"],
-            params["xs"],
-            history=params["history"],
-            out=out,
-        )
+        if stepping is not None:
+            out = _stepped(stepping, body, args, params, lay, dt if out is None else out)
+        else:
+            out = run_scan(
+                lambda tape, values: call(values),
+                body,
+                args,
+                params["length"],
+                params["reverse"],
+                params["carries"],
+                params["xs"],
+                history=params["history"],
+                out=out,
+            )
     recycle(_shelf, made, [out])
+    return out
+
+
+def _row(a, t):
+    """Row ``t`` of ``a`` as an array (a view; 0-d where ``a`` is 1-d)."""
+    return a[t] if a.ndim > 1 else a[t : t + 1].reshape(())
+
+
+def _stepped(stepping, body, args, params, lay, out):
+    """``run_scan`` on a compiled body's ``Stepping`` (``driver.stepper``): each step stores its
+    carries straight into the history row of the next step (the last into the final carries;
+    with no history, into one of two sets of arrays taken in turn) and its ys into their rows.
+    ``out``: the packed result's array, or its dtype (a new one is made)."""
+    length, carries = params["length"], params["carries"]
+    if not isinstance(out, np.ndarray):
+        out = np.empty(lay.size, out)
+    carry, seq, inv = (list(args[r.start : r.stop]) for r in roles(len(args), carries, params["xs"]))
+    order = range(length - 1, -1, -1) if params["reverse"] else range(length)
+    slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if params["reverse"] else s) for s in seq]
+    kept, ys = ([out[o : o + math.prod(s)].reshape(s) for o, s in part] for part in (lay.history, lay.ys))
+    finals = [out[o : o + math.prod(s)].reshape(s) for o, s in lay.finals]
+    made = []
+    take = taker(stepping.plan, made)
+    scratch = [take(shape, dt) for shape, dt in stepping.scratch]
+    turns = [] if kept or length < 2 else [[take(f.shape, f.dtype) for f in finals] for _ in range(2)]
+    drive = stepping.drive
+    for step in range(length):
+        at = order[step]
+        if step == 0:
+            for h, c in zip(kept, carry):
+                h[at] = c
+        if step == length - 1:
+            targets = finals
+        elif kept:
+            targets = [_row(h, order[step + 1]) for h in kept]
+        else:
+            targets = turns[step % 2]
+        outs = targets + [_row(y, at) for y in ys]
+        got = drive(carry + [s[step] for s in slices] + inv, outs, scratch)
+        for g, o in zip(got, outs):
+            if g is not None:
+                o[...] = g
+        carry = targets
+    if not length:
+        for f, c in zip(finals, carry):
+            f[...] = c
+    recycle(stepping.plan, made, [])
     return out
 
 

@@ -36,7 +36,7 @@ from .table import Cotangents, P, Params, Shapes, Tangents, TapeError, Typed
 if TYPE_CHECKING:
     from ..tape import Tape, Var
 
-__all__ = ["DIFFERENTIATE", "STEPS", "Layout", "body_of", "layout", "parts", "text_of"]
+__all__ = ["DIFFERENTIATE", "STEPS", "Layout", "body_of", "layout", "parts", "roles", "text_of"]
 
 # ``vjp`` and ``jvp`` of a whole tape, from ``engine.transform.differentiate`` (see the docstring)
 DIFFERENTIATE: dict[str, Callable[..., Any]] = {}
@@ -116,7 +116,7 @@ def parts(packed: Var, lay: Layout) -> tuple[list[Var], list[Var], list[Var]]:
     return tuple([take(o, s) for o, s in group] for group in (lay.finals, lay.ys, lay.history))  # type: ignore[return-value]
 
 
-def _roles(n_args: int, carries: int, xs: int) -> tuple[range, range, range]:
+def roles(n_args: int, carries: int, xs: int) -> tuple[range, range, range]:
     return range(carries), range(carries, carries + xs), range(carries + xs, n_args)
 
 
@@ -168,7 +168,7 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
     array of the result's size and dtype to write it into (every element is written), else a new one."""
     from ..interpret import np_dtype
 
-    carry, seq, inv = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
+    carry, seq, inv = (list(args[r.start : r.stop]) for r in roles(len(args), carries, xs))
     order = range(length - 1, -1, -1) if reverse else range(length)
     # each step's slices, made up front (an index of a 1-d array is a number, not a 0-d array)
     slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if reverse else s) for s in seq]
@@ -204,7 +204,7 @@ def reverse_body(
 
     body = body_of(text)
     ins = body.inputs
-    c_in, x_in, w_in = (ins[r.start : r.stop] for r in _roles(len(ins), carries, xs))
+    c_in, x_in, w_in = (ins[r.start : r.stop] for r in roles(len(ins), carries, xs))
     dt = body.dtypes
     # a runtime scalar (a Python number of the step) takes no gradient
     w_kinds = body.kinds[carries + xs :]
@@ -270,7 +270,7 @@ def _scan_vjp(need: Sequence[bool], g: Var, out: Var, args: Sequence[Var], param
         out = g.bld.emit("scan", args, dict(params, history=True))
     _, _, hist = parts(out, layout(body, length, carries))
     g_hist = g_hist or [None] * carries
-    c, x, w = (list(args[r.start : r.stop]) for r in _roles(len(args), carries, xs))
+    c, x, w = (list(args[r.start : r.stop]) for r in roles(len(args), carries, xs))
     flows = tuple(v is not None for v in g_ys + g_hist)
     rtext, sums, grads_x = reverse_body(text, carries, xs, flows, tuple(need))
     zeros = [a.bld.full(0, a.shape, a.dtype) for a, d in zip(w, sums) if d]
@@ -327,9 +327,9 @@ def tangent_body(text: str, carries: int, xs: int) -> str:
     ins = body.inputs
     tangent = DIFFERENTIATE["jvp"](body, ins)
     b = Builder()
-    roles = _roles(len(ins), carries, xs)
+    groups = roles(len(ins), carries, xs)
     env = {}
-    for r in roles:
+    for r in groups:
         for k in r:
             env[ins[k]] = b.input(body.shapes[ins[k]], body.dtypes[ins[k]], body.kinds[k])
         for k in r:
@@ -352,8 +352,8 @@ def _scan_jvp(ts: Tangents, out: Var, args: Sequence[Var], params: Params) -> Va
     text, length, reverse, carries, xs = (params[k] for k in ("body", "length", "reverse", "carries", "xs"))
     body = body_of(text)
     tangents = [a.bld.full(0, a.shape, a.dtype) if t is None else t for t, a in zip(ts, args)]
-    roles = _roles(len(args), carries, xs)
-    targs = [v for r in roles for v in [args[k] for k in r] + [tangents[k] for k in r]]
+    groups = roles(len(args), carries, xs)
+    targs = [v for r in groups for v in [args[k] for k in r] + [tangents[k] for k in r]]
     n_ys = len(body.outputs) - carries
     ttext = tangent_body(text, carries, xs)
     tparams = {"body": ttext, "length": length, "reverse": reverse, "carries": 2 * carries, "xs": 2 * xs}
