@@ -430,6 +430,8 @@ class _Writer:
             args += self.loop_args(j, n_seg, step, part, gone, guards, len(seg) == 1)
         name = f"K{n_seg}"
         self.g[name] = _warming(fn, self.g, name)
+        if src.keep is not None:  # an argument several loops share is passed once
+            args = [args[k] for k in src.keep]
         self.lines.append(f"{name}({', '.join(args)})")
         if guards:
             # an argument outside the range of a vectorised sin/cos: the interpreter is exact

@@ -54,7 +54,7 @@ def execute(plan, values, kernels=None):
                 kernels = [steps[j] for j in seg if not isinstance(steps[j], Glue)]
                 bad = threads.run_chunked(fn, kernels, src, args, n_threads, tape)
             else:
-                fn(*args)
+                fn(*(args if src.keep is None else [args[k] for k in src.keep]))
                 bad = any(f[0] for f in flags)
             if bad:
                 # an argument outside the range of a vectorised sin/cos: the interpreter is exact

@@ -117,6 +117,8 @@ def run_chunked(fn, kernels, src, args, threads, tape):
     k = min(threads, n0)
     bounds = [n0 * i // k for i in range(k + 1)]
     calls, flags, combine = _chunk_calls(kernels, src, args, bounds, tape)
+    if src.keep is not None:  # an argument several loops share is passed once (``codegen.program``)
+        calls = [[c[k] for k in src.keep] for c in calls]
     first = calls[0]
     if not fn.ready:  # the first call compiles (or loads from disk): once, in this thread
         fn(*first)
