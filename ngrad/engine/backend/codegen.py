@@ -403,8 +403,11 @@ def write_nest(state):
         out.append(f"{p}lo = {lo}")
         hi = f"min({', '.join(stops)}, {p}n0)" if stops else f"{p}n0"
         out.append(f"{p}hi = {hi}")
-        nest.append(f"for {p}j0, {p}j1 in ((0, min({p}lo, {p}n0)), (max({p}lo, {p}hi), {p}n0)):  # rows outside")
-        nest += _nest(state, state.copies, f"{p}j0, {p}j1", [], "    ")
+        outside = [f"for {p}j0, {p}j1 in ((0, min({p}lo, {p}n0)), (max({p}lo, {p}hi), {p}n0)):  # rows outside"]
+        outside += _nest(state, state.copies, f"{p}j0, {p}j1", [], "    ")
+        if state.block:  # most blocks have no row outside: their tests cost more than the rows
+            outside = [f"if blk0 < {p}lo or blk1 > {p}hi:"] + ["    " + ln for ln in outside]
+        nest += outside
         head = [f"{p}u0 = np.uint64({p}i0)  # unsigned: Numba tests a signed index for negativity"]
         nest += _nest(state, state.inner, f"{p}lo, {p}hi", head, "")
     (state.tail if state.block else out).extend([ln for c in state.copies for ln in c.post[-1]] + state.post[-1])
