@@ -14,6 +14,7 @@ are pickled frames over the child's stdin and stdout (the child writes nothing e
 child ends when its stdin closes, that is with its parent.
 """
 
+import dataclasses
 import io
 import os
 import pickle
@@ -24,6 +25,7 @@ import sys
 import threading
 
 from ..config import cache_root
+from ..ir.tape import Tape
 from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
@@ -60,12 +62,19 @@ def compile_remote(tier, tape, values, meanwhile=None):
         request = ("machine", tier.code, values, 1, cache_root())
     else:
         request = ("plan", tape, values, get_num_threads(), cache_root())
+    try:
+        frame = _frame(request)
+    except (pickle.PickleError, AttributeError, TypeError):  # this one cannot travel: compiled here
+        if meanwhile is not None:
+            meanwhile()
+        return False
     with _lock:
         proc = _child["proc"] or _start()
         try:
             if proc is not None:
-                _send(proc.stdin, request)
-        except (OSError, pickle.PickleError):
+                proc.stdin.write(frame)
+                proc.stdin.flush()
+        except OSError:
             proc, _child["dead"] = None, True
         if meanwhile is not None:
             meanwhile()
@@ -115,19 +124,35 @@ def _start():
 
 class _Pickler(pickle.Pickler):
     """Tuples of the facade's subclasses (``ngrad.Size`` in a shape or a parameter) travel as
-    plain tuples: the child imports the engine alone, and the engine reads them as tuples."""
+    plain tuples: the child imports the engine alone, and the engine reads them as tuples. A
+    tape travels without what this process memoized on it (its key, the interpreter's steps,
+    which hold the primitives' functions): the child makes its own."""
 
     def reducer_override(self, obj):
         if isinstance(obj, tuple) and type(obj) is not tuple and not hasattr(obj, "_fields"):
             return tuple, (tuple(obj),)
+        if type(obj) is Tape:
+            return _tape, tuple(getattr(obj, f.name) for f in _TAPE_FIELDS)
         return NotImplemented
 
 
-def _send(stream, obj):
+_TAPE_FIELDS = [f for f in dataclasses.fields(Tape) if f.init]
+
+
+def _tape(*values):
+    return Tape(*values)
+
+
+def _frame(obj):
+    """``obj`` pickled, with its length in front."""
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     data = buffer.getvalue()
-    stream.write(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def _send(stream, obj):
+    stream.write(_frame(obj))
     stream.flush()
 
 
