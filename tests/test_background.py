@@ -6,12 +6,14 @@ with one warning, and a burst of new structures keeps one thread and a bounded q
 
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
 import pytest
 
 import ngrad
+from ngrad.engine.config import compile_mode
 from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.runtime import background, compile_server, dispatch
 from ngrad.engine.targets import CompileError
@@ -269,3 +271,150 @@ def test_a_burst_of_jobs_leaves_the_calls_alone_first_unless_somebody_waits(monk
     assert not ran.wait(0.3)  # the calls have the interpreter's lock to themselves first
     assert background.wait(record, timeout=20)  # one waiting for it starts it at once
     assert ran.is_set() and not record.compiling
+
+
+def _children():
+    """This process's child processes (Linux), or None where /proc cannot tell."""
+    import glob
+    import os
+
+    files = glob.glob(f"/proc/{os.getpid()}/task/*/children")
+    if not files:
+        return None
+    return {int(p) for f in files for p in open(f).read().split()}
+
+
+def test_one_compile_server_serves_every_structure_and_interpreted_tapes_reach_it(monkeypatch, rng):
+    """The structures' tapes were interpreted first (the interpreter memoizes its steps on a
+    tape, with the primitives' functions in them): they still travel, to one child."""
+    if compile_mode() != "process":
+        pytest.skip("the compile server serves NGRAD_COMPILE=process")
+    before = _children()
+    served = []
+    real = compile_server.compile_remote
+    monkeypatch.setattr(background, "compile_remote", lambda *a, **k: served.append(real(*a, **k)) or served[-1])
+    for k in range(4):  # four structures
+
+        def f(x, k=k):
+            y = x.sin() * (k + 1.5)
+            for _ in range(k):
+                y = y.cos()
+            return y.exp().sum()
+
+        x0 = rng.standard_normal(100 + k)
+        want = _reference(x0, f, monkeypatch)
+        for _ in range(3):
+            got = _value_and_grad(x0, f)
+        assert ngrad.synchronize_compiles(timeout=120)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    assert served and all(served)  # the child compiled them all
+    proc = compile_server._child["proc"]
+    assert proc is not None and proc.poll() is None and not compile_server._child["dead"]
+    if before is not None:
+        assert _children() - before == {proc.pid}
+
+
+def test_a_request_that_cannot_travel_is_compiled_here_and_the_server_lives_on(rng):
+    from ngrad.engine.ir.tape import Builder
+
+    b = Builder()
+    x = b.input((8,), "f64")
+    tape = b.finish([(x * x).sum(axes=(0,), keepdim=False)])
+    tape._last = ((0, 0, 0), lambda: None)  # a memo of this process only: left behind
+    buffer = __import__("io").BytesIO()
+    compile_server._send(buffer, ("plan", tape))
+    got = __import__("pickle").loads(buffer.getvalue()[8:])[1]
+    assert got.format() == tape.format() and got._last is None
+    ran = []
+    values = [rng.standard_normal(8), lambda: None]  # a value pickle refuses
+    assert compile_server.compile_remote(None, tape, values, meanwhile=lambda: ran.append(1)) is False
+    assert ran == [1] and not compile_server._child["dead"]
+
+
+class _Clocks:
+    """Fake clocks for ``defer_to_calls``: wall time moves only when it sleeps; the main thread
+    uses ``busy`` of each second of it; the worker has used ``own`` seconds of CPU."""
+
+    def __init__(self, busy, own=0.0):
+        self.wall, self.main, self.own, self.busy, self.naps = 0.0, 0.0, own, busy, []
+
+    def sleep(self, s):
+        self.naps.append(s)
+        self.wall += s
+        self.main += s * (self.busy(self.wall) if callable(self.busy) else self.busy)
+
+    def install(self, monkeypatch):
+        clocks = {"main": lambda: self.main, "own": lambda: self.own, "now": lambda: self.wall, "sleep": self.sleep}
+        monkeypatch.setattr(background, "_clocks", clocks)
+        monkeypatch.setattr(background, "_pace", dict(background._pace, start=None, slept=0.0))
+        monkeypatch.setitem(background._state, "ident", threading.get_ident())  # this test is the worker
+        background._new_job()
+        return self
+
+
+def _ran(clocks, seconds, main_share=1.0):
+    """The worker ran ``seconds`` of CPU while the main thread used ``main_share`` of them."""
+    clocks.own += seconds
+    clocks.wall += seconds
+    clocks.main += main_share * seconds
+
+
+def test_the_worker_defers_to_a_busy_main_thread_for_a_bounded_share(monkeypatch):
+    if compile_mode() != "thread":
+        pytest.skip("a policy of the worker thread: one run is enough")
+    monkeypatch.setattr(background, "DEFER_SHARE", 1.0)
+    monkeypatch.setattr(background, "DEFER_MAX_S", 0.1)
+    c = _Clocks(busy=1.0).install(monkeypatch)
+    _ran(c, 0.03)
+    slept = background.defer_to_calls()
+    # it slept in slices while the main thread ran, until its share of the burst was spent
+    assert c.naps and all(s == background.SLICE_S for s in c.naps)
+    assert 0.03 - background.SLICE_S <= slept <= 0.03
+    assert background.defer_to_calls() == 0.0  # and no more, however busy the main thread stays
+    _ran(c, 0.5)  # once it has worked more, it may defer again, up to the cap
+    assert 0.1 - 0.03 - background.SLICE_S <= background.defer_to_calls() <= 0.1 - slept
+    _ran(c, 0.5)
+    assert background.defer_to_calls() == 0.0
+    background._new_job()  # later jobs: the cap is the process's
+    _ran(c, 0.5)
+    assert background.defer_to_calls() == 0.0
+
+
+def test_the_worker_runs_on_when_the_main_thread_rests_or_waits_for_it(monkeypatch):
+    if compile_mode() != "thread":
+        pytest.skip("a policy of the worker thread: one run is enough")
+    c = _Clocks(busy=0.0).install(monkeypatch)
+    _ran(c, 0.1, main_share=0.05)  # the main thread idle (at a prompt, in a sleep)
+    assert background.defer_to_calls() == 0.0 and not c.naps
+    # busy for 5 ms of naps, then idle: it stops deferring as soon as it sees that
+    c = _Clocks(busy=lambda wall: 1.0 if wall < 0.105 else 0.0).install(monkeypatch)
+    _ran(c, 0.1)
+    assert 0.004 <= background.defer_to_calls() <= 0.007
+    c = _Clocks(busy=1.0).install(monkeypatch)
+    _ran(c, 0.1)
+    monkeypatch.setitem(background._state, "waiters", 1)  # synchronize_compiles: no deferring
+    assert background.defer_to_calls() == 0.0
+    monkeypatch.setitem(background._state, "waiters", 0)
+    monkeypatch.setitem(background._state, "ident", -1)  # a thread compiling for itself
+    assert background.defer_to_calls() == 0.0
+
+
+def test_a_loop_that_never_pauses_still_gets_its_kernels(monkeypatch, rng):
+    """The worker defers to the calls only for a share of its job: a tight loop of calls (the
+    main thread always busy) sees the compiled tier without waiting for it, and the same values."""
+
+    def f(x):
+        return (x.sin() * x.exp() + x.cos()).sum()
+
+    x0 = rng.standard_normal(20_000)
+    want = _reference(x0, f, monkeypatch)
+    before = set(dispatch.records)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 120:
+        got = _value_and_grad(x0, f)
+        new = [r for k, r in dispatch.records.items() if k not in before]
+        if new and all(r.tier is not None and r.tier.ready() for r in new):
+            break
+    assert new and all(r.tier is not None and r.tier.ready() for r in new)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)

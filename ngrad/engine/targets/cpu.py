@@ -26,6 +26,7 @@ import time
 from types import ModuleType
 
 import numba
+import numba.core.event
 from llvmlite import ir
 from numba import types
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
@@ -48,6 +49,7 @@ __all__ = [
     "key_of",
     "resident",
     "warm_up",
+    "on_compile_step",
     "Kernel",
 ]
 
@@ -475,6 +477,48 @@ def warm_up():
     from numba.core.registry import cpu_target
 
     cpu_target.target_context.refresh()
+
+
+class _Steps(numba.core.event.Listener):
+    """Calls its function as each of Numba's compiler passes starts."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def on_start(self, event):
+        self.fn()
+
+    def on_end(self, event):
+        pass
+
+
+_steps: dict = {}
+
+
+def on_compile_step(fn):
+    """Have ``fn()`` called (in the compiling thread) as each of Numba's compiler passes starts:
+    typing, rewriting and lowering run as a few dozen passes a function, so ``fn`` (the compile
+    worker's ``defer_to_calls``) gets a look every few milliseconds of a compile. Registering
+    the same function again does nothing.
+
+    ```python
+    >>> import numba
+    >>> from ngrad.engine.targets.cpu import on_compile_step
+    >>> passes = []
+    >>> def count():
+    ...     passes.append(1)
+    >>> on_compile_step(count)
+    >>> numba.njit(lambda a: a + 1.0)(2.0)
+    3.0
+    >>> len(passes) > 10
+    True
+
+    ```
+    """
+    with _lock:
+        if fn not in _steps:
+            _steps[fn] = _Steps(fn)
+            numba.core.event.register("numba:run_pass", _steps[fn])
 
 
 def cached(text, make):
