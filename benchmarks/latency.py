@@ -21,7 +21,11 @@ The first line says what ran ngrad's large matrix products and where it compiled
 opt-in extra (``pip install 'ngrad[mkl]'``, also in the ``test`` extra), whose loading and first
 product (30-90 ms here) fall in call 1; ``NGRAD_BLAS=numpy`` measures a default install.
 
-Run: ``python benchmarks/latency.py [--problems example,gmm,ode] [--calls 20] [--markdown OUT]``.
+On a shared or loaded machine each number varies from run to run by more than the differences
+it is meant to show: ``--repeat N`` measures every case N times (each ngrad repeat with a new
+empty cache) and reports the best of the N for each column.
+
+Run: ``python benchmarks/latency.py [--problems example,gmm,ode] [--calls 20] [--repeat 3] [--markdown OUT]``.
 """
 
 import argparse
@@ -179,6 +183,30 @@ def _summary(m):
     }
 
 
+def _best(summaries):
+    """The best (smallest) of each column over repeated measurements of one case; an error if
+    any of them failed."""
+    failed = next((m for m in summaries if "error" in m), None)
+    if failed is not None:
+        return failed
+    return {k: min(m[k] for m in summaries) for k in summaries[0]}
+
+
+def _case(problem, size, system, calls, repeat):
+    """``[(how, best summary)]`` for one problem and system: ngrad cold and warm (each repeat on a
+    new empty cache), the others once per repeat."""
+    hows = ("cold", "warm") if system.startswith("ngrad") else ("",)
+    runs = {how: [] for how in hows}
+    for _ in range(repeat):
+        if system.startswith("ngrad"):
+            with tempfile.TemporaryDirectory() as cache:
+                for how in hows:
+                    runs[how].append(_summary(_measure(problem, size, system, calls, cache)))
+        else:
+            runs[""].append(_summary(_measure(problem, size, system, calls, tempfile.gettempdir())))
+    return [(how, _best(runs[how])) for how in hows]
+
+
 def _installed(system):
     mod = {"torch": "torch", "torch.compile": "torch", "jax": "jax"}.get(system)
     if mod is None:
@@ -195,6 +223,7 @@ def main(argv=None):
     ap.add_argument("--problems", default="example,chain,ode,lstm,gmm,kmeans,ba,mlp")
     ap.add_argument("--size-index", type=int, default=0, help="which of each problem's sizes (default the first)")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=1, help="measure each case N times, report the best of each column")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--child", nargs=4, metavar=("PROBLEM", "SIZE", "SYSTEM", "CALLS"), help=argparse.SUPPRESS)
@@ -210,6 +239,8 @@ def main(argv=None):
 
     # MKL is an opt-in extra: where it is installed its loading and first product count in call 1
     setting = f"ngrad: large products on {blas.describe()}; compiles: NGRAD_COMPILE={compile_mode()}"
+    if args.repeat > 1:
+        setting += f"; best of {args.repeat} runs for each column"
     print(setting)
     lines = [
         "| problem | system | cache | import (s) | call 1 (ms) | call 2 | calls 3-5 | steady | to steady (s) "
@@ -224,12 +255,7 @@ def main(argv=None):
         for system in systems:
             if problem != "example" and system == "ngrad eager" and not PROBLEMS[problem].traced:
                 continue
-            if system.startswith("ngrad"):
-                with tempfile.TemporaryDirectory() as cache:
-                    for how in ("cold", "warm"):
-                        rows.append((system, how, _summary(_measure(problem, size, system, args.calls, cache))))
-            else:
-                rows.append((system, "", _summary(_measure(problem, size, system, args.calls, tempfile.gettempdir()))))
+            rows += [(system, how, r) for how, r in _case(problem, size, system, args.calls, max(1, args.repeat))]
         eager = next((r for s, _, r in rows if s == "torch" and "error" not in r), None)
         for system, how, r in rows:
             label = f"{problem} {size:,}" if size else problem
