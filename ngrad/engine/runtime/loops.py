@@ -4,8 +4,10 @@ Contract: ``scan(params, args)`` returns the packed result of a ``scan`` instruc
 (``ir.prims.control``) on checked host operands, its body run step by step as a program of its
 own through ``dispatch.prepare``: the body tiers, compiles and caches like any tape (once,
 whatever the number of steps: a new length compiles nothing), and a step costs one call of the
-body's driver. The CUDA target runs a scan's steps this way on the host (a step of a recurrence
-is too small to fill a GPU; the operands cross once each way). ``steps(text, tape)`` is how a
+body's driver (a compiled body's ``driver.stepper``, which stores each step's carries straight
+into the history row of the next: ``_stepped``). The CUDA target runs a scan's steps this way
+on the host (a step of a recurrence is too small to fill a GPU; the operands cross once each
+way). ``steps(text, tape)`` is how a
 program that is not compiled yet (interpreted, or on its NumPy driver) runs a scan's steps: on
 the body's compiled driver when that is ready, else ``dispatch.numpy_body``. A big result is
 written into memory already mapped: one the caller has dropped since an earlier call (``_shelf``);
@@ -47,6 +49,19 @@ class _Lent(Recent):
 # that a result ``buffers.taker`` allocated anew is told from one it took back
 _shelf = types.SimpleNamespace(pool={}, lent=_Lent(), known=weakref.WeakValueDictionary())
 
+
+class _Compiled(Recent):
+    """Bodies' compiled drivers (``dispatch.prepare``'s, once compiled), by body text: a step's
+    driver is the same function from then on, and asking ``prepare`` again cost 35-70 µs a call
+    (``config.compile_mode`` counts the CPUs each time), half of GradBench ode's smallest
+    primal."""
+
+    def bound(self):
+        return 16
+
+
+_compiled = _Compiled()
+
 # A new scan result this big is mapped with every 4 KiB page present (``_mapped``), not on the
 # huge pages NumPy asks for from 4 MiB: a process's first touch of huge pages is slow on this
 # (virtual) machine, likely pages the host must back again, even with gigabytes of free 2 MiB
@@ -79,8 +94,14 @@ def scan(params, args, numpy=False):
     args = [aligned(a) if isinstance(a, np.ndarray) else a for a in args]
     if not params["length"]:
         call = None
+    elif numpy:
+        call = steps(params["body"], body)
     else:
-        call = steps(params["body"], body) if numpy else prepare(body, checked=False)
+        call = _compiled.get(params["body"]) if jit_mode() != "never" else None
+        if call is None:
+            call = prepare(body, checked=False)
+            if stepper(call) is not None:  # compiled: the same driver from now on
+                _compiled[params["body"]] = call
     lay = layout(body, params["length"], params["carries"], params["history"])
     dt, made = np_dtype(lay.dtype), []
     out = taker(_shelf, made)((lay.size,), dt) if lay.size * dt.itemsize >= POOL_MIN_BYTES else None
