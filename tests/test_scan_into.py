@@ -116,3 +116,20 @@ def test_values_and_gradients_through_ngrad_scan_equal_the_interpreter(jit_alway
         monkeypatch.setenv("NGRAD_JIT", "always")
         for g, w in zip(got, want):  # (the kernels reassociate sums: rounding apart)
             np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13 * np.abs(w).max())
+
+
+def test_a_compiled_body_is_asked_of_prepare_once(jit_always, monkeypatch):
+    """After its first compiled call a scan keeps its body's driver (``loops._compiled``): later
+    calls, other values, ask ``dispatch.prepare`` nothing and still equal the interpreter."""
+    from ngrad.engine.runtime import dispatch
+
+    body = _body()
+    asked = []
+    real = dispatch.prepare
+    monkeypatch.setattr(dispatch, "prepare", lambda *a, **k: asked.append(a) or real(*a, **k))
+    loops._compiled.clear()
+    for seed in (5, 6, 7):
+        params, args = _params(body, 3, False, True), _args(seed, 3)
+        want = _reference(body, params, args)
+        np.testing.assert_allclose(loops.scan(params, args), want, rtol=1e-11, atol=1e-13 * np.abs(want).max())
+    assert len(asked) == 1
