@@ -68,11 +68,14 @@ START_S = 0.05
 # when its CPU time grew by at least BUSY of the wall time over the last BUSY_WINDOW_S or the
 # last slice slept; the worker sleeps SLICE_S at a time, at most DEFER_SHARE times its own CPU
 # time (it keeps half the time in a loop that never pauses) and at most DEFER_MAX_S in the
-# process's life. Fresh process, 30 calls of the 100,000-point example, their mean without
-# and with (ms): 7.9-9.4 and 5.3-6.1 at DEFER_SHARE = 2 (no cap), but PyTorch's polynomial loop
-# took 0.2 s longer in all (its calls are Python, sharing the lock evenly with the worker anyway,
-# and its kernels came later), and 0.16 s with 0.1 s a burst of jobs (it has several): the cap
-# for the process's life bounds that.
+# process's life. 2 cores, fresh process, 30 calls of the 100,000-point example while its kernel
+# compiles or loads, the mean of calls 2-30 per run (ms), without and with: 8.4-9.1 and 7.0-7.3
+# (PyTorch eager, one thread: 3.0-3.5). Without the cap (DEFER_SHARE = 2) it was 7.9-9.4 and
+# 5.3-6.1, but PyTorch's polynomial loop (benchmarks/poly_loop.py) then took 0.2 s longer in all
+# (its calls are Python, which shares the lock evenly with the worker anyway, and its kernels
+# came later), 0.16 s with a cap of 0.1 s a burst (it has several bursts), and within the noise
+# with this cap. A sleep inside an import holds the import lock: a call importing a module for
+# the first time meanwhile waits one slice, and is then seen resting.
 BUSY = 0.3
 BUSY_WINDOW_S = 0.005
 SLICE_S = 0.001
