@@ -35,7 +35,6 @@ for a NumPy loop would otherwise wait up to 5 ms to get it back.
 """
 
 import collections
-import importlib.abc
 import os
 import sys
 import threading
@@ -133,8 +132,10 @@ def defer_to_calls():
     return slept
 
 
-class _Deferring(importlib.abc.MetaPathFinder):
-    """Defers to the calls before each module the worker imports; finds nothing itself."""
+class _Deferring:
+    """A finder on ``sys.meta_path`` that defers to the calls before each module the worker
+    imports, and finds nothing itself (not an ``importlib.abc`` subclass: importing that costs
+    every ``import ngrad`` 20 ms)."""
 
     def find_spec(self, name, path=None, target=None):
         defer_to_calls()
