@@ -9,7 +9,8 @@ allocates buffers (big ones from the plan's pool), calls kernels and NumPy glue,
 output that would share memory with an input or another output. Writing one is two passes per
 step: *deciding* what the step does (``glue_kind``: a ``GlueKind``; ``store_targets``: a
 ``StoreTarget`` per stored slot) and *rendering* that decision as Python (``_Writer``). Every
-line carries the tape instruction it came from.
+line carries the tape instruction it came from. ``stepper(drive)`` is the ``Stepping`` of a
+driver without input checks: a scan's step, storing its outputs into arrays its caller gives.
 """
 
 import enum
