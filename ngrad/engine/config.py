@@ -6,7 +6,8 @@ names the variable and its allowed values, except the debug level and the JIT th
 fall back to their defaults as they always have. Every layer of the engine may import this
 module; it imports nothing of the engine.
 
->>> import os
+>>> import functools
+import os
 >>> os.environ["NGRAD_JIT"] = "never"; jit_mode()
 'never'
 >>> del os.environ["NGRAD_JIT"]; jit_mode()
@@ -15,6 +16,7 @@ module; it imports nothing of the engine.
 
 from __future__ import annotations
 
+import functools
 import os
 
 __all__ = [
@@ -97,13 +99,19 @@ def jit_mode() -> str:
     return _choice("NGRAD_JIT", "auto", ("auto", "always", "never"))
 
 
+@functools.cache
+def _cores() -> int:
+    # os.cpu_count() took 22-35 µs, and a scan's body asked on every call
+    return os.cpu_count() or 1
+
+
 def compile_mode() -> str:
     """``NGRAD_COMPILE``: where ``auto`` compiles a tape's kernels while its calls run on the
     interpreter: ``process`` (a child process compiles them into the disk cache and a worker
     thread loads them), ``thread`` (a worker thread compiles them), or ``wait`` (the call that
     needs them compiles them). By default ``process`` on a machine of four cores or more, else
     ``thread`` (on two cores a child competes for the same cores and delivers later)."""
-    default = "process" if (os.cpu_count() or 1) >= 4 else "thread"
+    default = "process" if _cores() >= 4 else "thread"
     return _choice("NGRAD_COMPILE", default, ("process", "thread", "wait"))
 
 
