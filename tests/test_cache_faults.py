@@ -59,6 +59,14 @@ def _new_process(monkeypatch):
     monkeypatch.setattr(store, "_refused", {}, raising=False)
 
 
+def _numba_path():
+    """Drop the kept machine code (``objects/``), which a new process runs before it reads a
+    module or Numba's files (``tests/test_objects.py`` damages those): the next run goes
+    through the module and Numba's cache, whose repairs these tests check."""
+    for p in glob.glob(os.path.join(store.cache_dir(), "objects", "*")):
+        os.unlink(p)
+
+
 def _one_warning(caught, *words):
     ours = [w for w in caught if issubclass(w.category, RuntimeWarning) and "kernel cache" in str(w.message)]
     assert len(ours) == 1, [str(w.message) for w in caught]
@@ -167,8 +175,10 @@ def _read_only(monkeypatch, root):
 def test_a_read_only_cache_is_read_and_what_it_lacks_compiles_in_memory(cache, monkeypatch, capsys):
     _run(3.25)  # the administrator fills the shared cache
     _run(3.75)
-    for p in glob.glob(os.path.join(store.cache_dir(), "__pycache__", c.key_of(_text(3.75)) + ".*")):
-        os.unlink(p)  # a module without Numba's files: compiled, and not saved
+    key = c.key_of(_text(3.75))
+    made = glob.glob(os.path.join(store.cache_dir(), "__pycache__", key + ".*"))
+    for p in made + glob.glob(os.path.join(store.cache_dir(), "objects", key + "-*.o")):
+        os.unlink(p)  # a module without Numba's files or machine code: compiled, and not saved
     before = _files(cache)
     _new_process(monkeypatch)
     _read_only(monkeypatch, cache)
@@ -185,7 +195,7 @@ def test_a_read_only_cache_is_read_and_what_it_lacks_compiles_in_memory(cache, m
     assert "read-only" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("where", ["root", "folder", "__pycache__"])
+@pytest.mark.parametrize("where", ["root", "folder", "__pycache__", "objects"])
 def test_a_folder_writable_by_others_is_refused(cache, monkeypatch, where, capsys):
     _run(4.25)
     before = _files(cache)
@@ -238,6 +248,7 @@ def test_random_bytes_in_a_cached_module_are_replaced(cache, monkeypatch):
     (path,) = glob.glob(os.path.join(store.cache_dir(), "k*.py"))
     with open(path, "wb") as f:
         f.write(b"\xff\xfe\x00" + os.urandom(64))
+    _numba_path()
     _new_process(monkeypatch)
     _run(6.25)
     with open(path) as f:
@@ -254,6 +265,7 @@ def test_damaged_numba_index_and_data_are_removed_and_rebuilt(cache, monkeypatch
             data = f.read()
         with open(p, "wb") as f:
             f.write(data[: len(data) // 2] if damage == "truncate" else b"\x80\x04garbage" + data[-40:])
+    _numba_path()
     _new_process(monkeypatch)
     compiled = c.stats["compiled"]
     _run(7.25)
@@ -298,6 +310,7 @@ def test_the_module_run_is_the_text_that_was_checked(cache, monkeypatch):
             os.replace(path + ".new", path)
         return f
 
+    _numba_path()
     _new_process(monkeypatch)
     monkeypatch.setattr(builtins, "open", open_then_swap)
     _run(9.25)

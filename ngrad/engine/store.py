@@ -132,7 +132,7 @@ def _check(root: str, folder: str, create: bool) -> str | None:
             return f"{path} cannot be created or read ({e.strerror or e})"
         if reason:
             return reason
-    for sub in ("__pycache__", "plans"):  # Numba's machine code and pickles, ngrad's plans
+    for sub in ("__pycache__", "plans", "objects"):  # Numba's pickles, ngrad's plans and machine code
         try:
             reason = _untrusted(os.path.join(folder, sub), owners)
         except FileNotFoundError:
