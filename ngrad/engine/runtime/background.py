@@ -281,8 +281,9 @@ def _compile(record, tier, tape, values):
 
 
 def _defer_in_compiles():
-    """Numba imported (deferring to the calls module by module) and told to defer to them at
-    each of its compiler passes too."""
+    """Numba told to defer to the calls at each of its compiler passes, once it is imported
+    (the import itself defers module by module; a job whose kernels all load as machine code
+    never imports it)."""
     from ..targets import cpu
 
     cpu.on_compile_step(defer_to_calls)
@@ -290,7 +291,8 @@ def _defer_in_compiles():
 
 
 def _warm_up():
-    # what loading the child's machine code needs here: Numba imported (0.2 s), no compiler
+    # what loading the child's machine code needs here: the CPU target (no Numba: the child
+    # keeps what it compiles as object files, see targets/objects.py)
     from ..targets import cpu  # noqa: F401
 
 
