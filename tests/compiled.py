@@ -35,6 +35,18 @@ def assert_same(tape, values, rtol):
                 np.testing.assert_array_equal(a, b)
 
 
+def graph_tape(fn, arrays, rng, grad):
+    """The tape of ``fn`` on tensors of ``arrays`` (with ``grad``, its joint tape: value and
+    gradient of every input) and its inputs, random seeds included."""
+    xs = [ngrad.tensor(a, requires_grad=grad) for a in arrays]
+    low = lower([fn(*xs)._node], grad=grad)
+    if not grad:
+        return low.tape, [n.value for n in low.sources]
+    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
+    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(np_dtype(joint.tape.dtypes[s])) for s in joint.seeds]
+    return joint.tape, [n.value for n in low.sources] + seeds
+
+
 def prim_joint(name, dtype, rng):
     """The joint tape of primitive ``name``'s test case in ``dtype``, and its input values."""
     args, params, wrt = test_prims.CASES[name]

@@ -12,26 +12,12 @@ import ngrad
 from ngrad.bench.problems import ode
 from ngrad.engine.backend import blocking, codegen
 from ngrad.engine.backend.fuse import fuse
-from ngrad.engine.ir.graph import lower
-from ngrad.engine.ir.interpret import interpret, np_dtype
+from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.runtime.dispatch import prepare
-from ngrad.engine.transform.differentiate import vjp
 
-from .compiled import assert_same
+from .compiled import assert_same, graph_tape
 
 pytestmark = [pytest.mark.usefixtures("jit_always"), pytest.mark.numba]
-
-
-def _tape(fn, arrays, rng, grad):
-    """The tape of ``fn`` (with ``grad``, its joint tape: value and gradient of every input) and
-    its inputs."""
-    xs = [ngrad.tensor(a, requires_grad=grad) for a in arrays]
-    low = lower([fn(*xs)._node], grad=grad)
-    if not grad:
-        return low.tape, [n.value for n in low.sources]
-    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(np_dtype(joint.tape.dtypes[s])) for s in joint.seeds]
-    return joint.tape, [n.value for n in low.sources] + seeds
 
 
 def _held(tape):
@@ -67,12 +53,12 @@ def _up(a, b):
 def test_an_rk4_step_holds_its_stages_a_block_at_a_time(n, monkeypatch, rng):
     monkeypatch.setattr(codegen, "BLOCK_ROWS", 4)  # 37 rows: nine blocks and one of a row
     x, y = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
-    forward, inputs = _tape(lambda x, y: ode.rk4_step(ngrad, x, y, 0.125), [x, y], rng, False)
+    forward, inputs = graph_tape(lambda x, y: ode.rk4_step(ngrad, x, y, 0.125), [x, y], rng, False)
     assert len(_held(forward)) == 3  # the stages the last loop combines; it stores y only
     text = codegen.program(fuse(forward).kernels(), forward, outside=set(forward.outputs)).text
     assert text.count("a block at a time") == 3 and "loc0 = h0 <= 4" in text
     _same_each_call(forward, inputs, rng)
-    joint, values = _tape(lambda x, y: (ode.rk4_step(ngrad, x, y, 0.125) * y).sin(), [x, y], rng, True)
+    joint, values = graph_tape(lambda x, y: (ode.rk4_step(ngrad, x, y, 0.125) * y).sin(), [x, y], rng, True)
     assert _held(joint)  # the reverse loops' gradients of the stages, going down
     _same_each_call(joint, values, rng)
 
@@ -82,7 +68,7 @@ def test_reads_beyond_a_block_each_way(fn, monkeypatch, rng):
     monkeypatch.setattr(codegen, "BLOCK_ROWS", 4)
     a, b = rng.standard_normal(29), rng.standard_normal(29)
     for grad in (False, True):
-        tape, values = _tape(fn, [a, b], rng, grad)
+        tape, values = graph_tape(fn, [a, b], rng, grad)
         if not grad and fn is _far:
             assert _held(tape)  # held, at every row: 9 rows below the block is more than a block
         _same_each_call(tape, values, rng)
@@ -90,7 +76,7 @@ def test_reads_beyond_a_block_each_way(fn, monkeypatch, rng):
 
 def test_a_value_read_outside_the_run_is_not_held(rng):
     a, b = rng.standard_normal(29), rng.standard_normal(29)
-    tape, _ = _tape(_up, [a, b], rng, False)
+    tape, _ = graph_tape(_up, [a, b], rng, False)
     kernels = fuse(tape).kernels()
     stored = {s for k in kernels for s in k.stores}
     assert blocking.held(kernels, tape, stored, codegen.blocks(kernels)) == {}

@@ -11,26 +11,15 @@ import ngrad
 from ngrad.bench.problems import ode
 from ngrad.engine.backend import codegen
 from ngrad.engine.backend.fuse import fuse
-from ngrad.engine.ir.graph import lower
-from ngrad.engine.ir.interpret import interpret, np_dtype
+from ngrad.engine.ir.interpret import interpret
 from ngrad.engine.runtime import layout
 from ngrad.engine.runtime.dispatch import prepare
 from ngrad.engine.runtime.executor import execute
 from ngrad.engine.runtime.plan import CompiledPlan
-from ngrad.engine.transform.differentiate import vjp
+
+from .compiled import graph_tape
 
 pytestmark = [pytest.mark.usefixtures("jit_always"), pytest.mark.numba]
-
-
-def _tape(fn, arrays, rng, grad):
-    """The tape of ``fn`` (with ``grad``, its joint tape) and its inputs."""
-    xs = [ngrad.tensor(a, requires_grad=grad) for a in arrays]
-    low = lower([fn(*xs)._node], grad=grad)
-    if not grad:
-        return low.tape, [n.value for n in low.sources]
-    joint = vjp(low.tape, [low.slot_of[x._node] for x in xs])
-    seeds = [rng.standard_normal(joint.tape.shapes[s]).astype(np_dtype(joint.tape.dtypes[s])) for s in joint.seeds]
-    return joint.tape, [n.value for n in low.sources] + seeds
 
 
 def _signature(text):
@@ -53,7 +42,7 @@ def _same_twice(tape, values, rng):
 def test_an_rk4_step_passes_each_array_once(grad, rng):
     n = 300
     x, y = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
-    tape, values = _tape(lambda x, y: (ode.rk4_step(ngrad, x, y, 0.125) * y).sin(), [x, y], rng, grad)
+    tape, values = graph_tape(lambda x, y: (ode.rk4_step(ngrad, x, y, 0.125) * y).sin(), [x, y], rng, grad)
     source = codegen.program(fuse(tape).kernels(), tape, outside=set(tape.outputs))
     params = _signature(source.text)
     assert source.keep is not None and len(params) == len(source.keep)
@@ -82,7 +71,7 @@ def test_shared_arguments_of_chunks_on_threads(monkeypatch, rng):
     monkeypatch.setattr(layout, "PARALLEL_WORK", 1)
     shape = (layout.PARALLEL_MIN // 4, 8)
     x0, w0 = rng.uniform(-1, 1, shape), rng.uniform(0.5, 1, shape)
-    tape, _ = _tape(_rows, [x0, w0], rng, True)
+    tape, _ = graph_tape(_rows, [x0, w0], rng, True)
     funcs = CompiledPlan(tape).threaded
     assert any(s is not None and s.keep is not None and c for s, c in zip(funcs.sources, funcs.chunked))
     for scale in (1.0, 0.5):  # two calls, other values
