@@ -6,8 +6,7 @@ names the variable and its allowed values, except the debug level and the JIT th
 fall back to their defaults as they always have. Every layer of the engine may import this
 module; it imports nothing of the engine.
 
->>> import functools
-import os
+>>> import os
 >>> os.environ["NGRAD_JIT"] = "never"; jit_mode()
 'never'
 >>> del os.environ["NGRAD_JIT"]; jit_mode()
