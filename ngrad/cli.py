@@ -56,7 +56,8 @@ def cache(args):
         info = cache_info()
         print(
             f"cache root: {info['root']}\nthis version: {info['folder']}\n"
-            f"kernels: {info['kernels']}\nplans: {info['plans']}\nsize: {info['bytes'] / 1e6:.2f} MB"
+            f"kernels: {info['kernels']} (machine code kept for {info['objects']} kernel signatures)\n"
+            f"plans: {info['plans']}\nsize: {info['bytes'] / 1e6:.2f} MB"
         )
         if info["problem"]:
             print(f"unusable: {info['problem']}; ngrad compiles in memory (see docs/cache.md)")

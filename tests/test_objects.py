@@ -91,6 +91,25 @@ def test_loaded_machine_code_runs_as_numbas_does(folder):
     assert again.signatures() == 2
 
 
+def test_cache_info_counts_the_machine_code_kept(folder, capsys):
+    from ngrad.cli import main
+
+    assert cpu.cache_info()["objects"] == 0
+    a, out = np.linspace(0.0, 1.0, 5), np.empty(5)
+    k = cpu.kernel(TEXT)
+    k(a, 2.0, out)
+    # a second signature, compiled by the dispatcher of a kernel that is ready: kept when a call
+    # site asks for its machine code (a driver's first call)
+    args = (a.astype(np.float32), 2.0, out.astype(np.float32))
+    k(*args)
+    assert cpu.cache_info()["objects"] == 1
+    cpu.direct(k, args)(*args)
+    np.testing.assert_allclose(args[2], args[0] * 2.0 + 1.0)
+    assert cpu.cache_info()["objects"] == 2 == len(_entries(folder))
+    assert main(["cache", "info"]) == 0
+    assert "machine code kept for 2 kernel signatures" in capsys.readouterr().out
+
+
 def test_machine_code_dropped_and_loaded_again(folder):
     a, out = np.linspace(0.0, 1.0, 5), np.empty(5)
     cpu.kernel(TEXT)(a, 2.0, out)

@@ -240,9 +240,12 @@ def direct(kernel, args):
         f = kernel.loaded.get(_signature(args)) if kernel.loaded else None
         return f if f is not None else kernel
     try:
-        return fn.overloads[tuple(fn.typeof_pyval(a) for a in args)].entry_point
+        entry = fn.overloads[tuple(fn.typeof_pyval(a) for a in args)].entry_point
     except (AttributeError, KeyError, TypeError, ValueError):
         return fn
+    if kernel.path is not None:  # another call site's signature, compiled by the dispatcher
+        _keep(kernel, args)
+    return entry
 
 
 def resident(text):
@@ -320,12 +323,14 @@ def cached(text, make):
 
 
 def cache_info():
-    """Where the cache is, how many kernels, plans (``write_plan``: bytecode encodings, joint
-    tapes, the list of compiled loops) and bytes it holds, whether this process may write it,
-    and ``problem``: why it cannot be used (then ngrad compiles in memory), or None."""
+    """Where the cache is, how many kernels, object files of their machine code (``objects``: one
+    per kernel and argument signature), plans (``write_plan``: bytecode encodings, joint tapes,
+    the list of compiled loops) and bytes it holds, whether this process may write it, and
+    ``problem``: why it cannot be used (then ngrad compiles in memory), or None."""
     folder = cache_dir()
     files = glob.glob(os.path.join(folder, "k*.py"))
     plans = glob.glob(os.path.join(folder, "plans", "*"))
+    machine = glob.glob(os.path.join(folder, "objects", "*.o"))
     size = 0
     for root, _, names in os.walk(cache_root()):
         for n in names:
@@ -337,6 +342,7 @@ def cache_info():
         "root": cache_root(),
         "folder": folder,
         "kernels": len(files),
+        "objects": len(machine),
         "plans": len(plans),
         "bytes": size,
         "writable": os.path.isdir(folder) and writable(folder),

@@ -88,14 +88,18 @@ def _host():
 def save(folder, key, sig, object_code, wrapper, env):
     """Keep ``object_code`` (Numba's object file of kernel ``key`` at signature ``sig``, whose
     CPython wrapper and environment have the symbol names ``wrapper`` and ``env``) in ``folder``;
-    an error writing it is ignored (the kernel is compiled or loaded by Numba next time)."""
+    an entry already there is kept, and an error writing it is ignored (the kernel is then
+    compiled or loaded by Numba next time)."""
     if sig is None or _undefined(object_code) is None:
+        return
+    path = _path(folder, key, sig)
+    if os.path.exists(path):
         return
     header = {"sig": repr(sig), "host": list(_host()), "wrapper": wrapper, "env": env}
     header["sha256"] = hashlib.sha256(object_code).hexdigest()
     blob = json.dumps(header).encode()
     try:
-        write_atomically(_path(folder, key, sig), _MAGIC + struct.pack("<I", len(blob)) + blob + object_code)
+        write_atomically(path, _MAGIC + struct.pack("<I", len(blob)) + blob + object_code)
     except OSError:
         pass
 
