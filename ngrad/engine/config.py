@@ -39,15 +39,13 @@ __all__ = [
 # mapping's own table under its encoded name, and a raw value is parsed once; ``os.environ``'s
 # ``__setitem__``/``__delitem__`` (and so ``monkeypatch.setenv``) update that table.
 _environ = os.environ
-_table = getattr(_environ, "_data", None)
+_table = _environ._data  # type: ignore[attr-defined]
 _encoded: dict[str, object] = {}
 _parsed: dict[tuple, object] = {}
 
 
 def _raw(name: str) -> object:
     """The variable's value as ``os.environ`` holds it (encoded), or None."""
-    if _table is None:  # an os.environ without its own table: read it the public way
-        return _environ.get(name)
     key = _encoded.get(name)
     if key is None:
         key = _encoded[name] = _environ.encodekey(name)  # type: ignore[attr-defined]
@@ -55,7 +53,7 @@ def _raw(name: str) -> object:
 
 
 def _text(raw: object) -> str | None:
-    return raw if raw is None or isinstance(raw, str) else _environ.decodevalue(raw)  # type: ignore[attr-defined,arg-type]
+    return None if raw is None else _environ.decodevalue(raw)  # type: ignore[attr-defined,arg-type]
 
 
 def _remember(key: tuple, value: object) -> None:

@@ -52,10 +52,10 @@ def driver_of(plan, checked=True):
         return None
     if checked:
         if plan.drive is None:
-            plan.drive = _driver(plan, True)
+            plan.drive = _driver(plan, True)[0]
         return plan.drive
     if plan.trusted is None:
-        plan.trusted = _driver(plan, False)
+        plan.trusted = _driver(plan, False)[0]
         plan.trusted.plan, plan.trusted.stepping = plan, None  # ``stepper`` builds it when asked
     return plan.trusted
 
@@ -81,32 +81,26 @@ def stepper(drive):
     800 KB copied a step, and six buffers taken and given back in its reverse)."""
     s = getattr(drive, "stepping", False)
     if s is None:
-        plan = drive.plan
-        g = {"execute": lambda values: executed(plan, values)}
-        inputs = [f"values[{i}]" for i in range(len(plan.tape.inputs))]
-        lines, outs = driver_code(plan, inputs, g, "return execute(values)", False, into=True)
-        body = lines + [f"return [{', '.join(outs)}]"]
-        text = "def drive(values, outs, S):\n" + "".join(f"    {line}\n" for line in body)
-        if debug_level() >= 2:
-            print(f"ngrad: generated step driver\n{text}", file=sys.stderr)
-        exec(compile(text, f"<ngrad step driver {len(plan.tape.instrs)} instrs>", "exec"), g)
-        s = drive.stepping = Stepping(g["drive"], g["SCRATCH"], plan)
+        fn, g = _driver(drive.plan, False, into=True)
+        s = drive.stepping = Stepping(fn, g["SCRATCH"], drive.plan)
     return s or None
 
 
-def _driver(plan, checked):
-    """The driver of a compiled plan as a Python function of ``values``."""
+def _driver(plan, checked, into=False):
+    """The driver of a compiled plan as a Python function of ``values`` (``into``: of ``values,
+    outs, S``, a ``Stepping``'s), and the globals it runs in."""
     # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
     # of its range (the executor falls back to the interpreter), and with threads on
     tape = plan.tape
     g = {"execute": lambda values: executed(plan, values)}
     inputs = [f"values[{i}]" for i in range(len(tape.inputs))]
-    lines, outs = driver_code(plan, inputs, g, "return execute(values)", checked)
-    text = "def drive(values):\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
+    lines, outs = driver_code(plan, inputs, g, "return execute(values)", checked, into=into)
+    head, what = ("drive(values, outs, S)", "step driver") if into else ("drive(values)", "driver")
+    text = f"def {head}:\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
-        print(f"ngrad: generated driver\n{text}", file=sys.stderr)
-    exec(compile(text, f"<ngrad driver {len(tape.instrs)} instrs>", "exec"), g)
-    return g["drive"]
+        print(f"ngrad: generated {what}\n{text}", file=sys.stderr)
+    exec(compile(text, f"<ngrad {what} {len(tape.instrs)} instrs>", "exec"), g)
+    return g["drive"], g
 
 
 class GlueKind(enum.Enum):

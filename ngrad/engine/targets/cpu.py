@@ -126,10 +126,6 @@ class Kernel:
             self._fn = self.build()
         return self._fn
 
-    @fn.setter
-    def fn(self, value):
-        self._fn = value
-
     def build(self):
         """The Numba dispatcher of the module's ``kernel`` (the CUDA target overrides this),
         cached on disk when its module is there."""
@@ -156,8 +152,8 @@ class Kernel:
         object file when there is one (no Numba), else through Numba's dispatcher, which loads
         it from its disk cache or compiles it (then kept as an object file for ``args``)."""
         t = time.perf_counter()
-        sig = None if args is None or self._fn is not None else _signature(args)
-        f = _object(self.key, sig)
+        sig = None if args is None else _signature(args)
+        f = _object(self.key, sig) if self._fn is None else None
         if f is not None:
             r = f(*args)
             self.loaded[sig] = f
@@ -170,14 +166,14 @@ class Kernel:
             from .njit import NumbaError
 
             _purge(self.key)
-            self.fn = self.build()
+            self._fn = self.build()
             try:
                 r = call(self.fn)
             except NumbaError as e:
                 raise CompileError(f"{type(e).__name__} in kernel {self.key}: {str(e).splitlines()[0]}") from e
         misses = getattr(getattr(self.fn, "stats", None), "cache_misses", True)
         if args is not None and self.path is not None:
-            _keep(self, args)
+            _keep(self, args, sig)
         self._done(None, t, bool(misses))
         return r
 
@@ -206,14 +202,17 @@ def _object(key, sig):
     return objects.load(folder, key, sig)
 
 
-def _keep(kernel, args):
-    """Keep the machine code Numba just loaded or compiled for ``args`` as an object file."""
+def _keep(kernel, args, sig):
+    """Keep the machine code Numba just loaded or compiled for ``args`` (of signature ``sig``) as
+    an object file."""
     from .njit import captured
 
     made = captured(kernel.fn, args)
+    if made is None:
+        return
     folder = usable_dir(create=False)
-    if made is not None and folder is not None and writable(folder):
-        objects.save(folder, kernel.key, _signature(args), *made)
+    if folder is not None and writable(folder):
+        objects.save(folder, kernel.key, sig, *made)
 
 
 def direct(kernel, args):
@@ -244,7 +243,7 @@ def direct(kernel, args):
     except (AttributeError, KeyError, TypeError, ValueError):
         return fn
     if kernel.path is not None:  # another call site's signature, compiled by the dispatcher
-        _keep(kernel, args)
+        _keep(kernel, args, _signature(args))
     return entry
 
 

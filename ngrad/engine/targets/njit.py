@@ -327,12 +327,13 @@ class DiskCache(FunctionCache):
 
 def captured(fn, args):
     """The machine code ``fn`` (a ``dispatcher``) compiled or loaded for the types of ``args``:
-    (object file, wrapper symbol, environment symbol), or None (no disk cache, or not yet)."""
+    (object file, wrapper symbol, environment symbol), handed out once (its caller keeps it on
+    disk), or None (no disk cache, not yet, or handed out already)."""
     cache = getattr(fn, "_cache", None)
     if not isinstance(cache, DiskCache):
         return None
     try:
-        return cache._impl.captured.get(tuple(fn.typeof_pyval(a) for a in args))
+        return cache._impl.captured.pop(tuple(fn.typeof_pyval(a) for a in args), None)
     except (TypeError, ValueError):
         return None
 

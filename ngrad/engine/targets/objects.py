@@ -90,10 +90,10 @@ def save(folder, key, sig, object_code, wrapper, env):
     CPython wrapper and environment have the symbol names ``wrapper`` and ``env``) in ``folder``;
     an entry already there is kept, and an error writing it is ignored (the kernel is then
     compiled or loaded by Numba next time)."""
-    if sig is None or _undefined(object_code) is None:
+    if sig is None:
         return
     path = _path(folder, key, sig)
-    if os.path.exists(path):
+    if os.path.exists(path) or _undefined(object_code) is None:
         return
     header = {"sig": repr(sig), "host": list(_host()), "wrapper": wrapper, "env": env}
     header["sha256"] = hashlib.sha256(object_code).hexdigest()
@@ -143,10 +143,9 @@ def _parsed(data, sig):
 
 def _loaded(header, code):
     """The callable of a checked entry, or None when a symbol it needs cannot be resolved."""
-    ll, nrt, dyn = _setup()
-    missing = [name for name, weak in _undefined(code) or () if not weak and not _resolve(ll, name)]
-    if missing:  # LLVM would abort the process on an unresolved symbol: Numba loads this one
-        return None
+    ll, dyn = _setup()
+    if any(not weak and not _resolve(ll, name) for name, weak in _undefined(code) or ()):
+        return None  # LLVM would abort the process on an unresolved symbol: Numba loads this one
     engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _machine(ll))  # it owns its machine
     objfile = ll.ObjectFileRef.from_data(code)
     engine.add_object_file(objfile)
@@ -169,7 +168,9 @@ def _setup():
     extension modules: from ``sys.modules`` when Numba is imported, else loaded from Numba's
     package folder under their own names (so that an import of Numba later uses them)."""
     if "ll" in _jit:
-        return _jit["ll"], _jit["nrt"], _jit["dyn"]
+        return _jit["ll"], _jit["dyn"]
+    import ctypes
+
     import llvmlite.binding as ll
 
     ll.initialize_native_target()
@@ -189,9 +190,10 @@ def _setup():
         if isinstance(obj, type) and issubclass(obj, BaseException):
             table["PyExc_" + obj.__name__] = id(obj)
     _jit["table"] = table
+    _jit["libraries"] = (ctypes.pythonapi, ctypes.CDLL(None))  # the C API, then the process's
     _jit["module"] = ModuleType("ngrad_kernels")
-    _jit["nrt"], _jit["dyn"], _jit["ll"] = nrt, dyn, ll
-    return ll, nrt, dyn
+    _jit["dyn"], _jit["ll"] = dyn, ll
+    return ll, dyn
 
 
 def _machine(ll):
@@ -212,7 +214,7 @@ def _resolve(ll, name):
     if address is None:
         import ctypes
 
-        for lib in (ctypes.pythonapi, ctypes.CDLL(None)):
+        for lib in _jit["libraries"]:
             try:
                 address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                 break
