@@ -46,8 +46,7 @@ import numpy as np
 from ..config import compile_mode
 from ..targets import CompileError
 from .compile_server import compile_remote
-from .driver import driver_of
-from .executor import execute
+from .driver import warm
 from .machine import Machine
 from .tiering import Decision
 
@@ -268,11 +267,10 @@ def _compile(record, tier, tape, values):
             if lay.kernels is None:
                 kernels = tier.build(lay)
                 defer_to_calls()
-                execute(tier, values, kernels)
-                lay.kernels = kernels
                 # its driver is written here too, not by the first call after publication (0.3 to
                 # 0.5 ms of GradBench's hello, its first evaluations after define)
-                driver_of(tier)
+                warm(tier, kernels, values)
+                lay.kernels = kernels
     except CompileError as e:
         record.failed = True
         warn_failed(e)

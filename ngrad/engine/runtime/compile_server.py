@@ -170,7 +170,7 @@ def _receive(stream):
 def _serve(request):
     """Compile and run one request's functions (in the child)."""
     from ..targets.cpu import kernel
-    from .executor import execute
+    from .driver import warm
     from .plan import CompiledPlan
 
     kind, what, values, n_threads, root = request
@@ -182,7 +182,7 @@ def _serve(request):
     set_num_threads(n_threads)
     plan = CompiledPlan(what)
     lay = plan.layout()
-    execute(plan, values, plan.build(lay))
+    warm(plan, plan.build(lay), values)  # the parent's calls' argument types
 
 
 def main():

@@ -28,10 +28,20 @@ from ..ir.prims import PRIMS
 from . import buffers, loops
 from .buffers import POOL_MIN_BYTES
 from .checks import NUMBERS, check_one, fix_input
-from .executor import executed
+from .executor import execute, executed
 from .layout import keepdims, kept, squeezed
 
-__all__ = ["driver_of", "driver_code", "stepper", "Stepping", "GlueKind", "glue_kind", "StoreTarget", "store_targets"]
+__all__ = [
+    "driver_of",
+    "driver_code",
+    "warm",
+    "stepper",
+    "Stepping",
+    "GlueKind",
+    "glue_kind",
+    "StoreTarget",
+    "store_targets",
+]
 
 # prims whose kernel text (the primitive table's forward against source_math.SourceMath) is Python
 # operators only, which NumPy values evaluate with NumPy's semantics and keep their dtype
@@ -60,6 +70,21 @@ def driver_of(plan, checked=True):
     return plan.trusted
 
 
+def warm(plan, kernels, values):
+    """Run ``plan`` once on ``values`` with ``kernels``, its layout's functions before they are
+    published, along the route its calls will take: its driver (built here with them, and kept),
+    or the executor while threads run its loops in chunks. Each function then has machine code
+    for exactly the argument types the calls pass (a driver passed one loop a NumPy result laid
+    out as ``x[:, idx]`` lays it out, where the executor's reshape had copied it: GradBench gmm's
+    first call after its kernels arrived compiled two of them again, 0.44 s)."""
+    if plan.chunks():
+        execute(plan, values, kernels)
+        return
+    if plan.drive is None:
+        plan.drive = _driver(plan, True, kernels=kernels)[0]
+    plan.drive(values)
+
+
 class Stepping(typing.NamedTuple):
     """A driver for a scan's steps (``stepper``): ``drive(values, outs, S)`` stores each output
     it can straight into the array ``outs[k]`` its caller gives (of the output's exact shape and
@@ -86,15 +111,15 @@ def stepper(drive):
     return s or None
 
 
-def _driver(plan, checked, into=False):
+def _driver(plan, checked, into=False, kernels=None):
     """The driver of a compiled plan as a Python function of ``values`` (``into``: of ``values,
-    outs, S``, a ``Stepping``'s), and the globals it runs in."""
+    outs, S``, a ``Stepping``'s), and the globals it runs in (``kernels``: see ``driver_code``)."""
     # the plan run step by step: the exact route when a vectorised sin/cos met an argument out
     # of its range (the executor falls back to the interpreter), and with threads on
     tape = plan.tape
     g = {"execute": lambda values: executed(plan, values)}
     inputs = [f"values[{i}]" for i in range(len(tape.inputs))]
-    lines, outs = driver_code(plan, inputs, g, "return execute(values)", checked, into=into)
+    lines, outs = driver_code(plan, inputs, g, "return execute(values)", checked, into=into, kernels=kernels)
     head, what = ("drive(values, outs, S)", "step driver") if into else ("drive(values)", "driver")
     text = f"def {head}:\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
@@ -172,14 +197,15 @@ def store_targets(part, sizes, tape, spare):
     return targets
 
 
-def driver_code(plan, inputs, g, fallback, checked=True, into=False):
+def driver_code(plan, inputs, g, fallback, checked=True, into=False, kernels=None):
     """Lines and output expressions of a driver (see ``_driver`` and ``dispatch.inline``) of
     ``plan.tape``: the caller's tape with its rows lowered, as the plan was fused (the same
     inputs and outputs). ``into``: a ``Stepping``'s (its scratch's shapes and dtypes go to
-    ``g["SCRATCH"]``)."""
+    ``g["SCRATCH"]``); ``kernels``: the functions to call in place of the layout's own (``warm``)."""
     tape = plan.tape
     lay = plan.serial
-    plan.compile(lay)
+    if kernels is None:
+        plan.compile(lay)
     g.update(
         {
             "ndarray": np.ndarray,
@@ -209,7 +235,8 @@ def driver_code(plan, inputs, g, fallback, checked=True, into=False):
             consts[step.instr.out] = evaluate(tape, step.instr, consts)
     steps = plan.plan.steps
     quiet = False  # some NumPy glue computes: no floating-point warnings (one errstate per call)
-    for n_seg, (seg, src, fn, gone) in enumerate(zip(lay.segments, lay.sources, lay.kernels, lay.dead)):
+    fns = lay.kernels if kernels is None else kernels
+    for n_seg, (seg, src, fn, gone) in enumerate(zip(lay.segments, lay.sources, fns, lay.dead)):
         gone = set(gone)
         if src is None:
             ins = steps[seg[0]].instr
@@ -331,6 +358,10 @@ class _Writer:
         else:
             self.root[out] = v
             self.fresh.add(v)
+            if kind is GlueKind.NUMPY:
+                # NumPy lays some results out as it likes (``x[:, idx]``: axes permuted), and a
+                # loop compiled for C-contiguous arrays would be compiled again for them
+                self.loose.add(out)
         return f"{v} = {expr}  # %{out} = {ins.prim}"
 
     def _array(self, a):
