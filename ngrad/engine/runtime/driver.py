@@ -15,6 +15,7 @@ driver without input checks: a scan's step, storing its outputs into arrays its 
 
 import enum
 import math
+import re
 import sys
 import typing
 
@@ -49,6 +50,11 @@ _SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow", "abs", "eq", 
 
 # elementwise prims whose NumPy implementation broadcasts its operands
 _BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
+
+# a name in a variable's expression, and a variable a driver makes (not an input ``x``, which its
+# caller holds anyway)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_LOCAL = re.compile(r"[eorp]\d+")
 
 # prims whose NumPy result may share memory with an operand (their results are not fresh)
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach", "real", "imag"])
@@ -251,6 +257,7 @@ def driver_code(plan, inputs, g, fallback, checked=True, into=False, kernels=Non
         else:
             w.segment(n_seg, seg, src, fn, gone, fallback)
         w.live -= gone
+        w.drop(gone)
     return w.finish(quiet)
 
 
@@ -271,6 +278,7 @@ class _Writer:
         self.out_at = {} if not into else {s: k for k, s in reversed(list(enumerate(tape.outputs)))}
         self.lines = []
         self.var, self.fresh, self.root, self.loose, self.scalar = {}, set(), {}, set(), set()
+        self.dropped = set()
         self.allocated, self.live, self.pooled = set(), set(tape.inputs), False
         self.implicit = implicit_expands(plan.plan.steps, tape)
 
@@ -527,6 +535,22 @@ class _Writer:
         self.var[ins.out] = c if made == tuple(out_shape) else f"{c}.reshape({out_shape!r})"
         self.root[ins.out] = c
         return c if kept_shape == made else f"{c}.reshape({kept_shape!r})"
+
+    def drop(self, gone):
+        """``del`` the variables of big arrays (``POOL_MIN_BYTES`` or more) of the slots
+        ``gone`` that no live slot's expression names, as the executor drops them: NumPy glue's
+        results go back to the heap as soon as they die, where the next ones reuse them. Kept to
+        the end of the call, the chain's 27 NumPy steps held 21 MB at once where the
+        interpreter held 6, and the first call on the NumPy driver took 3,900 page faults
+        (10 ms where the calls after it took 3.4)."""
+        named = {n for s in self.live for n in _NAME.findall(self.var[s])}
+        for s in sorted(gone):
+            v = self.var.get(s)
+            if v is None or not _LOCAL.fullmatch(v) or v in named or v in self.dropped:
+                continue
+            if math.prod(self.tape.shapes[s]) * np_dtype(self.tape.dtypes[s]).itemsize >= POOL_MIN_BYTES:
+                self.dropped.add(v)
+                self.lines.append(f"del {v}  # %{s} is dead")
 
     def finish(self, quiet):
         """The driver's lines and output expressions (outputs copied where they would share)."""
