@@ -51,10 +51,8 @@ _SCALAR_OPS = frozenset(["add", "sub", "mul", "div", "neg", "pow", "abs", "eq", 
 # elementwise prims whose NumPy implementation broadcasts its operands
 _BROADCASTING = frozenset(["binary", "compare", "logical", "where"])
 
-# a name in a variable's expression, and a variable a driver makes (not an input ``x``, which its
-# caller holds anyway)
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_LOCAL = re.compile(r"[eorp]\d+")
+# a variable a driver makes for a slot (not an input ``x``, which its caller holds anyway)
+_LOCAL = re.compile(r"\b[eorp]\d+\b")
 
 # prims whose NumPy result may share memory with an operand (their results are not fresh)
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach", "real", "imag"])
@@ -257,7 +255,6 @@ def driver_code(plan, inputs, g, fallback, checked=True, into=False, kernels=Non
         else:
             w.segment(n_seg, seg, src, fn, gone, fallback)
         w.live -= gone
-        w.drop(gone)
     return w.finish(quiet)
 
 
@@ -278,7 +275,6 @@ class _Writer:
         self.out_at = {} if not into else {s: k for k, s in reversed(list(enumerate(tape.outputs)))}
         self.lines = []
         self.var, self.fresh, self.root, self.loose, self.scalar = {}, set(), {}, set(), set()
-        self.dropped = set()
         self.allocated, self.live, self.pooled = set(), set(tape.inputs), False
         self.implicit = implicit_expands(plan.plan.steps, tape)
 
@@ -536,29 +532,10 @@ class _Writer:
         self.root[ins.out] = c
         return c if kept_shape == made else f"{c}.reshape({kept_shape!r})"
 
-    def drop(self, gone):
-        """``del`` the variables of big arrays (``POOL_MIN_BYTES`` or more) of the slots
-        ``gone`` that no live slot's expression names, as the executor drops them: NumPy glue's
-        results go back to the heap as soon as they die, where the next ones reuse them. Kept to
-        the end of the call, the chain's 27 NumPy steps held 21 MB at once where the
-        interpreter held 6, and the first call on the NumPy driver took 3,900 page faults
-        (10 ms where the calls after it took 3.4)."""
-        named = {n for s in self.live for n in _NAME.findall(self.var[s])}
-        for s in sorted(gone):
-            v = self.var.get(s)
-            if v is None or not _LOCAL.fullmatch(v) or v in named or v in self.dropped:
-                continue
-            if math.prod(self.tape.shapes[s]) * np_dtype(self.tape.dtypes[s]).itemsize >= POOL_MIN_BYTES:
-                self.dropped.add(v)
-                self.lines.append(f"del {v}  # %{s} is dead")
-
     def finish(self, quiet):
         """The driver's lines and output expressions (outputs copied where they would share)."""
         if self.into:
             return self._finish_into()
-        lines = self.lines
-        if quiet:  # entering errstate costs about a microsecond: once, around everything
-            lines = ["with errstate(all='ignore'):"] + ["    " + line for line in lines]
         outs, taken = [], set()
         for s in self.tape.outputs:
             v = self.var[s]
@@ -568,6 +545,9 @@ class _Writer:
                 v = f"{v}.copy()"
             taken.add(self.root.get(s))
             outs.append(v)
+        lines = self._dropping(self.lines, outs)
+        if quiet:  # entering errstate costs about a microsecond: once, around everything
+            lines = ["with errstate(all='ignore'):"] + ["    " + line for line in lines]
         if self.pooled:
             # big buffers come from the plan's pool and go back to it (the results are watched
             # until the caller drops them; see ``buffers.recycle``)
@@ -576,6 +556,33 @@ class _Writer:
             lines.append("recycle(made, y)")
             outs = [f"y[{k}]" for k in range(len(outs))]
         return lines, outs
+
+    def _dropping(self, lines, outs):
+        """``lines`` with a ``del`` of each variable of a big array (``POOL_MIN_BYTES`` or
+        more) after the last line that names it, unless an output does, as the executor drops
+        a slot when it dies: NumPy glue's results go back to the heap as soon as their last
+        reader has run, where the next ones reuse them. Kept to the end of the call, the
+        chain's 27 NumPy steps held 21 MB at once where the interpreter held 6, and its first
+        call on the NumPy driver took 3,900 page faults (10 ms where the calls after took 3.4)."""
+        last = {}
+        for k, line in enumerate(lines):
+            for name in _LOCAL.findall(line):
+                last[name] = k
+        for name in _LOCAL.findall(" ".join(outs)):
+            last.pop(name, None)
+        after = {}
+        for name, k in last.items():
+            s = int(name[1:])
+            if math.prod(self.tape.shapes[s]) * np_dtype(self.tape.dtypes[s]).itemsize >= POOL_MIN_BYTES:
+                while k + 1 < len(lines) and (lines[k].endswith(":") or lines[k + 1][:1] == " "):
+                    k += 1  # after the block the line opens (an ``if`` and its fallback)
+                after.setdefault(k, []).append(name)
+        out = []
+        for k, line in enumerate(lines):
+            out.append(line)
+            if k in after:
+                out.append(f"del {', '.join(sorted(after[k]))}  # dead")
+        return out
 
     def _finish_into(self):
         """``finish`` for a ``Stepping``: None for each output stored into ``outs``, the value
