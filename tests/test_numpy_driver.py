@@ -112,6 +112,21 @@ def test_a_structure_runs_on_its_numpy_driver_once_interpreting_it_has_cost_as_m
     np.testing.assert_allclose(results[0][1], 2 * (np.sin(xv) * xv + 2) * (np.cos(xv) * xv + np.sin(xv)), rtol=1e-13)
 
 
+def test_big_arrays_stay_on_the_interpreter_whose_python_is_a_small_part(monkeypatch):
+    # value and gradient over 200,000 points: a call is milliseconds of NumPy, which a driver
+    # does at the same speed, so none is made (it was, at the second call: 1 ms for nothing)
+    monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_JIT_THRESHOLD", "1000")
+    made = []
+    monkeypatch.setattr(dispatch, "numpy_driver", lambda *a, **k: made.append(a) or numpy_driver(*a, **k))
+    x = ngrad.tensor(np.linspace(-1.0, 1.0, 200_000), requires_grad=True)
+    for _ in range(5):
+        y = (x.sin() * x.exp() + x.tanh() * x).sum()
+        y.backward()
+        x.grad = None
+    assert made == []
+
+
 def test_a_scan_runs_its_body_on_a_numpy_driver_within_the_first_call(soon, monkeypatch):
     monkeypatch.setenv("NGRAD_SCAN_UNROLL", "0")  # steps one by one, not written out
     bodies = []

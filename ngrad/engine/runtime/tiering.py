@@ -83,7 +83,8 @@ class Policy:
     interpreter's time, so it is made once what it would have saved pays for it: about three
     times its cost spent interpreting. At its cost alone, lstm's second call made the drivers of
     its 2,389-instruction body and two others, 80 ms, where its kernels were ready a few calls
-    later.
+    later. Only the interpreter's own Python counts towards it, at most ``interpret_s`` an
+    instruction a call: on big arrays the time is NumPy's, which the driver does not save.
     """
 
     threshold: int = 2
@@ -93,6 +94,7 @@ class Policy:
     plan_s: float = 2e-4
     plan_eager: int = 2000
     numpy_driver_s: float = 1e-4
+    interpret_s: float = 2e-6
     bytecode_min_instrs: int = 256
     bytecode_max_elements: int = 4096
     bytecode_functions: int = 32
@@ -107,7 +109,8 @@ POLICY = Policy()  # the runtime's rules; ``threshold`` is replaced by NGRAD_JIT
 class Record:
     """What has been seen of one tape structure. ``tier``: None until planned, then a
     ``CompiledPlan`` or a ``Machine``; ``seen``: calls counted (a ``prepare`` is not a call);
-    ``rent``: seconds the interpreter spent on them; ``small``: whether every step is small
+    ``rent``: seconds the interpreter spent on them; ``overhead``: the part of ``rent`` that
+    was the interpreter's own Python (``dispatch._overhead``); ``small``: whether every step is small
     (``small_steps``; None when the tape is too short for bytecode); ``offered``: bytecode was
     tried; ``functions``: how many functions the fused plan compiles, once planned; ``pending``:
     how many are not on disk; ``cached``: the tier's code is all on disk (under ``auto``);
@@ -118,6 +121,7 @@ class Record:
     tier: object = None
     seen: int = 0
     rent: float = 0.0
+    overhead: float = 0.0
     small: bool | None = None
     offered: bool = False
     functions: int | None = None
