@@ -74,6 +74,50 @@ def test_reads_beyond_a_block_each_way(fn, monkeypatch, rng):
         _same_each_call(tape, values, rng)
 
 
+def _stages(shift):
+    """Three RK4-like stages, each reading the one before ``shift`` rows down, whose gradients
+    read each other ``shift`` rows up: the joint's forward loops lead its reverse loops."""
+
+    def f(x, y):
+        def rhs(y):
+            return x * ngrad.cat([ngrad.ones_like(x[:shift]), y[:-shift]])
+
+        k1 = rhs(y)
+        k2 = rhs(y + 0.5 * k1)
+        k3 = rhs(y + 0.5 * k2)
+        return ((y + (k1 + 2 * k2 + k3) / 4) * y).sin()
+
+    return f
+
+
+@pytest.mark.parametrize("shift,n", [(1, 37), (1, 3), (6, 37), (6, 13)])
+def test_a_reverse_pass_recomputes_the_loops_leading_it_block_by_block(shift, n, monkeypatch, rng):
+    """The forward loops of a joint lead its reverse loops in one pass down the rows: each block
+    recomputes them over itself and the rows below and above it that the later loops reach,
+    through as many stages as they chain (``shift`` 1: within a block of 4; 6: beyond it, where
+    the buffers hold every row and the first block computes them all)."""
+    monkeypatch.setattr(codegen, "BLOCK_ROWS", 4)
+    x, y = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+    joint, values = graph_tape(_stages(shift), [x, y], rng, True)
+    kernels = fuse(joint).kernels()
+    runs, keep = blocking.settle(kernels, joint, set(joint.outputs))
+    assert [(run.descending, run.lead) for run in runs] == [(True, 3)]
+    assert all(st in keep for j in runs[0].loops[:3] for st in kernels[j].stores if st not in joint.outputs)
+    text = codegen.program(kernels, joint, outside=set(joint.outputs)).text
+    assert "offu0 = blk0 - hb0" in text and "k0_b1 = min(" in text
+    _same_each_call(joint, values, rng)
+
+
+def test_a_lead_whose_value_is_read_outside_runs_apart(rng):
+    # the forward loops' stages are outputs as well: not held, so their run goes up on its own
+    x, y = rng.uniform(-1, 1, 29), rng.uniform(-1, 1, 29)
+    joint, _ = graph_tape(_stages(1), [x, y], rng, True)
+    kernels = fuse(joint).kernels()
+    stored = {st for k in kernels[:3] for st in k.stores}
+    runs, _ = blocking.settle(kernels, joint, set(joint.outputs) | stored)
+    assert all(not run.lead for run in runs)
+
+
 def test_a_value_read_outside_the_run_is_not_held(rng):
     a, b = rng.standard_normal(29), rng.standard_normal(29)
     tape, _ = graph_tape(_up, [a, b], rng, False)
@@ -86,9 +130,10 @@ def test_a_value_read_outside_the_run_is_not_held(rng):
 @pytest.mark.slow  # two RK4 bodies to compile: about 15 s
 def test_an_ode_gradient_holds_its_reverse_steps_gradients(monkeypatch, rng):
     """GradBench ode's gradient as a scan run step by step (y_n-1 is not zero once n / 4 steps
-    have passed: a step reaches 4 rows up): its reverse step recomputes the RK4 stages going up,
-    then their gradients go down, three of them held (a block of 8 rows and the one above it),
-    and the gradient equals the written-out NumPy reference, on two calls with other inputs."""
+    have passed: a step reaches 4 rows up): its reverse step is one pass down the rows, each
+    block recomputing the RK4 stages over itself and the rows beyond it their gradients read,
+    then the gradients, all held (a block of 8 rows and those beyond it), and the gradient
+    equals the written-out NumPy reference, on two calls with other inputs."""
     monkeypatch.setattr(codegen, "BLOCK_ROWS", 8)
     n = 37
     monkeypatch.setenv("NGRAD_SCAN_UNROLL", "0")
@@ -109,4 +154,6 @@ def test_an_ode_gradient_holds_its_reverse_steps_gradients(monkeypatch, rng):
         np.testing.assert_allclose(value, want_value, rtol=1e-12)
         assert np.count_nonzero(want["x"]) == n
         np.testing.assert_allclose(grads["x"], want["x"], rtol=1e-11, atol=0)
-    assert any("the last first" in t and t.count("a block at a time") == 3 for t in texts)
+    # one pass: the four stages recomputed block by block (``offu``), then three of their
+    # gradients going down, all seven held
+    assert any("the last first" in t and "offu" in t and t.count("a block at a time") == 7 for t in texts)

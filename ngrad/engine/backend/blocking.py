@@ -2,17 +2,35 @@
 and which of their values live in buffers of one block's rows instead of arrays of all rows.
 
 Contract: ``blocks(kernels)`` gives the runs of loops that run in blocks (each block of rows
-through every loop of a run, then the next), going up or down; ``held(kernels, tape, outside,
-runs)`` which values each run keeps a block at a time. ``hold_lines`` and ``block_head`` are
-the lines ``codegen.program`` writes before a run and at the start of each block. The choices
-depend on windows' starts and steps, never on sizes: how far a read goes beyond its own row is
-computed from the window bounds when the function runs, so one text serves every size.
+through every loop of a run, then the next), going up or down, a run going down possibly led by
+loops going up that it recomputes block by block (``Run.lead``); ``held(kernels, tape, outside,
+runs)`` which values each run keeps a block at a time; ``settle(kernels, tape, outside)`` both,
+with a led run split where a value its lead makes for its later loops is not held.
+``hold_lines`` and ``block_head`` are the lines ``codegen.program`` writes before a run and at
+the start of each block. The choices depend on windows' starts and steps, never on sizes: how
+far a read goes beyond its own row is computed from the window bounds when the function runs,
+so one text serves every size.
 """
+
+import typing
 
 from .fuse import ReadKind
 from .source_math import NP_TYPE
 
-__all__ = ["blocks", "held", "hold_lines", "block_head"]
+__all__ = ["Run", "blocks", "held", "settle", "hold_lines", "block_head"]
+
+
+class Run(typing.NamedTuple):
+    """Consecutive loops (kernel indices) that run in blocks of rows, the blocks going up, or
+    down from the last row (``descending``). ``lead``: how many of a descending run's first loops
+    are loops going up whose values only its later loops read, at rows up to their own: each
+    block recomputes them over the block and the rows below it that the later loops reach
+    (GradBench ode's reverse step: the four RK4 stages going up, then their gradients going
+    down, in one pass instead of two, the stages never written to arrays of all rows)."""
+
+    loops: list
+    descending: bool
+    lead: int = 0
 
 
 def _rows_made(r, written, down):
@@ -74,7 +92,23 @@ def blocks(kernels):
             run, written, ways = ([j] if fits else []), set(), {False, True}
         written |= set(kern.stores) if run else set()
     runs.append((run, ways))
-    return [(r, False not in ways) for r, ways in runs if len(r) > 1]
+    out = []
+    for run in (Run(r, False not in ways) for r, ways in runs if len(r) > 1):
+        last = out[-1] if out else None
+        if last is not None and _leads(kernels, last, run):
+            out[-1] = Run(last.loops + run.loops, True, len(last.loops))
+        else:
+            out.append(run)
+    return out
+
+
+def _leads(kernels, up, down):
+    """Whether the run ``up`` can lead the run ``down`` right after it (see ``Run.lead``): one
+    going up, the other down, over the same rows (``settle`` keeps the lead only where the values
+    it makes for the later loops are held, read at their rows plus or minus a window's bound)."""
+    if up.descending or up.lead or not down.descending or up.loops[-1] + 1 != down.loops[0]:
+        return False
+    return kernels[up.loops[0]].shape == kernels[down.loops[0]].shape
 
 
 def rows_read(r, kern, tape):
@@ -101,7 +135,7 @@ def held(kernels, tape, outside, runs):
     the forward steps 18.3 -> 17.0, the reverse 38 -> 34)."""
     if outside is None:
         return {}
-    run_of = {j: k for k, (run, _) in enumerate(runs) for j in run}
+    run_of = {j: k for k, run in enumerate(runs) for j in run.loops}
     home, denied = {}, set(outside)
     for j, kern in enumerate(kernels):
         for st in kern.stores:
@@ -116,28 +150,91 @@ def held(kernels, tape, outside, runs):
     return {st: run_of[j] for st, j in home.items() if st not in denied}
 
 
-def hold_lines(keep, r, run, halo, tape, names, rows):
-    """The lines before run ``r`` (kernel indices ``run``) allocating the
-    buffers of the values it holds (``keep``: slot -> run): ``h{r}``, the farthest any of its
-    reads of them goes from its own row (computed from the window bounds, ``halo``), is how many
-    rows beyond a block they hold besides the block's own (below it going up, above it going
-    down), or all rows (``loc{r}`` false: nothing is copied between blocks) when that is more
-    than a block."""
-    n = f"k{run[0]}_n0"
-    out = [f"h{r} = max(0, {', '.join(halo)})" if halo else f"h{r} = 0"]
+def settle(kernels, tape, outside):
+    """``(runs, held)`` for ``kernels`` (``blocks`` and ``held``), a led run split into its two
+    runs where a value of its lead that a later loop of it reads is not held: only a held
+    value's reads say how far below the block they reach, and so how many rows the lead
+    recomputes."""
+    runs = blocks(kernels)
+    while True:
+        keep = held(kernels, tape, outside, runs)
+        bad = next((k for k, run in enumerate(runs) if run.lead and not _lead_held(kernels, run, keep)), None)
+        if bad is None:
+            return runs, keep
+        run = runs[bad]
+        runs[bad : bad + 1] = [Run(run.loops[: run.lead], False), Run(run.loops[run.lead :], True)]
+
+
+def _lead_held(kernels, run, keep):
+    mine = {st for j in run.loops[: run.lead] for st in kernels[j].stores}
+    later = run.loops[1:]
+    return all(src not in mine or src in keep for j in later for r in kernels[j].reads.values() for src in _sources(r))
+
+
+def _sources(r):
+    if r.kind == ReadKind.CAT:
+        return [piece.src for _, _, piece in r.pieces if piece.kind != ReadKind.LITERAL]
+    return [] if r.kind == ReadKind.LITERAL else [r.src]
+
+
+def hold_lines(keep, r, run, halo, home, tape, names, rows):
+    """The lines before run ``r`` (a ``Run``) allocating the buffers of the values it holds
+    (``keep``: slot -> run): ``h{r}``, the farthest any of its reads of them goes from its own
+    row (computed from the window bounds: ``halo``, loop -> its reads' (slot, signed distance);
+    ``home``: slot -> the loop storing it), is how many rows beyond a block they hold besides the
+    block's own (below it going up, above it going down), or all rows (``loc{r}`` false: nothing
+    is copied between blocks) when that is more than a block. A lead loop ``j`` recomputes
+    ``hd{r}_{j}`` rows below the block and ``hu{r}_{j}`` above it: as far as the later loops
+    reading its values reach, each from as far beyond the block as it recomputes itself."""
+    n = f"k{run.loops[0]}_n0"
+    lead = run.loops[: run.lead]
+    out, below, above = [], [], []
+    for j in reversed(lead):
+        reads = [(c, d) for c in run.loops if c > j for src, d in halo[c] if home.get(src) == j]
+        down = [_plus(f"hd{r}_{c}", _minus(d)) if c in lead else _minus(d) for c, d in reads]
+        up = [_plus(f"hu{r}_{c}", d) if c in lead else d for c, d in reads]
+        out.append(f"hd{r}_{j} = max(0, {', '.join(down)})" if down else f"hd{r}_{j} = 0")
+        out.append(f"hu{r}_{j} = max(0, {', '.join(up)})" if up else f"hu{r}_{j} = 0")
+        below.append(f"hd{r}_{j}")
+        above.append(f"hu{r}_{j}")
+    later = [(src, d) for c in run.loops[run.lead :] for src, d in halo[c] if home.get(src) not in lead]
+    most = sorted({f"abs({d.lstrip('-')})" for src, d in later if d != "0"})
+    if lead:
+        most.insert(0, f"max({', '.join(below)}) + max({', '.join(above)})")
+    out.append(f"h{r} = max(0, {', '.join(most)})" if most else f"h{r} = 0")
     out.append(f"loc{r} = h{r} <= {rows}")
     out.append(f"hn{r} = {rows} + h{r} if loc{r} else {n}  # rows held")
+    if lead:
+        out.append(f"hb{r} = max({', '.join(below)})  # the rows below the block a lead's buffers start at")
     for st, k in keep.items():
         if k == r:
             out.append(f"{names[st]} = np.empty(hn{r}, {NP_TYPE[tape.dtypes[st]]})  # %{st}, a block at a time")
     return out
 
 
-def block_head(keep, r, run, down, kernels, rows):
-    """The lines at the start of each block of run ``r``: the row its held buffers start at, and
-    the rows beyond the block its loops read, moved from where the block before left them."""
+def _minus(d):
+    """The negation of the distance expression ``d`` (a name, ``-name`` or a parenthesised difference)."""
+    return d[1:] if d.startswith("-") else "0" if d == "0" else f"-{d}"
+
+
+def _plus(a, d):
+    return a if d == "0" else f"{a} - {d[1:]}" if d.startswith("-") else f"{a} + {d}"
+
+
+def block_head(keep, r, run, kernels, rows):
+    """The lines at the start of each block of run ``r``: the row its held buffers start at, the
+    rows beyond the block its loops read, moved from where the block before left them, and the
+    rows each lead loop recomputes (every row at the first block when its buffers hold all
+    rows, none after)."""
+    down, n = run.descending, f"k{run.loops[0]}_n0"
     out = [f"off{r} = {'blk0' if down else f'blk0 - h{r}'} if loc{r} else 0"]
-    bufs = [f"k{j}_o{k}" for j in run for k, st in enumerate(kernels[j].stores) if keep.get(st) == r]
-    out.append(f"for blkt in range(h{r} if loc{r} else 0):  # the rows {'above' if down else 'below'} the block")
-    out += [f"    {b}[{rows} + blkt] = {b}[blkt]" if down else f"    {b}[blkt] = {b}[blkt + {rows}]" for b in bufs]
+    if run.lead:
+        out.append(f"offu{r} = blk0 - hb{r} if loc{r} else 0")
+        for j in run.loops[: run.lead]:
+            out.append(f"k{j}_b0 = max(0, blk0 - hd{r}_{j}) if loc{r} else (0 if blk1 == {n} else blk1)")
+            out.append(f"k{j}_b1 = min({n}, blk1 + hu{r}_{j}) if loc{r} else blk1")
+    bufs = [f"k{j}_o{k}" for j in run.loops[run.lead :] for k, st in enumerate(kernels[j].stores) if keep.get(st) == r]
+    if bufs:
+        out.append(f"for blkt in range(h{r} if loc{r} else 0):  # the rows {'above' if down else 'below'} the block")
+        out += [f"    {b}[{rows} + blkt] = {b}[blkt]" if down else f"    {b}[blkt] = {b}[blkt + {rows}]" for b in bufs]
     return out

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..ir.dtypes import from_short
 from ..ir.tape import format_instr
-from .blocking import block_head, blocks, held, hold_lines
+from .blocking import Run, block_head, blocks, hold_lines, settle
 from .element import render_element, rows_inside
 from .fuse import ReadKind
 from .passes import Pass, run_passes
@@ -50,6 +50,7 @@ __all__ = [
     "write_nest",
     "describe_part",
     "blocks",
+    "Run",
     "BLOCK_ROWS",
 ]
 
@@ -180,6 +181,10 @@ class LoopState:
     # it and the loops beside it, and its lines are ``nest``, not in ``lines``
     block: bool = False
     descending: bool = False  # the blocks run from the last row down, and so does each nest in them
+    # the names of the first and the last but one row the nest runs in a block (a lead loop's reach
+    # beyond the block, ``blocking.Run``)
+    block_lo: str = "blk0"
+    block_hi: str = "blk1"
     nest: list = dataclasses.field(default_factory=list)
     tail: list = dataclasses.field(default_factory=list)  # lines after the block loop (a range guard's flag)
     # slots kept in a buffer of a block's rows (``program``) -> the name of the row at its start,
@@ -361,11 +366,12 @@ def _nest(state, copies, rows, head, ind):
             out += [ind + ln for ln in pre[d - 1]]
         if d == 0 and state.block:
             lo, hi = rows.split(", ") if ", " in rows else ("0", rows)
+            b0, b1 = state.block_lo, state.block_hi
             if state.descending:  # every stream goes down, from block to block too: prefetched
-                loop = f"range(min({hi}, blk1) - 1, max({lo}, blk0) - 1, -1)"
+                loop = f"range(min({hi}, {b1}) - 1, max({lo}, {b0}) - 1, -1)"
             else:
                 whole = lo == "0" and hi == f"{p}n0"
-                loop = "range(blk0, blk1)" if whole else f"range(max({lo}, blk0), min({hi}, blk1))"
+                loop = f"range({b0}, {b1})" if whole else f"range(max({lo}, {b0}), min({hi}, {b1}))"
         elif d == 0:
             loop = f"range({rows})"
         elif shape[d] <= SMALL_DIM:
@@ -406,7 +412,7 @@ def write_nest(state):
         outside = [f"for {p}j0, {p}j1 in ((0, min({p}lo, {p}n0)), (max({p}lo, {p}hi), {p}n0)):  # rows outside"]
         outside += _nest(state, state.copies, f"{p}j0, {p}j1", [], "    ")
         if state.block:  # most blocks have no row outside: their tests cost more than the rows
-            outside = [f"if blk0 < {p}lo or blk1 > {p}hi:"] + ["    " + ln for ln in outside]
+            outside = [f"if {state.block_lo} < {p}lo or {state.block_hi} > {p}hi:"] + ["    " + ln for ln in outside]
         nest += outside
         head = [f"{p}u0 = np.uint64({p}i0)  # unsigned: Numba tests a signed index for negativity"]
         nest += _nest(state, state.inner, f"{p}lo, {p}hi", head, "")
@@ -473,16 +479,24 @@ LOOP_PASSES = [
 ]
 
 
-def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None, held=None):
+def _loops(kernel, tape, p, late, scratch=frozenset(), bound=None, block=None, held=None, bounds=("blk0", "blk1")):
     """The parameters, lines, ``Part``, (in blocks of rows) nest lines and halo of one kernel's
     loop nest (``LOOP_PASSES``; the arguments are ``LoopState``'s; ``block``: None, or whether
-    the blocks run descending). The halo: how far from their own row its reads of held slots go,
-    as expressions of its window bounds (``{p}w[k]``: function parameters, valid anywhere)."""
+    the nest runs descending in its block; ``bounds``: the names of the first and the last but
+    one row it runs in a block). The halo: how far from their own row its reads of held slots
+    go, as (slot, signed expression of its window bounds: ``{p}w[k]``, function parameters,
+    valid anywhere; positive above the row)."""
     state = LoopState(kernel, tape, p, late, scratch, bound or {}, block=block is not None, descending=bool(block))
-    state.held = held or {}
+    state.held, (state.block_lo, state.block_hi) = held or {}, bounds
     state = run_passes("loops", LOOP_PASSES, state)
     names = {name: f"{p}w[{k}]" for k, (name, _) in enumerate(state.bounds.values())}
-    halo = {f"abs({' - '.join(names[n] for n in (plus, minus) if n)})" for plus, minus in state.halo if plus or minus}
+
+    def distance(plus, minus):
+        if plus and minus:
+            return f"({names[plus]} - {names[minus]})"
+        return names[plus] if plus else f"-{names[minus]}" if minus else "0"
+
+    halo = {(src, distance(plus, minus)) for src, plus, minus in state.halo}
     return state.params, state.lines, state.part, (state.nest, state.tail), sorted(halo)
 
 
@@ -511,8 +525,7 @@ def program(kernels, tape, late=frozenset(), outside=None):
     by anything but this function's loops (None: all); a small store no one outside reads is
     local scratch (see ``SCRATCH_MAX_BYTES``), and so is one a run of loops in blocks keeps a
     block at a time (``blocking.held``)."""
-    block_runs = blocks(kernels)
-    keep = held(kernels, tape, outside, block_runs)
+    block_runs, keep = settle(kernels, tape, outside)
     scratch = set(keep)
     if outside is not None:
         denied = set(outside)
@@ -532,13 +545,21 @@ def program(kernels, tape, late=frozenset(), outside=None):
                 scratch.add(st)
         scratch = (scratch - denied) | set(keep)
     params, lines, parts, bound = [], [], [], {}
-    run_of = {j: r for r, (run, _) in enumerate(block_runs) for j in run}
-    offsets = {st: f"off{r}" for st, r in keep.items()}
+    run_of = {j: r for r, run in enumerate(block_runs) for j in run.loops}
+    home = {st: j for j, kern in enumerate(kernels) for st in kern.stores}
+    # a lead's values are held from the lowest row it recomputes, the later loops' from the block's
+    offsets = {
+        st: f"off{r}" if home[st] not in block_runs[r].loops[: block_runs[r].lead] else f"offu{r}"
+        for st, r in keep.items()
+    }
     rendered, names = [], {}
     for j, kern in enumerate(kernels):
         p = f"k{j}_" if len(kernels) > 1 else ""
-        way = block_runs[run_of[j]][1] if j in run_of else None
-        rendered.append(_loops(kern, tape, p, late, scratch, bound, way, offsets))
+        run = block_runs[run_of[j]] if j in run_of else None
+        leads = run is not None and j in run.loops[: run.lead]
+        way = None if run is None else run.descending and not leads
+        rows = (f"{p}b0", f"{p}b1") if leads else ("blk0", "blk1")
+        rendered.append(_loops(kern, tape, p, late, scratch, bound, way, offsets, rows))
         for k, st in enumerate(kern.stores):
             if st in scratch:
                 bound[st] = names[st] = f"{p}o{k}"
@@ -547,18 +568,18 @@ def program(kernels, tape, late=frozenset(), outside=None):
         params += ps
         keys += _argument_keys(j, part)
         r = run_of.get(j)
-        run, down = (None, False) if r is None else block_runs[r]
-        if run is not None and j == run[0] and r in keep.values():
+        run = None if r is None else block_runs[r]
+        if run is not None and j == run.loops[0] and r in keep.values():
             # the buffers of what the run holds, before its loops' lines bind them
-            terms = sorted({t for k in run for t in rendered[k][4]})
-            lines += hold_lines(keep, r, run, terms, tape, names, BLOCK_ROWS)
+            halo = {k: rendered[k][4] for k in run.loops}
+            lines += hold_lines(keep, r, run, halo, home, tape, names, BLOCK_ROWS)
         if len(kernels) > 1:
             lines.append(f"# loop {j}" + (" (its rows in the blocks below)" if run is not None else ""))
         lines += ls
         parts.append(part)
-        if run is not None and j == run[-1]:  # the block loop through all of them
-            n, first = f"k{run[0]}_n0", run[0]
-            if down:
+        if run is not None and j == run.loops[-1]:  # the block loop through all of them
+            n, first = f"k{run.loops[0]}_n0", run.loops[0]
+            if run.descending:
                 what = f"loops {first}-{j}, a block of rows at a time, the last first"
                 lines.append(f"for blk in range(({n} - 1) // {BLOCK_ROWS}, -1, -1):  # {what}")
                 lines.append(f"    blk0 = blk * {BLOCK_ROWS}")
@@ -568,9 +589,9 @@ def program(kernels, tape, late=frozenset(), outside=None):
                 )
             lines.append(f"    blk1 = min(blk0 + {BLOCK_ROWS}, {n})")
             if r in keep.values():
-                lines += ["    " + ln for ln in block_head(keep, r, run, down, kernels, BLOCK_ROWS)]
-            lines += ["\n".join("    " + x for x in ln.split("\n")) for k in run for ln in rendered[k][3][0]]
-            lines += [ln for k in run for ln in rendered[k][3][1]]
+                lines += ["    " + ln for ln in block_head(keep, r, run, kernels, BLOCK_ROWS)]
+            lines += ["\n".join("    " + x for x in ln.split("\n")) for k in run.loops for ln in rendered[k][3][0]]
+            lines += [ln for k in run.loops for ln in rendered[k][3][1]]
     body = ["    " + ln for text in lines for ln in text.split("\n")]
     if any(_VMATH_CALL.search(ln) for ln in body):
         body.insert(0, "    _wide_vectors()  # vmath inside: 512-bit vectors where the CPU has them")

@@ -58,9 +58,9 @@ def _unsigned(index):
 
 def _held_row(state, src, row, plus=None, minus=None):
     """The position of row ``row`` (a signed expression) of a slot kept in a block buffer, and
-    how far from the loop's own row it is (``plus - minus``, window bounds' names, into
-    ``state.halo``): the buffer starts at the row its offset names."""
-    state.halo.append((plus, minus))
+    how far from the loop's own row it is (``row`` less the row: ``plus - minus``, window bounds'
+    names or None, into ``state.halo``): the buffer starts at the row its offset names."""
+    state.halo.append((src, plus, minus))
     return _unsigned(f"{row} - {state.held[src]}")
 
 
@@ -167,8 +167,9 @@ def _read_window(state, slot, r, dtype):
         a = r.window[0][0]
         start = _bound(state.bounds, state.p, (slot, 0, 0), a) if a else None
         i = state.idx[0]
-        row = i if start is None else f"{start} + {i}" if r.kind == ReadKind.WINDOW else f"{i} - {start}"
-        ix[0] = _held_row(state, src, row, start)
+        window = r.kind == ReadKind.WINDOW
+        row = i if start is None else f"{start} + {i}" if window else f"{i} - {start}"
+        ix[0] = _held_row(state, src, row, *((start, None) if window else (None, start)))
     v = f"{state.p}r{slot}{state.tag}"
     load = f"{state.p}a{k}[{', '.join(ix) or '0'}]"
     if inside:
