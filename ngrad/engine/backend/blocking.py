@@ -23,9 +23,9 @@ __all__ = ["Run", "blocks", "held", "settle", "hold_lines", "block_head"]
 class Run(typing.NamedTuple):
     """Consecutive loops (kernel indices) that run in blocks of rows, the blocks going up, or
     down from the last row (``descending``). ``lead``: how many of a descending run's first loops
-    are loops going up whose values only its later loops read, at rows up to their own: each
-    block recomputes them over the block and the rows below it that the later loops reach
-    (GradBench ode's reverse step: the four RK4 stages going up, then their gradients going
+    are a run going up whose values the later loops read at their rows plus or minus a window's
+    bound: each block recomputes them over itself and the rows below and above it that the later
+    loops reach (GradBench ode's reverse step: the four RK4 stages, then their gradients going
     down, in one pass instead of two, the stages never written to arrays of all rows)."""
 
     loops: list
