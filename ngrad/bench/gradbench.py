@@ -359,9 +359,10 @@ def _define(module):
 # and the ones after it while the plan is made in the background: kmeans' first cost at k = 1,000,
 # n = 10,000 took 2.7 s so, 0.36 s compiled). Their define compiles in its own calls too: a
 # background compile warms its kernels on copies of the inputs, and lstm's first jacobian then
-# compiled Numba specialisations for 7 s. An NGRAD_JIT_THRESHOLD or NGRAD_COMPILE the user set
-# is kept.
-_COMPILE_AT_ONCE = {"lse", "llsq", "kmeans", "gmm", "ode", "lstm"}
+# compiled Numba specialisations for 7 s. ba: its kernels at p = 5 serve every size, and each
+# size's first jacobian took the interpreter 1-7 s (GradBench's score 35.4 -> 26.9 s). An
+# NGRAD_JIT_THRESHOLD or NGRAD_COMPILE the user set is kept.
+_COMPILE_AT_ONCE = {"lse", "llsq", "kmeans", "gmm", "ode", "lstm", "ba"}
 
 
 @contextlib.contextmanager
