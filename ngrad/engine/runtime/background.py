@@ -6,8 +6,9 @@ process.
 
 Contract: ``submit(record, tape, values)`` hands ``record.tier`` (a ``CompiledPlan`` or a bytecode
 ``Machine`` that is not ready) to the worker thread and returns at once. The worker compiles (or
-loads from the disk cache) the tier's functions, runs the tier once on copies of ``values`` so that
-Numba specialises each function for exactly the argument types the calls pass, and only then
+loads from the disk cache) the tier's functions, runs the tier once on copies of ``values``, along
+the route its calls take (``driver.warm``), so that Numba specialises each function for exactly
+the argument types the calls pass, and only then
 publishes the functions: ``ready()`` turns true between two calls, never halfway through one, and
 no call ever compiles. While a job is queued or running ``record.compiling`` is true (tiering then
 keeps the structure on the interpreter). A compile that fails (``targets.CompileError``) leaves
