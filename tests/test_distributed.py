@@ -155,6 +155,21 @@ def test_minimize_converges_to_the_one_process_answer_even_when_a_worker_dies_mi
     objective.close()
 
 
+def test_chunks_whose_holder_is_gone_run_on_any_worker(client, problem, monkeypatch):
+    # between a worker's death and the scheduler noticing, who_has names no holder for its
+    # chunks: their task goes wherever Dask puts it (Dask refuses allow_other_workers alone)
+    X, y = problem
+    objective = nd.Objective(logistic, (da.from_array(X, chunks=250), da.from_array(y, chunks=250)), client=client)
+    client.wait_for_workers(2)
+    everything = [i for _, group in objective._groups() for i in group]
+    monkeypatch.setattr(objective, "_groups", lambda: iter([(None, everything)]))
+    w = np.array([0.5, 0.1, -0.3, 0.2])
+    value, grad = reference(logistic, w, X, y)
+    result = objective.submit(ngrad.tensor(w, dtype=ngrad.float64)).result()
+    np.testing.assert_allclose([result[0], *result[1]], [value, *grad], rtol=1e-12)
+    objective.close()
+
+
 def test_a_worker_killed_while_a_step_runs_gives_the_same_result(client, problem, monkeypatch):
     monkeypatch.setattr(nd.objective, "INLINE_BYTES", 0)  # the parameters as a task of their own
     X, y = problem

@@ -147,14 +147,15 @@ class Objective:
             shared = arrays
         else:
             shared = client.submit(hold, arrays, pure=False)
+        # steered to the worker holding the chunks, else (its holder is gone) anywhere: Dask
+        # refuses allow_other_workers without workers, a race a worker dying mid-run met
         level = [
             client.submit(
                 evaluate_many,
                 [programs[i] for i in group],
                 shared,
                 *[self.parts[i] for i in group],
-                workers=None if worker is None else [worker],
-                allow_other_workers=True,
+                **({} if worker is None else {"workers": [worker], "allow_other_workers": True}),
                 pure=False,
                 retries=self.retries,
             )
