@@ -158,23 +158,21 @@ def settle(kernels, tape, outside):
     runs = blocks(kernels)
     while True:
         keep = held(kernels, tape, outside, runs)
-        bad = next((k for k, run in enumerate(runs) if run.lead and not _lead_held(kernels, run, keep)), None)
+        bad = next((k for k, run in enumerate(runs) if run.lead and not _lead_held(kernels, tape, run, keep)), None)
         if bad is None:
             return runs, keep
         run = runs[bad]
         runs[bad : bad + 1] = [Run(run.loops[: run.lead], False), Run(run.loops[run.lead :], True)]
 
 
-def _lead_held(kernels, run, keep):
+def _lead_held(kernels, tape, run, keep):
     mine = {st for j in run.loops[: run.lead] for st in kernels[j].stores}
-    later = run.loops[1:]
-    return all(src not in mine or src in keep for j in later for r in kernels[j].reads.values() for src in _sources(r))
-
-
-def _sources(r):
-    if r.kind == ReadKind.CAT:
-        return [piece.src for _, _, piece in r.pieces if piece.kind != ReadKind.LITERAL]
-    return [] if r.kind == ReadKind.LITERAL else [r.src]
+    return all(
+        src not in mine or src in keep
+        for j in run.loops[1:]
+        for r in kernels[j].reads.values()
+        for src, _ in rows_read(r, kernels[j], tape)
+    )
 
 
 def hold_lines(keep, r, run, halo, home, tape, names, rows):

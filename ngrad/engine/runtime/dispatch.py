@@ -185,7 +185,7 @@ def _interpreted(tape, values, record):
     tiering weighs against compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs
     every call."""
     t = time.perf_counter()
-    if record is not None and record.numpy is None and record.overhead >= _driver_cost(tape):
+    if record is not None and record.numpy is None and _due(record.overhead, tape):
         record.numpy = numpy_driver(tape)
     if record is None or record.numpy is None:
         outs = owned(interpret(tape, values), values)
@@ -198,9 +198,10 @@ def _interpreted(tape, values, record):
     return outs
 
 
-def _driver_cost(tape):
-    """What interpreting ``tape`` must have cost before its NumPy driver is made."""
-    return tiering.POLICY.numpy_driver_s * len(tape.instrs)
+def _due(overhead, tape):
+    """Whether the interpreter's own Python on ``tape`` (``_overhead``) has cost what making its
+    NumPy driver does."""
+    return overhead >= tiering.POLICY.numpy_driver_s * len(tape.instrs)
 
 
 def _overhead(spent, tape):
@@ -252,7 +253,7 @@ class _Body:
         t = time.perf_counter()
         outs = interpret(self.tape, values)
         self.overhead += _overhead(time.perf_counter() - t, self.tape)
-        if self.overhead >= _driver_cost(self.tape):
+        if _due(self.overhead, self.tape):
             self.drive = numpy_driver(self.tape, checked=False)
         return outs
 

@@ -58,15 +58,16 @@ _LOCAL = re.compile(r"\b[eorp]\d+\b")
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach", "real", "imag"])
 
 
-def driver_of(plan, checked=True):
+def driver_of(plan, checked=True, kernels=None):
     """The compiled plan's generated driver (see ``dispatch.prepare``), built once; None while
     threads run its loops in chunks. ``checked=False``: the driver without its input checks, for
-    callers whose values are exact by construction (a scan's steps, ``loops``)."""
+    callers whose values are exact by construction (a scan's steps, ``loops``); ``kernels``: the
+    functions it calls, when they are not published yet (``warm``)."""
     if plan.chunks():
         return None
     if checked:
         if plan.drive is None:
-            plan.drive = _driver(plan, True)[0]
+            plan.drive = _driver(plan, True, kernels=kernels)[0]
         return plan.drive
     if plan.trusted is None:
         plan.trusted = _driver(plan, False)[0]
@@ -81,12 +82,11 @@ def warm(plan, kernels, values):
     for exactly the argument types the calls pass (a driver passed one loop a NumPy result laid
     out as ``x[:, idx]`` lays it out, where the executor's reshape had copied it: GradBench gmm's
     first call after its kernels arrived compiled two of them again, 0.44 s)."""
-    if plan.chunks():
+    drive = driver_of(plan, kernels=kernels)
+    if drive is None:
         execute(plan, values, kernels)
-        return
-    if plan.drive is None:
-        plan.drive = _driver(plan, True, kernels=kernels)[0]
-    plan.drive(values)
+    else:
+        drive(values)
 
 
 class Stepping(typing.NamedTuple):
