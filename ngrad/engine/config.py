@@ -112,6 +112,13 @@ def compile_mode() -> str:
     return _choice("NGRAD_COMPILE", default, ("process", "thread", "wait"))
 
 
+def cpu_compiler() -> str:
+    """``NGRAD_CPU_COMPILER``: what compiles CPU kernels: ``llvm`` (default: ngrad's own emitter,
+    ``targets/llvm.py``, with Numba for the kernels it does not handle) or ``numba`` (Numba
+    alone)."""
+    return _choice("NGRAD_CPU_COMPILER", "llvm", ("llvm", "numba"))
+
+
 def jit_threshold() -> int:
     """``NGRAD_JIT_THRESHOLD``: the call of a tape structure that compiles it under ``auto``."""
     return max(1, _int("NGRAD_JIT_THRESHOLD", 2))

@@ -27,7 +27,7 @@ import threading
 import time
 from types import ModuleType
 
-from ..config import debug_level
+from ..config import cpu_compiler, debug_level
 from ..recent import Recent
 from ..store import cache_dir, cache_root, code_of, key_of, problem, usable_dir, writable, write_atomically
 from . import CompileError, objects
@@ -114,6 +114,7 @@ class Kernel:
     the machine code loaded without Numba."""
 
     __slots__ = ("key", "text", "_fn", "ready", "loaded", "path")
+    emitted = True  # whether ngrad's own compiler may compile the text (CUDA's: no)
 
     def __init__(self, key, text):
         self.key, self.text = key, text
@@ -159,6 +160,12 @@ class Kernel:
             self.loaded[sig] = f
             self._done("loaded from the disk cache as machine code (no Numba)", t, False)
             return r
+        f = _emitted(self, sig) if self._fn is None and self.emitted else None
+        if f is not None:
+            r = f(*args)
+            self.loaded[sig] = f
+            self._done("emitted", t, True)
+            return r
         try:
             r = call(self.fn)
         except Exception:
@@ -184,7 +191,13 @@ class Kernel:
         if debug_level() >= 3:
             from .njit import phases
 
-            said = f"{how} in {spent * 1e3:.1f} ms" if how else phases(self.fn, spent, compiled)
+            if how == "emitted":
+                from .llvm import phases as emitted
+
+                front, back = emitted()
+                said = f"compiled by ngrad's emitter in {spent * 1e3:.1f} ms (typing and IR {front * 1e3:.1f} ms, LLVM {back * 1e3:.1f} ms)"
+            else:
+                said = f"{how} in {spent * 1e3:.1f} ms" if how else phases(self.fn, spent, compiled)
             print(f"ngrad: kernel {self.key}: {said}", file=sys.stderr)
         self.ready = True
 
@@ -200,6 +213,32 @@ def _object(key, sig):
     if folder is None or not os.path.isdir(os.path.join(folder, "objects")):
         return None
     return objects.load(folder, key, sig)
+
+
+def _emitted(kernel, sig):
+    """Kernel ``kernel``'s machine code for ``sig`` from ngrad's own compiler (``llvm``), kept as
+    an object file; None when that compiler is off or does not handle the text or signature
+    (Numba compiles it then)."""
+    if sig is None or cpu_compiler() != "llvm":
+        return None
+    from . import llvm
+
+    try:
+        made = llvm.compile(kernel.text, sig, kernel.key, _step)
+    except llvm.Unsupported as e:
+        if debug_level() >= 3:
+            print(f"ngrad: kernel {kernel.key}: compiled by Numba ({e})", file=sys.stderr)
+        return None
+    f = objects.make(*made)
+    folder = usable_dir(create=True) if f is not None else None
+    if folder is not None and writable(folder):
+        objects.save(folder, kernel.key, sig, *made)
+    return f
+
+
+def _step():
+    for fn in STEP_FUNCTIONS:
+        fn()
 
 
 def _keep(kernel, args, sig):
@@ -258,8 +297,15 @@ def kernel(text):
 
 
 def warm_up():
-    """Pay Numba's once-per-process compile start-up before the first compile (see
-    ``njit.warm_up``): the compile server does this before it reads a request."""
+    """Pay the compiler's once-per-process start-up before the first compile: LLVM's set-up
+    for ngrad's own compiler, Numba's tables (``njit.warm_up``) when Numba compiles everything.
+    The compile server does this before it reads a request."""
+    if cpu_compiler() == "llvm":
+        from .llvm import usable
+
+        objects.setup()
+        usable()
+        return
     from .njit import warm_up as numba_warm_up
 
     numba_warm_up()

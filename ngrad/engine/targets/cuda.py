@@ -195,6 +195,8 @@ class CudaKernel(Kernel):
     the dispatcher (about 45 us of Python per launch) and hand the packed arguments straight to
     the driver (``_Launcher``, about 8 us); anything else goes through the dispatcher again."""
 
+    emitted = False  # CUDA source: Numba compiles it
+
     __slots__ = ("launcher",)
     MAX_BLOCKS = 8192
 

@@ -40,7 +40,7 @@ __all__ = ["signature", "save", "load"]
 _MAGIC = b"ngrad-object-1\n"
 _SCALARS = {float: "f8", bool: "?", complex: "c16"}
 _lock = threading.Lock()
-_jit: dict = {}  # the loader's once-per-process state (see ``_setup``)
+_jit: dict = {}  # the loader's once-per-process state (see ``setup``)
 
 
 def signature(args):
@@ -124,7 +124,15 @@ def load(folder, key, sig):
             pass
         return None
     with _lock:
-        return _loaded(header, code)
+        return _loaded(header["wrapper"], header["env"], code)
+
+
+def make(code, wrapper, env):
+    """A callable running object file ``code`` (see ``load``), whose CPython wrapper and
+    environment slot have the symbol names ``wrapper`` and ``env``, or None when a symbol it
+    needs cannot be resolved."""
+    with _lock:
+        return _loaded(wrapper, env, code)
 
 
 def _parsed(data, sig):
@@ -141,18 +149,18 @@ def _parsed(data, sig):
     return header, code
 
 
-def _loaded(header, code):
+def _loaded(wrapper, env_name, code):
     """The callable of a checked entry, or None when a symbol it needs cannot be resolved."""
-    ll, dyn = _setup()
+    ll, dyn = setup()
     if any(not weak and not _resolve(ll, name) for name, weak in _undefined(code) or ()):
         return None  # LLVM would abort the process on an unresolved symbol: Numba loads this one
-    engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _machine(ll))  # it owns its machine
+    engine = ll.create_mcjit_compiler(ll.parse_assembly(""), machine())  # it owns its machine
     objfile = ll.ObjectFileRef.from_data(code)
     engine.add_object_file(objfile)
     engine.finalize_object()
     env = dyn.Environment({})
-    slot = engine.get_global_value_address(header["env"])
-    address = engine.get_function_address(header["wrapper"])
+    slot = engine.get_global_value_address(env_name)
+    address = engine.get_function_address(wrapper)
     if not slot or not address:
         return None
     import ctypes
@@ -163,7 +171,7 @@ def _loaded(header, code):
     return dyn.make_function(holder, "kernel", "a kernel loaded from its machine code", address, env, keep)
 
 
-def _setup():
+def setup():
     """llvmlite, with the symbols Numba's machine code calls, and Numba's NRT and function
     extension modules: from ``sys.modules`` when Numba is imported, else loaded from Numba's
     package folder under their own names (so that an import of Numba later uses them)."""
@@ -196,9 +204,10 @@ def _setup():
     return ll, dyn
 
 
-def _machine(ll):
+def machine():
     """A target machine for the CPU the code was made for, as Numba's JIT makes it (an engine
     takes ownership of its machine and frees it with itself: one each)."""
+    ll = setup()[0]
     triple, cpu, features = _host()
     return ll.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault"
