@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from ngrad.cli import main
 
@@ -78,8 +79,9 @@ def test_cache_cli(tmp_path, monkeypatch, capsys):
 
 
 def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
-    """``on_disk`` (which decides whether a plan's kernels load at once) lists Numba's folder
-    only when it changed: a kernel compiled, or its files removed, is seen at the next ask."""
+    """``on_disk`` (which decides whether a plan's kernels load at once) lists the folders of
+    machine code (object files, Numba's index) only when they changed: a kernel compiled, or its
+    files removed, is seen at the next ask."""
     from ngrad.engine import store
     from ngrad.engine.targets import cpu as c
 
@@ -91,7 +93,10 @@ def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
     k(a)
     assert a[0] == 2.0 and store.on_disk(text)
     assert not store.on_disk(text.replace("2.0", "3.0"))
-    for p in glob.glob(os.path.join(store.cache_dir(), "__pycache__", f"{store.key_of(text)}.*")):
+    key = store.key_of(text)
+    for p in glob.glob(os.path.join(store.cache_dir(), "__pycache__", f"{key}.*")):
+        os.unlink(p)
+    for p in glob.glob(os.path.join(store.cache_dir(), "objects", f"{key}-*.o")):
         os.unlink(p)
     assert not store.on_disk(text)
 
@@ -120,20 +125,25 @@ def test_programs_that_differ_only_in_sizes_share_their_kernels(tmp_path, monkey
     assert compiled[0] >= 1 and compiled[1] == 0, compiled
 
 
-def test_debug_level_3_breaks_a_compile_into_its_phases(tmp_path):
+@pytest.mark.parametrize("compiler, phases", [("llvm", "typing and IR"), ("numba", "Numba's front end")])
+def test_debug_level_3_breaks_a_compile_into_its_phases(tmp_path, compiler, phases):
     program = "import ngrad\nx = ngrad.linspace(0, 1, 9, requires_grad=True)\n(x.sin() * x).sum().backward()\n"
     env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always", NGRAD_COMPILE="wait", NGRAD_DEBUG="3")
+    env["NGRAD_CPU_COMPILER"] = compiler
     err = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
     assert "ngrad: planned" in err and "fusion and source of" in err
-    assert "Numba's front end" in err and "LLVM" in err  # Numba's own timers of the first compile
+    assert phases in err and "LLVM" in err  # the compiler's own timers of the first compile
     again = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
     assert "loaded from the disk cache" in again
 
 
-def test_the_compile_servers_warm_up_pays_numbas_compile_start_up():
-    # the child pays it before its first request; loading a kernel does not need it
+@pytest.mark.parametrize("compiler, want", [("llvm", ["False", "True"]), ("numba", ["True", "False"])])
+def test_the_compile_servers_warm_up_pays_its_compilers_start_up(compiler, want):
+    # the child pays it before its first request: Numba's tables only where Numba compiles
     program = (
-        "import sys; from ngrad.engine.targets import cpu; cpu.warm_up(); print('numba.np.arraymath' in sys.modules)"
+        "import sys; from ngrad.engine.targets import cpu, objects; cpu.warm_up(); "
+        "print('numba.np.arraymath' in sys.modules, 'll' in objects._jit)"
     )
-    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "True"
+    env = dict(os.environ, NGRAD_CPU_COMPILER=compiler)
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == want  # (Numba imported, LLVM set up)

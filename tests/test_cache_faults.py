@@ -29,9 +29,12 @@ pytestmark = pytest.mark.numba
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """A fresh process's view of an empty cache at ``tmp_path/cache``: nothing compiled in memory,
-    no cache refused yet."""
+    no cache refused yet, kernels compiled by Numba."""
     root = tmp_path / "cache"
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(root))
+    # the faults of Numba's files and the kernel modules it compiles from: Numba compiles here
+    # (ngrad's own compiler writes object files only; test_objects.py damages those)
+    monkeypatch.setenv("NGRAD_CPU_COMPILER", "numba")
     monkeypatch.setattr(c, "_memory", {})
     monkeypatch.setattr(store, "_refused", {}, raising=False)
     return root

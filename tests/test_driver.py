@@ -253,4 +253,4 @@ def test_an_unaligned_input_runs_the_aligned_specialisation(path, monkeypatch):
     got = runtime.run(low.tape, [unaligned, unaligned])[0]
     np.testing.assert_array_equal(got, want)
     kernels = [k for k in dispatch.records[low.tape.key()].tier.kernels if k]
-    assert kernels and all(len(k.fn.signatures) == 1 for k in kernels)
+    assert kernels and all(k.signatures() == 1 for k in kernels)

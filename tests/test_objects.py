@@ -59,7 +59,9 @@ def test_signature_tells_apart_every_pair_numba_types_apart():
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
+    # Numba's machine code kept as object files (test_llvm_target.py: ngrad's own compiler's)
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NGRAD_CPU_COMPILER", "numba")
     cpu._memory.clear()
     yield tmp_path
     cpu._memory.clear()
@@ -177,8 +179,9 @@ print(json.dumps(out))
 """
 
 
-def _run(tmp_path):
+def _run(tmp_path, compiler):
     env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always", NGRAD_COMPILE="wait")
+    env["NGRAD_CPU_COMPILER"] = compiler
     proc = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout)
 
@@ -192,10 +195,11 @@ def _expected():
     return gx, (d + d.T) @ m0
 
 
-def test_a_warm_process_runs_its_kernels_without_importing_numba(tmp_path):
-    first = _run(tmp_path)
-    assert first["numba"] and first["stats"]["compiled"] >= 1
-    second = _run(tmp_path)
+@pytest.mark.parametrize("compiler", ["llvm", "numba"])
+def test_a_warm_process_runs_its_kernels_without_importing_numba(tmp_path, compiler):
+    first = _run(tmp_path, compiler)
+    assert first["numba"] == (compiler == "numba") and first["stats"]["compiled"] >= 1
+    second = _run(tmp_path, compiler)
     assert not second["numba"], "a warm process imported Numba"
     assert second["stats"]["compiled"] == 0 and second["stats"]["loaded"] >= 1
     assert second["y"] == first["y"] and second["gx"] == first["gx"] and second["gm"] == first["gm"]
@@ -204,8 +208,9 @@ def test_a_warm_process_runs_its_kernels_without_importing_numba(tmp_path):
     np.testing.assert_allclose(second["gm"], gm, rtol=1e-12)
 
 
-def test_corrupt_object_files_are_rebuilt(tmp_path):
-    first = _run(tmp_path)
+@pytest.mark.parametrize("compiler", ["llvm", "numba"])
+def test_corrupt_object_files_are_rebuilt(tmp_path, compiler):
+    first = _run(tmp_path, compiler)
     entries = _entries(tmp_path)
     assert entries
     for i, path in enumerate(entries):
@@ -216,7 +221,8 @@ def test_corrupt_object_files_are_rebuilt(tmp_path):
                 f.truncate(len(data) // 2)  # cut short
             else:  # a flipped byte in the machine code
                 f.write(data[:-40] + bytes([data[-40] ^ 0xFF]) + data[-39:])
-    second = _run(tmp_path)  # the damaged entries are dropped: Numba loads those kernels
-    assert second["gx"] == first["gx"] and second["numba"]
-    third = _run(tmp_path)  # and kept again as machine code
+    second = _run(tmp_path, compiler)  # the damaged entries are dropped: compiled again (or Numba loads them)
+    assert second["gx"] == first["gx"] and second["numba"] == (compiler == "numba")
+    assert second["stats"]["compiled"] >= (compiler == "llvm")
+    third = _run(tmp_path, compiler)  # and kept again as machine code
     assert third["gx"] == first["gx"] and not third["numba"]

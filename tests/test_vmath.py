@@ -92,7 +92,7 @@ def test_exp_loop_vectorises_without_libm(monkeypatch, tmp_path):
     x = np.linspace(-5, 5, 64)
     _, comp = _compiled_exp(x, monkeypatch, tmp_path)
     (k,) = [k for k in comp.kernels if k is not None]
-    asm = "\n".join(k.fn.inspect_asm().values())
+    asm = "\n".join(k.inspect("asm").values())
     assert "ymm" in asm or "zmm" in asm or "pd\t%xmm" in asm  # packed double-precision instructions
     assert "@exp" not in asm and "callq\texp" not in asm
 
@@ -103,11 +103,11 @@ def test_only_a_kernel_running_vmath_asks_for_512_bit_vectors(monkeypatch, tmp_p
     _, comp = _compiled_exp(np.linspace(-5, 5, 64), monkeypatch, tmp_path)
     (k,) = [k for k in comp.kernels if k is not None]
     assert "_wide_vectors()" in k.text
-    assert '"prefer-vector-width"="512"' in "\n".join(k.fn.inspect_llvm().values())
+    assert '"prefer-vector-width"="512"' in "\n".join(k.inspect("llvm").values())
     _, comp = _compiled_exp(np.linspace(-5, 5, 64), monkeypatch, tmp_path, "abs")
     (k,) = [k for k in comp.kernels if k is not None]
     assert "_wide_vectors()" not in k.text
-    assert "prefer-vector-width" not in "\n".join(k.fn.inspect_llvm().values())
+    assert "prefer-vector-width" not in "\n".join(k.inspect("llvm").values())
 
 
 @pytest.mark.parametrize("name", ["exp", "log", "tanh", "sin", "erf"])
@@ -169,7 +169,7 @@ def test_float64_ulp(name, monkeypatch, tmp_path):
     got, comp = _compiled_exp(x, monkeypatch, tmp_path, name)
     with np.errstate(all="ignore"):
         assert ulp_error(got, ref_fn(x)) <= bound
-    asm = "\n".join(a for k in comp.kernels if k is not None for a in k.fn.inspect_asm().values())
+    asm = "\n".join(a for k in comp.kernels if k is not None for a in k.inspect("asm").values())
     assert "ymm" in asm or "zmm" in asm or "pd\t%xmm" in asm
 
 

@@ -281,28 +281,41 @@ def key_of(text: str) -> str:
     return "k" + hashlib.sha256(code_of(text).encode()).hexdigest()[:24]
 
 
-# (Numba's cache folder, its modification time) and the keys with an index file there: listed
-# again only when the folder changed, since a glob per kernel scanned the whole folder (6 ms a
+# (the folders of machine code and their modification times) and the keys with an entry there:
+# listed again only when a folder changed, since a glob per kernel scanned the whole folder (6 ms a
 # kernel with 3,800 files in it; 85 ms of a 0.4 s first call of ba)
-_indexed: list[tuple[tuple[object, object], frozenset[str]]] = [((None, None), frozenset())]
+_indexed: list[tuple[object, frozenset[str]]] = [(None, frozenset())]
 
 
 def on_disk(text: str) -> bool:
-    """True when the kernel of generated module ``text`` and Numba's cache index for it already
-    exist on disk (read without importing Numba, so deciding to load costs no Numba start-up)."""
+    """True when machine code of the kernel of generated module ``text`` is on disk: an object
+    file (``targets/objects.py``, what ngrad's own compiler writes and Numba's code is kept as) or
+    Numba's cache index for it (read without importing Numba, so deciding to load costs no Numba
+    start-up)."""
     if refused():
         return False
-    folder = os.path.join(cache_dir(), "__pycache__")
-    try:
-        stamp = (folder, os.stat(folder).st_mtime_ns)
-    except OSError:
-        return False
+    # Numba's index files: {key}.{function}-{line}.py{version}.nbi; object files: {key}-{tag}.o
+    folders = (
+        (os.path.join(cache_dir(), "__pycache__"), ".nbi", "."),
+        (os.path.join(cache_dir(), "objects"), ".o", "-"),
+    )
+    stamp = []
+    for folder, _, _ in folders:
+        try:
+            stamp.append(os.stat(folder).st_mtime_ns)
+        except OSError:
+            stamp.append(None)
     seen, keys = _indexed[0]
     if seen != stamp:
-        try:
-            with os.scandir(folder) as entries:  # Numba's index files: {key}.{function}-{line}.py{version}.nbi
-                keys = frozenset(e.name.split(".", 1)[0] for e in entries if e.name.endswith(".nbi"))
-        except OSError:
-            return False
+        found: set[str] = set()
+        for (folder, suffix, sep), mtime in zip(folders, stamp):
+            if mtime is None:
+                continue
+            try:
+                with os.scandir(folder) as entries:
+                    found.update(e.name.split(sep, 1)[0] for e in entries if e.name.endswith(suffix))
+            except OSError:
+                continue
+        keys = frozenset(found)
         _indexed[0] = (stamp, keys)
     return key_of(text) in keys

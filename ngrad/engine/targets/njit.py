@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 from ..backend import vmath
 from ..store import cache_root, usable_dir
 from .cpu import register_steps
+from .ir_values import IRMath, IRValue
 
 __all__ = [
     "dispatcher",
@@ -44,132 +45,6 @@ __all__ = [
 FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
 
-class _IR:
-    """A value inside a kernel being compiled: operators emit LLVM instructions (see ``_IRMath``)."""
-
-    __slots__ = ("b", "v")
-
-    def __init__(self, builder, value):
-        self.b, self.v = builder, value
-
-    def _coerce(self, other):
-        if isinstance(other, _IR):
-            return other.v
-        if isinstance(self.v.type, ir.DoubleType):
-            return ir.Constant(_F64, float(other))
-        return ir.Constant(self.v.type, int(other))
-
-    def _op(self, fop, iop, other, swap=False):
-        a, c = self.v, self._coerce(other)
-        a, c = (c, a) if swap else (a, c)
-        return _IR(self.b, getattr(self.b, fop if isinstance(self.v.type, ir.DoubleType) else iop)(a, c))
-
-    def _cmp(self, op, other):
-        if isinstance(self.v.type, ir.DoubleType):  # ordered, except != (true for NaN, like Python's)
-            cmp = self.b.fcmp_unordered if op == "!=" else self.b.fcmp_ordered
-            return _IR(self.b, cmp(op, self.v, self._coerce(other)))
-        return _IR(self.b, self.b.icmp_signed(op, self.v, self._coerce(other)))
-
-    def __add__(self, o):
-        return self._op("fadd", "add", o)
-
-    def __radd__(self, o):
-        return self._op("fadd", "add", o, True)
-
-    def __sub__(self, o):
-        return self._op("fsub", "sub", o)
-
-    def __rsub__(self, o):
-        return self._op("fsub", "sub", o, True)
-
-    def __mul__(self, o):
-        return self._op("fmul", "mul", o)
-
-    def __rmul__(self, o):
-        return self._op("fmul", "mul", o, True)
-
-    def __truediv__(self, o):
-        return self._op("fdiv", None, o)
-
-    def __rtruediv__(self, o):
-        return self._op("fdiv", None, o, True)
-
-    def __and__(self, o):
-        return self._op(None, "and_", o)
-
-    def __or__(self, o):
-        return self._op(None, "or_", o)
-
-    def __lshift__(self, o):
-        return self._op(None, "shl", o)
-
-    def __neg__(self):
-        return _IR(self.b, self.b.fneg(self.v))
-
-    def __lt__(self, o):
-        return self._cmp("<", o)
-
-    def __le__(self, o):
-        return self._cmp("<=", o)
-
-    def __gt__(self, o):
-        return self._cmp(">", o)
-
-    def __ge__(self, o):
-        return self._cmp(">=", o)
-
-    def __eq__(self, o):
-        return self._cmp("==", o)
-
-    def __ne__(self, o):
-        return self._cmp("!=", o)
-
-    __hash__ = None  # type: ignore[assignment]  # comparisons build IR values: never a dict key
-
-
-class _IRMath:
-    """vmath's backend inside a Numba intrinsic: the helper's operations become the caller's own
-    straight-line IR, so the loop around it sees no call and vectorises."""
-
-    def __init__(self, builder):
-        self.b = builder
-
-    def _llvm(self, name, *args):
-        fn = self.b.module.declare_intrinsic(name, [_F64], ir.FunctionType(_F64, [_F64] * len(args)))
-        return _IR(self.b, self.b.call(fn, [a.v for a in args]))
-
-    def select(self, c, x, y):
-        f = lambda v: v if isinstance(v, _IR) else _IR(self.b, ir.Constant(_F64, float(v)))
-        return _IR(self.b, self.b.select(c.v, f(x).v, f(y).v))
-
-    def rint(self, x):
-        return self._llvm("llvm.rint", x)
-
-    def abs(self, x):
-        return self._llvm("llvm.fabs", x)
-
-    def copysign(self, x, y):
-        return self._llvm("llvm.copysign", x, y)
-
-    def minimum(self, x, c):
-        return self.select(x < c, x, c)
-
-    def maximum(self, x, c):
-        return self.select(x > c, x, c)
-
-    def bits(self, x):
-        return _IR(self.b, self.b.bitcast(x.v, _I64))
-
-    def float(self, i):
-        return _IR(self.b, self.b.bitcast(i.v, _F64))
-
-    def lshr(self, i, n):
-        return _IR(self.b, self.b.lshr(i.v, ir.Constant(_I64, n)))
-
-
-_F64, _I64 = ir.DoubleType(), ir.IntType(64)
-
-
 def _helper(fn):
     """A Numba intrinsic computing ``fn`` (a vmath function) on a float64, emitted inline."""
 
@@ -180,7 +55,7 @@ def _helper(fn):
 
         def codegen(context, builder, signature, args):
             v = context.cast(builder, args[0], signature.args[0], types.float64)
-            return fn(_IRMath(builder), _IR(builder, v)).v
+            return fn(IRMath(builder), IRValue(builder, v)).v
 
         return types.float64(x), codegen
 

@@ -1,0 +1,250 @@
+"""ngrad's own CPU compiler (engine/targets/llvm.py): each construct of the kernel language gives
+what the same text gives run by Python itself (the reference for its semantics) and by Numba,
+random expressions agree with Python, what it does not handle goes to Numba, and a program whose
+kernels it all compiles never imports Numba."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ngrad.engine.targets import kernel_types, llvm, objects
+
+HEADER = "import math\n\nimport numpy as np\n\n\n"
+
+
+def _python(text, args):
+    """Run the kernel text as Python: the reference (NumPy scalars keep their dtypes)."""
+    scope = {}
+    exec(compile(text, "<kernel>", "exec"), scope)
+    scope["kernel"](*args)
+
+
+def _emitted(text, args):
+    f = objects.make(*llvm.compile(text, objects.signature(args), "k_test"))
+    assert f is not None
+    f(*args)
+
+
+def _numba(text, args):
+    from ngrad.engine.targets import njit
+
+    scope = {}
+    exec(compile(text, "<kernel>", "exec"), scope)
+    scope.update(njit.HELPERS)
+    njit.numba.njit(**njit.FLAGS)(scope["kernel"])(*args)
+
+
+def _agree(text, make_args, runners=(_emitted,), exact=True):
+    text = HEADER + text
+    want = make_args()
+    _python(text, want)
+    for run in runners:
+        got = make_args()
+        run(text, got)
+        for w, g in zip(want, got):
+            if isinstance(w, np.ndarray):
+                if exact:
+                    np.testing.assert_array_equal(g, w, err_msg=run.__name__)
+                else:
+                    np.testing.assert_allclose(g, w, rtol=1e-14, atol=0, err_msg=run.__name__)
+
+
+CASES = {
+    # Python's floor division and modulo of integers, negatives included; zero divisors are NumPy's 0
+    "int_division": (
+        "def kernel(a, b, o):\n"
+        "    for i in range(a.shape[0]):\n"
+        "        o[i, 0] = a[i] // b[i] if b[i] != 0 else 0\n"
+        "        o[i, 1] = a[i] % b[i] if b[i] != 0 else 0\n"
+        "        o[i, 2] = (a[i] * 3 - b[i]) << 1\n"
+        "        o[i, 3] = abs(a[i]) | 1\n",
+        lambda: (np.array([7, -7, 7, -7, 0, 5]), np.array([2, 2, -2, -2, 3, 1]), np.zeros((6, 4), np.int64)),
+    ),
+    # Python's float modulo (the sign of the divisor), max/min with NaN (first argument kept),
+    # comparisons with NaN (false, except !=)
+    "float_semantics": (
+        "def kernel(x, y, o):\n"
+        "    for i in range(x.shape[0]):\n"
+        "        o[i, 0] = x[i] % y[i]\n"
+        "        o[i, 1] = max(x[i], y[i])\n"
+        "        o[i, 2] = min(y[i], x[i], 0.5)\n"
+        "        o[i, 3] = np.float64(x[i] < y[i]) + 2.0 * (x[i] != y[i]) + 4.0 * (x[i] >= y[i])\n"
+        "        o[i, 4] = x[i] ** 2.0 + math.sqrt(abs(y[i]))\n"
+        "        o[i, 5] = np.float64(np.int64(x[i] * 3.0))\n",
+        lambda: (
+            np.array([5.5, -5.5, 5.5, np.nan, 1.0, -0.0, 3.0]),
+            np.array([2.0, 2.0, -2.0, 1.0, np.nan, 2.0, 3.0]),
+            np.zeros((7, 6)),
+        ),
+    ),
+    # a guarded read out of bounds must not run; and/or decide left to right; chained comparisons
+    "guards": (
+        "def kernel(n, a, o):\n"
+        "    for i in range(-2, n + 2):\n"
+        "        v = a[np.uint64(i)] if i >= 0 and i < n else np.float64(-1.0)\n"
+        "        w = 1.0 if 0 <= i < n or i == -2 else 0.0\n"
+        "        if not (i < 0 or i >= n):\n"
+        "            o[i] = v + w\n"
+        "        elif i == n:\n"
+        "            o[0] += v * w\n"
+        "        else:\n"
+        "            o[n - 1] += 10.0 * v + w\n",
+        lambda: (4, np.arange(4.0), np.zeros(4)),
+    ),
+    # loops: negative steps, literal tuples, while, break, continue, a negative index from the end
+    "loops": (
+        "def kernel(n, o):\n"
+        "    s = 0\n"
+        "    for i in range(n - 1, -1, -1):\n"
+        "        if i == 2:\n"
+        "            continue\n"
+        "        s = s * 3 + i\n"
+        "    for lo, hi in ((0, 2), (max(1, n - 2), n)):\n"
+        "        for j in range(lo, hi):\n"
+        "            o[j] += 1.5\n"
+        "    k = 0\n"
+        "    while True:\n"
+        "        k += 1\n"
+        "        if k * k > 50:\n"
+        "            break\n"
+        "    o[-1] = s + k\n"
+        "    o[-2] += i\n",
+        lambda: (6, np.zeros(6)),
+    ),
+    # arrays of several dtypes and ranks, a scratch array allocated in a loop, 0-d arrays,
+    # bool arrays, int32, float32 promotion (float32 with int64 is float64)
+    "arrays": (
+        "def kernel(m, f, b, q, c, flag):\n"
+        "    acc = np.float64(0.0)\n"
+        "    for r in range(m.shape[0]):\n"
+        "        t = np.empty((m.shape[1], 2), np.float64)\n"
+        "        for j in range(m.shape[1]):\n"
+        "            t[j, 0] = m[r, j] * f[j]\n"
+        "            t[j, 1] = t[j, 0] if b[j] else -t[j, 0]\n"
+        "        for j in range(len(f)):\n"
+        "            acc += t[j, 1] + q[j]\n"
+        "            m[r, j] = t[j, 1]\n"
+        "    c[()] = acc\n"
+        "    flag[0] = acc > 0\n"
+        "    flag[1] = b[0] and not b[1]\n",
+        lambda: (
+            np.arange(12.0).reshape(3, 4),
+            np.array([0.5, 1.5, -2.5, 3.0], np.float32),
+            np.array([True, False, True, True]),
+            np.array([1, -2, 3, 4], np.int32),
+            np.zeros(()),
+            np.zeros(2, bool),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_construct_runs_as_python_runs_it(name):
+    text, make = CASES[name]
+    _agree(text, make)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_construct_runs_as_numba_runs_it(name):
+    text, make = CASES[name]
+    _agree(text, make, runners=(_numba,))
+
+
+def test_math_and_the_vectorisable_helpers_match_numba_and_python():
+    from ngrad.engine.backend import vmath
+
+    body = "".join(f"        o[{k}, i] = {h}(x[i])\n" for k, h in enumerate(sorted(vmath.FUNCTIONS)))
+    libm = ["math.tan", "math.atan", "math.sinh", "np.floor", "np.rint", "np.ceil"]
+    body += "".join(f"        o[{len(vmath.FUNCTIONS) + k}, i] = {f}(x[i])\n" for k, f in enumerate(libm))
+    text = HEADER + "def kernel(x, o):\n    _wide_vectors()\n    for i in range(x.shape[0]):\n" + body
+    x = np.linspace(-3.0, 3.0, 101)
+    got = np.zeros((len(vmath.FUNCTIONS) + len(libm), x.size))
+    _emitted(text, (x, got))
+    backend = vmath.NumpyBackend()
+    for k, h in enumerate(sorted(vmath.FUNCTIONS)):
+        want = np.asarray(vmath.FUNCTIONS[h](backend, x))
+        np.testing.assert_allclose(got[k], want, rtol=1e-15, atol=1e-300, err_msg=h)
+    for k, f in enumerate(libm):
+        np.testing.assert_allclose(got[len(vmath.FUNCTIONS) + k], eval(f, {"math": np, "np": np})(x), rtol=1e-15)
+
+
+# random expressions over int64 and float64 variables, run by Python and by the compiler
+_names = st.sampled_from(["x", "y", "k", "m", "1.5", "2", "np.float64(-0.25)", "np.int64(3)"])
+
+
+def _expr(depth):
+    if depth == 0:
+        return _names
+    sub = _expr(depth - 1)
+    binary = st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "<", ">=", "!="]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    choice = st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} > {t[2]} else {t[2]})")
+    call = st.tuples(st.sampled_from(["max", "min", "abs", "np.float64"]), sub, sub).map(
+        lambda t: f"{t[0]}({t[1]})" if t[0] in ("abs", "np.float64") else f"{t[0]}({t[1]}, {t[2]})"
+    )
+    return st.one_of(sub, binary, choice, call)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_expr(3), st.lists(st.floats(-4, 4, allow_nan=False), min_size=4, max_size=4), st.integers(1, 5))
+def test_random_expressions_agree_with_python(expr, floats, k):
+    text = (
+        HEADER + "def kernel(xs, ks, o):\n    for i in range(xs.shape[0]):\n"
+        "        x, y, k, m = xs[i], xs[i] * 0.5 - 1.0, ks[i], ks[i] - 3\n"
+        f"        o[i] = {expr}\n"
+    )
+    xs, ks = np.array(floats), np.array([k, -k, 0, 2 * k])
+    want, got = np.zeros(4), np.zeros(4)
+    try:
+        with np.errstate(all="ignore"):
+            _python(text, (xs, ks, want))
+    except ZeroDivisionError:  # Python raises where NumPy's error model gives inf or nan
+        return
+    _emitted(text, (xs, ks, got))
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13, err_msg=expr)
+
+
+@pytest.mark.parametrize(
+    "text, args",
+    [
+        ("def kernel(z, o):\n    o[0] = z[0].real\n", (np.zeros(1, complex), np.zeros(1))),  # complex numbers
+        ("def kernel(a, o):\n    o[0] = a[0]\n", (np.zeros((3, 3))[:, 0], np.zeros(1))),  # a strided view
+        ("def kernel(a):\n    return a[0]\n", (np.zeros(1),)),  # a value returned
+        ("def kernel(a):\n    a[0] = np.sum(a)\n", (np.zeros(1),)),  # a NumPy function
+    ],
+)
+def test_what_it_does_not_compile_is_refused_and_numba_runs_it(text, args):
+    with pytest.raises(kernel_types.Unsupported):
+        llvm.compile(HEADER + text, objects.signature(args), "k_refused")
+
+
+@pytest.mark.numba
+def test_a_refused_kernel_still_runs_through_numba(tmp_path):
+    from ngrad.engine.targets import cpu
+
+    k = cpu.kernel(HEADER + "def kernel(z, o):\n    for i in range(z.shape[0]):\n        o[i] = abs(z[i])\n")
+    z, o = np.array([3 + 4j, -1j]), np.zeros(2)
+    k(z, o)
+    np.testing.assert_array_equal(o, [5.0, 1.0])
+    assert k._fn is not None  # Numba's dispatcher ran it
+
+
+def test_a_program_of_emitted_kernels_never_imports_numba(tmp_path):
+    code = (
+        "import sys, numpy as np, ngrad\n"
+        "x = ngrad.tensor(np.linspace(0.1, 2.0, 1000), requires_grad=True)\n"
+        "y = (x.sin() * x.exp() / (1 + x * x)).sum()\n"
+        "y.backward()\n"
+        "want = np.cos(x.detach().numpy()) * np.exp(x.detach().numpy())\n"
+        "print('numba' in sys.modules, ngrad.engine.targets.kernels_made())\n"
+    )
+    env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always", NGRAD_CPU_COMPILER="llvm")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False" and int(out[1]) >= 1, out
+    assert list((tmp_path).rglob("objects/*.o"))  # kept for the next process
