@@ -62,8 +62,9 @@ CASES = {
         "        o[i, 0] = a[i] // b[i] if b[i] != 0 else 0\n"
         "        o[i, 1] = a[i] % b[i] if b[i] != 0 else 0\n"
         "        o[i, 2] = (a[i] * 3 - b[i]) << 1\n"
-        "        o[i, 3] = abs(a[i]) | 1\n",
-        lambda: (np.array([7, -7, 7, -7, 0, 5]), np.array([2, 2, -2, -2, 3, 1]), np.zeros((6, 4), np.int64)),
+        "        o[i, 3] = abs(a[i]) | 1\n"
+        "        o[i, 4] = np.uint64(a[i] + 10) // 3 + np.uint64(a[i] + 10) % 4 * 100\n",  # Numba's: int64
+        lambda: (np.array([7, -7, 7, -7, 0, 5]), np.array([2, 2, -2, -2, 3, 1]), np.zeros((6, 5), np.int64)),
     ),
     # Python's float modulo (the sign of the divisor), max/min with NaN (first argument kept),
     # comparisons with NaN (false, except !=)
@@ -115,6 +116,19 @@ CASES = {
         "    o[-1] = s + k\n"
         "    o[-2] += i\n",
         lambda: (6, np.zeros(6)),
+    ),
+    # other names for a scratch array and an argument (codegen's "stored above", "the same argument")
+    "aliases": (
+        "def kernel(a, o):\n"
+        "    s = np.empty((a.shape[0], 2), np.float64)\n"
+        "    for i in range(a.shape[0]):\n"
+        "        s[i, 0] = a[i] * 2.0\n"
+        "        s[i, 1] = a[i] + 1.0\n"
+        "    b = s\n"
+        "    c = a\n"
+        "    for i in range(a.shape[0]):\n"
+        "        o[i] = b[i, 0] * b[i, 1] + c[i]\n",
+        lambda: (np.linspace(-1.0, 1.0, 5), np.zeros(5)),
     ),
     # arrays of several dtypes and ranks, a scratch array allocated in a loop, 0-d arrays,
     # bool arrays, int32, float32 promotion (float32 with int64 is float64)
@@ -225,8 +239,11 @@ def test_what_it_does_not_compile_is_refused_and_numba_runs_it(text, args):
 
 
 @pytest.mark.numba
-def test_a_refused_kernel_still_runs_through_numba(tmp_path):
+def test_a_refused_kernel_still_runs_through_numba(tmp_path, monkeypatch):
     from ngrad.engine.targets import cpu
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "_memory", {})
 
     k = cpu.kernel(HEADER + "def kernel(z, o):\n    for i in range(z.shape[0]):\n        o[i] = abs(z[i])\n")
     z, o = np.array([3 + 4j, -1j]), np.zeros(2)

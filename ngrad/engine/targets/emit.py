@@ -36,7 +36,7 @@ from .kernel_types import (
     numeric,
 )
 
-__all__ = ["Emitter", "Array", "FAST", "REG", "MEM", "PTR", "F64", "I64", "I32", "I8", "I1"]
+__all__ = ["Emitter", "Array", "FAST", "REG", "MEM", "PTR", "F32", "F64", "I64", "I32", "I8", "I1"]
 
 FAST = ("reassoc", "contract")
 F64, F32, I64, I32, I8, I1 = (
@@ -107,11 +107,13 @@ class Emitter(Typer):
         elif isinstance(s, ast.If):
             then, other, after = (self.function.append_basic_block(x) for x in ("then", "else", "endif"))
             b.cbranch(self._truth(s.test), then, other)
+            self.nested += 1
             for block, stmts in ((then, s.body), (other, s.orelse)):
                 b.position_at_end(block)
                 self._block(stmts)
                 if not b.block.is_terminated:
                     b.branch(after)
+            self.nested -= 1
             b.position_at_end(after)
         elif isinstance(s, ast.Expr):
             v = s.value
@@ -134,21 +136,39 @@ class Emitter(Typer):
             for t, v in zip(target.elts, values):
                 self._assign_value(t, v)
         elif isinstance(target, ast.Name) and isinstance(self.types.get(target.id), tuple):
-            if isinstance(value, ast.Name):  # another name for an argument (codegen's "the same argument")
+            if isinstance(value, ast.Name):  # another name for an array (codegen's "the same argument")
                 source = self.arrays.get(value.id)
-                if (
-                    self.loops
-                    or self.b.block is not self.first
-                    or source is None
-                    or source.local
-                    or target.id in self.params
-                ):
+                # only where it binds for the rest of the kernel: at the top level, both names
+                # assigned once (Python would keep the old array on a later np.empty)
+                once = self._assignments()
+                if self.loops or self.nested or source is None or once.get(target.id) != 1 or once.get(value.id, 0) > 1:
                     raise Unsupported("array assignment")
                 self.arrays[target.id] = source
                 return
             self._allocate(self.arrays.get(target.id), value)
         else:
             self._assign_value(target, self.ex(value))
+
+    def _assignments(self):
+        """How many statements bind each name (a loop's target counts once; a store into an
+        array's element binds nothing)."""
+        if self.assigned is None:
+            self.assigned = {}
+            for n in ast.walk(self.fn):
+                todo = (
+                    list(n.targets)
+                    if isinstance(n, ast.Assign)
+                    else [n.target]
+                    if isinstance(n, (ast.AugAssign, ast.For))
+                    else []
+                )
+                while todo:
+                    t = todo.pop()
+                    if isinstance(t, ast.Name):
+                        self.assigned[t.id] = self.assigned.get(t.id, 0) + 1
+                    elif isinstance(t, ast.Tuple):
+                        todo.extend(t.elts)
+        return self.assigned
 
     def _assign_value(self, target, tv):
         if isinstance(target, ast.Name):

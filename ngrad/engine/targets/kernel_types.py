@@ -63,11 +63,16 @@ CONSTANTS = {"inf": float("inf"), "nan": float("nan"), "pi": 3.141592653589793, 
 
 
 def numeric(a, b):
-    """NumPy's promotion of two scalar types, as Numba types operations on them."""
-    if isinstance(a, tuple) or isinstance(b, tuple) or "u64" in (a, b) or None in (a, b):
+    """NumPy's promotion of two scalar types, as Numba types operations on them (except that
+    Numba makes uint64 with a signed integer int64, where NumPy makes float64: codegen's window
+    indices, ``np.uint64(i - w) // 2``, rely on it; two unsigned operands are not typed here)."""
+    if isinstance(a, tuple) or isinstance(b, tuple) or None in (a, b) or a == b == "u64":
         raise Unsupported(f"operands {a} and {b}")
     if a == b:
         return a
+    if "u64" in (a, b):
+        other = b if a == "u64" else a
+        return "i64" if other in INTS else "f64"
     if a in INTS and b in INTS:
         return max(a, b, key=INTS.index)
     if a in FLOATS and b in FLOATS:
@@ -104,6 +109,8 @@ def unify(a, b):
     """The type of a variable (or ``x if c else y``) given values of types ``a`` and ``b``."""
     if a == b:
         return a
+    if "u64" in (a, b):
+        raise Unsupported(f"a variable of {a} and {b}")
     return numeric(a, b)
 
 

@@ -33,7 +33,7 @@ import time
 import llvmlite.binding as ll
 from llvmlite import ir
 
-from .emit import F64, I8, I32, I64, MEM, PTR, REG, Array, Emitter
+from .emit import F32, F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
 from .kernel_types import Unsupported, arg_type
 
 __all__ = ["compile", "Unsupported", "usable", "phases"]
@@ -79,7 +79,7 @@ class _Function(Emitter):
                 self.slots[name] = self._alloca(REG[t], name)
         self._unpack(f.args[1])
         self.state = b.call(self._c("PyEval_SaveThread", PTR, []), [])
-        self.first = b.block
+        self.nested, self.assigned = 0, None
         self._block(self.fn.body)
         if not b.block.is_terminated:
             b.branch(self.exit)
@@ -96,6 +96,7 @@ class _Function(Emitter):
                 b.call(self._c("Py_IncRef", ir.VoidType(), [PTR]), [none])
                 b.ret(none)
         self.allocas.branch(body)
+        _fast(f)
         return self.module
 
     def _alloca(self, t, name):
@@ -154,6 +155,22 @@ class _Function(Emitter):
             if name in self.slots:
                 b.store(self._cast(v, t, self.types[name]), self.slots[name])
 
+
+def _fast(function):
+    """Numba's ``fastmath`` flags on every float operation of ``function`` that has none, the
+    vmath helpers' included (as Numba's rewrite of a ``fastmath`` function does): ``contract``
+    lets LLVM fuse their polynomials' multiply-adds (chain's kernel: 1.35x slower without)."""
+    for block in function.blocks:
+        for instr in block.instructions:
+            if instr.opname in _FLOAT_OPS:
+                if not instr.flags:
+                    instr.flags.extend(FAST)
+            elif isinstance(instr, ir.CallInstr) and instr.type in (F64, F32):
+                for flag in FAST:
+                    instr.fastmath.add(flag)
+
+
+_FLOAT_OPS = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fcmp"))
 
 # ---------------------------------------------------------------------------------------------
 # The object layouts the wrapper reads, checked once against this process's Python and NumPy

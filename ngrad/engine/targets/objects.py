@@ -16,9 +16,10 @@ was made for and a hash of its bytes; ``load(folder, key, sig)`` returns a calla
 or None: no entry, an entry made for another CPU or signature, a corrupt one (deleted), a symbol
 it needs that this process cannot resolve, or a platform whose object files this module does not
 read (only 64-bit little-endian ELF). ``make(object_code, wrapper, env)`` runs an object file just
-made (ngrad's own compiler, ``llvm``, makes the same kind: a CPython wrapper ``(self, args, kws)``). A callable is only ever called with arguments of exactly
-its signature (``cpu.Kernel`` checks it): the machine code trusts them. Numba imported later in
-the same process shares the extension modules loaded here.
+made (ngrad's own compiler, ``llvm``, makes the same kind: a CPython wrapper ``(self, args,
+kws)``). A callable is only ever called with arguments of exactly its signature (``cpu.Kernel``
+checks it): the machine code trusts them. Numba imported later in the same process shares the
+extension modules loaded here.
 """
 
 import builtins
