@@ -29,22 +29,24 @@ print(json.dumps(out))
 """
 
 
-def _run(cache, *args):
+def _run(cache, *args, compiler="llvm"):
     env = dict(os.environ, NGRAD_CACHE_DIR=str(cache), NGRAD_JIT="auto", NGRAD_JIT_THRESHOLD="1", NGRAD_COMPILE="wait")
+    env["NGRAD_CPU_COMPILER"] = compiler
     out = subprocess.run([sys.executable, "-c", PROGRAM, *args], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_warm_cache_compiles_nothing_and_corruption_is_rebuilt(tmp_path):
-    cold = _run(tmp_path)
+@pytest.mark.parametrize("compiler", ["llvm", "numba"])
+def test_warm_cache_compiles_nothing_and_corruption_is_rebuilt(tmp_path, compiler):
+    cold = _run(tmp_path, compiler=compiler)
     assert cold["compiled"] >= 1
-    warm = _run(tmp_path)
+    warm = _run(tmp_path, compiler=compiler)
     assert warm["compiled"] == 0 and warm["loaded"] == cold["compiled"]
     assert warm["grad"] == cold["grad"]
-    # loading machine code skips Numba's registries (a fifth of a second), and compiling still
-    # works after such a load
-    assert cold["registries"] and not warm["registries"]
-    more = _run(tmp_path, "new")
+    # loading machine code skips Numba's registries (a fifth of a second; ngrad's own compiler
+    # never needs them), and compiling still works after such a load
+    assert cold["registries"] == (compiler == "numba") and not warm["registries"]
+    more = _run(tmp_path, "new", compiler=compiler)
     assert more["compiled"] >= 1 and more["grad"] == cold["grad"]
     z = np.linspace(-2, 2, 11)
     np.testing.assert_allclose(more["new_grad"], -np.sin(z) * np.tanh(z) + np.cos(z) / np.cosh(z) ** 2, rtol=1e-12)
@@ -56,16 +58,16 @@ def test_warm_cache_compiles_nothing_and_corruption_is_rebuilt(tmp_path):
     for p in glob.glob(str(tmp_path / "*" / "__pycache__" / "*")):
         with open(p, "wb") as f:
             f.write(b"\x00garbage")
-    again = _run(tmp_path)
+    again = _run(tmp_path, compiler=compiler)
     assert again["grad"] == cold["grad"] and again["value"] == cold["value"]
 
     # a half-written generated module: detected by comparing its text, rewritten
     for p in glob.glob(str(tmp_path / "*" / "k*.py")):
         with open(p, "w") as f:
             f.write("def kernel(")
-    again = _run(tmp_path)
+    again = _run(tmp_path, compiler=compiler)
     assert again["grad"] == cold["grad"]
-    assert _run(tmp_path)["compiled"] == 0
+    assert _run(tmp_path, compiler=compiler)["compiled"] == 0
 
 
 def test_cache_cli(tmp_path, monkeypatch, capsys):

@@ -197,7 +197,9 @@ def _expr(depth):
     if depth == 0:
         return _names
     sub = _expr(depth - 1)
-    binary = st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "<", ">=", "!="]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    binary = st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "<", ">=", "!="]), sub).map(
+        lambda t: f"({t[0]} {t[1]} {t[2]})"
+    )
     choice = st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} > {t[2]} else {t[2]})")
     call = st.tuples(st.sampled_from(["max", "min", "abs", "np.float64"]), sub, sub).map(
         lambda t: f"{t[0]}({t[1]})" if t[0] in ("abs", "np.float64") else f"{t[0]}({t[1]}, {t[2]})"
@@ -262,6 +264,8 @@ def test_a_program_of_emitted_kernels_never_imports_numba(tmp_path):
         "print('numba' in sys.modules, ngrad.engine.targets.kernels_made())\n"
     )
     env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always", NGRAD_CPU_COMPILER="llvm")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out[0] == "False" and int(out[1]) >= 1, out
     assert list((tmp_path).rglob("objects/*.o"))  # kept for the next process

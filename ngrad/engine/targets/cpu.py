@@ -385,8 +385,9 @@ def cached(text, make):
 
 
 def cache_info():
-    """Where the cache is, how many kernels, object files of their machine code (``objects``: one
-    per kernel and argument signature), plans (``write_plan``: bytecode encodings, joint tapes,
+    """Where the cache is, how many kernels (a module Numba compiles from, or machine code of
+    ngrad's own compiler), object files of their machine code (``objects``: one per kernel and
+    argument signature), plans (``write_plan``: bytecode encodings, joint tapes,
     the list of compiled loops) and bytes it holds, whether this process may write it, and
     ``problem``: why it cannot be used (then ngrad compiles in memory), or None."""
     folder = cache_dir()
@@ -403,7 +404,9 @@ def cache_info():
     return {
         "root": cache_root(),
         "folder": folder,
-        "kernels": len(files),
+        "kernels": len(
+            {os.path.basename(p)[:-3] for p in files} | {os.path.basename(p).split("-", 1)[0] for p in machine}
+        ),
         "objects": len(machine),
         "plans": len(plans),
         "bytes": size,
