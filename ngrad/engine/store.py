@@ -299,7 +299,7 @@ def on_disk(text: str) -> bool:
         (os.path.join(cache_dir(), "__pycache__"), ".nbi", "."),
         (os.path.join(cache_dir(), "objects"), ".o", "-"),
     )
-    stamp = []
+    stamp: list[int | None] = []
     for folder, _, _ in folders:
         try:
             stamp.append(os.stat(folder).st_mtime_ns)

@@ -60,10 +60,7 @@ class _Function(Emitter):
         self.allocas = ir.IRBuilder(entry)
         body = f.append_basic_block("body")
         self.b = b = ir.IRBuilder(body)
-        self.slots: dict = {}
-        self.arrays: dict = {}
-        self.locals: list = []
-        self.loops: list = []
+        self.slots, self.arrays, self.locals, self.loops = {}, {}, [], []
         self.exit = f.append_basic_block("exit")
         self.fail = f.append_basic_block("fail")
         for name, t in self.types.items():
