@@ -262,14 +262,44 @@ class Emitter(Typer):
         flat = None
         for k, i in enumerate(indices(n.slice)):
             t, v = self.ex(i)
-            dim = b.load(arr.dims[k])
+            dim = self._dim(arr, k)
             if t == "i32":
                 v, t = b.sext(v, I64), "i64"
-            if t == "i64":  # a negative index counts from the end, as in Python
+            if t == "i64" and not self._natural(i, v):  # a negative index counts from the end, as in Python
                 v = b.select(b.icmp_signed("<", v, ir.Constant(I64, 0)), b.add(v, dim), v)
-            flat = v if flat is None else b.add(b.mul(flat, dim), v)
-        data = b.load(arr.ptr)
+            if flat is None:
+                flat = v
+            elif isinstance(flat, ir.Constant) and flat.constant == 0:
+                flat = v
+            else:
+                flat = b.add(b.mul(flat, dim), v)
+        data = self._data(arr)
         return (data if flat is None else b.gep(data, [flat], inbounds=True)), arr.dtype
+
+    def _data(self, arr):
+        return self.b.load(arr.ptr) if arr.local else arr.ptr
+
+    def _dim(self, arr, k):
+        return self.b.load(arr.dims[k]) if arr.local else arr.dims[k]
+
+    def _natural(self, node, v):
+        """Whether index ``node`` (of value ``v``) is never negative: a literal, or the variable
+        of a ``range`` loop from a literal start >= 0 upwards that nothing else assigns (LLVM would
+        prove it too, after spending time on the check)."""
+        if isinstance(v, ir.Constant):
+            return v.constant >= 0
+        if self.natural is None:
+            once = self._assignments()
+            self.natural = set()
+            for s in ast.walk(self.fn):
+                if isinstance(s, ast.For) and isinstance(s.target, ast.Name) and once.get(s.target.id) == 1:
+                    it = s.iter
+                    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+                        start = constant_int(it.args[0]) if len(it.args) > 1 else 0
+                        step = constant_int(it.args[2]) if len(it.args) > 2 else 1
+                        if start is not None and start >= 0 and step is not None and step > 0:
+                            self.natural.add(s.target.id)
+        return isinstance(node, ast.Name) and node.id in self.natural
 
     def _load(self, addr, t):
         v = self.b.load(addr)
@@ -315,7 +345,7 @@ class Emitter(Typer):
         if isinstance(n, ast.Subscript):
             if isinstance(n.value, ast.Attribute) and n.value.attr == "shape":
                 name, k = self._shape_of(n)
-                return "i64", b.load(self.arrays[name].dims[k])
+                return "i64", self._dim(self.arrays[name], k)
             addr, t = self._address(n)
             return t, self._load(addr, t)
         if isinstance(n, ast.Call):
@@ -512,7 +542,7 @@ class Emitter(Typer):
             if name == "len":
                 if not isinstance(args[0], ast.Name):
                     raise Unsupported("len of an expression")
-                return "i64", b.load(self.arrays[args[0].id].dims[0])
+                return "i64", self._dim(self.arrays[args[0].id], 0)
             if name in vmath.FUNCTIONS:
                 at, v = self.ex(args[0])
                 x = self._cast(v, at, "f64")

@@ -76,7 +76,7 @@ class _Function(Emitter):
                 self.slots[name] = self._alloca(REG[t], name)
         self._unpack(f.args[1])
         self.state = b.call(self._c("PyEval_SaveThread", PTR, []), [])
-        self.nested, self.assigned = 0, None
+        self.nested, self.assigned, self.natural = 0, None, None
         self._block(self.fn.body)
         if not b.block.is_terminated:
             b.branch(self.exit)
@@ -125,17 +125,14 @@ class _Function(Emitter):
                     if name in self.types:
                         raise Unsupported("an argument array rebound")
                     continue
+                # an argument array's data pointer and shape are values, read once: ngrad never
+                # rebinds them (only local scratch arrays live in slots)
                 data = b.load(b.bitcast(b.gep(obj, [ir.Constant(I64, _OFFSETS["data"])]), PTR.as_pointer()))
-                ptr = self._alloca(MEM[t[1]].as_pointer(), name)
-                b.store(b.bitcast(data, ptr.type.pointee), ptr)
+                ptr = b.bitcast(data, MEM[t[1]].as_pointer())
                 shape = b.load(
                     b.bitcast(b.gep(obj, [ir.Constant(I64, _OFFSETS["dims"])]), I64.as_pointer().as_pointer())
                 )
-                dims = []
-                for d in range(t[2]):
-                    slot = self._alloca(I64, f"{name}.{d}")
-                    b.store(b.load(b.gep(shape, [ir.Constant(I64, d)])), slot)
-                    dims.append(slot)
+                dims = [b.load(b.gep(shape, [ir.Constant(I64, d)])) for d in range(t[2])]
                 self.arrays[name] = Array(t[1], t[2], ptr, dims, False)
                 continue
             if s == "f8" or s == "s<f8":
