@@ -269,3 +269,17 @@ def test_a_program_of_emitted_kernels_never_imports_numba(tmp_path):
     ).stdout.split()
     assert out[0] == "False" and int(out[1]) >= 1, out
     assert list((tmp_path).rglob("objects/*.o"))  # kept for the next process
+
+
+def test_kernels_compile_on_several_threads_at_once():
+    import concurrent.futures
+
+    def one(k):
+        text = HEADER + f"def kernel(a, o):\n    for i in range(a.shape[0]):\n        o[i] = a[i] * {k}.0 + _vexp(a[i])\n"
+        a, o = np.linspace(0.0, 1.0, 50), np.zeros(50)
+        f = objects.make(*llvm.compile(text, objects.signature((a, o)), f"k_thread{k}"))
+        f(a, o)
+        return np.allclose(o, a * k + np.exp(a), rtol=1e-14)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(one, range(24)))

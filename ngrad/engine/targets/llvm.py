@@ -258,7 +258,9 @@ def compile(text, sig, name, step=None, form="object"):
     module = fn.emit()
     t1 = time.perf_counter()
     tm = _machine()
-    llmod = ll.parse_assembly(str(module))
+    # a context of its own: LLVM's are not thread-safe, and the worker thread, a call compiling
+    # in wait mode and Numba may all be compiling at once
+    llmod = ll.parse_assembly(str(module), context=ll.create_context())
     pb = _pipeline(tm)
     pb.getModulePassManager().run(llmod, pb)
     if form != "object":
