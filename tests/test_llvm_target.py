@@ -275,7 +275,8 @@ def test_kernels_compile_on_several_threads_at_once():
     import concurrent.futures
 
     def one(k):
-        text = HEADER + f"def kernel(a, o):\n    for i in range(a.shape[0]):\n        o[i] = a[i] * {k}.0 + _vexp(a[i])\n"
+        body = f"    for i in range(a.shape[0]):\n        o[i] = a[i] * {k}.0 + _vexp(a[i])\n"
+        text = HEADER + "def kernel(a, o):\n" + body
         a, o = np.linspace(0.0, 1.0, 50), np.zeros(50)
         f = objects.make(*llvm.compile(text, objects.signature((a, o)), f"k_thread{k}"))
         f(a, o)
@@ -283,3 +284,21 @@ def test_kernels_compile_on_several_threads_at_once():
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         assert all(pool.map(one, range(24)))
+
+
+@pytest.mark.numba
+def test_a_compiler_failure_warns_and_numba_compiles_the_kernel(tmp_path, monkeypatch):
+    from ngrad.engine.targets import cpu
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "_memory", {})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("LLVM IR parsing error")
+
+    monkeypatch.setattr(llvm, "compile", broken)
+    k = cpu.kernel(HEADER + "def kernel(a):\n    a[0] += 2.0\n")
+    a = np.zeros(1)
+    with pytest.warns(RuntimeWarning, match="Numba compiles it"):
+        k(a)
+    assert a[0] == 2.0 and k._fn is not None

@@ -246,6 +246,17 @@ def _emitted(kernel, sig):
         if debug_level() >= 3:
             print(f"ngrad: kernel {kernel.key}: compiled by Numba ({e})", file=sys.stderr)
         return None
+    except Exception as e:  # LLVM refused the IR: a bug of ngrad's, which Numba works around
+        import warnings
+
+        first = (str(e).splitlines() or [""])[0]
+        warnings.warn(
+            f"ngrad's compiler failed on kernel {kernel.key} ({type(e).__name__}: {first}); "
+            "Numba compiles it. Please report this.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
     f = objects.make(*made)
     folder = usable_dir(create=True) if f is not None else None
     if folder is not None and writable(folder):
