@@ -28,6 +28,7 @@ stores.
 import ast
 import hashlib
 import sys
+import threading
 import time
 
 import llvmlite.binding as ll
@@ -171,6 +172,7 @@ _FLOAT_OPS = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fcmp"))
 
 _OFFSETS = {"data": 16, "dims": 32, "scalar": 16}
 _state: dict = {}
+_last = threading.local()  # the phases of this thread's last compile
 
 
 def usable():
@@ -266,10 +268,11 @@ def compile(text, sig, name, step=None, form="object"):
     if form != "object":
         return tm.emit_assembly(llmod) if form == "asm" else str(llmod)
     code = tm.emit_object(llmod)
-    _state["last"] = (t1 - t0, time.perf_counter() - t1)
+    _last.phases = (t1 - t0, time.perf_counter() - t1)
     return code, symbol, symbol + "_env"
 
 
 def phases():
-    """Where the last compile's time went: (typing and emitting IR in Python, LLVM) seconds."""
-    return _state.get("last", (0.0, 0.0))
+    """Where this thread's last compile's time went: (typing and emitting IR in Python, LLVM)
+    seconds."""
+    return getattr(_last, "phases", (0.0, 0.0))
