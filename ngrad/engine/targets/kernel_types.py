@@ -6,8 +6,8 @@ name ``f64 f32 i64 i32 u64 b``, arrays as ``("arr", dtype, ndim)``), unifying a 
 assignments as Numba does (an int later assigned a float is a float), and ``ty(node)`` is the type
 of an expression. Anything outside the part of Python and NumPy it types raises ``Unsupported``:
 the kernel is then compiled by Numba. Promotion is NumPy's for scalars as Numba applies it
-(integer literals int64, float literals float64, int64 with float32 float64, unsigned arithmetic
-not typed here).
+(integer literals int64, float literals float64, int64 with float32 float64, uint64 with a signed
+integer int64 as Numba makes it; arithmetic of two unsigned integers is not typed here).
 """
 
 import ast
