@@ -177,12 +177,16 @@ _last = threading.local()  # the phases of this thread's last compile
 
 
 def usable():
-    """Whether this process's objects have the layouts the wrapper reads (CPython's object header
-    of 16 bytes, NumPy's array fields): checked by reading them back once; a free-threaded or
-    otherwise different build compiles with Numba instead."""
+    """Whether this compiler runs here: Linux on a 64-bit little-endian CPU, and this process's
+    objects have the layouts the wrapper reads (CPython's object header of 16 bytes, NumPy's
+    array fields), checked by reading them back once; a free-threaded or otherwise different
+    build compiles with Numba instead."""
     ok = _state.get("usable")
-    if ok is None:  # llvmlite before 0.44 lacks the new pass manager's pipeline: Numba compiles
-        ok = _state["usable"] = hasattr(ll, "create_pass_builder") and _check_layouts()
+    if ok is None:
+        # llvmlite before 0.44 lacks the new pass manager's pipeline, and ``objects`` reads only
+        # 64-bit little-endian ELF object files: elsewhere Numba compiles
+        elf = sys.platform.startswith("linux") and sys.byteorder == "little" and sys.maxsize > 2**32
+        ok = _state["usable"] = elf and hasattr(ll, "create_pass_builder") and _check_layouts()
     return ok
 
 
