@@ -441,35 +441,3 @@ def test_a_loop_that_never_pauses_still_gets_its_kernels(monkeypatch, rng):
     assert new and all(r.tier is not None and r.tier.ready() for r in new)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
-
-
-def test_a_plans_kernels_compile_two_at_a_time_ahead_of_its_warm_up_run(monkeypatch, rng):
-    # ngrad's own compiler: the warm-up's dry run learns each kernel's argument types, then
-    # they compile on two threads; results are the interpreter's
-    from ngrad.engine.targets import cpu
-
-    if compile_mode() != "thread" or (cpu.os.cpu_count() or 1) < 2:
-        pytest.skip("the child process compiles (its warm-up is the same code), or one core")
-    threads = []
-    emitted = cpu._emitted
-
-    def noting(kernel, sig, step=None):
-        threads.append(threading.current_thread().name)
-        return emitted(kernel, sig, step)
-
-    monkeypatch.setattr(cpu, "_emitted", noting)
-    w0 = rng.standard_normal((40, 30))
-
-    def f(x):
-        w = ngrad.tensor(w0)
-        return ((x.reshape(20, 40).sin() @ w).tanh() * x[:30]).exp().sum()
-
-    x0 = rng.standard_normal(800) * 0.1
-    want = _reference(x0, f, monkeypatch)
-    for _ in range(3):
-        np.testing.assert_allclose(_value_and_grad(x0, f)[1], want[1], rtol=1e-12)
-    assert background.synchronize(timeout=120)
-    got = _value_and_grad(x0, f)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
-    assert sum(name.startswith("ngrad-compile") for name in threads) >= 2, threads

@@ -17,7 +17,6 @@ import enum
 import math
 import re
 import sys
-import threading
 import typing
 
 import numpy as np
@@ -86,35 +85,8 @@ def warm(plan, kernels, values):
     drive = driver_of(plan, kernels=kernels)
     if drive is None:
         execute(plan, values, kernels)
-        return
-    _compile_ahead(drive, kernels, values)
-    drive(values)
-
-
-_probing = threading.local()  # while a dry run notes its kernels' signatures: {kernel: signature}
-
-
-def _compile_ahead(drive, kernels, values):
-    """Run ``drive`` dry on zeros shaped as ``values`` (its kernels only note the types they are
-    called with; the NumPy glue between them computes on what their outputs' buffers held), then
-    compile those kernels two at a time (``cpu.compile_ahead``). Shapes are the tape's, so no
-    value changes what the glue allocates; a dry run that fails stops there (the kernels it did
-    not reach compile at their first call), and nothing it wrote outlives it but buffers the
-    real run writes again."""
-    if sum(1 for k in kernels if getattr(k, "ready", True) is False) < 2:
-        return
-    from ..targets.cpu import compile_ahead
-
-    dry = [np.zeros_like(v) if isinstance(v, np.ndarray) else v for v in values]
-    _probing.sigs = seen = {}
-    try:
-        with np.errstate(all="ignore"):
-            drive(dry)
-    except Exception:  # noqa: BLE001  (zeros a program rejects: what was noted still compiles)
-        pass
-    finally:
-        _probing.sigs = None
-    compile_ahead(list(seen.items()))
+    else:
+        drive(values)
 
 
 class Stepping(typing.NamedTuple):
@@ -692,12 +664,6 @@ def _warming(kernel, g, name):
     literals, so their types are the same on every call."""
 
     def call(*args):
-        seen = getattr(_probing, "sigs", None)
-        if seen is not None:  # a dry run (``_compile_ahead``)
-            from ..targets.objects import signature
-
-            seen.setdefault(kernel, signature(args))
-            return None
         r = kernel(*args)
         if kernel.ready:
             from ..targets.cpu import direct

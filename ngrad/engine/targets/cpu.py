@@ -170,9 +170,6 @@ class Kernel:
         it from its disk cache or compiles it (then kept as an object file for ``args``)."""
         t = time.perf_counter()
         sig = None if args is None else _signature(args)
-        if sig in self.loaded:  # made ahead of its first call (``compile_ahead``)
-            self.ready = True
-            return self.loaded[sig](*args)
         f = _object(self.key, sig) if self._fn is None else None
         if f is not None:
             r = f(*args)
@@ -235,12 +232,7 @@ def _object(key, sig):
     return objects.load(folder, key, sig)
 
 
-def _step():
-    for fn in STEP_FUNCTIONS:
-        fn()
-
-
-def _emitted(kernel, sig, step=_step):
+def _emitted(kernel, sig):
     """Kernel ``kernel``'s machine code for ``sig`` from ngrad's own compiler (``llvm``), kept as
     an object file; None when that compiler is off or does not handle the text or signature
     (Numba compiles it then)."""
@@ -249,7 +241,7 @@ def _emitted(kernel, sig, step=_step):
     from . import llvm
 
     try:
-        made = llvm.compile(kernel.text, sig, kernel.key, step)
+        made = llvm.compile(kernel.text, sig, kernel.key, _step)
     except llvm.Unsupported as e:
         if debug_level() >= 3:
             print(f"ngrad: kernel {kernel.key}: compiled by Numba ({e})", file=sys.stderr)
@@ -272,36 +264,9 @@ def _emitted(kernel, sig, step=_step):
     return f
 
 
-def compile_ahead(wanted):
-    """Compile ``wanted``, (kernel, signature) pairs, with ngrad's own compiler on two threads
-    before any is called (``driver.warm`` learns the signatures from a dry run): its LLVM half
-    runs without the interpreter's lock, so two kernels compile at once where the machine has
-    a core to spare (GradBench ba's ten: 0.9 -> 0.5 s on 2 cores). What is on disk already, or
-    what this compiler refuses, is left to the kernel's first call."""
-    todo = [(k, sig) for k, sig in wanted if isinstance(k, Kernel) and k.emitted and sig is not None]
-    todo = [(k, sig) for k, sig in todo if sig not in k.loaded and not k.ready and k._fn is None]
-    if len(todo) < 2 or cpu_compiler() != "llvm" or _cores() < 2:
-        return
-
-    def one(pair):
-        k, sig = pair
-        t = time.perf_counter()
-        f = _object(k.key, sig)
-        how = "loaded from the disk cache as machine code (no Numba)" if f is not None else "emitted"
-        if f is None:
-            f = _emitted(k, sig, step=None)
-        if f is not None:
-            k.loaded[sig] = f
-            k._done(how, t, how == "emitted")
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(2, thread_name_prefix="ngrad-compile") as pool:
-        list(pool.map(one, todo))
-
-
-def _cores():
-    return os.cpu_count() or 1
+def _step():
+    for fn in STEP_FUNCTIONS:
+        fn()
 
 
 def _keep(kernel, args, sig):

@@ -29,7 +29,6 @@ stores.
 import ast
 import hashlib
 import sys
-import threading
 import time
 
 import llvmlite.binding as ll
@@ -173,7 +172,6 @@ _FLOAT_OPS = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fcmp"))
 
 _OFFSETS = {"data": 16, "dims": 32, "scalar": 16}
 _state: dict = {}
-_last = threading.local()  # the phases of this thread's last compile
 
 
 def usable():
@@ -265,19 +263,19 @@ def compile(text, sig, name, step=None, form="object"):
     module = fn.emit()
     t1 = time.perf_counter()
     tm = _machine()
-    # a context of its own: LLVM's are not thread-safe, and the worker thread, a call compiling
-    # in wait mode and Numba may all be compiling at once
+    # a context of its own: the worker thread, a call compiling in wait mode and Numba may all be
+    # compiling at once (llvmlite runs one LLVM call at a time, but their modules would share
+    # its global context between calls)
     llmod = ll.parse_assembly(str(module), context=ll.create_context())
     pb = _pipeline(tm)
     pb.getModulePassManager().run(llmod, pb)
     if form != "object":
         return tm.emit_assembly(llmod) if form == "asm" else str(llmod)
     code = tm.emit_object(llmod)
-    _last.phases = (t1 - t0, time.perf_counter() - t1)
+    _state["last"] = (t1 - t0, time.perf_counter() - t1)
     return code, symbol, symbol + "_env"
 
 
 def phases():
-    """Where this thread's last compile's time went: (typing and emitting IR in Python, LLVM)
-    seconds."""
-    return getattr(_last, "phases", (0.0, 0.0))
+    """Where the last compile's time went: (typing and emitting IR in Python, LLVM) seconds."""
+    return _state.get("last", (0.0, 0.0))
