@@ -52,6 +52,19 @@ REG = {"f64": F64, "f32": F32, "i64": I64, "i32": I32, "u64": I64, "b": I1}  # i
 MEM = {**REG, "b": I8}  # in memory
 
 
+_FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
+_INT_OPS = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.BitOr: "or_",
+    ast.BitAnd: "and_",
+    ast.BitXor: "xor",
+    ast.LShift: "shl",
+    ast.RShift: "ashr",
+}
+
+
 class Array:
     """An array in the kernel: its element type, rank, and the slots of its data pointer and
     dimensions (allocas, which LLVM promotes to registers); ``local`` when the kernel allocates it."""
@@ -396,36 +409,16 @@ class Emitter(Typer):
         x, y = self._cast(left[1], left[0], operand), self._cast(right[1], right[0], operand)
         if operand in FLOATS:
             kind = type(op)
-            if kind is ast.Add:
-                return t, b.fadd(x, y, flags=FAST)
-            if kind is ast.Sub:
-                return t, b.fsub(x, y, flags=FAST)
-            if kind is ast.Mult:
-                return t, b.fmul(x, y, flags=FAST)
-            if kind is ast.Div:
-                return t, b.fdiv(x, y, flags=FAST)
+            if kind in _FLOAT_OPS:
+                return t, getattr(b, _FLOAT_OPS[kind])(x, y, flags=FAST)
             if kind is ast.Pow:
                 return t, self._intrinsic("llvm.pow", t, [x, y])
             if kind is ast.Mod:
                 return t, self._float_mod(x, y, t)
             raise Unsupported(f"float {kind.__name__}")
         kind = type(op)
-        if kind is ast.Add:
-            return t, b.add(x, y)
-        if kind is ast.Sub:
-            return t, b.sub(x, y)
-        if kind is ast.Mult:
-            return t, b.mul(x, y)
-        if kind is ast.BitOr:
-            return t, b.or_(x, y)
-        if kind is ast.BitAnd:
-            return t, b.and_(x, y)
-        if kind is ast.BitXor:
-            return t, b.xor(x, y)
-        if kind is ast.LShift:
-            return t, b.shl(x, y)
-        if kind is ast.RShift:
-            return t, b.ashr(x, y)
+        if kind in _INT_OPS:
+            return t, getattr(b, _INT_OPS[kind])(x, y)
         if kind in (ast.FloorDiv, ast.Mod):  # Python's, and 0 for a zero divisor (NumPy's error model)
             zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
             by_zero = b.icmp_signed("==", y, zero)
