@@ -180,6 +180,7 @@ def _summary(m):
         "calls3_5": max(ts[2:5]),
         "steady": steady,
         "to_steady_s": to_steady,
+        "times": ts,
     }
 
 
@@ -189,7 +190,9 @@ def _best(summaries):
     failed = next((m for m in summaries if "error" in m), None)
     if failed is not None:
         return failed
-    return {k: min(m[k] for m in summaries) for k in summaries[0]}
+    best = {k: min(m[k] for m in summaries) for k in summaries[0] if k != "times"}
+    best["times"] = [min(t) for t in zip(*(m["times"] for m in summaries))]  # call by call
+    return best
 
 
 def _case(problem, size, system, calls, repeat):
@@ -244,8 +247,8 @@ def main(argv=None):
     print(setting)
     lines = [
         "| problem | system | cache | import (s) | call 1 (ms) | call 2 | calls 3-5 | steady | to steady (s) "
-        "| call 1 / eager | call 2 / eager | calls 3-5 / eager |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| call 1 / eager | call 2 / eager | calls 3-5 / eager | worst call 2+ / eager's same call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print(lines[0])
     print(lines[1])
@@ -260,9 +263,16 @@ def main(argv=None):
         for system, how, r in rows:
             label = f"{problem} {size:,}" if size else problem
             if "error" in r:
-                line = f"| {label} | {system} | {how} | failed: {r['error']} |||||||||"
+                line = f"| {label} | {system} | {how} | failed: {r['error']} ||||||||||"
             else:
                 ratios = [f"{r[k] / eager[k]:.2f}x" for k in ("call1", "call2", "calls3_5")] if eager else ["", "", ""]
+                if eager:  # the slowest of calls 2.. against PyTorch eager's call of the same number
+                    k, worst = max(
+                        enumerate(n / e for n, e in zip(r["times"][1:], eager["times"][1:])), key=lambda p: p[1]
+                    )
+                    ratios.append(f"{worst:.2f}x (call {k + 2})")
+                else:
+                    ratios.append("")
                 line = (
                     f"| {label} | {system} | {how} | {r['import_s']:.2f} | {r['call1']:.1f} | {r['call2']:.1f} "
                     f"| {r['calls3_5']:.1f} | {r['steady']:.2f} | {r['to_steady_s']:.2f} | " + " | ".join(ratios) + " |"
