@@ -238,6 +238,7 @@ def _emitted(kernel, sig):
     (Numba compiles it then)."""
     if sig is None or cpu_compiler() != "llvm":
         return None
+    objects.preload()
     from . import llvm
 
     try:

@@ -81,6 +81,7 @@ def _host():
     """The CPU the machine code is for, as Numba's codegen names it."""
     host = _jit.get("host")
     if host is None:
+        preload()
         import llvmlite.binding as ll
 
         host = _jit["host"] = (ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten())
@@ -181,6 +182,7 @@ def setup():
         return _jit["ll"], _jit["dyn"]
     import ctypes
 
+    preload()
     import llvmlite.binding as ll
 
     ll.initialize_native_target()
@@ -204,6 +206,28 @@ def setup():
     _jit["module"] = ModuleType("ngrad_kernels")
     _jit["dyn"], _jit["ll"] = dyn, ll
     return ll, dyn
+
+
+def preload():
+    """Map llvmlite's LLVM library into the process with the interpreter's lock released, before
+    ``llvmlite.binding`` is imported: Python's own ``dlopen`` (ctypes) holds the lock while the
+    dynamic loader maps and relocates its 170 MB, which stalled a call on the main thread for
+    6-10 ms while the worker thread started its first compile. A foreign call through ctypes
+    releases the lock; the import then finds the library already loaded."""
+    if _jit.get("preloaded") or "llvmlite.binding" in sys.modules:
+        return
+    _jit["preloaded"] = True
+    import ctypes
+
+    try:
+        spec = importlib.util.find_spec("llvmlite")
+        folder = os.path.join(spec.submodule_search_locations[0], "binding")
+        name = next(n for n in sorted(os.listdir(folder)) if n.startswith("libllvmlite"))
+        libc = ctypes.CDLL(None)
+        libc.dlopen.restype, libc.dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
+        libc.dlopen(os.path.join(folder, name).encode(), os.RTLD_NOW | ctypes.DEFAULT_MODE)
+    except (ImportError, AttributeError, OSError, StopIteration, TypeError):
+        pass  # llvmlite's import loads it as usual
 
 
 def machine():
