@@ -226,6 +226,45 @@ def test_random_expressions_agree_with_python(expr, floats, k):
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13, err_msg=expr)
 
 
+# integer expressions: Python's floor division and modulo (NumPy's 0 for a zero divisor), shifts,
+# bitwise operations, chained comparisons, and/or/not, casts from floats (truncation)
+_ints = st.sampled_from(["k", "m", "j", "3", "-2", "np.int64(7)", "np.int64(x)", "np.int64(y * 3.0)"])
+
+
+def _int_expr(depth):
+    if depth == 0:
+        return _ints
+    sub = _int_expr(depth - 1)
+    ops = ["+", "-", "*", "//", "%", "&", "|", "^"]
+    binary = st.tuples(sub, st.sampled_from(ops), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    chain = st.tuples(sub, sub, sub).map(
+        lambda t: f"(({t[0]}) if {t[1]} < {t[2]} <= {t[0]} or not {t[1]} else ({t[2]}))"
+    )
+    call = st.tuples(st.sampled_from(["max", "min", "abs"]), sub, sub, sub).map(
+        lambda t: f"abs({t[1]})" if t[0] == "abs" else f"{t[0]}({t[1]}, {t[2]}, {t[3]})"
+    )
+    return st.one_of(sub, binary, chain, call)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_int_expr(3), st.lists(st.integers(-9, 9), min_size=4, max_size=4), st.floats(-4, 4, allow_nan=False))
+def test_random_integer_expressions_agree_with_python(expr, ints, f):
+    text = (
+        HEADER + "def kernel(xs, ks, o):\n    for i in range(ks.shape[0]):\n"
+        "        x, y, k, m, j = xs[i], xs[i] * 0.5 - 1.0, ks[i], ks[i] - 3, ks[(i + 1) % 4]\n"
+        f"        o[i] = {expr}\n"
+    )
+    xs, ks = np.full(4, f) + np.arange(4), np.array(ints)
+    want, got = np.zeros(4, np.int64), np.zeros(4, np.int64)
+    try:
+        with np.errstate(all="ignore"):
+            _python(text, (xs, ks, want))
+    except (ZeroDivisionError, OverflowError):  # literals only: Python raises where NumPy gives 0
+        return
+    _emitted(text, (xs, ks, got))
+    np.testing.assert_array_equal(got, want, err_msg=expr)
+
+
 @pytest.mark.parametrize(
     "text, args",
     [
