@@ -1,5 +1,7 @@
-"""Code to callables: the CPU (``njit``) and CUDA (``cuda.jit``) targets, the only modules that
-import Numba."""
+"""Code to callables: the CPU target (``cpu``: ngrad's own compiler, ``kernel_types`` -> ``emit``
+-> ``llvm``, with Numba's ``njit`` for the kernels it does not handle; ``objects`` runs machine
+code of either) and the CUDA target (``cuda.jit``); the only modules that import Numba or
+llvmlite."""
 
 import sys
 
