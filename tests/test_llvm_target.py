@@ -341,3 +341,28 @@ def test_a_compiler_failure_warns_and_numba_compiles_the_kernel(tmp_path, monkey
     with pytest.warns(RuntimeWarning, match="Numba compiles it"):
         k(a)
     assert a[0] == 2.0 and k._fn is not None
+
+
+def test_a_scratch_array_that_cannot_be_allocated_raises_memory_error():
+    # malloc fails: what was allocated is freed, the GIL taken back, and Python sees MemoryError
+    text = HEADER + (
+        "def kernel(n, o):\n"
+        "    t = np.empty((4,), np.float64)\n"
+        "    t[0] = 1.0\n"
+        "    s = np.empty((n, n), np.float64)\n"
+        "    for i in range(min(n, 3)):\n"
+        "        s[i, i] = t[0] + i\n"
+        "    acc = 0.0\n"
+        "    for i in range(min(n, 3)):\n"
+        "        acc += s[i, i] * o[1]\n"
+        "    o[0] = acc\n"
+    )
+    o = np.array([0.0, 1.0])
+    f = objects.make(*llvm.compile(text, objects.signature((2, o)), "k_nomem"))
+    f(2, o)
+    assert o[0] == 3.0
+    for n in (2**31, 2**40, -5):  # 2**62 elements, an overflowing size, a negative one
+        with pytest.raises(MemoryError):
+            f(n, o)
+    f(3, o)  # and it runs again afterwards
+    assert o[0] == 6.0

@@ -202,14 +202,18 @@ class Emitter(Typer):
         if arr is None or not arr.local or not (isinstance(call, ast.Call) and np_attr(call.func) == ("np", "empty")):
             raise Unsupported("array assignment")
         dims = call.args[0].elts if isinstance(call.args[0], ast.Tuple) else [call.args[0]]
-        size = ir.Constant(I64, SIZE[arr.dtype])
+        size, bad = ir.Constant(I64, SIZE[arr.dtype]), ir.Constant(I1, 0)
         for slot, d in zip(arr.dims, dims):
             dt, dv = self.ex(d)
             v = self._cast(dv, dt, "i64")
             b.store(v, slot)
-            size = b.mul(size, v)
+            product = b.smul_with_overflow(size, v)
+            size = b.extract_value(product, 0)
+            bad = b.or_(bad, b.or_(b.extract_value(product, 1), b.icmp_signed("<", v, ir.Constant(I64, 0))))
         b.call(self._c("free", ir.VoidType(), [PTR]), [b.bitcast(b.load(arr.ptr), PTR)])
         size = b.select(b.icmp_signed(">", size, ir.Constant(I64, 0)), size, ir.Constant(I64, 1))
+        # a negative or overflowing shape asks for more than any malloc gives: MemoryError
+        size = b.select(bad, ir.Constant(I64, -1), size)
         p = b.call(self._c("malloc", PTR, [I64]), [size])
         b.store(b.bitcast(p, arr.ptr.type.pointee), arr.ptr)
         ok = self.function.append_basic_block("allocated")
