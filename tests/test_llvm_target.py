@@ -117,6 +117,19 @@ CASES = {
         "    o[-2] += i\n",
         lambda: (6, np.zeros(6)),
     ),
+    # a return from inside a loop: what was allocated is freed on the way out
+    "early_return": (
+        "def kernel(a, o):\n"
+        "    t = np.empty((a.shape[0],), np.float64)\n"
+        "    for i in range(a.shape[0]):\n"
+        "        t[i] = a[i] * 2.0\n"
+        "        if t[i] > 3.0:\n"
+        "            o[1] = i\n"
+        "            return\n"
+        "        o[0] += t[i]\n"
+        "    o[1] = -1.0\n",
+        lambda: (np.linspace(0.0, 4.0, 9), np.zeros(2)),
+    ),
     # other names for a scratch array and an argument (codegen's "stored above", "the same argument")
     "aliases": (
         "def kernel(a, o):\n"
