@@ -442,6 +442,33 @@ def test_compiled_facade_program_of_complex_values_equals_the_interpreter(jit_al
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
+@pytest.mark.numba
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_compiled_complex_division_by_zero_gives_numpys_values_and_abs_its_gradient_at_zero(
+    jit_always, monkeypatch, dtype
+):
+    # Numba's complex division raises ZeroDivisionError; a kernel computing both sides of a
+    # ``where`` (abs's gradient at 0) failed where the interpreter gave the gradient
+    torch = pytest.importorskip("torch")
+    zv = np.array([1 + 2j, 0j, -3 + 0.5j, 0j])
+    wv = np.array([0j, 0j, 2 - 1j, 1j])
+    results = []
+    for mode in ("never", "always"):
+        monkeypatch.setenv("NGRAD_JIT", mode)
+        z = ngrad.tensor(zv, dtype=getattr(ngrad, dtype), requires_grad=True)
+        w = ngrad.tensor(wv, dtype=getattr(ngrad, dtype))
+        q = z / w
+        (z.abs() ** 2).sum().backward()
+        results.append((q.detach().numpy(), z.grad.numpy()))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)  # inf and nan where NumPy's are
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)
+    tz = torch.tensor(zv, dtype=getattr(torch, dtype), requires_grad=True)
+    want = (tz / torch.tensor(wv, dtype=getattr(torch, dtype))).detach().numpy()
+    (tz.abs() ** 2).sum().backward()
+    np.testing.assert_allclose(results[1][0], want, rtol=1e-6)
+    np.testing.assert_allclose(results[1][1], tz.grad.numpy(), rtol=1e-6)
+
+
 # --- real, imag, conj, view_as_real and view_as_complex are views -----------------------------------------
 
 

@@ -212,6 +212,14 @@ class SourceMath:
         return Expr(f"({x.text} != {x.text})", "b8")
 
     @staticmethod
+    def div(x, y):  # complex: NumPy's division (inf or nan for a zero divisor), where Numba's raises
+        if x.dtype == "c128":
+            return Expr(f"_cdiv({x.text}, {y.text})", x.dtype)
+        if x.dtype == "c64":
+            return Expr(f"np.complex64(_cdiv(np.complex128({x.text}), np.complex128({y.text})))", x.dtype)
+        return x / y
+
+    @staticmethod
     def pow(x, y):
         return Expr(f"({x.text} ** {y.text})", x.dtype)
 

@@ -125,7 +125,7 @@ class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
     sinh, cosh, tanh, abs = np.sinh, np.cosh, np.tanh, np.abs
     floor, ceil, round, isnan = np.floor, np.ceil, np.round, np.isnan
     maximum, minimum, where = np.maximum, np.minimum, np.where
-    remainder, fmod, atan2, floordiv = np.remainder, np.fmod, np.arctan2, np.floor_divide
+    remainder, fmod, atan2, floordiv, div = np.remainder, np.fmod, np.arctan2, np.floor_divide, np.true_divide
     logical_not, logical_and, logical_or = np.logical_not, np.logical_and, np.logical_or
     matmul = staticmethod(matmul_into)
 

@@ -100,10 +100,28 @@ def _wide_vectors(typingctx):
     return types.none(), codegen
 
 
+def _complex_divide(a, b):
+    """NumPy's complex division (Smith's method; a zero divisor gives each part divided by +0.0,
+    inf or nan), where Numba's ``a / b`` raises ZeroDivisionError: a kernel computing both sides
+    of a ``where`` (the gradient of ``abs`` at 0) must not fail where NumPy gives a value."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    abs_br, abs_bi = abs(br), abs(bi)
+    if abs_br >= abs_bi:
+        if abs_br == 0.0 and abs_bi == 0.0:
+            return complex(ar / abs_br, ai / abs_br)
+        rat = bi / br
+        scl = 1.0 / (br + bi * rat)
+        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    rat = br / bi
+    scl = 1.0 / (bi + br * rat)
+    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+
+
 # The math helpers kernels call (codegen's SourceMath writes their names). A change to vmath.py
 # must bump store.CODEGEN_VERSION: the kernel cache folder is versioned by it.
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors)
+HELPERS["_cdiv"] = numba.njit(inline="always", **FLAGS)(_complex_divide)
 
 
 class _Locator:

@@ -400,7 +400,7 @@ P(
     "div",
     "binary",
     S.matching,
-    lambda m, x, y: x / y,
+    lambda m, x, y: m.div(x, y),
     per_arg(lambda g, out, x, y: g / conj(y), lambda g, out, x, y: -g * conj(x / (y * y))),
 )
 P("pow", "binary", S.matching, lambda m, x, y: m.pow(x, y), per_arg(_pow_base, _pow_exponent))
