@@ -343,6 +343,7 @@ def test_a_compiler_failure_warns_and_numba_compiles_the_kernel(tmp_path, monkey
     from ngrad.engine.targets import cpu
 
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NGRAD_CPU_COMPILER", "llvm")
     monkeypatch.setattr(cpu, "_memory", {})
 
     def broken(*args, **kwargs):
