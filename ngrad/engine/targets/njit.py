@@ -121,7 +121,9 @@ def _complex_divide(a, b):
 # must bump store.CODEGEN_VERSION: the kernel cache folder is versioned by it.
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors)
-HELPERS["_cdiv"] = numba.njit(inline="always", **FLAGS)(_complex_divide)
+HELPERS["_cdiv"] = numba.njit(inline="always", nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
+    _complex_divide
+)
 
 
 class _Locator:
