@@ -170,17 +170,15 @@ class Kernel:
         it from its disk cache or compiles it (then kept as an object file for ``args``)."""
         t = time.perf_counter()
         sig = None if args is None else _signature(args)
-        f = _object(self.key, sig) if self._fn is None else None
+        how, f = "loaded from the disk cache as machine code (no Numba)", None
+        if self._fn is None:
+            f = _object(self.key, sig)
+            if f is None and self.emitted:
+                how, f = "emitted", _emitted(self, sig)
         if f is not None:
             r = f(*args)
             self.loaded[sig] = f
-            self._done("loaded from the disk cache as machine code (no Numba)", t, False)
-            return r
-        f = _emitted(self, sig) if self._fn is None and self.emitted else None
-        if f is not None:
-            r = f(*args)
-            self.loaded[sig] = f
-            self._done("emitted", t, True)
+            self._done(how, t, how == "emitted")
             return r
         try:
             r = call(self.fn)
@@ -259,9 +257,8 @@ def _emitted(kernel, sig):
         )
         return None
     f = objects.make(*made)
-    folder = usable_dir(create=True) if f is not None else None
-    if folder is not None and writable(folder):
-        objects.save(folder, kernel.key, sig, *made)
+    if f is not None:  # no module was written for it: the folder may not exist yet
+        _save(kernel.key, sig, made, create=True)
     return f
 
 
@@ -276,11 +273,16 @@ def _keep(kernel, args, sig):
     from .njit import captured
 
     made = captured(kernel.fn, args)
-    if made is None:
-        return
-    folder = usable_dir(create=False)
+    if made is not None:
+        _save(kernel.key, sig, made, create=False)
+
+
+def _save(key, sig, made, create):
+    """Keep ``made`` (object code, wrapper and environment symbols) of kernel ``key`` at ``sig``
+    in the cache folder, when this process may write it (``create``: make the folder if need be)."""
+    folder = usable_dir(create=create)
     if folder is not None and writable(folder):
-        objects.save(folder, kernel.key, sig, *made)
+        objects.save(folder, key, sig, *made)
 
 
 def direct(kernel, args):

@@ -13,6 +13,7 @@ runs when its guard fails).
 """
 
 import ast
+import functools
 
 from llvmlite import ir
 
@@ -111,11 +112,7 @@ class Emitter(Typer):
             b.position_at_end(cond)
             b.cbranch(self._truth(s.test), body, after)
             b.position_at_end(body)
-            self.loops.append((cond, after))
-            self._block(s.body)
-            self.loops.pop()
-            if not b.block.is_terminated:
-                b.branch(cond)
+            self._flow(s.body, cond, loop=(cond, after))
             b.position_at_end(after)
         elif isinstance(s, ast.If):
             then, other, after = (self.function.append_basic_block(x) for x in ("then", "else", "endif"))
@@ -123,9 +120,7 @@ class Emitter(Typer):
             self.nested += 1
             for block, stmts in ((then, s.body), (other, s.orelse)):
                 b.position_at_end(block)
-                self._block(stmts)
-                if not b.block.is_terminated:
-                    b.branch(after)
+                self._flow(stmts, after)
             self.nested -= 1
             b.position_at_end(after)
         elif isinstance(s, ast.Expr):
@@ -143,6 +138,17 @@ class Emitter(Typer):
         elif isinstance(s, ast.Continue):
             b.branch(self.loops[-1][0])
 
+    def _flow(self, stmts, then, loop=None):
+        """``stmts`` at the builder's block, then a branch to ``then`` unless they ended in a
+        ``return``, ``break`` or ``continue``; ``loop``: the blocks those two go to inside them."""
+        if loop is not None:
+            self.loops.append(loop)
+        self._block(stmts)
+        if loop is not None:
+            self.loops.pop()
+        if not self.b.block.is_terminated:
+            self.b.branch(then)
+
     def _assign(self, target, value):
         if isinstance(target, ast.Tuple):  # every value first, as Python does
             values = [self.ex(v) for v in value.elts]
@@ -153,7 +159,7 @@ class Emitter(Typer):
                 source = self.arrays.get(value.id)
                 # only where it binds for the rest of the kernel: at the top level, both names
                 # assigned once (Python would keep the old array on a later np.empty)
-                once = self._assignments()
+                once = self._assignments
                 if self.loops or self.nested or source is None or once.get(target.id) != 1 or once.get(value.id, 0) > 1:
                     raise Unsupported("array assignment")
                 self.arrays[target.id] = source
@@ -162,26 +168,26 @@ class Emitter(Typer):
         else:
             self._assign_value(target, self.ex(value))
 
+    @functools.cached_property
     def _assignments(self):
         """How many statements bind each name (a loop's target counts once; a store into an
         array's element binds nothing)."""
-        if self.assigned is None:
-            self.assigned = {}
-            for n in ast.walk(self.fn):
-                todo = (
-                    list(n.targets)
-                    if isinstance(n, ast.Assign)
-                    else [n.target]
-                    if isinstance(n, (ast.AugAssign, ast.For))
-                    else []
-                )
-                while todo:
-                    t = todo.pop()
-                    if isinstance(t, ast.Name):
-                        self.assigned[t.id] = self.assigned.get(t.id, 0) + 1
-                    elif isinstance(t, ast.Tuple):
-                        todo.extend(t.elts)
-        return self.assigned
+        counts: dict = {}
+        for n in ast.walk(self.fn):
+            todo = (
+                list(n.targets)
+                if isinstance(n, ast.Assign)
+                else [n.target]
+                if isinstance(n, (ast.AugAssign, ast.For))
+                else []
+            )
+            while todo:
+                t = todo.pop()
+                if isinstance(t, ast.Name):
+                    counts[t.id] = counts.get(t.id, 0) + 1
+                elif isinstance(t, ast.Tuple):
+                    todo.extend(t.elts)
+        return counts
 
     def _assign_value(self, target, tv):
         if isinstance(target, ast.Name):
@@ -242,11 +248,7 @@ class Emitter(Typer):
         b.cbranch(b.icmp_signed("<" if step > 0 else ">", i, stop), body, after)
         b.position_at_end(body)
         b.store(i, self.slots[s.target.id])
-        self.loops.append((incr, after))
-        self._block(s.body)
-        self.loops.pop()
-        if not b.block.is_terminated:
-            b.branch(incr)
+        self._flow(s.body, incr, loop=(incr, after))
         b.position_at_end(incr)
         b.store(b.add(b.load(counter), ir.Constant(I64, step), flags=["nsw"]), counter)
         b.branch(cond)
@@ -260,11 +262,7 @@ class Emitter(Typer):
             nxt = self.function.append_basic_block("item")
             if not b.block.is_terminated:
                 self._assign(s.target, e)
-                self.loops.append((nxt, after))
-                self._block(s.body)
-                self.loops.pop()
-                if not b.block.is_terminated:
-                    b.branch(nxt)
+                self._flow(s.body, nxt, loop=(nxt, after))
             b.position_at_end(nxt)
         b.branch(after)
         b.position_at_end(after)
@@ -305,18 +303,22 @@ class Emitter(Typer):
         prove it too, after spending time on the check)."""
         if isinstance(v, ir.Constant):
             return v.constant >= 0
-        if self.natural is None:
-            once = self._assignments()
-            self.natural = set()
-            for s in ast.walk(self.fn):
-                if isinstance(s, ast.For) and isinstance(s.target, ast.Name) and once.get(s.target.id) == 1:
-                    it = s.iter
-                    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
-                        start = constant_int(it.args[0]) if len(it.args) > 1 else 0
-                        step = constant_int(it.args[2]) if len(it.args) > 2 else 1
-                        if start is not None and start >= 0 and step is not None and step > 0:
-                            self.natural.add(s.target.id)
-        return isinstance(node, ast.Name) and node.id in self.natural
+        return isinstance(node, ast.Name) and node.id in self._counters
+
+    @functools.cached_property
+    def _counters(self):
+        """The names of ``range`` loops' variables that count up from a literal >= 0 and are
+        bound nowhere else."""
+        once, names = self._assignments, set()
+        for s in ast.walk(self.fn):
+            if isinstance(s, ast.For) and isinstance(s.target, ast.Name) and once.get(s.target.id) == 1:
+                it = s.iter
+                if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+                    start = constant_int(it.args[0]) if len(it.args) > 1 else 0
+                    step = constant_int(it.args[2]) if len(it.args) > 2 else 1
+                    if start is not None and start >= 0 and step is not None and step > 0:
+                        names.add(s.target.id)
+        return names
 
     def _load(self, addr, t):
         v = self.b.load(addr)

@@ -129,16 +129,6 @@ def float_of(t):
     raise Unsupported(f"math on {t}")
 
 
-class _Array:
-    """An array in the kernel: its element type, rank, and the slots of its data pointer and
-    dimensions (allocas, which LLVM promotes to registers)."""
-
-    __slots__ = ("dtype", "ndim", "ptr", "dims", "local")
-
-    def __init__(self, dtype, ndim, ptr, dims, local):
-        self.dtype, self.ndim, self.ptr, self.dims, self.local = dtype, ndim, ptr, dims, local
-
-
 class Typer:
     """The types of one kernel function (see the module's contract)."""
 
@@ -169,7 +159,7 @@ class Typer:
             self.types[name] = t
             self.changed = True
         elif old != t:
-            if isinstance(old, tuple) or isinstance(t, tuple) or name in self.params and isinstance(old, tuple):
+            if isinstance(old, tuple) or isinstance(t, tuple):
                 raise Unsupported(f"{name} holds arrays of two kinds")
             new = unify(old, t)
             if new != old:
@@ -259,7 +249,7 @@ class Typer:
             t = self.ty(n.operand)
             if isinstance(n.op, ast.Not):
                 return "b"
-            if t in ("u64",) or isinstance(t, tuple) or (isinstance(n.op, ast.Invert) and t in FLOATS):
+            if t == "u64" or isinstance(t, tuple) or (isinstance(n.op, ast.Invert) and t in FLOATS):
                 raise Unsupported("unary operation")
             return "i64" if t == "b" and not isinstance(n.op, ast.Invert) else t
         if isinstance(n, ast.Compare):

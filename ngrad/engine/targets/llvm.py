@@ -77,7 +77,7 @@ class _Function(Emitter):
                 self.slots[name] = self._alloca(REG[t], name)
         self._unpack(f.args[1])
         self.state = b.call(self._c("PyEval_SaveThread", PTR, []), [])
-        self.nested, self.assigned, self.natural = 0, None, None
+        self.nested = 0
         self._block(self.fn.body)
         if not b.block.is_terminated:
             b.branch(self.exit)
@@ -157,7 +157,7 @@ def _fast(function):
     lets LLVM fuse their polynomials' multiply-adds (chain's kernel: 1.35x slower without)."""
     for block in function.blocks:
         for instr in block.instructions:
-            if instr.opname in _FLOAT_OPS:
+            if instr.opname in _FAST_OPS:
                 if not instr.flags:
                     instr.flags.extend(FAST)
             elif isinstance(instr, ir.CallInstr) and instr.type in (F64, F32):
@@ -165,7 +165,7 @@ def _fast(function):
                     instr.fastmath.add(flag)
 
 
-_FLOAT_OPS = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fcmp"))
+_FAST_OPS = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fcmp"))
 
 # ---------------------------------------------------------------------------------------------
 # The object layouts the wrapper reads, checked once against this process's Python and NumPy
