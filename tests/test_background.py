@@ -88,6 +88,41 @@ def test_a_bytecode_tape_compiles_its_loop_in_the_background(monkeypatch, rng):
     np.testing.assert_allclose(grad, want[1], rtol=1e-10)
 
 
+
+def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monkeypatch, rng):
+    """Under ``process`` the child encodes a bytecode tape and compiles its loop: this process
+    encodes nothing (its calls would share the interpreter's lock with that Python) and asks
+    the child once per structure."""
+    if compile_mode() != "process":
+        pytest.skip("the compile server serves NGRAD_COMPILE=process")
+    from ngrad.engine.backend import bytecode
+    from ngrad.engine.runtime.machine import Machine
+
+    def f(x):
+        h = x
+        for _ in range(70):
+            h = (h * 0.8).cos() + 0.2 * x
+        return (h * h).sum()
+
+    x0 = rng.standard_normal(12)
+    want = _reference(x0, f, monkeypatch)
+    encoded, asked = [], []
+    real_encode, real_remote = bytecode.encode, dispatch.encode_remote
+    monkeypatch.setattr(bytecode, "encode", lambda tape: encoded.append(tape) or real_encode(tape))
+    monkeypatch.setattr(dispatch, "encode_remote", lambda *a: asked.append(a) or real_remote(*a))
+    monkeypatch.setattr(background, "compile_remote", lambda *a, **k: pytest.fail("asked to compile again"))
+    before = set(dispatch.records)
+    for _ in range(3):
+        got = _value_and_grad(x0, f)
+    assert ngrad.synchronize_compiles(timeout=300)
+    new = [r for k, r in dispatch.records.items() if k not in before]
+    machines = [r for r in new if isinstance(r.tier, Machine)]
+    assert machines and all(r.tier.ready() and r.tier.cached and not r.failed for r in machines)
+    assert encoded == [] and len(asked) == len(machines)
+    for value, grad in (got, _value_and_grad(x0, f)):
+        np.testing.assert_allclose(value, want[0], rtol=1e-10)
+        np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+
 def test_the_first_call_after_a_compile_compiles_nothing(monkeypatch, rng):
     # x[:, idx] is a NumPy result laid out with its axes permuted (not C-contiguous): the warm-up
     # runs the route the calls take, so no loop meets a layout it has no machine code for
@@ -290,7 +325,7 @@ def test_a_burst_of_jobs_leaves_the_calls_alone_first_unless_somebody_waits(monk
     assert background.synchronize(timeout=120)  # the worker idle: the next job starts a burst
     ran = threading.Event()
     record = Record()
-    assert background.submit(record, None, [], lambda: ran.set() or Decision.WAIT)
+    assert background.submit(record, None, [], lambda copies: ran.set() or Decision.WAIT)
     assert not ran.wait(0.3)  # the calls have the interpreter's lock to themselves first
     assert background.wait(record, timeout=20)  # one waiting for it starts it at once
     assert ran.is_set() and not record.compiling

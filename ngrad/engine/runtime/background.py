@@ -164,8 +164,9 @@ def pending():
 
 
 def submit(record, tape, values, advance):
-    """On the worker thread: ``advance()`` (the record's encoding and planning, as tiering
-    decides them), then, when it returns ``Decision.COMPILE``, compile and warm ``record.tier``
+    """On the worker thread: ``advance(copies)`` (the record's encoding and planning, as tiering
+    decides them, given copies of ``values``), then, when it returns ``Decision.COMPILE``, compile
+    and warm ``record.tier``
     (see the module docstring); False when the queue is full (nothing was queued)."""
     with _cond:
         if record.compiling:
@@ -234,7 +235,7 @@ def _work():
             _state["running"] = record
         _new_job()
         try:
-            if advance() is Decision.COMPILE:
+            if advance(values) is Decision.COMPILE:
                 _compile(record, record.tier, tape, values)
         except Exception as e:  # noqa: BLE001  (encoding or planning failed: the interpreter runs it)
             record.failed = True

@@ -29,6 +29,7 @@ from .buffers import owned
 from .checks import check, check_one
 from .driver import driver_code, driver_of
 from .executor import executed
+from .compile_server import encode_remote
 from .machine import Machine, machine_for
 from .plan import CompiledPlan
 from .tiering import Decision, Record, next_state, small_steps, unrolls
@@ -78,7 +79,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
                 tier.compile()
                 return record
         if decision in (Decision.ENCODE, Decision.PLAN, Decision.COMPILE):
-            background.submit(record, tape, values, lambda: advance(record, tape, mode, now, policy))
+            background.submit(record, tape, values, lambda copies: advance(record, tape, mode, now, policy, copies))
         return record
     if advance(record, tape, mode, now, policy) is Decision.COMPILE:
         t = time.perf_counter()
@@ -97,9 +98,12 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
     return record
 
 
-def advance(record, tape, mode, now, policy):
+def advance(record, tape, mode, now, policy, values=None):
     """Carry out ``next_state``'s encoding and planning for ``record`` until it decides something
-    else, and return that decision (``COMPILE``: the caller compiles the tier)."""
+    else, and return that decision (``COMPILE``: the caller compiles the tier). ``values``: the
+    compile worker's copies of the call's inputs; under ``NGRAD_COMPILE=process`` the compile
+    server then encodes a tape for bytecode and compiles its loop, and this process reads both
+    back from the disk cache."""
     new = None  # a tier made here, shown once (NGRAD_DEBUG=2)
     while True:
         ready = record.tier is not None and record.tier.ready()
@@ -107,7 +111,10 @@ def advance(record, tape, mode, now, policy):
         if decision is Decision.ENCODE:
             record.offered = True
             t = time.perf_counter()
-            machine = machine_for(tape, policy, big_steps=not record.small)
+            elsewhere = None
+            if values is not None and compile_mode() == "process":
+                elsewhere = lambda: encode_remote(tape, policy, not record.small, values)  # noqa: E731
+            machine = machine_for(tape, policy, big_steps=not record.small, elsewhere=elsewhere)
             if debug_level() >= 3:
                 print(
                     f"ngrad: bytecode for {len(tape.instrs)} instrs in {(time.perf_counter() - t) * 1e3:.1f} ms "

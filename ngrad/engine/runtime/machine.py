@@ -102,11 +102,13 @@ def share_loop(code):
             write_plan(name, marshal.dumps(merged))
 
 
-def machine_for(tape, policy=POLICY, big_steps=False):
+def machine_for(tape, policy=POLICY, big_steps=False, elsewhere=None):
     """The bytecode of ``tape`` when it should run as bytecode (``big_steps``: whatever its
     arrays' sizes), else None. Encodings are kept on disk next to the kernels: encoding costs
     about 10 µs an instruction (half a second for an unrolled LSTM's 47,000), reading one back
-    a hundredth of that. One that fails its checks is encoded again and replaced."""
+    a hundredth of that. One that fails its checks is encoded again and replaced.
+    ``elsewhere()``, when given, has another process (the compile server) encode and store one
+    that is not on disk yet (True when it did), to be read back here."""
     scans = unrolls(tape, policy)
     if scans is False:
         return None
@@ -114,6 +116,9 @@ def machine_for(tape, policy=POLICY, big_steps=False):
         return None
     name = plan_name(tape)  # a tape with scans is stored under its own, short key
     data = name and read_plan(name)
+    if not data and name and elsewhere is not None and elsewhere():
+        loops.clear()  # read again from disk, with the loop the other process compiled for it
+        data = read_plan(name)
     if data:
         try:
             return Machine(Bytecode.loads(data))
