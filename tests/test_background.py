@@ -88,7 +88,6 @@ def test_a_bytecode_tape_compiles_its_loop_in_the_background(monkeypatch, rng):
     np.testing.assert_allclose(grad, want[1], rtol=1e-10)
 
 
-
 def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monkeypatch, rng):
     """Under ``process`` the child encodes a bytecode tape and compiles its loop: this process
     encodes nothing (its calls would share the interpreter's lock with that Python) and asks
@@ -122,6 +121,7 @@ def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monk
     for value, grad in (got, _value_and_grad(x0, f)):
         np.testing.assert_allclose(value, want[0], rtol=1e-10)
         np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+
 
 def test_the_first_call_after_a_compile_compiles_nothing(monkeypatch, rng):
     # x[:, idx] is a NumPy result laid out with its axes permuted (not C-contiguous): the warm-up

@@ -27,9 +27,9 @@ from ..targets import CompileError, kernels_made
 from . import background, loops, tiering
 from .buffers import owned
 from .checks import check, check_one
+from .compile_server import encode_remote
 from .driver import driver_code, driver_of
 from .executor import executed
-from .compile_server import encode_remote
 from .machine import Machine, machine_for
 from .plan import CompiledPlan
 from .tiering import Decision, Record, next_state, small_steps, unrolls
