@@ -476,3 +476,32 @@ def test_a_loop_that_never_pauses_still_gets_its_kernels(monkeypatch, rng):
     assert new and all(r.tier is not None and r.tier.ready() for r in new)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
+
+
+def test_the_compile_server_compiles_a_plans_kernels_on_threads_and_results_stay(monkeypatch, rng):
+    """``NGRAD_COMPILE_THREADS=2``: the child learns the kernels' signatures with stand-ins and
+    compiles them on two threads before its warm-up run; the calls' results never change and
+    every kernel arrives (none failed, none left to this process)."""
+    if compile_mode() != "process":
+        pytest.skip("the compile server serves NGRAD_COMPILE=process")
+    monkeypatch.setenv("NGRAD_COMPILE_THREADS", "2")
+    idx = ngrad.tensor(np.array([4, 0, 2, 2, 1, 3]))
+
+    def f(x):
+        h = (x.sin() * x + 1.0) @ x.T
+        g = h.exp()[idx] * h[idx].cos()
+        return (g.tanh() * 2.0 + g * g).sum() + (x * x).mean()
+
+    x0 = rng.standard_normal((5, 5))
+    want = _reference(x0, f, monkeypatch)
+    before = set(dispatch.records)
+    for _ in range(4):
+        got = _value_and_grad(x0, f)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+    assert ngrad.synchronize_compiles(timeout=300)
+    new = [r for k, r in dispatch.records.items() if k not in before and r.tier is not None]
+    assert new and all(r.tier.ready() and not r.failed for r in new)
+    got = _value_and_grad(x0, f)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)

@@ -254,3 +254,45 @@ def test_an_unaligned_input_runs_the_aligned_specialisation(path, monkeypatch):
     np.testing.assert_array_equal(got, want)
     kernels = [k for k in dispatch.records[low.tape.key()].tier.kernels if k]
     assert kernels and all(k.signatures() == 1 for k in kernels)
+
+
+def test_the_signatures_a_driver_learns_with_stand_ins_are_those_its_run_loads(rng, tmp_path, monkeypatch):
+    """``compile_server.signatures`` runs the driver with stand-ins that fill arrays with zeros (the
+    glue between kernels, a gather's integer indices among it, computes from those); what it
+    finds, compiled ahead on two threads (``cpu.compile_ahead``), is exactly what the warm-up
+    run then needs: every kernel loads from disk, none compiles, and the results are the
+    interpreter's."""
+    from ngrad.engine.ir.interpret import interpret
+    from ngrad.engine.runtime.compile_server import signatures
+    from ngrad.engine.runtime.driver import warm
+    from ngrad.engine.runtime.plan import CompiledPlan
+    from ngrad.engine.targets import cpu
+
+    from .compiled import graph_tape
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path / "kernels"))
+    cpu._memory.clear()
+    idx = ngrad.tensor(np.array([3, 0, 2, 2, 1]))
+
+    def f(x, w):
+        h = (x.sin() * x + 1.0) @ w  # a matmul between two kernels
+        g = h.exp()[idx] * h[idx].cos()  # integer gathers of a kernel's result
+        return (g.tanh() * 2.0 + g * g).sum() + (x * x).mean()
+
+    tape, values = graph_tape(f, [rng.standard_normal((5, 4)), rng.standard_normal((4, 6))], rng, grad=True)
+    plan = CompiledPlan(tape)
+    lay = plan.layout()
+    kernels = plan.build(lay)
+    assert sum(k is not None for k in kernels) >= 3
+    before = [np.copy(v) for v in values]
+    seen = signatures(plan, kernels, values)
+    assert all(np.array_equal(a, b) for a, b in zip(values, before))  # on copies
+    assert {id(k) for k, _ in seen} == {id(k) for k in kernels if k is not None}
+    assert cpu.compile_ahead(seen, threads=2) == len({(k.key, s) for k, s in seen})
+    compiled = cpu.stats["compiled"]
+    warm(plan, kernels, values)
+    assert cpu.stats["compiled"] == compiled  # all loaded: the signatures were the run's own
+    assert {(k.key, s) for k, s in seen} == {(k.key, s) for k in kernels if k is not None for s in k.loaded}
+    lay.kernels = kernels
+    for got, want in zip(runtime.run(tape, values, policy=None), interpret(tape, values)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -338,6 +338,32 @@ def test_kernels_compile_on_several_threads_at_once():
         assert all(pool.map(one, range(24)))
 
 
+def test_parallel_compiles_outside_llvmlites_lock_make_the_same_machine_code():
+    """``parallel=True`` (the compile server's compile-ahead) runs LLVM's optimisation and code
+    generation of several modules at once: each object file is byte for byte the one a compile
+    under the lock makes, and runs."""
+    import concurrent.futures
+
+    texts = {name: HEADER + text for name, (text, _) in CASES.items()}
+    sigs = {name: objects.signature(make()) for name, (_, make) in CASES.items()}
+    alone = {name: llvm.compile(texts[name], sigs[name], f"k_par_{name}") for name in CASES}
+
+    def together(name):
+        return name, llvm.compile(texts[name], sigs[name], f"k_par_{name}", parallel=True)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            made = dict(pool.map(together, sorted(CASES) * 2))
+            assert made == alone
+    for name, (_, make) in CASES.items():
+        want, got = make(), make()
+        _python(texts[name], want)
+        objects.make(*made[name])(*got)
+        for g, w in zip(got, want):
+            if isinstance(w, np.ndarray):
+                np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.numba
 def test_a_compiler_failure_warns_and_numba_compiles_the_kernel(tmp_path, monkeypatch):
     from ngrad.engine.targets import cpu

@@ -24,6 +24,7 @@ __all__ = [
     "jit_threshold",
     "scan_unroll",
     "compile_mode",
+    "compile_threads",
     "blas_mode",
     "cache_root",
     "cache_owners",
@@ -110,6 +111,13 @@ def compile_mode() -> str:
     ``thread`` (on two cores a child competes for the same cores and delivers later)."""
     default = "process" if _cores() >= 4 else "thread"
     return _choice("NGRAD_COMPILE", default, ("process", "thread", "wait"))
+
+
+def compile_threads() -> int:
+    """``NGRAD_COMPILE_THREADS``: how many threads the compile server compiles a plan's kernels
+    on at once (``targets.cpu.compile_ahead``); by default one less than the cores (the
+    program's calls keep one), at least 1 (one at a time, as its warm-up run meets them)."""
+    return max(1, _int("NGRAD_COMPILE_THREADS", _cores() - 1))
 
 
 def cpu_compiler() -> str:

@@ -31,13 +31,15 @@ import subprocess
 import sys
 import threading
 
-from ..config import cache_root
+import numpy as np
+
+from ..config import cache_root, compile_threads
 from ..ir.tape import Tape
 from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "encode_remote", "stop", "main"]
+__all__ = ["compile_remote", "encode_remote", "stop", "signatures", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -184,7 +186,7 @@ def _receive(stream):
 
 def _serve(request):
     """Compile and run one request's functions (in the child)."""
-    from ..targets.cpu import kernel
+    from ..targets.cpu import compile_ahead, kernel
     from .driver import warm
     from .plan import CompiledPlan
 
@@ -204,7 +206,49 @@ def _serve(request):
     set_num_threads(n_threads)
     plan = CompiledPlan(what)
     lay = plan.layout()
-    warm(plan, plan.build(lay), values)  # the parent's calls' argument types
+    kernels = plan.build(lay)
+    threads = compile_threads()
+    if threads > 1:  # the kernels' machine code made on several threads, then loaded by the run
+        compile_ahead(signatures(plan, kernels, values), threads)
+    warm(plan, kernels, values)  # the parent's calls' argument types
+
+
+def signatures(plan, kernels, values):
+    """``[(kernel, signature)]``: each of ``kernels`` (``plan``'s layout's, not yet published)
+    with the argument signature (``objects.signature``) its driver passes it on ``values``,
+    learnt by running the driver on copies of them with stand-ins that record their arguments
+    and fill the writeable arrays among them with zeros (the glue between computes, quietly,
+    from those): as far as that run got; [] where threads run the loops in chunks. The child
+    compiles what it finds before its warm-up run (``cpu.compile_ahead``)."""
+    from ..targets.objects import signature
+    from .driver import driver_of
+
+    seen: list = []
+
+    def stand_in(kernel):
+        def call(*args):
+            seen.append((kernel, signature(args)))
+            for a in args:
+                if isinstance(a, np.ndarray) and a.flags.writeable:
+                    a.fill(0)
+
+        call.ready = False  # type: ignore[attr-defined]
+        return call
+
+    copies = []
+    for v in values:
+        if isinstance(v, np.ndarray):
+            v, writeable = v.copy(), v.flags.writeable
+            v.flags.writeable = writeable  # a signature holds the flag
+        copies.append(v)
+    drive = driver_of(plan, kernels=[k and stand_in(k) for k in kernels], keep=False)
+    try:
+        with np.errstate(all="ignore"):
+            if drive is not None:
+                drive(copies)
+    except Exception:  # noqa: BLE001  (zeros a program rejects: what was seen so far)
+        pass
+    return seen
 
 
 def main():

@@ -58,13 +58,16 @@ _LOCAL = re.compile(r"\b[eorp]\d+\b")
 _SHARES = frozenset(["reshape", "permute", "expand", "slice", "flip", "detach", "real", "imag"])
 
 
-def driver_of(plan, checked=True, kernels=None):
+def driver_of(plan, checked=True, kernels=None, keep=True):
     """The compiled plan's generated driver (see ``dispatch.prepare``), built once; None while
     threads run its loops in chunks. ``checked=False``: the driver without its input checks, for
     callers whose values are exact by construction (a scan's steps, ``loops``); ``kernels``: the
-    functions it calls, when they are not published yet (``warm``)."""
+    functions it calls, when they are not published yet (``warm``); ``keep=False``: a new one,
+    not kept (stand-ins for the kernels: the compile server's ``signatures``)."""
     if plan.chunks():
         return None
+    if not keep:
+        return _driver(plan, checked, kernels=kernels)[0]
     if checked:
         if plan.drive is None:
             plan.drive = _driver(plan, True, kernels=kernels)[0]

@@ -41,6 +41,7 @@ __all__ = [
     "cache_clear",
     "stats",
     "direct",
+    "compile_ahead",
     "key_of",
     "resident",
     "warm_up",
@@ -265,6 +266,56 @@ def _emitted(kernel, sig):
 def _step():
     for fn in STEP_FUNCTIONS:
         fn()
+
+
+def compile_ahead(calls, threads):
+    """Compile the machine code of each ``(kernel, signature)`` of ``calls`` that is not on disk
+    yet with ngrad's own compiler into the disk cache, on up to ``threads`` threads (LLVM's work
+    in parallel, the Python of typing and IR in turns; the largest first): the compile server's
+    step before its warm-up run, which then loads them. Returns how many it compiled. Nothing
+    else in the process may use LLVM meanwhile (``llvm.compile``'s ``parallel``). A kernel
+    outside that compiler's language, or that fails, is left to the warm-up run, which compiles
+    it (with Numba) or reports its error.
+
+    ```python
+    >>> import numpy as np
+    >>> from ngrad.engine.targets import cpu, objects
+    >>> ks = [cpu.kernel(f"def kernel(a):\\n    a[0] += {k}.0\\n") for k in (1, 2)]
+    >>> sig = objects.signature((np.zeros(1),))
+    >>> cpu.compile_ahead([(k, sig) for k in ks], threads=2) in (0, 2)  # 0: no disk cache here
+    True
+
+    ```
+    """
+    folder = usable_dir(create=True)
+    if cpu_compiler() != "llvm" or folder is None or not writable(folder):
+        return 0
+    todo = {(k.key, sig): k for k, sig in calls if k.emitted and sig is not None}
+    todo = {ks: k for ks, k in todo.items() if not objects.saved(folder, *ks)}
+    if not todo:
+        return 0
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import llvm
+
+    def one(item):
+        (key, sig), k = item
+        try:
+            return key, sig, llvm.compile(k.text, sig, key, parallel=True)
+        except Exception:  # noqa: BLE001  (the warm-up run compiles it, or says why not)
+            return None
+
+    objects.preload()
+    t = time.perf_counter()
+    order = sorted(todo.items(), key=lambda item: -len(item[1].text))
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="ngrad-llvm") as pool:
+        made = [m for m in pool.map(one, order) if m is not None]
+    for key, sig, code in made:
+        _save(key, sig, code, create=True)
+    if debug_level() >= 3:
+        spent = (time.perf_counter() - t) * 1e3
+        print(f"ngrad: compiled {len(made)} kernels ahead on {threads} threads in {spent:.1f} ms", file=sys.stderr)
+    return len(made)
 
 
 def _keep(kernel, args, sig):

@@ -27,6 +27,7 @@ stores.
 """
 
 import ast
+import ctypes
 import hashlib
 import sys
 import time
@@ -189,8 +190,6 @@ def usable():
 
 
 def _check_layouts():
-    import ctypes
-
     import numpy as np
 
     try:
@@ -229,10 +228,15 @@ def _pipeline(tm):
     return ll.create_pass_builder(tm, pto)
 
 
-def compile(text, sig, name, step=None, form="object"):
+def compile(text, sig, name, step=None, form="object", parallel=False):
     """Machine code of generated module ``text``'s ``kernel`` for argument signature ``sig``:
     ``(object_code, wrapper, env)`` (see the module's contract); raises ``Unsupported``. With
     ``form="asm"`` or ``"llvm"``: the text of its assembly or of its optimised LLVM IR instead.
+    ``parallel``: other threads run this function meanwhile and nothing else in the process
+    uses LLVM (the compile server's ``cpu.compile_ahead``): LLVM's optimisation and code
+    generation then run outside llvmlite's process-wide lock, which would take them in turns
+    (each module has an LLVM context and a target machine of its own, which LLVM allows to
+    work in parallel).
 
     ```python
     >>> import numpy as np
@@ -268,12 +272,33 @@ def compile(text, sig, name, step=None, form="object"):
     # its global context between calls)
     llmod = ll.parse_assembly(str(module), context=ll.create_context())
     pb = _pipeline(tm)
-    pb.getModulePassManager().run(llmod, pb)
+    if parallel:
+        _unlocked(ll.ffi.lib.LLVMPY_RunNewModulePassManager)(pb.getModulePassManager(), llmod, pb)
+    else:
+        pb.getModulePassManager().run(llmod, pb)
     if form != "object":
         return tm.emit_assembly(llmod) if form == "asm" else str(llmod)
-    code = tm.emit_object(llmod)
+    code = _object_code(tm, llmod) if parallel else tm.emit_object(llmod)
     _state["last"] = (t1 - t0, time.perf_counter() - t1)
     return code, symbol, symbol + "_env"
+
+
+def _unlocked(fn):
+    """llvmlite's function ``fn`` without its process-wide lock (the C function it wraps)."""
+    return getattr(fn, "_cfn", fn)
+
+
+def _object_code(tm, llmod):
+    """``tm.emit_object(llmod)``, its code generation outside llvmlite's lock."""
+    ffi = ll.ffi
+    with ffi.OutputString() as err:
+        buffer = _unlocked(ffi.lib.LLVMPY_TargetMachineEmitToMemory)(tm, llmod, 1, err)
+        if not buffer:
+            raise RuntimeError(str(err))
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
 def phases():

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..store import write_atomically
 
-__all__ = ["signature", "save", "load"]
+__all__ = ["signature", "save", "load", "saved"]
 
 _MAGIC = b"ngrad-object-1\n"
 _SCALARS = {float: "f8", bool: "?", complex: "c16"}
@@ -70,6 +70,11 @@ def signature(args):
         else:
             return None
     return tuple(out)
+
+
+def saved(folder, key, sig):
+    """Whether an object file of kernel ``key`` at ``sig`` is in ``folder`` (unchecked)."""
+    return os.path.exists(_path(folder, key, sig))
 
 
 def _path(folder, key, sig):
