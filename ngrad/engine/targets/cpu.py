@@ -278,12 +278,23 @@ def compile_ahead(calls, threads):
     it (with Numba) or reports its error.
 
     ```python
+    >>> import os, tempfile
     >>> import numpy as np
     >>> from ngrad.engine.targets import cpu, objects
-    >>> ks = [cpu.kernel(f"def kernel(a):\\n    a[0] += {k}.0\\n") for k in (1, 2)]
+    >>> before = os.environ.get("NGRAD_CACHE_DIR")
+    >>> os.environ["NGRAD_CACHE_DIR"] = tempfile.mkdtemp()
+    >>> ks = [cpu.kernel(f"def kernel(a):\\n    a[0] *= {k}.5\\n") for k in (1, 2)]
     >>> sig = objects.signature((np.zeros(1),))
-    >>> cpu.compile_ahead([(k, sig) for k in ks], threads=2) in (0, 2)  # 0: no disk cache here
-    True
+    >>> cpu.compile_ahead([(k, sig) for k in ks], threads=2)
+    2
+    >>> cpu.compile_ahead([(k, sig) for k in ks], threads=2)  # on disk now
+    0
+    >>> a = np.ones(1); ks[1](a); a  # the machine code made ahead, loaded from disk
+    array([2.5])
+    >>> if before is None:
+    ...     del os.environ["NGRAD_CACHE_DIR"]
+    ... else:
+    ...     os.environ["NGRAD_CACHE_DIR"] = before
 
     ```
     """
