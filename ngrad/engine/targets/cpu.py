@@ -316,7 +316,7 @@ def compile_ahead(calls, threads):
         except Exception:  # noqa: BLE001  (the warm-up run compiles it, or says why not)
             return None
 
-    objects.preload()
+    objects.setup()  # once, before the threads
     t = time.perf_counter()
     order = sorted(todo.items(), key=lambda item: -len(item[1].text))
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="ngrad-llvm") as pool:
