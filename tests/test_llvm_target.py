@@ -210,8 +210,11 @@ def _expr(depth):
     if depth == 0:
         return _names
     sub = _expr(depth - 1)
+    # a comparison's result is counted as a number: arithmetic on two of them is Numba's (bools
+    # promoted to int64: True + True is 2) in the kernel language, NumPy's (True, or an error
+    # for -) where Python runs the text on NumPy scalars
     binary = st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "<", ">=", "!="]), sub).map(
-        lambda t: f"({t[0]} {t[1]} {t[2]})"
+        lambda t: f"({t[0]} {t[1]} {t[2]})" if t[1] in "+-*/" else f"np.float64({t[0]} {t[1]} {t[2]})"
     )
     choice = st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} > {t[2]} else {t[2]})")
     call = st.tuples(st.sampled_from(["max", "min", "abs", "np.float64"]), sub, sub).map(
