@@ -478,13 +478,17 @@ def test_a_loop_that_never_pauses_still_gets_its_kernels(monkeypatch, rng):
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
 
 
-def test_the_compile_server_compiles_a_plans_kernels_on_threads_and_results_stay(monkeypatch, rng):
-    """``NGRAD_COMPILE_THREADS=2``: the child learns the kernels' signatures with stand-ins and
-    compiles them on two threads before its warm-up run; the calls' results never change and
-    every kernel arrives (none failed, none left to this process)."""
-    if compile_mode() != "process":
-        pytest.skip("the compile server serves NGRAD_COMPILE=process")
+def test_a_plans_kernels_compile_on_threads_and_results_stay(monkeypatch, rng):
+    """``NGRAD_COMPILE_THREADS=2``: the child (``process``) or the worker (``thread``) learns the
+    kernels' signatures with stand-ins and compiles them on two threads before its warm-up run;
+    the calls' results never change, and the run compiles nothing itself."""
+    from ngrad.engine.targets import cpu
+
     monkeypatch.setenv("NGRAD_COMPILE_THREADS", "2")
+    made = []
+    real = cpu.compile_ahead
+    monkeypatch.setattr(cpu, "compile_ahead", lambda calls, threads: made.append(real(calls, threads)) or made[-1])
+    compiled = cpu.stats["compiled"]
     idx = ngrad.tensor(np.array([4, 0, 2, 2, 1, 3]))
 
     def f(x):
@@ -502,6 +506,8 @@ def test_the_compile_server_compiles_a_plans_kernels_on_threads_and_results_stay
     assert ngrad.synchronize_compiles(timeout=300)
     new = [r for k, r in dispatch.records.items() if k not in before and r.tier is not None]
     assert new and all(r.tier.ready() and not r.failed for r in new)
+    if compile_mode() == "thread":  # in this process: ahead, then every kernel loaded
+        assert made and sum(made) >= 3 and cpu.stats["compiled"] == compiled
     got = _value_and_grad(x0, f)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)

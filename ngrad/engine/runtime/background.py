@@ -46,7 +46,7 @@ import numpy as np
 
 from ..config import compile_mode
 from ..targets import CompileError
-from .compile_server import compile_remote
+from .compile_server import ahead, compile_remote
 from .driver import warm
 from .machine import Machine
 from .tiering import Decision
@@ -256,8 +256,9 @@ def _compile(record, tier, tape, values):
     try:
         # the child's machine code is then loaded from disk here; a tier already on disk needs no
         # child (starting one cost a warm process 0.6-0.9 s before its first kernel)
-        if compile_mode() == "process" and not record.cached:
-            compile_remote(tier, tape, values, meanwhile=_warm_up)
+        made = record.cached
+        if compile_mode() == "process" and not made:
+            made = compile_remote(tier, tape, values, meanwhile=_warm_up)
         _defer_in_compiles()
         if isinstance(tier, Machine):
             fn = tier.build()
@@ -268,6 +269,8 @@ def _compile(record, tier, tape, values):
             lay = tier.layout()
             if lay.kernels is None:
                 kernels = tier.build(lay)
+                if not made:  # on several threads where there are cores to spare
+                    ahead(tier, kernels, values)
                 defer_to_calls()
                 # its driver is written here too, not by the first call after publication (0.3 to
                 # 0.5 ms of GradBench's hello, its first evaluations after define)

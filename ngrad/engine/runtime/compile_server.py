@@ -19,6 +19,11 @@ child ends when its stdin closes, that is with its parent.
 encoding in this process (an unrolled LSTM's 5,300 instructions: 0.12-0.18 s of Python, which
 the calls of the program would share the interpreter's lock with). It returns as
 ``compile_remote`` does.
+
+``ahead(plan, kernels, values)`` (in the child, and on the compile worker thread when no child
+served) compiles a plan's kernels on several threads (``NGRAD_COMPILE_THREADS``) before the
+warm-up run: ``signatures`` runs the plan's driver with stand-ins for its kernels to learn the
+argument types the calls will pass, and ``cpu.compile_ahead`` makes that machine code.
 """
 
 import dataclasses
@@ -39,7 +44,7 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "encode_remote", "stop", "signatures", "main"]
+__all__ = ["compile_remote", "encode_remote", "stop", "ahead", "signatures", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -186,7 +191,7 @@ def _receive(stream):
 
 def _serve(request):
     """Compile and run one request's functions (in the child)."""
-    from ..targets.cpu import compile_ahead, kernel
+    from ..targets.cpu import kernel
     from .driver import warm
     from .plan import CompiledPlan
 
@@ -207,10 +212,19 @@ def _serve(request):
     plan = CompiledPlan(what)
     lay = plan.layout()
     kernels = plan.build(lay)
-    threads = compile_threads()
-    if threads > 1:  # the kernels' machine code made on several threads, then loaded by the run
-        compile_ahead(signatures(plan, kernels, values), threads)
+    ahead(plan, kernels, values)
     warm(plan, kernels, values)  # the parent's calls' argument types
+
+
+def ahead(plan, kernels, values):
+    """Make the machine code ``plan``'s ``kernels`` (its layout's, not yet published) need for
+    calls on ``values`` on ``compile_threads()`` threads, into the disk cache, for the warm-up
+    run to load: nothing where that is 1 (the run compiles them one at a time)."""
+    threads = compile_threads()
+    if threads > 1:
+        from ..targets.cpu import compile_ahead
+
+        compile_ahead(signatures(plan, kernels, values), threads)
 
 
 def signatures(plan, kernels, values):
@@ -218,8 +232,8 @@ def signatures(plan, kernels, values):
     with the argument signature (``objects.signature``) its driver passes it on ``values``,
     learnt by running the driver on copies of them with stand-ins that record their arguments
     and fill the writeable arrays among them with zeros (the glue between computes, quietly,
-    from those): as far as that run got; [] where threads run the loops in chunks. The child
-    compiles what it finds before its warm-up run (``cpu.compile_ahead``)."""
+    from those): as far as that run got; [] where threads run the loops in chunks (``ahead``
+    compiles what it finds)."""
     from ..targets.objects import signature
     from .driver import driver_of
 

@@ -271,11 +271,10 @@ def _step():
 def compile_ahead(calls, threads):
     """Compile the machine code of each ``(kernel, signature)`` of ``calls`` that is not on disk
     yet with ngrad's own compiler into the disk cache, on up to ``threads`` threads (LLVM's work
-    in parallel, the Python of typing and IR in turns; the largest first): the compile server's
-    step before its warm-up run, which then loads them. Returns how many it compiled. Nothing
-    else in the process may use LLVM meanwhile (``llvm.compile``'s ``parallel``). A kernel
-    outside that compiler's language, or that fails, is left to the warm-up run, which compiles
-    it (with Numba) or reports its error.
+    in parallel (``llvm.compile``'s ``parallel``), the Python of typing and IR in turns; the
+    largest first): the compile worker's step before its warm-up run, which then loads them.
+    Returns how many it compiled. A kernel outside that compiler's language, or that fails, is
+    left to the warm-up run, which compiles it (with Numba) or reports its error.
 
     ```python
     >>> import os, tempfile

@@ -30,6 +30,7 @@ import ast
 import ctypes
 import hashlib
 import sys
+import threading
 import time
 
 import llvmlite.binding as ll
@@ -232,11 +233,11 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
     """Machine code of generated module ``text``'s ``kernel`` for argument signature ``sig``:
     ``(object_code, wrapper, env)`` (see the module's contract); raises ``Unsupported``. With
     ``form="asm"`` or ``"llvm"``: the text of its assembly or of its optimised LLVM IR instead.
-    ``parallel``: other threads run this function meanwhile and nothing else in the process
-    uses LLVM (the compile server's ``cpu.compile_ahead``): LLVM's optimisation and code
-    generation then run outside llvmlite's process-wide lock, which would take them in turns
-    (each module has an LLVM context and a target machine of its own, which LLVM allows to
-    work in parallel).
+    ``parallel`` (``cpu.compile_ahead``'s threads): LLVM's optimisation and code generation run
+    outside llvmlite's process-wide lock, which would take them in turns, so that several such
+    compiles run at once (each module has an LLVM context and a target machine of its own,
+    which LLVM allows to work in parallel); they take turns with llvmlite's other users, Numba
+    among them, which may touch LLVM's global state under that lock (``_Turns``).
 
     ```python
     >>> import numpy as np
@@ -273,7 +274,7 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
     llmod = ll.parse_assembly(str(module), context=ll.create_context())
     pb = _pipeline(tm)
     if parallel:
-        _unlocked(ll.ffi.lib.LLVMPY_RunNewModulePassManager)(pb.getModulePassManager(), llmod, pb)
+        _unlocked(ll.ffi.lib.LLVMPY_RunNewModulePassManager, pb.getModulePassManager(), llmod, pb)
     else:
         pb.getModulePassManager().run(llmod, pb)
     if form != "object":
@@ -283,16 +284,55 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
     return code, symbol, symbol + "_env"
 
 
-def _unlocked(fn):
-    """llvmlite's function ``fn`` without its process-wide lock (the C function it wraps)."""
-    return getattr(fn, "_cfn", fn)
+class _Turns:
+    """Who uses LLVM now: any number of threads outside llvmlite's lock (``run``), or one
+    thread inside it, never both. Registered with llvmlite's lock at the first parallel
+    compile: a thread that takes the lock then waits until the calls outside it have
+    returned, and a call outside waits while somebody holds it."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.inside = self.outside = 0
+        ll.ffi.register_lock_callback(self._enter, self._leave)
+
+    def _enter(self):
+        with self.cond:
+            self.cond.wait_for(lambda: self.outside == 0)
+            self.inside += 1
+
+    def _leave(self):
+        with self.cond:
+            self.inside -= 1
+            self.cond.notify_all()
+
+    def run(self, fn, *args):
+        """``fn(*args)`` for llvmlite's function ``fn``, through the C function it wraps."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.inside == 0)
+            self.outside += 1
+        try:
+            return getattr(fn, "_cfn", fn)(*args)
+        finally:
+            with self.cond:
+                self.outside -= 1
+                self.cond.notify_all()
+
+
+def _unlocked(fn, *args):
+    """``fn(*args)`` outside llvmlite's lock, in turns with its holders (``_Turns``)."""
+    with _turns_made:
+        turns = _state.get("turns") or _state.setdefault("turns", _Turns())
+    return turns.run(fn, *args)
+
+
+_turns_made = threading.Lock()
 
 
 def _object_code(tm, llmod):
     """``tm.emit_object(llmod)``, its code generation outside llvmlite's lock."""
     ffi = ll.ffi
     with ffi.OutputString() as err:
-        buffer = _unlocked(ffi.lib.LLVMPY_TargetMachineEmitToMemory)(tm, llmod, 1, err)
+        buffer = _unlocked(ffi.lib.LLVMPY_TargetMachineEmitToMemory, tm, llmod, 1, err)
         if not buffer:
             raise RuntimeError(str(err))
     try:
