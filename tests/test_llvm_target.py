@@ -341,6 +341,40 @@ def test_kernels_compile_on_several_threads_at_once():
         assert all(pool.map(one, range(24)))
 
 
+def test_names_become_values_only_where_their_binding_dominates_every_use():
+    """A name bound once whose uses all follow the binding becomes an LLVM value; one read in a
+    loop's next iteration, after the loop or after the ``if`` that binds it stays in memory, and
+    both give what Python gives (Numba refuses such text: codegen never writes it)."""
+    import ast
+
+    text = (
+        "def kernel(a, o, n):\n"
+        "    for i in range(n):\n"
+        "        if i > 0:\n"
+        "            o[i] = t + last\n"
+        "        t = a[i]\n"
+        "        last = t + 1.0\n"
+        "        u = t - 0.25\n"
+        "        o[i] += u\n"
+        "    o[0] = t + i\n"
+        "    if a[1] > 0.0:\n"
+        "        v = a[2]\n"
+        "    if a[1] > 0.0:\n"
+        "        o[1] = v\n"
+    )
+
+    def make():
+        return np.linspace(-1.0, 1.0, 6) + 0.5, np.zeros(6), 6
+
+    _agree(text, make)
+    tree = ast.parse(HEADER + text)
+    fn = llvm._Function(
+        next(s for s in tree.body if isinstance(s, ast.FunctionDef)), objects.signature(make()), "k", None
+    )
+    fn.infer()
+    assert fn.ssa == {"n", "u"}
+
+
 def test_parallel_compiles_outside_llvmlites_lock_make_the_same_machine_code():
     """``parallel=True`` (``cpu.compile_ahead``) runs LLVM's optimisation and code generation of
     several modules at once, in turns with compiles under llvmlite's lock running meanwhile:

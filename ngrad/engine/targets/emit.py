@@ -2,7 +2,8 @@
 
 Contract: ``Emitter`` (a ``Typer`` whose ``infer()`` has run) emits the kernel body with
 ``block(fn.body)`` at builder ``b`` of function ``function``, given ``slots`` (an alloca per scalar
-variable), ``arrays`` (``Array`` per array name), ``locals`` (the arrays it allocates, freed by the
+variable outside ``ssa``), ``values`` (the LLVM value of each name of ``ssa`` bound so far: its
+parameters), ``arrays`` (``Array`` per array name), ``locals`` (the arrays it allocates, freed by the
 caller at ``exit``), ``exit`` (where ``return`` goes), ``fail`` (where a failed allocation goes) and
 ``step`` (called every 64 statements, or None). The semantics are Numba's for the same text
 (``kernel_types`` gives the types): Python's floor division, modulo, ``max``/``min`` and NaN
@@ -197,9 +198,49 @@ class Emitter(Typer):
             self._store_at(addr, t, tv)
 
     def _store_name(self, name, tv):
+        if name in self.ssa:
+            self.values[name] = self._cast(tv[1], tv[0], self.types[name])
+            return
         if name not in self.slots:
             raise Unsupported(f"assignment to {name}")
         self.b.store(self._cast(tv[1], tv[0], self.types[name]), self.slots[name])
+
+    @functools.cached_property
+    def ssa(self):
+        """The scalar names kept as LLVM values instead of allocas: parameters never rebound,
+        names bound once (an assignment or a ``range`` loop), every use of which follows the
+        binding in its block or lies inside a statement after it (or in the loop's body), so the
+        binding dominates it. A kernel's IR is then a third smaller, for Python to build and
+        print and for LLVM to parse and clean up."""
+        once, bad = self._assignments, set()
+
+        def loads(node):
+            return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+        def bound(target):
+            return {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+        def block(stmts, seen):
+            seen = set(seen)
+            for st in stmts:
+                if isinstance(st, ast.Assign):
+                    bad.update(loads(st) - seen)  # the value, and a subscript target's indices
+                    seen |= {n for t in st.targets for n in bound(t)}
+                elif isinstance(st, ast.For):
+                    bad.update(loads(st.iter) - seen)
+                    block(st.body, seen | bound(st.target))
+                    block(st.orelse, seen)
+                elif isinstance(st, (ast.While, ast.If)):
+                    bad.update(loads(st.test) - seen)
+                    block(st.body, seen)
+                    block(st.orelse, seen)
+                else:
+                    bad.update(loads(st) - seen)
+
+        block(self.fn.body, self.params)
+        scalars = {n for n, t in self.types.items() if t is not None and not isinstance(t, tuple)}
+        wanted = {n for n in scalars if once.get(n, 0) == (0 if n in self.params else 1)}
+        return wanted - bad
 
     def _allocate(self, arr, call):
         """``name = np.empty(shape, dtype)``: malloc, freeing what the name held before (a loop
@@ -247,7 +288,7 @@ class Emitter(Typer):
         i = b.load(counter)
         b.cbranch(b.icmp_signed("<" if step > 0 else ">", i, stop), body, after)
         b.position_at_end(body)
-        b.store(i, self.slots[s.target.id])
+        self._store_name(s.target.id, ("i64", i))
         self._flow(s.body, incr, loop=(incr, after))
         b.position_at_end(incr)
         b.store(b.add(b.load(counter), ir.Constant(I64, step), flags=["nsw"]), counter)
@@ -336,6 +377,9 @@ class Emitter(Typer):
             t = const_type(n.value)
             return t, ir.Constant(REG[t], n.value if t != "b" else int(n.value))
         if isinstance(n, ast.Name):
+            v = self.values.get(n.id)
+            if v is not None:
+                return self.types[n.id], v
             if n.id not in self.slots:
                 raise Unsupported(f"name {n.id}")
             return self.types[n.id], b.load(self.slots[n.id])

@@ -63,7 +63,7 @@ class _Function(Emitter):
         self.allocas = ir.IRBuilder(entry)
         body = f.append_basic_block("body")
         self.b = b = ir.IRBuilder(body)
-        self.slots, self.arrays, self.locals, self.loops = {}, {}, [], []
+        self.slots, self.values, self.arrays, self.locals, self.loops = {}, {}, {}, [], []
         self.exit = f.append_basic_block("exit")
         self.fail = f.append_basic_block("fail")
         for name, t in self.types.items():
@@ -75,7 +75,7 @@ class _Function(Emitter):
                 dims = [self._alloca(I64, f"{name}.{k}") for k in range(t[2])]
                 self.arrays[name] = Array(t[1], t[2], ptr, dims, True)
                 self.locals.append(self.arrays[name])
-            elif t is not None:
+            elif t is not None and name not in self.ssa:
                 self.slots[name] = self._alloca(REG[t], name)
         self._unpack(f.args[1])
         self.state = b.call(self._c("PyEval_SaveThread", PTR, []), [])
@@ -149,8 +149,8 @@ class _Function(Emitter):
                 v = b.load(b.bitcast(field, MEM[t].as_pointer()))
                 if t == "b":
                     v = b.icmp_signed("!=", v, ir.Constant(I8, 0))
-            if name in self.slots:
-                b.store(self._cast(v, t, self.types[name]), self.slots[name])
+            if name in self.slots or name in self.ssa:
+                self._store_name(name, (t, v))
 
 
 def _fast(function):
