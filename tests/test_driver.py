@@ -264,7 +264,7 @@ def test_the_signatures_a_driver_learns_with_stand_ins_are_those_its_run_loads(r
     interpreter's."""
     from ngrad.engine.ir.interpret import interpret
     from ngrad.engine.runtime.compile_server import signatures
-    from ngrad.engine.runtime.driver import warm
+    from ngrad.engine.runtime.driver import driver_of, warm
     from ngrad.engine.runtime.plan import CompiledPlan
     from ngrad.engine.targets import cpu
 
@@ -273,11 +273,13 @@ def test_the_signatures_a_driver_learns_with_stand_ins_are_those_its_run_loads(r
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path / "kernels"))
     cpu._memory.clear()
     idx = ngrad.tensor(np.array([3, 0, 2, 2, 1]))
+    scale = ngrad.tensor(np.linspace(0.5, 1.5, 4))  # a constant array the plan keeps
 
     def f(x, w):
-        h = (x.sin() * x + 1.0) @ w  # a matmul between two kernels
+        h = (x.sin() * x * scale + 1.0) @ w  # a matmul between two kernels
         g = h.exp()[idx] * h[idx].cos()  # integer gathers of a kernel's result
-        return (g.tanh() * 2.0 + g * g).sum() + (x * x).mean()
+        edges = (x[1:, :] * x[:-1, :]).sum() + (x[:, 2:] - x[:, :-2]).pow(2).sum()  # windows the plan keeps
+        return (g.tanh() * 2.0 + g * g).sum() + (x * x).mean() + edges
 
     tape, values = graph_tape(f, [rng.standard_normal((5, 4)), rng.standard_normal((4, 6))], rng, grad=True)
     plan = CompiledPlan(tape)
@@ -293,6 +295,7 @@ def test_the_signatures_a_driver_learns_with_stand_ins_are_those_its_run_loads(r
     warm(plan, kernels, values)
     assert cpu.stats["compiled"] == compiled  # all loaded: the signatures were the run's own
     assert {(k.key, s) for k, s in seen} == {(k.key, s) for k in kernels if k is not None for s in k.loaded}
-    lay.kernels = kernels
-    for got, want in zip(runtime.run(tape, values, policy=None), interpret(tape, values)):
+    # the same plan, as the worker publishes it: what the stand-ins were given but do not own
+    # (the plan's window bounds, its constants) is as it was
+    for got, want in zip(driver_of(plan)(values), interpret(tape, values)):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -231,19 +231,22 @@ def signatures(plan, kernels, values):
     """``[(kernel, signature)]``: each of ``kernels`` (``plan``'s layout's, not yet published)
     with the argument signature (``objects.signature``) its driver passes it on ``values``,
     learnt by running the driver on copies of them with stand-ins that record their arguments
-    and fill the writeable arrays among them with zeros (the glue between computes, quietly,
-    from those): as far as that run got; [] where threads run the loops in chunks (``ahead``
+    and fill with zeros the writeable arrays among them that the run made (the glue between
+    computes, quietly, from those; what the plan keeps, its windows' bounds and constants, is
+    left alone): as far as that run got; [] where threads run the loops in chunks (``ahead``
     compiles what it finds)."""
     from ..targets.objects import signature
+    from .buffers import root
     from .driver import driver_of
 
     seen: list = []
+    kept: set = set()
 
     def stand_in(kernel):
         def call(*args):
             seen.append((kernel, signature(args)))
             for a in args:
-                if isinstance(a, np.ndarray) and a.flags.writeable:
+                if isinstance(a, np.ndarray) and a.flags.writeable and id(root(a)) not in kept:
                     a.fill(0)
 
         call.ready = False  # type: ignore[attr-defined]
@@ -256,6 +259,11 @@ def signatures(plan, kernels, values):
             v.flags.writeable = writeable  # a signature holds the flag
         copies.append(v)
     drive = driver_of(plan, kernels=[k and stand_in(k) for k in kernels], keep=False)
+    if drive is not None:  # the arrays the driver holds from one call to the next
+        for v in drive.__globals__.values():
+            for a in v if isinstance(v, (list, tuple)) else (v,):
+                if isinstance(a, np.ndarray):
+                    kept.add(id(root(a)))
     try:
         with np.errstate(all="ignore"):
             if drive is not None:
