@@ -219,9 +219,10 @@ def _serve(request):
 def ahead(plan, kernels, values):
     """Make the machine code ``plan``'s ``kernels`` (its layout's, not yet published) need for
     calls on ``values`` on ``compile_threads()`` threads, into the disk cache, for the warm-up
-    run to load: nothing where that is 1 (the run compiles them one at a time)."""
+    run to load: nothing where that is 1 or there is one kernel (the run compiles them one at a
+    time)."""
     threads = compile_threads()
-    if threads > 1:
+    if threads > 1 and len({id(k) for k in kernels if k is not None}) > 1:
         from ..targets.cpu import compile_ahead
 
         compile_ahead(signatures(plan, kernels, values), threads)
