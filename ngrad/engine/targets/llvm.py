@@ -255,7 +255,11 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
         raise Unsupported("signature")
     t0 = time.perf_counter()
     try:
-        tree = ast.parse(text)
+        # one parse at a time: CPython's AST conversion keeps one recursion depth for all
+        # threads, and compile-ahead threads parsing at once met "SystemError: AST constructor
+        # recursion depth mismatch" (python/cpython#106905)
+        with _parsing:
+            tree = ast.parse(text)
     except SyntaxError as e:
         raise Unsupported("syntax") from e
     kernels = [s for s in tree.body if isinstance(s, ast.FunctionDef)]
@@ -326,6 +330,7 @@ def _unlocked(fn, *args):
 
 
 _turns_made = threading.Lock()
+_parsing = threading.Lock()
 
 
 def _object_code(tm, llmod):
