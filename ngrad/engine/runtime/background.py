@@ -42,11 +42,9 @@ import threading
 import time
 import warnings
 
-import numpy as np
-
 from ..config import compile_mode
 from ..targets import CompileError
-from .compile_server import ahead, compile_remote
+from .compile_server import ahead, compile_remote, copies
 from .driver import warm
 from .machine import Machine
 from .tiering import Decision
@@ -174,7 +172,7 @@ def submit(record, tape, values, advance):
         if len(_jobs) >= MAX_QUEUED:
             return False
         record.compiling = True
-        _jobs.append((record, advance, tape, _copies(values)))
+        _jobs.append((record, advance, tape, copies(values)))
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
@@ -206,19 +204,6 @@ def _waiting(done, timeout):
             return _cond.wait_for(done, timeout)
         finally:
             _state["waiters"] -= 1
-
-
-def _copies(values):
-    """The call's inputs as the warm-up run reads them: arrays copied (the caller may update its
-    own in place meanwhile), with their writeable flag, which Numba types by."""
-    out = []
-    for v in values:
-        if v.__class__ is np.ndarray:
-            c = v.copy()
-            c.flags.writeable = v.flags.writeable
-            v = c
-        out.append(v)
-    return out
 
 
 def _work():

@@ -44,7 +44,7 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "encode_remote", "stop", "ahead", "signatures", "main"]
+__all__ = ["compile_remote", "encode_remote", "stop", "ahead", "signatures", "copies", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -228,6 +228,20 @@ def ahead(plan, kernels, values):
         compile_ahead(signatures(plan, kernels, values), threads)
 
 
+def copies(values):
+    """A call's inputs as a warm-up or stand-in run reads them: arrays copied (the caller may
+    update its own in place meanwhile; stand-ins overwrite theirs), with their writeable flag,
+    which a kernel's signature holds."""
+    out = []
+    for v in values:
+        if isinstance(v, np.ndarray):
+            c = v.copy()
+            c.flags.writeable = v.flags.writeable
+            v = c
+        out.append(v)
+    return out
+
+
 def signatures(plan, kernels, values):
     """``[(kernel, signature)]``: each of ``kernels`` (``plan``'s layout's, not yet published)
     with the argument signature (``objects.signature``) its driver passes it on ``values``,
@@ -253,12 +267,6 @@ def signatures(plan, kernels, values):
         call.ready = False  # type: ignore[attr-defined]
         return call
 
-    copies = []
-    for v in values:
-        if isinstance(v, np.ndarray):
-            v, writeable = v.copy(), v.flags.writeable
-            v.flags.writeable = writeable  # a signature holds the flag
-        copies.append(v)
     drive = driver_of(plan, kernels=[k and stand_in(k) for k in kernels], keep=False)
     if drive is not None:  # the arrays the driver holds from one call to the next
         for v in drive.__globals__.values():
@@ -268,7 +276,7 @@ def signatures(plan, kernels, values):
     try:
         with np.errstate(all="ignore"):
             if drive is not None:
-                drive(copies)
+                drive(copies(values))
     except Exception:  # noqa: BLE001  (zeros a program rejects: what was seen so far)
         pass
     return seen
