@@ -404,6 +404,54 @@ def test_parallel_compiles_outside_llvmlites_lock_make_the_same_machine_code():
                 np.testing.assert_array_equal(g, w)
 
 
+def test_a_parallel_compile_does_not_wait_for_llvm_work_outside_the_lock_and_others_do():
+    """While one thread's LLVM work runs outside llvmlite's lock (``llvm._Turns``), a parallel
+    compile (``cpu.compile_ahead``'s threads) types, emits, parses, optimises and generates its
+    own kernel: none of its calls wait for that work (its typing read the process's triple
+    through llvmlite, and its parsing and set-up took the lock, each waiting for all the LLVM
+    work outside to end: two threads compiled ba's ten kernels no faster than one). A compile
+    under the lock still waits for it, and a thread leaving llvmlite's lock that it took before
+    the turns were registered is no error."""
+    import threading
+
+    text, make = CASES[sorted(CASES)[0]]
+    text = HEADER + text
+    sig = objects.signature(make())
+    alone = llvm.compile(text, sig, "k_turns")  # the process's first compile sets LLVM up
+    inside, release = threading.Event(), threading.Event()
+
+    def llvm_work():  # stands for LLVM's optimisation, run as ``compile(parallel=True)`` runs it
+        inside.set()
+        release.wait(30)
+
+    def compile_in_thread(parallel):
+        made = []
+        t = threading.Thread(target=lambda: made.append(llvm.compile(text, sig, "k_turns", parallel=parallel)))
+        t.start()
+        return t, made
+
+    busy = threading.Thread(target=llvm._unlocked, args=(llvm_work,))
+    busy.start()
+    try:
+        assert inside.wait(30)
+        parallel, made = compile_in_thread(True)
+        parallel.join(30)
+        assert made == [alone] and busy.is_alive()  # done while the LLVM work outside still ran
+        locked, made_locked = compile_in_thread(False)
+        locked.join(0.5)
+        assert locked.is_alive() and not made_locked  # waits for it
+    finally:
+        release.set()
+        busy.join(30)
+    locked.join(30)
+    assert made_locked == [alone]
+    turns = llvm._turns()
+    left = threading.Thread(target=turns._leave)
+    left.start()
+    left.join(30)
+    assert turns.inside == 0 and turns.outside == 0
+
+
 @pytest.mark.numba
 def test_a_compiler_failure_warns_and_numba_compiles_the_kernel(tmp_path, monkeypatch):
     from ngrad.engine.targets import cpu

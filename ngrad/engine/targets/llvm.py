@@ -27,6 +27,7 @@ stores.
 """
 
 import ast
+import contextlib
 import ctypes
 import hashlib
 import sys
@@ -50,7 +51,10 @@ class _Function(Emitter):
         super().__init__(fn, sig)
         self.step, self.count, self.name = step, 0, name
         self.module = ir.Module(name=name)
-        self.module.triple = ll.get_process_triple()
+        # read once: a call into llvmlite takes its lock, which first waits for every LLVM
+        # compile running outside it (``_Turns``), so compile-ahead threads typing a kernel here
+        # waited for the others' LLVM work to end
+        self.module.triple = _state.get("triple") or _state.setdefault("triple", ll.get_process_triple())
 
     # ---- emitting ----------------------------------------------------------------------------
 
@@ -222,13 +226,6 @@ def _machine():
     return objects.machine()
 
 
-def _pipeline(tm):
-    pto = ll.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    return ll.create_pass_builder(tm, pto)
-
-
 def compile(text, sig, name, step=None, form="object", parallel=False):
     """Machine code of generated module ``text``'s ``kernel`` for argument signature ``sig``:
     ``(object_code, wrapper, env)`` (see the module's contract); raises ``Unsupported``. With
@@ -271,19 +268,39 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
     fn.infer()
     module = fn.emit()
     t1 = time.perf_counter()
+    from . import objects
+
+    objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
+    with _turns().ours() if parallel else contextlib.nullcontext():
+        return _assemble(str(module), symbol, form, parallel, t0, t1)
+
+
+def _assemble(ir_text, symbol, form, parallel, t0, t1):
+    """LLVM's half of ``compile``: every LLVM object it makes is its own and closed here, so
+    that a parallel compile's calls through llvmlite need not wait for the others' LLVM work
+    (``_Turns.ours``)."""
     tm = _machine()
     # a context of its own: the worker thread, a call compiling in wait mode and Numba may all be
     # compiling at once (llvmlite runs one LLVM call at a time, but their modules would share
     # its global context between calls)
-    llmod = ll.parse_assembly(str(module), context=ll.create_context())
-    pb = _pipeline(tm)
-    if parallel:
-        _unlocked(ll.ffi.lib.LLVMPY_RunNewModulePassManager, pb.getModulePassManager(), llmod, pb)
-    else:
-        pb.getModulePassManager().run(llmod, pb)
-    if form != "object":
-        return tm.emit_assembly(llmod) if form == "asm" else str(llmod)
-    code = _object_code(tm, llmod) if parallel else tm.emit_object(llmod)
+    context = ll.create_context()
+    llmod = ll.parse_assembly(ir_text, context=context)
+    pto = ll.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = ll.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    try:
+        if parallel:
+            _unlocked(ll.ffi.lib.LLVMPY_RunNewModulePassManager, mpm, llmod, pb)
+        else:
+            mpm.run(llmod, pb)
+        if form != "object":
+            return tm.emit_assembly(llmod) if form == "asm" else str(llmod)
+        code = _object_code(tm, llmod) if parallel else tm.emit_object(llmod)
+    finally:
+        for obj in (mpm, pb, pto, llmod, context, tm):
+            obj.close()
     _state["last"] = (t1 - t0, time.perf_counter() - t1)
     return code, symbol, symbol + "_env"
 
@@ -292,22 +309,47 @@ class _Turns:
     """Who uses LLVM now: any number of threads outside llvmlite's lock (``run``), or one
     thread inside it, never both. Registered with llvmlite's lock at the first parallel
     compile: a thread that takes the lock then waits until the calls outside it have
-    returned, and a call outside waits while somebody holds it."""
+    returned, and a call outside waits while somebody holds it. A parallel compile's own calls
+    through the lock (``ours``: parsing its IR into its own context, making its target machine
+    and pipeline, closing them) touch nothing the others' work outside uses, and neither wait
+    for it nor hold it up: waiting, each compile's setup waited for the LLVM work of all the
+    others, and two threads compiled ba's ten kernels no faster than one."""
 
     def __init__(self):
         self.cond = threading.Condition()
         self.inside = self.outside = 0
+        self.local = threading.local()
         ll.ffi.register_lock_callback(self._enter, self._leave)
 
     def _enter(self):
-        with self.cond:
-            self.cond.wait_for(lambda: self.outside == 0)
-            self.inside += 1
+        local = self.local
+        counted = not getattr(local, "ours", 0)
+        if not hasattr(local, "entered"):
+            local.entered = []
+        local.entered.append(counted)
+        if counted:
+            with self.cond:
+                self.cond.wait_for(lambda: self.outside == 0)
+                self.inside += 1
 
     def _leave(self):
-        with self.cond:
-            self.inside -= 1
-            self.cond.notify_all()
+        # a thread that took the lock before this was registered leaves it once unseen; an
+        # exception here would leave llvmlite's lock held for good
+        entered = getattr(self.local, "entered", None)
+        if entered and entered.pop():
+            with self.cond:
+                self.inside -= 1
+                self.cond.notify_all()
+
+    @contextlib.contextmanager
+    def ours(self):
+        """The calls through llvmlite's lock this thread makes meanwhile are a parallel
+        compile's own (see the class)."""
+        self.local.ours = getattr(self.local, "ours", 0) + 1
+        try:
+            yield
+        finally:
+            self.local.ours -= 1
 
     def run(self, fn, *args):
         """``fn(*args)`` for llvmlite's function ``fn``, through the C function it wraps."""
@@ -322,11 +364,15 @@ class _Turns:
                 self.cond.notify_all()
 
 
+def _turns():
+    """The process's ``_Turns``, registered with llvmlite's lock when first needed."""
+    with _turns_made:
+        return _state.get("turns") or _state.setdefault("turns", _Turns())
+
+
 def _unlocked(fn, *args):
     """``fn(*args)`` outside llvmlite's lock, in turns with its holders (``_Turns``)."""
-    with _turns_made:
-        turns = _state.get("turns") or _state.setdefault("turns", _Turns())
-    return turns.run(fn, *args)
+    return _turns().run(fn, *args)
 
 
 _turns_made = threading.Lock()
