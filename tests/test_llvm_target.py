@@ -404,6 +404,50 @@ def test_parallel_compiles_outside_llvmlites_lock_make_the_same_machine_code():
                 np.testing.assert_array_equal(g, w)
 
 
+def test_compile_ahead_lowers_on_its_thread_one_kernel_ahead_of_llvms_threads(tmp_path, monkeypatch):
+    """``cpu.compile_ahead``: the calling thread types and lowers each kernel (Python, which the
+    program's calls share the interpreter's lock with), never more than one ahead of the LLVM
+    threads, and LLVM's part runs on those threads; every kernel is then on disk."""
+    import threading
+
+    from ngrad.engine.store import usable_dir
+    from ngrad.engine.targets import cpu
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+    sig = objects.signature((np.zeros(4),))
+    kernels = [
+        cpu.kernel(f"def kernel(a):\n    for i in range(4):\n        a[i] = a[i] * {k}.5 + {k}.0\n") for k in range(6)
+    ]
+    caller, seen, lock = threading.get_ident(), [], threading.Lock()
+    state = {"lowered": 0, "assembled": 0}
+    real_lower, real_assemble = llvm.lower, llvm.assemble
+
+    def lower(*args, **kw):
+        with lock:
+            seen.append(("lower", threading.get_ident(), state["lowered"] - state["assembled"]))
+        out = real_lower(*args, **kw)
+        with lock:
+            state["lowered"] += 1
+        return out
+
+    def assemble(*args, **kw):
+        seen.append(("assemble", threading.get_ident(), None))
+        threading.Event().wait(0.02)  # LLVM's part takes longer than lowering
+        out = real_assemble(*args, **kw)
+        with lock:
+            state["assembled"] += 1
+        return out
+
+    monkeypatch.setattr(llvm, "lower", lower)
+    monkeypatch.setattr(llvm, "assemble", assemble)
+    assert cpu.compile_ahead([(k, sig) for k in kernels], threads=2) == 6
+    assert [who for what, who, _ in seen if what == "lower"] == [caller] * 6
+    assert caller not in {who for what, who, _ in seen if what == "assemble"}
+    assert max(ahead for what, _, ahead in seen if what == "lower") <= 2  # the threads', and one more
+    folder = usable_dir()
+    assert folder is not None and all(objects.saved(folder, k.key, sig) for k in kernels)
+
+
 def test_a_parallel_compile_does_not_wait_for_llvm_work_outside_the_lock_and_others_do():
     """While one thread's LLVM work runs outside llvmlite's lock (``llvm._Turns``), a parallel
     compile (``cpu.compile_ahead``'s threads) types, emits, parses, optimises and generates its

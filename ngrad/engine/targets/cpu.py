@@ -270,9 +270,10 @@ def _step():
 
 def compile_ahead(calls, threads):
     """Compile the machine code of each ``(kernel, signature)`` of ``calls`` that is not on disk
-    yet with ngrad's own compiler into the disk cache, on up to ``threads`` threads (LLVM's work
-    in parallel (``llvm.compile``'s ``parallel``), the Python of typing and IR in turns; the
-    largest first): the compile worker's step before its warm-up run, which then loads them.
+    yet with ngrad's own compiler into the disk cache, the largest first: this thread types
+    them and writes their IR (``llvm.lower``), a kernel ahead of LLVM's work on them
+    (``llvm.assemble``), which runs on up to ``threads`` threads at once (``parallel``); the
+    compile worker's step before its warm-up run, which then loads them.
     Returns how many it compiled. A kernel outside that compiler's language, or that fails, is
     left to the warm-up run, which compiles it (with Numba) or reports its error.
 
@@ -304,22 +305,33 @@ def compile_ahead(calls, threads):
     todo = {ks: k for ks, k in todo.items() if not objects.saved(folder, *ks)}
     if not todo:
         return 0
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     from . import llvm
 
-    def one(item):
-        (key, sig), k = item
-        try:
-            return key, sig, llvm.compile(k.text, sig, key, parallel=True)
-        except Exception:  # noqa: BLE001  (the warm-up run compiles it, or says why not)
-            return None
-
     objects.setup()  # once, before the threads
     t = time.perf_counter()
-    order = sorted(todo.items(), key=lambda item: -len(item[1].text))
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="ngrad-llvm") as pool:
-        made = [m for m in pool.map(one, order) if m is not None]
+    threads = max(1, threads)
+    jobs = []
+    with ThreadPoolExecutor(threads, thread_name_prefix="ngrad-llvm") as pool:
+        # this thread lowers each kernel (Python) and the pool's threads run LLVM on them, at
+        # most one kernel lowered ahead of them: lowering on the pool's threads, the calls
+        # would take turns with the interpreter's lock with every one of them
+        for (key, sig), k in sorted(todo.items(), key=lambda item: -len(item[1].text)):
+            running = {job for _, _, job in jobs if not job.done()}
+            if len(running) > threads:
+                wait(running, return_when=FIRST_COMPLETED)
+            try:
+                lowered = llvm.lower(k.text, sig, key, _step)
+            except Exception:  # noqa: BLE001  (the warm-up run compiles it, or says why not)
+                continue
+            jobs.append((key, sig, pool.submit(llvm.assemble, lowered, parallel=True)))
+    made = []
+    for key, sig, job in jobs:
+        try:
+            made.append((key, sig, job.result()))
+        except Exception:  # noqa: BLE001  (LLVM refused it: the warm-up run compiles it or says why)
+            pass
     for key, sig, code in made:
         _save(key, sig, code, create=True)
     if debug_level() >= 3:

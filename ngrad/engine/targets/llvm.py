@@ -40,7 +40,7 @@ from llvmlite import ir
 from .emit import F32, F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
 from .kernel_types import Unsupported, arg_type
 
-__all__ = ["compile", "Unsupported", "usable", "phases"]
+__all__ = ["compile", "lower", "assemble", "Unsupported", "usable", "phases"]
 
 
 class _Function(Emitter):
@@ -234,7 +234,8 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
     outside llvmlite's process-wide lock, which would take them in turns, so that several such
     compiles run at once (each module has an LLVM context and a target machine of its own,
     which LLVM allows to work in parallel); they take turns with llvmlite's other users, Numba
-    among them, which may touch LLVM's global state under that lock (``_Turns``).
+    among them, which may touch LLVM's global state under that lock (``_Turns``). Its two
+    halves, ``lower`` (Python) and ``assemble`` (LLVM), may run on different threads.
 
     ```python
     >>> import numpy as np
@@ -248,9 +249,20 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
 
     ```
     """
+    t0 = time.perf_counter()
+    lowered = lower(text, sig, name, step)
+    t1 = time.perf_counter()
+    out = assemble(lowered, form, parallel)
+    _state["last"] = (t1 - t0, time.perf_counter() - t1)
+    return out
+
+
+def lower(text, sig, name, step=None):
+    """``compile``'s first half, all Python (it holds the interpreter's lock throughout): the
+    LLVM IR of ``text``'s kernel at ``sig`` before optimisation, as text, with its wrapper's
+    symbol, for ``assemble``; raises ``Unsupported``."""
     if sig is None or not usable():
         raise Unsupported("signature")
-    t0 = time.perf_counter()
     try:
         # one parse at a time: CPython's AST conversion keeps one recursion depth for all
         # threads, and compile-ahead threads parsing at once met "SystemError: AST constructor
@@ -266,19 +278,23 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
     symbol = f"ngrad_{name}_{hashlib.sha256(repr(sig).encode()).hexdigest()[:12]}"
     fn = _Function(kernels[0], sig, symbol, step)
     fn.infer()
-    module = fn.emit()
-    t1 = time.perf_counter()
+    return str(fn.emit()), symbol
+
+
+def assemble(lowered, form="object", parallel=False):
+    """``compile``'s second half, LLVM's (each of its calls releases the interpreter's lock):
+    ``lower``'s IR optimised and made into ``(object_code, wrapper, env)``, or the text ``form``
+    names; ``parallel`` as for ``compile``. Every LLVM object it makes is its own and closed
+    here, so that a parallel one's calls through llvmlite need not wait for the others' LLVM
+    work (``_Turns.ours``)."""
     from . import objects
 
     objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
     with _turns().ours() if parallel else contextlib.nullcontext():
-        return _assemble(str(module), symbol, form, parallel, t0, t1)
+        return _assemble(*lowered, form, parallel)
 
 
-def _assemble(ir_text, symbol, form, parallel, t0, t1):
-    """LLVM's half of ``compile``: every LLVM object it makes is its own and closed here, so
-    that a parallel compile's calls through llvmlite need not wait for the others' LLVM work
-    (``_Turns.ours``)."""
+def _assemble(ir_text, symbol, form, parallel):
     tm = _machine()
     # a context of its own: the worker thread, a call compiling in wait mode and Numba may all be
     # compiling at once (llvmlite runs one LLVM call at a time, but their modules would share
@@ -301,7 +317,6 @@ def _assemble(ir_text, symbol, form, parallel, t0, t1):
     finally:
         for obj in (mpm, pb, pto, llmod, context, tm):
             obj.close()
-    _state["last"] = (t1 - t0, time.perf_counter() - t1)
     return code, symbol, symbol + "_env"
 
 
