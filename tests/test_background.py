@@ -513,3 +513,62 @@ def test_a_plans_kernels_compile_on_threads_and_results_stay(monkeypatch, rng):
     got = _value_and_grad(x0, f)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+
+
+def test_a_new_plan_runs_quick_machine_code_first_and_the_full_one_after(monkeypatch, rng):
+    """On the worker thread (one compile thread), a new plan's kernels are published first as
+    LLVM made them without its loop vectoriser (``cpu.quick_first``), none of them on disk;
+    once every job is done the worker makes them again in full from the same IR, keeps them on
+    disk and swaps them in (``cpu.upgrade``). Results are the interpreter's throughout, and a
+    kernel with vmath inside is made in full at once."""
+    if compile_mode() != "thread":
+        pytest.skip("the worker thread compiles under NGRAD_COMPILE=thread")
+    from ngrad.engine.store import usable_dir
+    from ngrad.engine.targets import cpu, objects
+
+    monkeypatch.setenv("NGRAD_COMPILE_THREADS", "1")
+    assert ngrad.synchronize_compiles(timeout=300)
+    held, quick, was = threading.Event(), [], {}
+    real = cpu.upgrade
+
+    def upgrade(listed):
+        for k, sig, _ in listed:
+            quick.append((k, sig))
+            was[k.key, sig] = k.loaded[sig]
+        held.wait(120)
+        return real(listed)
+
+    monkeypatch.setattr(cpu, "upgrade", upgrade)
+    idx = ngrad.tensor(np.array([3, 0, 2, 2, 1]))
+
+    def f(x):
+        h = (x * x + 1.0) @ x.T  # kernels of + and * on either side of a product
+        return (h[idx] * h[idx] - h[idx] * 0.5).sum() + x.sin().sum()  # sin: vmath
+
+    x0 = rng.standard_normal((5, 5))
+    want = _reference(x0, f, monkeypatch)
+    before = set(dispatch.records)
+    try:
+        for _ in range(200):
+            got = _value_and_grad(x0, f)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+            new = [r for k, r in dispatch.records.items() if k not in before and r.tier is not None]
+            if quick and new and all(r.tier.ready() for r in new):
+                break
+            time.sleep(0.01)
+        assert quick, "published with quick machine code, the upgrade waiting"
+        folder = usable_dir()
+        assert not any(objects.saved(folder, k.key, sig) for k, sig in quick)
+        assert all("_wide_vectors()" not in k.text for k, _ in quick)
+        vmath = [k for r in new for k in r.tier.kernels if k is not None and "_wide_vectors()" in k.text]
+        assert vmath and all(objects.saved(folder, k.key, s) for k in vmath for s in k.loaded)
+    finally:
+        held.set()
+    assert ngrad.synchronize_compiles(timeout=300)
+    assert len(quick) >= 2
+    for k, sig in quick:
+        assert objects.saved(folder, k.key, sig) and k.loaded[sig] is not was[k.key, sig]
+    got = _value_and_grad(x0, f)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)

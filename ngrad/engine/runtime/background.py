@@ -36,6 +36,7 @@ for a NumPy loop would otherwise wait up to 5 ms to get it back.
 """
 
 import collections
+import contextlib
 import os
 import sys
 import threading
@@ -81,6 +82,7 @@ DEFER_MAX_S = 0.1
 
 _cond = threading.Condition()
 _jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
+_upgrades: collections.deque = collections.deque()  # (kernel, signature, IR): ``cpu.upgrade``'s, after every job
 _state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None, "waiters": 0, "ident": None}
 
 
@@ -148,6 +150,7 @@ def _forked():
         if record is not None:  # offered again at their next call here
             record.compiling = False
     _jobs.clear()
+    _upgrades.clear()
     _state.update(active=0, worker=None, switch=None, running=None, waiters=0, ident=None)
     _pace.update(start=None, slept=0.0)  # a process of its own first calls
 
@@ -213,27 +216,44 @@ def _work():
     idle = True  # no job queued when the last one ended: the next one starts a burst
     while True:
         with _cond:
-            _cond.wait_for(lambda: bool(_jobs))
-            if idle:  # the calls go first: a burst of jobs starts once they had START_S
-                _cond.wait_for(lambda: _state["waiters"] > 0, START_S)
-            record, advance, tape, values = _jobs.popleft()
-            _state["running"] = record
-        _new_job()
+            _cond.wait_for(lambda: bool(_jobs) or bool(_upgrades))
+            upgrade = None if _jobs else _upgrades.popleft()  # a new structure's tier first
+            if upgrade is None:
+                if idle:  # the calls go first: a burst of jobs starts once they had START_S
+                    _cond.wait_for(lambda: _state["waiters"] > 0, START_S)
+                record, advance, tape, values = _jobs.popleft()
+                _state["running"] = record
         try:
-            if advance(values) is Decision.COMPILE:
-                _compile(record, record.tier, tape, values)
+            if upgrade is not None:
+                _upgrade(upgrade)
+            else:
+                _new_job()
+                if advance(values) is Decision.COMPILE:
+                    _compile(record, record.tier, tape, values)
         except Exception as e:  # noqa: BLE001  (encoding or planning failed: the interpreter runs it)
             record.failed = True
             warn_failed(e)
         finally:
             with _cond:
-                record.compiling = False
-                _state["running"] = None
+                if upgrade is None:
+                    record.compiling = False
+                    _state["running"] = None
                 _state["active"] -= 1
                 idle = _state["active"] == 0
                 if idle and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])
                 _cond.notify_all()
+
+
+def _upgrade(item):
+    """One kernel made quick first (``cpu.quick_first``) made again in full; one that fails keeps
+    its quick machine code, which is correct."""
+    from ..targets.cpu import upgrade
+
+    try:
+        upgrade([item])
+    except Exception:  # noqa: BLE001  (the disk cache refused it, say: the quick code stays)
+        pass
 
 
 def _compile(record, tier, tape, values):
@@ -258,9 +278,17 @@ def _compile(record, tier, tape, values):
                     ahead(tier, kernels, values)
                 defer_to_calls()
                 # its driver is written here too, not by the first call after publication (0.3 to
-                # 0.5 ms of GradBench's hello, its first evaluations after define)
-                warm(tier, kernels, values)
+                # 0.5 ms of GradBench's hello, its first evaluations after define); its new
+                # kernels first without LLVM's loop vectoriser, unless somebody waits for them
+                # (``cpu.quick_first``), made in full after every job queued meanwhile
+                from ..targets.cpu import quick_first
+
+                with quick_first() if _state["waiters"] == 0 else contextlib.nullcontext([]) as listed:
+                    warm(tier, kernels, values)
                 lay.kernels = kernels
+                with _cond:
+                    _upgrades.extend(listed)
+                    _state["active"] += len(listed)
     except CompileError as e:
         record.failed = True
         warn_failed(e)

@@ -249,12 +249,7 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
 
     ```
     """
-    t0 = time.perf_counter()
-    lowered = lower(text, sig, name, step)
-    t1 = time.perf_counter()
-    out = assemble(lowered, form, parallel)
-    _state["last"] = (t1 - t0, time.perf_counter() - t1)
-    return out
+    return assemble(lower(text, sig, name, step), form, parallel)
 
 
 def lower(text, sig, name, step=None):
@@ -263,6 +258,7 @@ def lower(text, sig, name, step=None):
     symbol, for ``assemble``; raises ``Unsupported``."""
     if sig is None or not usable():
         raise Unsupported("signature")
+    t = time.perf_counter()
     try:
         # one parse at a time: CPython's AST conversion keeps one recursion depth for all
         # threads, and compile-ahead threads parsing at once met "SystemError: AST constructor
@@ -278,23 +274,29 @@ def lower(text, sig, name, step=None):
     symbol = f"ngrad_{name}_{hashlib.sha256(repr(sig).encode()).hexdigest()[:12]}"
     fn = _Function(kernels[0], sig, symbol, step)
     fn.infer()
-    return str(fn.emit()), symbol
+    text = str(fn.emit())
+    _state["lowered"] = time.perf_counter() - t
+    return text, symbol
 
 
-def assemble(lowered, form="object", parallel=False):
+def assemble(lowered, form="object", parallel=False, vectorize=True):
     """``compile``'s second half, LLVM's (each of its calls releases the interpreter's lock):
     ``lower``'s IR optimised and made into ``(object_code, wrapper, env)``, or the text ``form``
-    names; ``parallel`` as for ``compile``. Every LLVM object it makes is its own and closed
-    here, so that a parallel one's calls through llvmlite need not wait for the others' LLVM
-    work (``_Turns.ours``)."""
+    names; ``parallel`` as for ``compile``. ``vectorize=False`` leaves LLVM's loop vectoriser
+    out (``cpu.quick_first``). Every LLVM object it makes is its own and closed here, so that a
+    parallel one's calls through llvmlite need not wait for the others' LLVM work
+    (``_Turns.ours``)."""
     from . import objects
 
     objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
+    t = time.perf_counter()
     with _turns().ours() if parallel else contextlib.nullcontext():
-        return _assemble(*lowered, form, parallel)
+        out = _assemble(*lowered, form, parallel, vectorize)
+    _state["last"] = (_state.get("lowered", 0.0), time.perf_counter() - t)
+    return out
 
 
-def _assemble(ir_text, symbol, form, parallel):
+def _assemble(ir_text, symbol, form, parallel, vectorize):
     tm = _machine()
     # a context of its own: the worker thread, a call compiling in wait mode and Numba may all be
     # compiling at once (llvmlite runs one LLVM call at a time, but their modules would share
@@ -302,7 +304,7 @@ def _assemble(ir_text, symbol, form, parallel):
     context = ll.create_context()
     llmod = ll.parse_assembly(ir_text, context=context)
     pto = ll.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
+    pto.loop_vectorization = vectorize
     pto.slp_vectorization = True
     pb = ll.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
