@@ -72,13 +72,19 @@ START_S = 0.05
 # 5.3-6.1, but PyTorch's polynomial loop (benchmarks/poly_loop.py) then took 0.2 s longer in all
 # (its calls are Python, which shares the lock evenly with the worker anyway, and its kernels
 # came later), 0.16 s with a cap of 0.1 s a burst (it has several bursts), and within the noise
-# with this cap. A sleep inside an import holds the import lock: a call importing a module for
-# the first time meanwhile waits one slice, and is then seen resting.
+# with a cap of 0.1 s. That mean counted calls whose turn to share the lock with the worker had
+# only been put off past call 30: timing a loop that goes on calling until the kernels arrive
+# (``benchmarks/latency.py``), a 0.1 s cap put them off by 0.1-0.15 s (ode 0.36 s without
+# deference, 0.51 with it; gmm 0.62 and 0.72-0.86; the example 0.15 and 0.19), and the slowest
+# call stayed as slow (ode 16 ms, gmm 40-49, the example 12-14). 0.02 s keeps a short burst of
+# calls ahead of the worker: ode 0.38, gmm 0.65-0.69, the example 0.17. A sleep inside an import
+# holds the import lock: a call importing a module for the first time meanwhile waits one
+# slice, and is then seen resting.
 BUSY = 0.3
 BUSY_WINDOW_S = 0.005
 SLICE_S = 0.001
 DEFER_SHARE = 1.0
-DEFER_MAX_S = 0.1
+DEFER_MAX_S = 0.02
 
 _cond = threading.Condition()
 _jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
