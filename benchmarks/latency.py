@@ -247,6 +247,14 @@ def main(argv=None):
     from ngrad.bench.problems import PROBLEMS
 
     systems = [s for s in args.systems.split(",") if _installed(s)]
+    import compileall
+
+    import ngrad
+
+    # ngrad's modules as installed (pip compiles them at install): a checkout whose bytecode is
+    # stale or missing, under PYTHONDONTWRITEBYTECODE, compiled the compiler's modules from source
+    # on the worker at every first compile (10-15 ms of the calls' lock)
+    compileall.compile_dir(os.path.dirname(ngrad.__file__), quiet=1)
     from ngrad.engine.config import compile_mode
     from ngrad.engine.ir import blas
 
