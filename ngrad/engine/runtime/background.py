@@ -16,8 +16,11 @@ the record on the interpreter for good (``record.failed``) with one ``RuntimeWar
 process; any other error of the warm-up run (a value the program rejects) only leaves the tier
 unpublished, to be tried again with the next call's values. At most ``MAX_QUEUED`` jobs wait (each
 holds a copy of its call's inputs); a structure refused meanwhile is offered again at its next
-call. One thread, whatever the number of structures. ``synchronize(timeout)`` waits until every
-job has finished (``ngrad.synchronize_compiles``); ``wait(record)`` until that record's has.
+call. One thread, whatever the number of structures. A plan's kernels are warmed up on the
+worker first as LLVM makes them without its loop vectoriser (``cpu.quick_first``, unless
+somebody waits for the compiles), and made again in full one at a time whenever no job is
+queued (``cpu.upgrade``). ``synchronize(timeout)`` waits until every job and every such upgrade
+has finished (``ngrad.synchronize_compiles``); ``wait(record)`` until that record's job has.
 
 Before a burst of jobs (it was idle) the worker leaves the interpreter's lock to the calls for
 ``START_S``, unless somebody waits for the compiles (``synchronize``, ``wait``): the calls that
