@@ -282,13 +282,13 @@ _quick = threading.local()  # ``quick_first``'s list on the thread warming a pla
 @contextlib.contextmanager
 def quick_first():
     """Within the block, the kernels ngrad's compiler makes on this thread are made without
-    LLVM's loop vectoriser, a third less LLVM time (ba's ten kernels: 0.60 -> 0.41 s), and
-    listed in the list it yields, for ``upgrade`` to make again in full; a kernel with vmath
-    inside (codegen's ``_wide_vectors()``), whose polynomials the vectoriser makes several times
-    faster, is made in full at once. The compile worker warms a new plan up so (see
-    ``runtime.background``): its calls get the quick machine code sooner, at most a sixth
-    slower (ba 2.8 against 2.6 ms a call), and the full one later, made by LLVM alone from the
-    IR already written. Nothing quick is kept on disk.
+    LLVM's loop vectoriser, a third less LLVM time (ba's eight kernels without vmath: 0.54 ->
+    0.37 s), and listed in the list it yields, for ``upgrade`` to make again in full; a kernel
+    with vmath inside (codegen's ``_wide_vectors()``), whose polynomials the vectoriser makes
+    2-7x faster, is made in full at once. The compile worker warms a new plan up so (see
+    ``runtime.background``): its calls get the quick machine code sooner (ba 2.7-2.8 ms a call
+    against 2.4-2.6 in full, gmm 0.64 against 0.41-0.45) and the full one later, made by LLVM
+    alone from the IR already written. Nothing quick is kept on disk.
 
     ```python
     >>> import os, tempfile
