@@ -37,6 +37,7 @@ import time
 import llvmlite.binding as ll
 from llvmlite import ir
 
+from . import objects
 from .emit import F32, F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
 from .kernel_types import Unsupported, arg_type
 
@@ -51,10 +52,10 @@ class _Function(Emitter):
         super().__init__(fn, sig)
         self.step, self.count, self.name = step, 0, name
         self.module = ir.Module(name=name)
-        # read once: a call into llvmlite takes its lock, which first waits for every LLVM
-        # compile running outside it (``_Turns``), so compile-ahead threads typing a kernel here
-        # waited for the others' LLVM work to end
-        self.module.triple = _state.get("triple") or _state.setdefault("triple", ll.get_process_triple())
+        # the triple ``objects`` read once: a call into llvmlite takes its lock, which first waits
+        # for every LLVM compile running outside it (``_Turns``), so compile-ahead threads typing
+        # a kernel here waited for the others' LLVM work to end
+        self.module.triple = objects.host()[0]
 
     # ---- emitting ----------------------------------------------------------------------------
 
@@ -218,14 +219,6 @@ def _check_layouts():
         return False
 
 
-def _machine():
-    """LLVM, initialised once, and a target machine for this CPU (as ``objects`` loads for)."""
-    from . import objects
-
-    objects.setup()
-    return objects.machine()
-
-
 def compile(text, sig, name, step=None, form="object", parallel=False):
     """Machine code of generated module ``text``'s ``kernel`` for argument signature ``sig``:
     ``(object_code, wrapper, env)`` (see the module's contract); raises ``Unsupported``. With
@@ -286,8 +279,6 @@ def assemble(lowered, form="object", parallel=False, vectorize=True):
     out (``cpu.quick_first``). Every LLVM object it makes is its own and closed here, so that a
     parallel one's calls through llvmlite need not wait for the others' LLVM work
     (``_Turns.ours``)."""
-    from . import objects
-
     objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
     t = time.perf_counter()
     with _turns().ours() if parallel else contextlib.nullcontext():
@@ -297,7 +288,7 @@ def assemble(lowered, form="object", parallel=False, vectorize=True):
 
 
 def _assemble(ir_text, symbol, form, parallel, vectorize):
-    tm = _machine()
+    tm = objects.machine()  # for this CPU, as ``objects`` loads for
     # a context of its own: the worker thread, a call compiling in wait mode and Numba may all be
     # compiling at once (llvmlite runs one LLVM call at a time, but their modules would share
     # its global context between calls)

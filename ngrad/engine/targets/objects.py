@@ -37,7 +37,7 @@ import numpy as np
 
 from ..store import write_atomically
 
-__all__ = ["signature", "save", "load", "saved"]
+__all__ = ["signature", "save", "load", "saved", "host"]
 
 _MAGIC = b"ngrad-object-1\n"
 _SCALARS = {float: "f8", bool: "?", complex: "c16"}
@@ -78,19 +78,20 @@ def saved(folder, key, sig):
 
 
 def _path(folder, key, sig):
-    tag = hashlib.sha256(repr((sig, _host())).encode()).hexdigest()[:16]
+    tag = hashlib.sha256(repr((sig, host())).encode()).hexdigest()[:16]
     return os.path.join(folder, "objects", f"{key}-{tag}.o")
 
 
-def _host():
-    """The CPU the machine code is for, as Numba's codegen names it."""
-    host = _jit.get("host")
-    if host is None:
+def host():
+    """The CPU the machine code is for, as Numba's codegen names it: ``(triple, CPU name,
+    features)``, read once."""
+    known = _jit.get("host")
+    if known is None:
         preload()
         import llvmlite.binding as ll
 
-        host = _jit["host"] = (ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten())
-    return host
+        known = _jit["host"] = (ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten())
+    return known
 
 
 def save(folder, key, sig, object_code, wrapper, env):
@@ -103,7 +104,7 @@ def save(folder, key, sig, object_code, wrapper, env):
     path = _path(folder, key, sig)
     if os.path.exists(path) or _undefined(object_code) is None:
         return
-    header = {"sig": repr(sig), "host": list(_host()), "wrapper": wrapper, "env": env}
+    header = {"sig": repr(sig), "host": list(host()), "wrapper": wrapper, "env": env}
     header["sha256"] = hashlib.sha256(object_code).hexdigest()
     blob = json.dumps(header).encode()
     try:
@@ -152,7 +153,7 @@ def _parsed(data, sig):
     code = data[start + n :]
     if header["sha256"] != hashlib.sha256(code).hexdigest() or header["sig"] != repr(sig):
         raise ValueError("corrupt object entry")
-    if tuple(header["host"]) != _host():
+    if tuple(header["host"]) != host():
         raise ValueError("made for another CPU")
     return header, code
 
@@ -239,7 +240,7 @@ def machine():
     """A target machine for the CPU the code was made for, as Numba's JIT makes it (an engine
     takes ownership of its machine and frees it with itself: one each)."""
     ll = setup()[0]
-    triple, cpu, features = _host()
+    triple, cpu, features = host()
     return ll.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault"
     )
