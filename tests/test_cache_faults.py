@@ -105,7 +105,8 @@ print(repr(y.item()), repr(x.grad.tolist()))
 
 def test_an_ordinary_loop_runs_on_with_an_unusable_cache(tmp_path):
     (tmp_path / "f").write_text("a file")
-    env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path / "f" / "cache"), NGRAD_JIT="auto")
+    # ``wait``: the third call's compile, and its one warning, happen before the program ends
+    env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path / "f" / "cache"), NGRAD_JIT="auto", NGRAD_COMPILE="wait")
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     value, grad = (eval(s) for s in out.stdout.strip().split(" ", 1))

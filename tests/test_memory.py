@@ -102,6 +102,7 @@ def test_a_compiled_function_keeps_its_most_recent_shapes(monkeypatch):
 
 def test_a_structure_met_again_after_eviction_starts_its_count_anew(small, monkeypatch):
     monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_COMPILE", "wait")  # the second call's kernels are ready at its end
     cases = _tapes(6)
     tape, values = cases[0]
     want = [runtime.run(tape, values)[0] for _ in range(3)]

@@ -73,6 +73,7 @@ def test_a_traced_program_of_many_new_functions_is_tiered_not_compiled_at_once(m
     functions (an unrolled loop through a gather: minutes of Numba); then the traced step runs on
     the interpreter until that has cost the estimated compile time, and on kernels after."""
     monkeypatch.setenv("NGRAD_JIT", "auto")
+    monkeypatch.setenv("NGRAD_COMPILE", "wait")  # the paid-for compile is ready when the call ends
     monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))  # nothing on disk yet
     # ngrad.compile takes no policy: the runtime's own record is the one swapped
     monkeypatch.setattr(tiering, "POLICY", dataclasses.replace(POLICY, prepare_functions=2))
