@@ -139,6 +139,40 @@ def test_a_bytecode_loop_of_short_rows_runs_quick_first_and_one_of_long_rows_in_
         np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-14)
 
 
+def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monkeypatch, rng):
+    """While the worker compiles, NumPy's OpenBLAS runs on the threads the compile threads leave
+    (``background._blas_share``), and gets its count back when the compiles have ended."""
+    from ngrad.engine.ir import blas
+
+    if blas._numpy_openblas() is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    set_count, count = blas._numpy_openblas()
+    start = count()
+    monkeypatch.setattr(background, "_blas_share", lambda: 1)
+    seen, real = [], background._compile
+    monkeypatch.setattr(background, "_compile", lambda *args: seen.append(count()) or real(*args))
+
+    def f(x):
+        return ((x @ x.T).tanh() * 0.5 + x.sum()).sum()
+
+    x0 = rng.standard_normal((60, 60))
+    want = _reference(x0, f, monkeypatch)
+    try:
+        set_count(2)
+        for _ in range(300):  # calls go on until the compile is done
+            got = _value_and_grad(x0, f)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+            if seen and background.pending() == 0:
+                break
+            time.sleep(0.005)
+        assert ngrad.synchronize_compiles(timeout=300)
+        assert seen and set(seen) == {1}
+        assert count() == 2
+    finally:
+        set_count(start)
+
+
 def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monkeypatch, rng):
     """Under ``process`` the child encodes a bytecode tape and compiles its loop: this process
     encodes nothing (its calls would share the interpreter's lock with that Python) and asks
@@ -289,12 +323,17 @@ def test_a_prepared_program_runs_interpreted_until_its_compile_is_published(monk
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork is POSIX")
 def test_a_forked_child_compiles_on_its_own(monkeypatch, rng):
     """``fork`` copies the queue but not the worker thread nor the compile server's pipes: the
-    child starts its own and its results are right."""
+    child starts its own and its results are right. What the compiles had changed for the
+    process (the switch interval, NumPy's OpenBLAS threads) is the child's own again."""
     import os
+
+    from ngrad.engine.ir import blas
 
     def f(x):
         return (x.sin() * x.cosh()).sum()
 
+    openblas = blas._numpy_openblas()
+    switch, count = sys.getswitchinterval(), openblas and openblas[1]()
     x0 = rng.standard_normal(500)
     want = _reference(x0, f, monkeypatch)
     _value_and_grad(x0, f)
@@ -303,9 +342,10 @@ def test_a_forked_child_compiles_on_its_own(monkeypatch, rng):
     if pid == 0:  # the child: never returns into pytest
         ok = False
         try:
+            ok = sys.getswitchinterval() == switch and (openblas is None or openblas[1]() == count)
             for _ in range(3):
                 got = _value_and_grad(x0, f)
-            ok = background.synchronize(timeout=120) and np.allclose(got[1], want[1], rtol=1e-12)
+            ok = ok and background.synchronize(timeout=120) and np.allclose(got[1], want[1], rtol=1e-12)
             got = _value_and_grad(x0, f)
             ok = ok and np.allclose(got[1], want[1], rtol=1e-12)
         finally:

@@ -1,6 +1,6 @@
 """Matrix products on MKL (``engine/ir/blas.py``): equal to NumPy's for every operand layout gemm
 takes, NumPy's own call for everything else, and safe with threads, ``fork`` and a missing or
-refused MKL."""
+refused MKL; NumPy's OpenBLAS limited to fewer threads and given its count back."""
 
 import os
 import subprocess
@@ -13,6 +13,7 @@ import pytest
 from ngrad.engine.ir import blas
 
 on_mkl = pytest.mark.skipif(blas.backend() != "mkl", reason="MKL is not installed (pip install 'ngrad[mkl]')")
+on_openblas = pytest.mark.skipif(blas._numpy_openblas() is None, reason="NumPy's BLAS is not OpenBLAS")
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 
 
@@ -243,3 +244,27 @@ def test_a_missing_mkl_costs_no_subprocess():
     # ctypes.util.find_library runs ldconfig and the C compiler: 20 ms of every first product
     done = subprocess.run([sys.executable, "-c", ABSENT], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@on_openblas
+def test_numpys_openblas_is_limited_and_given_back_its_count_unless_somebody_changed_it():
+    set_count, count = blas._numpy_openblas()
+    start = count()
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((400, 300)), rng.standard_normal((300, 200))
+    want = np.einsum("ik,kj->ij", x, y)  # not BLAS
+    try:
+        set_count(3)
+        before = blas.limit_numpy_threads(2)
+        assert before == 3 and count() == 2
+        np.testing.assert_allclose(x @ y, want, rtol=1e-12, atol=1e-10)
+        assert blas.limit_numpy_threads(2) is None and count() == 2  # at most 2 already: nothing to give back
+        blas.restore_numpy_threads(before, 2)
+        assert count() == 3
+        before = blas.limit_numpy_threads(1)
+        set_count(2)  # the program's own setting meanwhile stands
+        blas.restore_numpy_threads(before, 1)
+        assert count() == 2
+        np.testing.assert_allclose(x @ y, want, rtol=1e-12, atol=1e-10)
+    finally:
+        set_count(start)

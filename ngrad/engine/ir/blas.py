@@ -5,7 +5,8 @@ is given (an array of the product's shape and dtype), for any operands ``np.matm
 Two-dimensional float32 and float64 products of at least ``MIN_WORK`` multiply-adds, with each
 operand's rows or columns contiguous and ``out`` row-major and apart from both, run on MKL
 (results equal NumPy's up to rounding); everything else runs ``np.matmul``. ``backend()`` names
-what runs the large products; ``set_num_threads(n)`` sets MKL's threads.
+what runs the large products; ``set_num_threads(n)`` sets MKL's threads;
+``limit_numpy_threads(n)`` and ``restore_numpy_threads`` those of NumPy's OpenBLAS.
 
 Why MKL: NumPy's wheels link OpenBLAS, which multiplies a dense layer's (1024, 784) batch by
 (784, 256) weights in 4.2-4.6 ms on two cores of this project's machine, where MKL, the BLAS
@@ -46,7 +47,15 @@ import numpy as np
 
 from ..config import blas_mode
 
-__all__ = ["matmul", "backend", "describe", "set_num_threads", "MIN_WORK"]
+__all__ = [
+    "matmul",
+    "backend",
+    "describe",
+    "set_num_threads",
+    "MIN_WORK",
+    "limit_numpy_threads",
+    "restore_numpy_threads",
+]
 
 # OpenBLAS runs a product of fewer multiply-adds than this on the calling thread alone. Every
 # larger one goes to MKL, though a call into MKL costs some 15 µs more (ctypes, the operands'
@@ -213,6 +222,71 @@ def set_num_threads(n: int | None) -> int | None:
     if _lib is not None:
         _lib.MKL_Set_Num_Threads(_default_threads if _threads is None else _threads)
     return before
+
+
+# the thread-count functions of NumPy's OpenBLAS, by the names NumPy's wheels (scipy-openblas,
+# 64-bit integers), older wheels and system builds give them
+_OPENBLAS_NAMES = tuple(
+    (f"{p}openblas_set_num_threads{s}", f"{p}openblas_get_num_threads{s}")
+    for p, s in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", ""))
+)
+_openblas_threads: list[Any] = []  # [(setter, getter) or None] once looked up
+
+
+def _numpy_openblas() -> tuple[Any, Any] | None:
+    """NumPy's OpenBLAS thread-count ``(setter, getter)``, or None where NumPy's BLAS is another
+    library or cannot be reached. Looked up through NumPy's own extension module, whose handle
+    resolves the symbols of the libraries it links (POSIX ``dlsym``), so no file is searched."""
+    if _openblas_threads:
+        return _openblas_threads[0]
+    found = None
+    try:
+        try:
+            from numpy._core import _multiarray_umath as umath
+        except ImportError:  # NumPy 1.x
+            from numpy.core import _multiarray_umath as umath  # type: ignore[no-redef]
+        lib = ctypes.CDLL(umath.__file__)
+        for setter, getter in _OPENBLAS_NAMES:
+            try:
+                found = (getattr(lib, setter), getattr(lib, getter))
+                break
+            except AttributeError:
+                continue
+    except (OSError, ImportError, AttributeError):
+        found = None
+    if found is not None:
+        found[0].argtypes, found[0].restype, found[1].restype = [ctypes.c_int], None, ctypes.c_int
+    _openblas_threads.append(found)
+    return found
+
+
+def limit_numpy_threads(n: int) -> int | None:
+    """Run NumPy's OpenBLAS products on at most ``n`` threads, process-wide. Returns the count
+    before, for ``restore_numpy_threads``, or None when nothing changed (NumPy's BLAS is not
+    OpenBLAS, or it ran on ``n`` threads or fewer already). The compile worker limits it while
+    it compiles on the cores OpenBLAS would share (see docs/performance.md).
+
+    >>> before = limit_numpy_threads(1)
+    >>> restore_numpy_threads(before, 1)
+    """
+    found = _numpy_openblas()
+    if found is None:
+        return None
+    before = found[1]()
+    if before <= n:
+        return None
+    found[0](n)
+    return before
+
+
+def restore_numpy_threads(before: int | None, n: int) -> None:
+    """Undo ``limit_numpy_threads(n)``, which returned ``before``: OpenBLAS runs on ``before``
+    threads again, unless somebody set another count meanwhile. Safe while another thread's
+    product runs: OpenBLAS splits a product by the count it read when the product began, and
+    setting a count up to the threads it started before only changes that number."""
+    found = _numpy_openblas()
+    if before is not None and found is not None and found[1]() == n:
+        found[0](before)
 
 
 def _operand(a: np.ndarray) -> tuple[int, int] | None:

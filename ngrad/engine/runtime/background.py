@@ -36,7 +36,9 @@ first, yet a loop that never pauses gets its kernels at most ``DEFER_MAX_S`` lat
 
 While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
 queue empties): Numba's front end is Python and holds the GIL, and a call that releases the GIL
-for a NumPy loop would otherwise wait up to 5 ms to get it back.
+for a NumPy loop would otherwise wait up to 5 ms to get it back. Meanwhile NumPy's OpenBLAS runs
+on the cores the compile threads leave (``blas.limit_numpy_threads``, given back alike): its
+worker thread spins between the calls' products on the core LLVM needs.
 """
 
 import collections
@@ -47,7 +49,8 @@ import threading
 import time
 import warnings
 
-from ..config import compile_mode
+from ..config import compile_mode, compile_threads
+from ..ir.blas import limit_numpy_threads, restore_numpy_threads
 from ..targets import CompileError
 from .compile_server import ahead, compile_remote, copies
 from .driver import warm
@@ -93,7 +96,22 @@ DEFER_MAX_S = 0.02
 _cond = threading.Condition()
 _jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
 _upgrades: collections.deque = collections.deque()  # (kernel, signature, IR): ``cpu.upgrade``'s, after every job
-_state = {"active": 0, "worker": None, "switch": None, "warned": False, "running": None, "waiters": 0, "ident": None}
+_state = {
+    "active": 0,
+    "worker": None,
+    "switch": None,
+    "blas": None,
+    "warned": False,
+    "running": None,
+    "waiters": 0,
+    "ident": None,
+}
+
+
+def _blas_share():
+    """The threads NumPy's OpenBLAS keeps while compiles run: the cores they leave (the compile
+    threads take the rest), at least one."""
+    return max(1, (os.cpu_count() or 1) - compile_threads())
 
 
 def _main_cpu():
@@ -161,7 +179,10 @@ def _forked():
             record.compiling = False
     _jobs.clear()
     _upgrades.clear()
-    _state.update(active=0, worker=None, switch=None, running=None, waiters=0, ident=None)
+    if _state["switch"] is not None:  # what the compiles had changed, the child's own again
+        sys.setswitchinterval(_state["switch"])
+        restore_numpy_threads(_state["blas"], _blas_share())
+    _state.update(active=0, worker=None, switch=None, blas=None, running=None, waiters=0, ident=None)
     _pace.update(start=None, slept=0.0)  # a process of its own first calls
 
 
@@ -189,6 +210,7 @@ def submit(record, tape, values, advance):
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
+            _state["blas"] = limit_numpy_threads(_blas_share())
         _state["active"] += 1
         worker = _state["worker"]
         if worker is None or not worker.is_alive():
@@ -252,6 +274,8 @@ def _work():
                 idle = _state["active"] == 0
                 if idle and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])
+                    restore_numpy_threads(_state["blas"], _blas_share())
+                    _state["blas"] = None
                 _cond.notify_all()
 
 
