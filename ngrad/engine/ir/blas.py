@@ -242,9 +242,9 @@ def _numpy_openblas() -> tuple[Any, Any] | None:
     found = None
     try:
         try:
-            from numpy._core import _multiarray_umath as umath
+            umath = importlib.import_module("numpy._core._multiarray_umath")
         except ImportError:  # NumPy 1.x
-            from numpy.core import _multiarray_umath as umath  # type: ignore[no-redef]
+            umath = importlib.import_module("numpy.core._multiarray_umath")
         lib = ctypes.CDLL(umath.__file__)
         for setter, getter in _OPENBLAS_NAMES:
             try:
