@@ -88,57 +88,6 @@ def test_a_bytecode_tape_compiles_its_loop_in_the_background(monkeypatch, rng):
     np.testing.assert_allclose(grad, want[1], rtol=1e-10)
 
 
-def test_a_bytecode_loop_of_short_rows_runs_quick_first_and_one_of_long_rows_in_full(monkeypatch, rng):
-    """On the worker thread, a bytecode loop whose rows are short (``Machine.quick``) is
-    published first as LLVM made it without its loop vectoriser and made in full once no job is
-    queued (``cpu.upgrade``); one whose rows are long, where vectors pay, is made in full at
-    once. Results are the interpreter's throughout, and both loops end on disk."""
-    if compile_mode() != "thread":
-        pytest.skip("the worker thread compiles under NGRAD_COMPILE=thread")
-    from ngrad.engine.runtime import machine
-    from ngrad.engine.store import usable_dir
-    from ngrad.engine.targets import cpu, objects
-
-    monkeypatch.setattr(machine, "loops", {})  # no loop compiled before serves these
-    upgraded = []
-    real = cpu.upgrade
-    monkeypatch.setattr(cpu, "upgrade", lambda listed: upgraded.extend(k for k, _, _ in listed) or real(listed))
-
-    def short(x):
-        h = x
-        for _ in range(80):
-            h = (h * 0.9).sin() + 0.1 * x
-        return (h * h).sum()
-
-    def long(x):
-        h = x
-        for _ in range(80):
-            h = (h * 0.5).tanh() - x * 0.25
-        return (h * h).sum()
-
-    for f, n, quick in ((short, 16, True), (long, 1000, False)):
-        x0 = rng.standard_normal(n)
-        want = _reference(x0, f, monkeypatch)
-        before = set(dispatch.records)
-        for _ in range(300):  # calls go on, nobody waiting, until the loop is published
-            got = _value_and_grad(x0, f)
-            np.testing.assert_allclose(got[0], want[0], rtol=1e-10)
-            np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-14)
-            new = [r.tier for k, r in dispatch.records.items() if k not in before]
-            new = [t for t in new if isinstance(t, machine.Machine)]
-            if new and new[0].ready():
-                break
-            time.sleep(0.01)
-        assert ngrad.synchronize_compiles(timeout=300)
-        (tier,) = new
-        assert tier.ready() and tier.quick() is quick
-        assert any(k is tier.fn for k in upgraded) is quick
-        assert tier.fn.loaded and all(objects.saved(usable_dir(), tier.fn.key, s) for s in tier.fn.loaded)
-        got = _value_and_grad(x0, f)
-        np.testing.assert_allclose(got[0], want[0], rtol=1e-10)
-        np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-14)
-
-
 def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monkeypatch, rng):
     """While the worker compiles, NumPy's OpenBLAS runs on the threads the compile threads leave
     (``background._blas_share``), and gets its count back when the compiles have ended."""

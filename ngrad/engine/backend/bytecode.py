@@ -97,24 +97,6 @@ class Bytecode:
         self.ops = tuple(ops)
         self.source = source(self.ops, self.arena())
 
-    def row_elements(self):
-        """How many elements a row works on, on average, each row weighted by its own count:
-        about where the loop spends its time (``Machine.quick``).
-
-        ```python
-        >>> import numpy as np
-        >>> bc = Bytecode()
-        >>> bc.code = np.zeros((2, WIDTH), np.int32)
-        >>> bc.code[:, 1] = (100, 4)  # rows of 100 and 4 elements
-        >>> round(bc.row_elements(), 1)
-        96.3
-
-        ```
-        """
-        n = self.code[:, 1].astype(np.float64)
-        total = n.sum()
-        return float((n * n).sum() / total) if total > 0 else 0.0
-
     def arena(self):
         """The short name of the arena's dtype ("f32" or "f64"), as ``source`` takes it."""
         return from_numpy_dtype(self.dtype).short

@@ -18,10 +18,9 @@ unpublished, to be tried again with the next call's values. At most ``MAX_QUEUED
 holds a copy of its call's inputs); a structure refused meanwhile is offered again at its next
 call. One thread, whatever the number of structures. A plan's kernels are warmed up on the
 worker first as LLVM makes them without its loop vectoriser (``cpu.quick_first``, unless
-somebody waits for the compiles; a bytecode loop so when its rows are short, ``Machine.quick``),
-and made again in full one at a time whenever no job is queued (``cpu.upgrade``).
-``synchronize(timeout)`` waits until every job and every such upgrade has finished
-(``ngrad.synchronize_compiles``); ``wait(record)`` until that record's job has.
+somebody waits for the compiles), and made again in full one at a time whenever no job is
+queued (``cpu.upgrade``). ``synchronize(timeout)`` waits until every job and every such upgrade
+has finished (``ngrad.synchronize_compiles``); ``wait(record)`` until that record's job has.
 
 Before a burst of jobs (it was idle) the worker leaves the interpreter's lock to the calls for
 ``START_S``, unless somebody waits for the compiles (``synchronize``, ``wait``): the calls that
@@ -299,18 +298,11 @@ def _compile(record, tier, tape, values):
         if compile_mode() == "process" and not made:
             made = compile_remote(tier, tape, values, meanwhile=_warm_up)
         _defer_in_compiles()
-        from ..targets.cpu import quick_first
-
         if isinstance(tier, Machine):
             fn = tier.build()
             defer_to_calls()
-            # quick first when its rows are short (``Machine.quick``), made in full after every job
-            with quick_first() if _state["waiters"] == 0 and tier.quick() else contextlib.nullcontext([]) as listed:
-                tier.code.run(fn, values)
+            tier.code.run(fn, values)
             tier.fn = fn
-            with _cond:
-                _upgrades.extend(listed)
-                _state["active"] += len(listed)
         else:
             lay = tier.layout()
             if lay.kernels is None:
@@ -322,6 +314,8 @@ def _compile(record, tier, tape, values):
                 # 0.5 ms of GradBench's hello, its first evaluations after define); its new
                 # kernels first without LLVM's loop vectoriser, unless somebody waits for them
                 # (``cpu.quick_first``), made in full after every job queued meanwhile
+                from ..targets.cpu import quick_first
+
                 with quick_first() if _state["waiters"] == 0 else contextlib.nullcontext([]) as listed:
                     warm(tier, kernels, values)
                 lay.kernels = kernels

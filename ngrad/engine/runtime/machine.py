@@ -21,15 +21,6 @@ from .tiering import POLICY, small_steps, unrolls
 __all__ = ["Machine", "machine_for", "loops", "read_loops"]
 
 
-# A loop whose rows work on fewer elements than this on average (``Bytecode.row_elements``) runs
-# first as LLVM makes it without its loop vectoriser (``Machine.quick``): 2-core AVX-512 machine,
-# empty cache, GradBench's lstm (rows of 24 elements): its loop's quick machine code ran a call in
-# 0.10-0.11 ms against 0.083-0.089 in full, and the program reached steady state in 0.60-0.64 s
-# against 0.65-0.78; ode (rows of 100): 0.07 ms against 0.035 (LLVM 80 against 115 ms), and
-# steady state came later (0.43-0.45 s against 0.36-0.38), after the upgrade.
-QUICK_ROW_ELEMENTS = 64
-
-
 class Machine:
     """A tape run as bytecode: its encoding and the compiled loop once it is due (tiered like a
     compiled plan of one function; ``cached``: the loop is on disk)."""
@@ -48,12 +39,6 @@ class Machine:
     @property
     def kernels(self):
         return [self.fn]
-
-    def quick(self):
-        """Whether the loop may run first as LLVM makes it without its loop vectoriser
-        (``cpu.quick_first``, on the compile worker): its rows are short, so vectors gain
-        little there while that vectoriser is a third of LLVM's time."""
-        return self.code.row_elements() < QUICK_ROW_ELEMENTS
 
     def compile(self):
         """Compile (or load) the loop."""

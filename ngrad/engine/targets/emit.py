@@ -80,6 +80,8 @@ class Array:
 class Emitter(Typer):
     """Statements and expressions of a typed kernel as LLVM IR (see the module's contract)."""
 
+    short_loops = False  # the kernel said ``_short_loops()``: its loops are not interleaved
+
     # statements
 
     def _block(self, body):
@@ -130,6 +132,8 @@ class Emitter(Typer):
                 # LLVM tunes AVX-512 server cores to 256-bit vectors; vmath's polynomials run 1.2-1.7x
                 # faster at 512 (see njit._wide_vectors)
                 set.add(self.function.attributes, '"prefer-vector-width"="512"')
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "_short_loops":
+                self.short_loops = True
             elif not isinstance(v, ast.Constant):
                 self.ex(v)
         elif isinstance(s, ast.Return):
@@ -292,8 +296,20 @@ class Emitter(Typer):
         self._flow(s.body, incr, loop=(incr, after))
         b.position_at_end(incr)
         b.store(b.add(b.load(counter), ir.Constant(I64, step), flags=["nsw"]), counter)
-        b.branch(cond)
+        back = b.branch(cond)
+        if self.short_loops:
+            back.set_metadata("llvm.loop", self._loop_id(("llvm.loop.interleave.count", 1)))
         b.position_at_end(after)
+
+    def _loop_id(self, *hints):
+        """A loop's ID for LLVM with ``(name, value)`` hints to its loop passes: a metadata node
+        of its own whose first operand is itself, as LLVM takes one."""
+        m = self.module
+        props = [m.add_metadata([ir.MetaDataString(m, name), ir.Constant(I32, value)]) for name, value in hints]
+        # a placeholder operand unique to this loop, so add_metadata makes a node of its own
+        node = m.add_metadata([ir.MetaDataString(m, f"ngrad.loop.{len(m.metadata)}")])
+        node.operands = (node, *props)
+        return node
 
     def _tuple_loop(self, s):
         """``for a, b in ((x, y), (z, w)):`` written out once per element."""

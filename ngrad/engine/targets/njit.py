@@ -100,6 +100,17 @@ def _wide_vectors(typingctx):
     return types.none(), codegen
 
 
+@intrinsic
+def _short_loops(typingctx):
+    """A hint for ngrad's own compiler (``emit``: its loops vectorised without interleaving, see
+    ``backend/bytecode_loop.py``); Numba runs its own pipeline on the kernel, unchanged."""
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
 def _complex_divide(a, b):
     """NumPy's complex division (Smith's method; a zero divisor gives each part divided by +0.0,
     inf or nan), where Numba's ``a / b`` raises ZeroDivisionError: a kernel computing both sides
@@ -120,7 +131,9 @@ def _complex_divide(a, b):
 # The math helpers kernels call (codegen's SourceMath writes their names). A change to vmath.py
 # must bump store.CODEGEN_VERSION: the kernel cache folder is versioned by it.
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
-HELPERS.update(_fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors)
+HELPERS.update(
+    _fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors, _short_loops=_short_loops
+)
 HELPERS["_cdiv"] = numba.njit(inline="always", nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
     _complex_divide
 )
