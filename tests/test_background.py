@@ -90,16 +90,18 @@ def test_a_bytecode_tape_compiles_its_loop_in_the_background(monkeypatch, rng):
 
 def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monkeypatch, rng):
     """While the worker compiles, NumPy's OpenBLAS runs on the threads the compile threads leave
-    (``background._blas_share``), and gets its count back when the compiles have ended."""
+    (``background._blas_share``), and gets its count back when the compiles have ended; a job
+    that only loads its kernels from disk leaves it alone."""
     from ngrad.engine.ir import blas
+    from ngrad.engine.targets import cpu
 
     if blas._numpy_openblas() is None:
         pytest.skip("NumPy's BLAS is not OpenBLAS")
     set_count, count = blas._numpy_openblas()
     start = count()
     monkeypatch.setattr(background, "_blas_share", lambda: 1)
-    seen, real = [], background._compile
-    monkeypatch.setattr(background, "_compile", lambda *args: seen.append(count()) or real(*args))
+    seen, real = [], background.warm
+    monkeypatch.setattr(background, "warm", lambda *args: seen.append(count()) or real(*args))
 
     def f(x):
         return ((x @ x.T).tanh() * 0.5 + x.sum()).sum()
@@ -108,16 +110,20 @@ def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monke
     want = _reference(x0, f, monkeypatch)
     try:
         set_count(2)
-        for _ in range(300):  # calls go on until the compile is done
-            got = _value_and_grad(x0, f)
-            np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
-            np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
-            if seen and background.pending() == 0:
-                break
-            time.sleep(0.005)
-        assert ngrad.synchronize_compiles(timeout=300)
-        assert seen and set(seen) == {1}
-        assert count() == 2
+        for compiles in (True, False):  # then loaded from disk, in a process that forgot it
+            seen.clear()
+            dispatch.records.clear()
+            cpu._memory.clear()
+            for _ in range(300):  # calls go on until the job is done
+                got = _value_and_grad(x0, f)
+                np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+                np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+                if seen and background.pending() == 0:
+                    break
+                time.sleep(0.005)
+            assert ngrad.synchronize_compiles(timeout=300)
+            assert seen and set(seen) == ({1} if compiles else {2})
+            assert count() == 2
     finally:
         set_count(start)
 

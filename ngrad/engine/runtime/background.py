@@ -35,9 +35,10 @@ first, yet a loop that never pauses gets its kernels at most ``DEFER_MAX_S`` lat
 
 While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
 queue empties): Numba's front end is Python and holds the GIL, and a call that releases the GIL
-for a NumPy loop would otherwise wait up to 5 ms to get it back. Meanwhile NumPy's OpenBLAS runs
-on the cores the compile threads leave (``blas.limit_numpy_threads``, given back alike): its
-worker thread spins between the calls' products on the core LLVM needs.
+for a NumPy loop would otherwise wait up to 5 ms to get it back. Once a job compiles (not when
+it only loads from disk), NumPy's OpenBLAS runs on the cores the compile threads leave until the
+queue empties (``blas.limit_numpy_threads``): its worker thread spins between the calls'
+products on the core LLVM needs.
 """
 
 import collections
@@ -111,6 +112,15 @@ def _blas_share():
     """The threads NumPy's OpenBLAS keeps while compiles run: the cores they leave (the compile
     threads take the rest), at least one."""
     return max(1, (os.cpu_count() or 1) - compile_threads())
+
+
+def _limit_blas():
+    """On the worker, before LLVM works (here or in the compile server): NumPy's OpenBLAS keeps
+    the cores the compiles leave until the queue empties. A job that only loads kernels from
+    disk leaves it alone (a warm process's products on one thread would be slower for nothing)."""
+    with _cond:
+        if _state["blas"] is None:
+            _state["blas"] = limit_numpy_threads(_blas_share())
 
 
 def _main_cpu():
@@ -209,7 +219,6 @@ def submit(record, tape, values, advance):
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
-            _state["blas"] = limit_numpy_threads(_blas_share())
         _state["active"] += 1
         worker = _state["worker"]
         if worker is None or not worker.is_alive():
@@ -283,6 +292,7 @@ def _upgrade(item):
     its quick machine code, which is correct."""
     from ..targets.cpu import upgrade
 
+    _limit_blas()
     try:
         upgrade([item])
     except Exception:  # noqa: BLE001  (the disk cache refused it, say: the quick code stays)
@@ -295,6 +305,8 @@ def _compile(record, tier, tape, values):
         # the child's machine code is then loaded from disk here; a tier already on disk needs no
         # child (starting one cost a warm process 0.6-0.9 s before its first kernel)
         made = record.cached
+        if not made:
+            _limit_blas()
         if compile_mode() == "process" and not made:
             made = compile_remote(tier, tape, values, meanwhile=_warm_up)
         _defer_in_compiles()
