@@ -538,3 +538,34 @@ def test_a_scratch_array_that_cannot_be_allocated_raises_memory_error():
             f(n, o)
     f(3, o)  # and it runs again afterwards
     assert o[0] == 6.0
+
+
+def test_short_loops_are_vectorised_without_interleaving_and_give_the_same_results():
+    """``_short_loops()`` (the bytecode loop's): every loop of the kernel carries LLVM's
+    interleave count 1, so its vectorised body reads each operand once per iteration instead of
+    in several interleaved copies; results are Python's and Numba's, which ignores the hint."""
+    body = "    for i in range(x.shape[0]):\n        o[i] = x[i] * y[i] + 1.5\n"
+    plain = HEADER + "def kernel(x, y, o):\n" + body
+    short = HEADER + "def kernel(x, y, o):\n    _short_loops()\n" + body
+    x, y = np.linspace(-2.0, 2.0, 103), np.linspace(1.0, 3.0, 103)
+    sig = objects.signature((x, y, np.zeros(103)))
+    lowered = llvm.lower(short, sig, "k_short")[0]
+    assert '!"llvm.loop.interleave.count", i32 1' in lowered
+    assert "llvm.loop.interleave.count" not in llvm.lower(plain, sig, "k_plain")[0]
+
+    def vector_loads(text):  # loads of whole vectors in the optimised IR
+        return sum(1 for line in text.splitlines() if " = load <" in line)
+
+    assert vector_loads(llvm.compile(short, sig, "k_short", form="llvm")) < vector_loads(
+        llvm.compile(plain, sig, "k_plain", form="llvm")
+    )
+    want, unhinted = np.zeros(103), np.zeros(103)
+    _python(plain, (x, y, want))
+    _emitted(plain, (x, y, unhinted))
+    for run in (_emitted, _numba):
+        got = np.zeros(103)
+        run(short, (x, y, got))
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)  # a fused multiply-add rounds once
+    got = np.zeros(103)
+    _emitted(short, (x, y, got))
+    np.testing.assert_array_equal(got, unhinted)
