@@ -8,7 +8,7 @@ so the text depends on the set of operations only, never on a tape's length. Ele
 branches render the primitive table's forward expressions against ``LoopMath``. Its
 ``_short_loops()`` asks ngrad's compiler (``targets.emit``) to vectorise each row's loop without
 interleaving it: LLVM's default copies every loop body four times over, which GradBench's ode
-(rows of 100 elements) ran 3% faster at the price of 40% more LLVM time (119 against 73 ms
+(rows of 100 elements) ran 3% faster at the price of 40% more LLVM time (119 against 72 ms
 for its loop of 15 operations), and lstm (rows of 14-24) no faster at all.
 """
 
