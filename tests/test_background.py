@@ -99,7 +99,7 @@ def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monke
         pytest.skip("NumPy's BLAS is not OpenBLAS")
     set_count, count = blas._numpy_openblas()
     start = count()
-    monkeypatch.setattr(background, "_blas_share", lambda: 1)
+    monkeypatch.setattr(background, "_blas_share", lambda threads: 1)
     seen, real = [], background.warm
     monkeypatch.setattr(background, "warm", lambda *args: seen.append(count()) or real(*args))
 

@@ -108,19 +108,29 @@ _state = {
 }
 
 
-def _blas_share():
-    """The threads NumPy's OpenBLAS keeps while compiles run: the cores they leave (the compile
-    threads take the rest), at least one."""
-    return max(1, (os.cpu_count() or 1) - compile_threads())
+def _blas_share(threads):
+    """The threads NumPy's OpenBLAS keeps while ``threads`` compile: the cores they leave, at
+    least one."""
+    return max(1, (os.cpu_count() or 1) - threads)
 
 
-def _limit_blas():
-    """On the worker, before LLVM works (here or in the compile server): NumPy's OpenBLAS keeps
-    the cores the compiles leave until the queue empties. A job that only loads kernels from
-    disk leaves it alone (a warm process's products on one thread would be slower for nothing)."""
+def _limit_blas(threads=1):
+    """On the worker, before LLVM works on ``threads`` threads (here or in the compile server):
+    NumPy's OpenBLAS keeps the cores they leave until the queue empties (the burst's first such
+    job sets it). A job that only loads kernels from disk leaves it alone (a warm process's
+    products on fewer threads would be slower for nothing)."""
     with _cond:
         if _state["blas"] is None:
-            _state["blas"] = limit_numpy_threads(_blas_share())
+            share = _blas_share(threads)
+            before = limit_numpy_threads(share)
+            _state["blas"] = None if before is None else (before, share)
+
+
+def _give_blas_back():
+    """Undo ``_limit_blas`` (under ``_cond``, or in a forked child)."""
+    if _state["blas"] is not None:
+        restore_numpy_threads(*_state["blas"])
+        _state["blas"] = None
 
 
 def _main_cpu():
@@ -190,7 +200,7 @@ def _forked():
     _upgrades.clear()
     if _state["switch"] is not None:  # what the compiles had changed, the child's own again
         sys.setswitchinterval(_state["switch"])
-        restore_numpy_threads(_state["blas"], _blas_share())
+        _give_blas_back()
     _state.update(active=0, worker=None, switch=None, blas=None, running=None, waiters=0, ident=None)
     _pace.update(start=None, slept=0.0)  # a process of its own first calls
 
@@ -282,8 +292,7 @@ def _work():
                 idle = _state["active"] == 0
                 if idle and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])
-                    restore_numpy_threads(_state["blas"], _blas_share())
-                    _state["blas"] = None
+                    _give_blas_back()
                 _cond.notify_all()
 
 
@@ -305,8 +314,9 @@ def _compile(record, tier, tape, values):
         # the child's machine code is then loaded from disk here; a tier already on disk needs no
         # child (starting one cost a warm process 0.6-0.9 s before its first kernel)
         made = record.cached
-        if not made:
-            _limit_blas()
+        if not made:  # compile-ahead's threads for a plan of several new kernels, else one
+            many = not isinstance(tier, Machine) and record.pending > 1
+            _limit_blas(min(compile_threads(), record.pending) if many else 1)
         if compile_mode() == "process" and not made:
             made = compile_remote(tier, tape, values, meanwhile=_warm_up)
         _defer_in_compiles()
