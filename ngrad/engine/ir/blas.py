@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import importlib.metadata
 import os
 import sys
@@ -230,15 +231,14 @@ _OPENBLAS_NAMES = tuple(
     (f"{p}openblas_set_num_threads{s}", f"{p}openblas_get_num_threads{s}")
     for p, s in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", ""))
 )
-_openblas_threads: list[Any] = []  # [(setter, getter) or None] once looked up
 
 
+@functools.cache
 def _numpy_openblas() -> tuple[Any, Any] | None:
     """NumPy's OpenBLAS thread-count ``(setter, getter)``, or None where NumPy's BLAS is another
-    library or cannot be reached. Looked up through NumPy's own extension module, whose handle
-    resolves the symbols of the libraries it links (POSIX ``dlsym``), so no file is searched."""
-    if _openblas_threads:
-        return _openblas_threads[0]
+    library or cannot be reached (looked up once). Through NumPy's own extension module, whose
+    handle resolves the symbols of the libraries it links (POSIX ``dlsym``), so no file is
+    searched."""
     found = None
     try:
         try:
@@ -256,7 +256,6 @@ def _numpy_openblas() -> tuple[Any, Any] | None:
         found = None
     if found is not None:
         found[0].argtypes, found[0].restype, found[1].restype = [ctypes.c_int], None, ctypes.c_int
-    _openblas_threads.append(found)
     return found
 
 

@@ -128,11 +128,12 @@ class Emitter(Typer):
             b.position_at_end(after)
         elif isinstance(s, ast.Expr):
             v = s.value
-            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "_wide_vectors":
+            hint = v.func.id if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) else None
+            if hint == "_wide_vectors":
                 # LLVM tunes AVX-512 server cores to 256-bit vectors; vmath's polynomials run 1.2-1.7x
                 # faster at 512 (see njit._wide_vectors)
                 set.add(self.function.attributes, '"prefer-vector-width"="512"')
-            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "_short_loops":
+            elif hint == "_short_loops":
                 self.short_loops = True
             elif not isinstance(v, ast.Constant):
                 self.ex(v)
