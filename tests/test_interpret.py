@@ -80,3 +80,40 @@ def test_sums_at_an_index_out_of_range_raise_numpys_error(monkeypatch):
         I._added(np.ones(3), [np.array([0, 5, 1])], 0, (4,))
     with pytest.raises(IndexError, match="index -5 is out of bounds for axis 1 with size 4"):
         I._added(np.ones((2, 1)), [np.array([-5])], 1, (2, 4))
+
+
+def _ulps(got, ref):
+    ok = np.isfinite(ref) & (ref != 0)
+    return np.max(np.abs(got[ok] - ref[ok]) / np.spacing(np.abs(ref[ok])))
+
+
+@pytest.mark.parametrize("name, bound", [("sin", 2), ("cos", 4)])
+def test_float64_sin_and_cos_by_the_half_angle_tangent_keep_cs_accuracy(name, bound, monkeypatch):
+    # forced on whatever NumPy's tan is here: the identities' accuracy is the tangent's, and C's
+    # (NumPy's own sin and cos loops) is the reference
+    monkeypatch.setattr(I, "TAN_TRIG_MIN", 512)
+    rng = np.random.default_rng(7)
+    k = np.arange(1.0, 100_001.0) * (np.pi / 2)  # next to every zero and pole up to 1.6e5
+    parts = [rng.uniform(-s, s, 100_000) for s in (1.0, 10.0, 1e5, 1e16, 1e300)]
+    parts += [k, np.nextafter(k, 0), np.nextafter(k, np.inf), -k]
+    parts.append(np.exp(rng.uniform(-745, 709, 100_000)) * rng.choice([-1.0, 1.0], 100_000))  # subnormal to huge
+    x = np.concatenate(parts)
+    got, ref = getattr(I.NUMPY, name)(x), getattr(np, name)(x)
+    assert _ulps(got, ref) <= bound
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -(2.0**-30)] * 100)
+    with np.errstate(invalid="ignore"):
+        got, ref = getattr(I.NUMPY, name)(special), getattr(np, name)(special)
+    np.testing.assert_array_equal(got, ref)  # NaN where C's is NaN, cos 1 at zero
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))  # sin(-0.0) is -0.0
+
+
+def test_sin_and_cos_are_cs_own_below_the_size_or_off_float64(monkeypatch):
+    monkeypatch.setattr(I, "TAN_TRIG_MIN", 512)
+    x = np.linspace(-10, 10, 511)
+    for name in ("sin", "cos"):
+        np.testing.assert_array_equal(getattr(I.NUMPY, name)(x), getattr(np, name)(x))
+        x32 = np.linspace(-10, 10, 4096, dtype=np.float32)
+        np.testing.assert_array_equal(getattr(I.NUMPY, name)(x32), getattr(np, name)(x32))
+    monkeypatch.setattr(I, "TAN_TRIG_MIN", None)  # NumPy's tan is C's too: nothing to gain
+    x = np.linspace(-10, 10, 4096)
+    np.testing.assert_array_equal(I.NUMPY.sin(x), np.sin(x))
