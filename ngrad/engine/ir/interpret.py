@@ -124,11 +124,9 @@ def _svml_tan() -> bool:
     """Whether NumPy's float64 ``tan`` is a vector loop (SVML: NumPy's Linux x86-64 builds, on a
     CPU with AVX512_SKX), while its ``sin`` and ``cos`` stay C's scalar ones (NumPy left them out
     of SVML for their accuracy)."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__  # type: ignore[attr-defined]
-    except ImportError:  # NumPy 1.x
-        from numpy.core._multiarray_umath import __cpu_features__  # type: ignore[attr-defined,no-redef]
-    return sys.platform == "linux" and platform.machine() == "x86_64" and bool(__cpu_features__.get("AVX512_SKX"))
+    core = getattr(np, "_core", None) or np.core  # NumPy 1.x: np.core
+    features = getattr(core._multiarray_umath, "__cpu_features__", {})
+    return sys.platform == "linux" and platform.machine() == "x86_64" and bool(features.get("AVX512_SKX"))
 
 
 # float64 sin and cos through tan where that is a vector loop (``NumpyMath.sin``), from this size on
