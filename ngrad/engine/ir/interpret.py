@@ -134,6 +134,27 @@ def _svml_tan() -> bool:
 TAN_TRIG_MIN = 512 if _svml_tan() else None
 
 
+# a reduction over a last axis this short or shorter, of an array this big or bigger, runs as one
+# ufunc call a column (``_by_columns``)
+COLUMNS_MAX, COLUMNS_MIN_SIZE = 16, 256
+
+
+def _by_columns(ufunc: np.ufunc, x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray | None:
+    """``ufunc``'s reduction of a float array ``x`` over its last axis, when that axis is short
+    (``COLUMNS_MAX``), as ``ufunc`` applied column after column; else None. NumPy's reduction
+    runs an inner loop per row, which over a short contiguous axis is mostly overhead: the sum
+    over the last axis of a (2, 10000, 3) array took 220 µs, its columns added 13 µs (of
+    (1000, 25, 10): 354 and 176 µs; of (1000, 25, 16): 361 and 280). The order is NumPy's own
+    below 8 elements (one after the other), a rounding apart above."""
+    k = x.shape[-1] if x.ndim else 0
+    if axes != (x.ndim - 1,) or not 1 < k <= COLUMNS_MAX or x.size < COLUMNS_MIN_SIZE or x.dtype.kind not in "fc":
+        return None
+    r = ufunc(x[..., 0], x[..., 1])
+    for j in range(2, k):
+        ufunc(r, x[..., j], out=r)
+    return r[..., None] if keepdim else r
+
+
 class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
     """The math namespace the primitive table's forward expressions are evaluated against (the
     rows of ``prims``' family modules bring their own, ``Numpy``)."""
@@ -216,19 +237,27 @@ class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
 
     @staticmethod
     def sum(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
-        return np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
+        r = _by_columns(np.add, x, axes, keepdim)
+        return np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype) if r is None else r
 
     @staticmethod
     def prod(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
-        return np.prod(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
+        r = _by_columns(np.multiply, x, axes, keepdim)
+        return np.prod(x, axis=axes, keepdims=keepdim, dtype=x.dtype) if r is None else r
 
     @staticmethod
     def amax(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
-        return np.amax(x, axis=axes, keepdims=keepdim) if axes else x
+        if not axes:
+            return x
+        r = _by_columns(np.maximum, x, axes, keepdim)
+        return np.amax(x, axis=axes, keepdims=keepdim) if r is None else r
 
     @staticmethod
     def amin(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
-        return np.amin(x, axis=axes, keepdims=keepdim) if axes else x
+        if not axes:
+            return x
+        r = _by_columns(np.minimum, x, axes, keepdim)
+        return np.amin(x, axis=axes, keepdims=keepdim) if r is None else r
 
     @staticmethod
     def argmax(x: np.ndarray, axis: int, keepdim: bool) -> np.ndarray:
