@@ -163,6 +163,48 @@ def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monk
         np.testing.assert_allclose(grad, want[1], rtol=1e-10)
 
 
+def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monkeypatch, rng):
+    """A scan written out for bytecode is unrolled and encoded by the child under ``thread`` too
+    (that Python shared the interpreter's lock with the calls); under ``thread`` a long tape
+    without scans is still encoded here."""
+    from ngrad.engine.backend import bytecode
+    from ngrad.engine.runtime.machine import Machine
+
+    def step(h, x):
+        h = (h * 0.8 + x).tanh() * 0.9 + 0.1 * x
+        return h, (h * h).sum()
+
+    def scanned(x):
+        h, ys = ngrad.scan(step, x[0], x)
+        return (h * h).sum() + ys.sum()
+
+    def written(x):
+        h = x[0]
+        for t in range(x.shape[0]):
+            h, _ = step(h, x[t])
+        return (h * h).sum()
+
+    x0 = rng.standard_normal((40, 6))
+    for f, remote in ((scanned, True), (written, compile_mode() == "process")):
+        want = _reference(x0, f, monkeypatch)
+        encoded, asked = [], []
+        real_encode, real_remote = bytecode.encode, dispatch.encode_remote
+        with monkeypatch.context() as m:
+            m.setattr(bytecode, "encode", lambda tape: encoded.append(tape) or real_encode(tape))
+            m.setattr(dispatch, "encode_remote", lambda *a: asked.append(a) or real_remote(*a))
+            before = set(dispatch.records)
+            for _ in range(3):
+                got = _value_and_grad(x0, f)
+            assert ngrad.synchronize_compiles(timeout=300)
+        new = [r for k, r in dispatch.records.items() if k not in before]
+        machines = [r for r in new if isinstance(r.tier, Machine)]
+        assert machines and all(r.tier.ready() and not r.failed for r in machines)
+        assert (len(asked), len(encoded)) == ((len(machines), 0) if remote else (0, len(machines)))
+        for value, grad in (got, _value_and_grad(x0, f)):
+            np.testing.assert_allclose(value, want[0], rtol=1e-10)
+            np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+
+
 def test_the_first_call_after_a_compile_compiles_nothing(monkeypatch, rng):
     # x[:, idx] is a NumPy result laid out with its axes permuted (not C-contiguous): the warm-up
     # runs the route the calls take, so no loop meets a layout it has no machine code for

@@ -106,8 +106,9 @@ def _cores() -> int:
 def compile_mode() -> str:
     """``NGRAD_COMPILE``: where ``auto`` compiles a tape's kernels while its calls run on the
     interpreter: ``process`` (a child process compiles them into the disk cache and a worker
-    thread loads them), ``thread`` (a worker thread compiles them), or ``wait`` (the call that
-    needs them compiles them). By default ``process`` on a machine of four cores or more, else
+    thread loads them), ``thread`` (a worker thread compiles them; a tape whose scans are
+    written out for bytecode is still encoded by the child), or ``wait`` (the call that needs
+    them compiles them). By default ``process`` on a machine of four cores or more, else
     ``thread`` (on two cores a child competes for the same cores and delivers later)."""
     default = "process" if _cores() >= 4 else "thread"
     return _choice("NGRAD_COMPILE", default, ("process", "thread", "wait"))
