@@ -321,7 +321,9 @@ def test_a_prepared_program_runs_interpreted_until_its_compile_is_published(monk
 def test_a_forked_child_compiles_on_its_own(monkeypatch, rng):
     """``fork`` copies the queue but not the worker thread nor the compile server's pipes: the
     child starts its own and its results are right. What the compiles had changed for the
-    process (the switch interval, NumPy's OpenBLAS threads) is the child's own again."""
+    process (the switch interval, NumPy's OpenBLAS threads, the frozen heap) is the child's own
+    again."""
+    import gc
     import os
 
     from ngrad.engine.ir import blas
@@ -340,6 +342,7 @@ def test_a_forked_child_compiles_on_its_own(monkeypatch, rng):
         ok = False
         try:
             ok = sys.getswitchinterval() == switch and (openblas is None or openblas[1]() == count)
+            ok = ok and gc.get_freeze_count() == 0
             for _ in range(3):
                 got = _value_and_grad(x0, f)
             ok = ok and background.synchronize(timeout=120) and np.allclose(got[1], want[1], rtol=1e-12)
@@ -417,6 +420,45 @@ def test_a_burst_of_jobs_leaves_the_calls_alone_first_unless_somebody_waits(monk
     assert not ran.wait(0.3)  # the calls have the interpreter's lock to themselves first
     assert background.wait(record, timeout=20)  # one waiting for it starts it at once
     assert ran.is_set() and not record.compiling
+
+
+def test_a_burst_of_jobs_freezes_the_heap_until_it_ends_unless_the_program_froze_it(monkeypatch):
+    """While jobs run, the objects alive at the burst's start sit in the collector's permanent
+    generation (a full collection then skips them; it held the lock for 17-20 ms); the burst's
+    end thaws them. A heap the program froze itself, or a collector it turned off, is left
+    alone."""
+    import gc
+
+    from ngrad.engine.runtime.tiering import Decision, Record
+
+    monkeypatch.setattr(background, "START_S", 0.0)
+    assert background.synchronize(timeout=120) and gc.get_freeze_count() == 0
+    seen, go = [], threading.Event()
+
+    def job(copies):
+        seen.append(gc.get_freeze_count())
+        go.wait(20)
+        return Decision.WAIT
+
+    assert background.submit(Record(), None, [], job)
+    while not seen:
+        time.sleep(0.001)
+    frozen_garbage = [[]]
+    frozen_garbage[0].append(frozen_garbage)  # a cycle made before the burst: not collected in it
+    del frozen_garbage
+    assert gc.collect() >= 0 and seen[0] > 1000 and gc.get_freeze_count() == seen[0]
+    go.set()
+    assert background.synchronize(timeout=120)
+    assert gc.get_freeze_count() == 0  # thawed: everything is collected as usual again
+    gc.freeze()  # the program's own freeze
+    try:
+        mine = gc.get_freeze_count()
+        assert background.submit(Record(), None, [], lambda copies: seen.append(gc.get_freeze_count()) or Decision.WAIT)
+        assert background.synchronize(timeout=120)
+        # neither added to (objects frozen may die meanwhile) nor thawed
+        assert seen[-1] <= mine and 0.9 * mine < gc.get_freeze_count() <= mine
+    finally:
+        gc.unfreeze()
 
 
 def _children():

@@ -38,11 +38,14 @@ queue empties): Numba's front end is Python and holds the GIL, and a call that r
 for a NumPy loop would otherwise wait up to 5 ms to get it back. Once a job compiles (not when
 it only loads from disk), NumPy's OpenBLAS runs on the cores the compile threads leave until the
 queue empties (``blas.limit_numpy_threads``): its worker thread spins between the calls'
-products on the core LLVM needs.
+products on the core LLVM needs. For the same span the objects alive when it began are frozen
+out of the garbage collector's generations (``gc.freeze``, unless the program froze some or
+turned it off): the full collections a compile's churn sets off then skip them.
 """
 
 import collections
 import contextlib
+import gc
 import os
 import sys
 import threading
@@ -101,6 +104,7 @@ _state = {
     "worker": None,
     "switch": None,
     "blas": None,
+    "frozen": False,
     "warned": False,
     "running": None,
     "waiters": 0,
@@ -131,6 +135,26 @@ def _give_blas_back():
     if _state["blas"] is not None:
         restore_numpy_threads(*_state["blas"])
         _state["blas"] = None
+
+
+def _freeze_heap():
+    """At the start of a burst of jobs (under ``_cond``): the objects alive now leave the
+    collector's generations for its permanent one (``gc.freeze``) until the burst ends, unless
+    the program froze some itself or turned the collector off. A compile makes hundreds of
+    thousands of objects (syntax trees, LLVM IR); the full collections their churn sets off
+    traversed every object of the process, the program's, NumPy's and llvmlite's modules, and
+    held the interpreter's lock for 17-20 ms (ba, gmm on two cores) in the middle of the calls."""
+    if gc.isenabled() and not gc.get_freeze_count():
+        gc.freeze()
+        _state["frozen"] = True
+
+
+def _thaw_heap():
+    """Undo ``_freeze_heap`` (under ``_cond``, or in a forked child): the objects frozen are
+    collected as usual again (``gc.unfreeze``)."""
+    if _state["frozen"]:
+        gc.unfreeze()
+        _state["frozen"] = False
 
 
 def _main_cpu():
@@ -201,7 +225,8 @@ def _forked():
     if _state["switch"] is not None:  # what the compiles had changed, the child's own again
         sys.setswitchinterval(_state["switch"])
         _give_blas_back()
-    _state.update(active=0, worker=None, switch=None, blas=None, running=None, waiters=0, ident=None)
+        _thaw_heap()
+    _state.update(active=0, worker=None, switch=None, blas=None, frozen=False, running=None, waiters=0, ident=None)
     _pace.update(start=None, slept=0.0)  # a process of its own first calls
 
 
@@ -229,6 +254,7 @@ def submit(record, tape, values, advance):
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
+            _freeze_heap()
         _state["active"] += 1
         worker = _state["worker"]
         if worker is None or not worker.is_alive():
@@ -293,6 +319,7 @@ def _work():
                 if idle and _state["switch"] is not None:
                     sys.setswitchinterval(_state["switch"])
                     _give_blas_back()
+                    _thaw_heap()
                 _cond.notify_all()
 
 
