@@ -190,21 +190,12 @@ def run(tape, values, target="cpu", *, policy=None):
 def _interpreted(tape, values, record):
     """The outputs of checked ``values`` before the tape's tier is ready, owned: from the
     interpreter, then from its NumPy driver (``numpy_driver``) once interpreting this structure
-    has cost what the driver would have saved (``Policy.numpy_driver_s`` an instruction; a scan's
-    steps move by the same rule, ``numpy_body``), unless compiles are running in the background:
-    their tiers land soon, and making a driver costs the call that does it tens of milliseconds
-    (lstm's scan bodies 26 ms, a call of 13; ba 7 ms, a call of 6) to make calls until then a
-    fifth faster; the driver is then due again after as many calls with none running (not at
-    once when they end: the call running then would make it for nothing). The time goes to the
-    record's ``rent``, which
-    tiering weighs against compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs
-    every call."""
+    has cost what the driver would have saved (``_due``; a scan's steps move by the same rule,
+    ``numpy_body``). The time goes to the record's ``rent``, which tiering weighs against
+    compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs every call."""
     t = time.perf_counter()
-    if record is not None and record.numpy is None and _due(record.overhead, tape):
-        if background.pending():
-            record.overhead = 0.0  # due again after as many calls with no compile running
-        else:
-            record.numpy = numpy_driver(tape)
+    if record is not None and record.numpy is None and _due(record, tape):
+        record.numpy = numpy_driver(tape)
     if record is None or record.numpy is None:
         outs = owned(interpret(tape, values), values)
     else:
@@ -216,10 +207,21 @@ def _interpreted(tape, values, record):
     return outs
 
 
-def _due(overhead, tape):
-    """Whether the interpreter's own Python on ``tape`` (``_overhead``) has cost what making its
-    NumPy driver does."""
-    return overhead >= tiering.POLICY.numpy_driver_s * len(tape.instrs)
+def _due(owner, tape):
+    """Whether ``owner`` (a ``Record``, a scan's ``_Body``) makes its NumPy driver of ``tape`` now:
+    once the interpreter's own Python on it (``owner.overhead``, see ``_overhead``) has cost what
+    making one does (``Policy.numpy_driver_s`` an instruction), unless compiles are running in
+    the background. Their tiers land soon, and making a driver costs the call that does it tens
+    of milliseconds (lstm's scan bodies 26 ms, a call of 13; ba 7 ms, a call of 6) to make calls
+    until then a fifth faster. Its overhead then starts again, so the driver is due after as
+    many calls with none running (not at once when they end: the call running then would make
+    it for nothing)."""
+    if owner.overhead < tiering.POLICY.numpy_driver_s * len(tape.instrs):
+        return False
+    if background.pending():
+        owner.overhead = 0.0
+        return False
+    return True
 
 
 def _overhead(spent, tape):
@@ -271,11 +273,8 @@ class _Body:
         t = time.perf_counter()
         outs = interpret(self.tape, values)
         self.overhead += _overhead(time.perf_counter() - t, self.tape)
-        if _due(self.overhead, self.tape):
-            if background.pending():
-                self.overhead = 0.0
-            else:
-                self.drive = numpy_driver(self.tape, checked=False)
+        if _due(self, self.tape):
+            self.drive = numpy_driver(self.tape, checked=False)
         return outs
 
 
