@@ -128,14 +128,38 @@ def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monke
         set_count(start)
 
 
+def _encodings(x0, f, monkeypatch):
+    """Three calls of ``f`` (value and gradient) and its compiles, watching where bytecode is
+    encoded, then one more: ``(machines, encoded, asked)``, the bytecode records made and how
+    many tapes this process encoded and asked the compile server to encode. Every result equals
+    the interpreter's."""
+    from ngrad.engine.backend import bytecode
+    from ngrad.engine.runtime.machine import Machine
+
+    want = _reference(x0, f, monkeypatch)
+    encoded, asked = [], []
+    real_encode, real_remote = bytecode.encode, dispatch.encode_remote
+    with monkeypatch.context() as m:
+        m.setattr(bytecode, "encode", lambda tape: encoded.append(tape) or real_encode(tape))
+        m.setattr(dispatch, "encode_remote", lambda *a: asked.append(a) or real_remote(*a))
+        before = set(dispatch.records)
+        got = [_value_and_grad(x0, f) for _ in range(3)][-1]
+        assert ngrad.synchronize_compiles(timeout=300)
+        for value, grad in (got, _value_and_grad(x0, f)):
+            np.testing.assert_allclose(value, want[0], rtol=1e-10)
+            np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+    new = [r for k, r in dispatch.records.items() if k not in before]
+    machines = [r for r in new if isinstance(r.tier, Machine)]
+    assert machines and all(r.tier.ready() and not r.failed for r in machines)
+    return machines, len(encoded), len(asked)
+
+
 def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monkeypatch, rng):
     """Under ``process`` the child encodes a bytecode tape and compiles its loop: this process
     encodes nothing (its calls would share the interpreter's lock with that Python) and asks
     the child once per structure."""
     if compile_mode() != "process":
         pytest.skip("the compile server serves NGRAD_COMPILE=process")
-    from ngrad.engine.backend import bytecode
-    from ngrad.engine.runtime.machine import Machine
 
     def f(x):
         h = x
@@ -143,32 +167,16 @@ def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monk
             h = (h * 0.8).cos() + 0.2 * x
         return (h * h).sum()
 
-    x0 = rng.standard_normal(12)
-    want = _reference(x0, f, monkeypatch)
-    encoded, asked = [], []
-    real_encode, real_remote = bytecode.encode, dispatch.encode_remote
-    monkeypatch.setattr(bytecode, "encode", lambda tape: encoded.append(tape) or real_encode(tape))
-    monkeypatch.setattr(dispatch, "encode_remote", lambda *a: asked.append(a) or real_remote(*a))
     monkeypatch.setattr(background, "compile_remote", lambda *a, **k: pytest.fail("asked to compile again"))
-    before = set(dispatch.records)
-    for _ in range(3):
-        got = _value_and_grad(x0, f)
-    assert ngrad.synchronize_compiles(timeout=300)
-    new = [r for k, r in dispatch.records.items() if k not in before]
-    machines = [r for r in new if isinstance(r.tier, Machine)]
-    assert machines and all(r.tier.ready() and r.tier.cached and not r.failed for r in machines)
-    assert encoded == [] and len(asked) == len(machines)
-    for value, grad in (got, _value_and_grad(x0, f)):
-        np.testing.assert_allclose(value, want[0], rtol=1e-10)
-        np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+    machines, encoded, asked = _encodings(rng.standard_normal(12), f, monkeypatch)
+    assert all(r.tier.cached for r in machines)
+    assert (encoded, asked) == (0, len(machines))
 
 
 def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monkeypatch, rng):
     """A scan written out for bytecode is unrolled and encoded by the child under ``thread`` too
     (that Python shared the interpreter's lock with the calls); under ``thread`` a long tape
     without scans is still encoded here."""
-    from ngrad.engine.backend import bytecode
-    from ngrad.engine.runtime.machine import Machine
 
     def step(h, x):
         h = (h * 0.8 + x).tanh() * 0.9 + 0.1 * x
@@ -186,23 +194,8 @@ def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monk
 
     x0 = rng.standard_normal((40, 6))
     for f, remote in ((scanned, True), (written, compile_mode() == "process")):
-        want = _reference(x0, f, monkeypatch)
-        encoded, asked = [], []
-        real_encode, real_remote = bytecode.encode, dispatch.encode_remote
-        with monkeypatch.context() as m:
-            m.setattr(bytecode, "encode", lambda tape: encoded.append(tape) or real_encode(tape))
-            m.setattr(dispatch, "encode_remote", lambda *a: asked.append(a) or real_remote(*a))
-            before = set(dispatch.records)
-            for _ in range(3):
-                got = _value_and_grad(x0, f)
-            assert ngrad.synchronize_compiles(timeout=300)
-        new = [r for k, r in dispatch.records.items() if k not in before]
-        machines = [r for r in new if isinstance(r.tier, Machine)]
-        assert machines and all(r.tier.ready() and not r.failed for r in machines)
-        assert (len(asked), len(encoded)) == ((len(machines), 0) if remote else (0, len(machines)))
-        for value, grad in (got, _value_and_grad(x0, f)):
-            np.testing.assert_allclose(value, want[0], rtol=1e-10)
-            np.testing.assert_allclose(grad, want[1], rtol=1e-10)
+        machines, encoded, asked = _encodings(x0, f, monkeypatch)
+        assert (asked, encoded) == ((len(machines), 0) if remote else (0, len(machines)))
 
 
 def test_the_first_call_after_a_compile_compiles_nothing(monkeypatch, rng):
