@@ -133,6 +133,17 @@ def _module(system):
     return ngrad
 
 
+def _calls_while(f, inputs, going, seconds):
+    """The times of calls ``f(inputs)`` made one after another while ``going()``, for at most
+    ``seconds``."""
+    more, stop = [], time.perf_counter() + seconds
+    while going() and time.perf_counter() < stop:
+        t = time.perf_counter()
+        f(inputs)
+        more.append(time.perf_counter() - t)
+    return more
+
+
 def child(problem, size, system, calls):
     """Time ``calls`` calls in this (fresh) process; print one JSON line."""
     t0 = time.perf_counter()
@@ -151,22 +162,12 @@ def child(problem, size, system, calls):
         times.append(time.perf_counter() - t)
     out = {"import_s": imported, "times": times}
     if not system.startswith("ngrad"):  # as many calls again as ngrad's compiles take, about
-        more, stop = [], time.perf_counter() + LATER_S
-        while time.perf_counter() < stop:
-            t = time.perf_counter()
-            f(inputs)
-            more.append(time.perf_counter() - t)
-        out["more"] = more
-    if system.startswith("ngrad"):  # its steady state: once the background compiles are in use
+        out["more"] = _calls_while(f, inputs, lambda: True, LATER_S)
+    else:  # its steady state: once the background compiles are in use
         import ngrad
         from ngrad.engine.runtime import background
 
-        more, stop = [], time.perf_counter() + 60
-        while background.pending() and time.perf_counter() < stop:  # as a loop goes on meanwhile
-            t = time.perf_counter()
-            f(inputs)
-            more.append(time.perf_counter() - t)
-        out["more"] = more
+        out["more"] = _calls_while(f, inputs, background.pending, 60)  # as a loop goes on meanwhile
         t = time.perf_counter()
         ngrad.synchronize_compiles()
         out["wait_s"] = time.perf_counter() - t

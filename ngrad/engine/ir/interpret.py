@@ -140,13 +140,14 @@ TAN_TRIG_MIN = 512 if _svml_tan() else None
 # of 4, 256 of 8, 256-512 of 11, 1,024 of 16)
 COLUMNS_MAX = 16
 _COLUMNS_SIZE = (1 << 62, 1 << 62) + tuple(k * max(32 * k, 4 * k * k) for k in range(2, COLUMNS_MAX + 1))
+COLUMNS_MIN = min(_COLUMNS_SIZE)  # smaller arrays are reduced by NumPy without the call
 
 
 def _by_columns(ufunc: np.ufunc, x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray | None:
     """``ufunc``'s reduction of a float array ``x`` over its last axis, when that axis is short
-    and the rows many (see ``COLUMNS_MAX``), as ``ufunc`` applied column after
-    column; else None. NumPy's reduction
-    runs an inner loop per row, which over a short contiguous axis is mostly overhead: the sum
+    and the rows many (see ``COLUMNS_MAX``), as ``ufunc`` applied column after column; else
+    None. NumPy's reduction runs an inner loop per row, which over a short contiguous axis is
+    mostly overhead: the sum
     over the last axis of a (2, 10000, 3) array took 220 µs, its columns added 13 µs (of
     (1000, 25, 10): 354 and 176 µs; of (1000, 25, 16): 361 and 280). The order is NumPy's own
     below 8 elements (one after the other), a rounding apart above."""
@@ -241,26 +242,26 @@ class NumpyMath(*(family.Numpy for family in FAMILIES)):  # type: ignore[misc]
 
     @staticmethod
     def sum(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
-        r = _by_columns(np.add, x, axes, keepdim) if x.size >= 64 else None
+        r = _by_columns(np.add, x, axes, keepdim) if x.size >= COLUMNS_MIN else None
         return np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype) if r is None else r
 
     @staticmethod
     def prod(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
-        r = _by_columns(np.multiply, x, axes, keepdim) if x.size >= 64 else None
+        r = _by_columns(np.multiply, x, axes, keepdim) if x.size >= COLUMNS_MIN else None
         return np.prod(x, axis=axes, keepdims=keepdim, dtype=x.dtype) if r is None else r
 
     @staticmethod
     def amax(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
         if not axes:
             return x
-        r = _by_columns(np.maximum, x, axes, keepdim) if x.size >= 64 else None
+        r = _by_columns(np.maximum, x, axes, keepdim) if x.size >= COLUMNS_MIN else None
         return np.amax(x, axis=axes, keepdims=keepdim) if r is None else r
 
     @staticmethod
     def amin(x: np.ndarray, axes: tuple[int, ...], keepdim: bool) -> np.ndarray:
         if not axes:
             return x
-        r = _by_columns(np.minimum, x, axes, keepdim) if x.size >= 64 else None
+        r = _by_columns(np.minimum, x, axes, keepdim) if x.size >= COLUMNS_MIN else None
         return np.amin(x, axis=axes, keepdims=keepdim) if r is None else r
 
     @staticmethod
