@@ -16,10 +16,9 @@ runs when its guard fails).
 import ast
 import functools
 
-from llvmlite import ir
-
 from ..backend import vmath
-from .ir_values import IRMath, IRValue
+from . import ir_text as ir
+from .ir_values import IRMath
 from .kernel_types import (
     CONSTANTS,
     FLOATS,
@@ -65,6 +64,64 @@ _INT_OPS = {
     ast.LShift: "shl",
     ast.RShift: "ashr",
 }
+
+
+def _statements(body):
+    """Every statement of ``body``, those inside loops and branches included."""
+    todo = list(reversed(body))
+    while todo:
+        s = todo.pop()
+        yield s
+        if isinstance(s, (ast.For, ast.While, ast.If)):
+            todo += reversed(s.orelse)
+            todo += reversed(s.body)
+
+
+# the fields holding the nodes inside each kind of node a kernel's expressions and simple
+# statements are made of: ``ast.walk`` finds them through every field of every node, and three of
+# its walks were a fifth of lowering ba's largest kernel
+_CHILDREN = {
+    ast.BinOp: ("left", "right"),
+    ast.UnaryOp: ("operand",),
+    ast.BoolOp: ("values",),
+    ast.Compare: ("left", "comparators"),
+    ast.Call: ("func", "args", "keywords"),
+    ast.keyword: ("value",),
+    ast.IfExp: ("test", "body", "orelse"),
+    ast.Attribute: ("value",),
+    ast.Subscript: ("value", "slice"),
+    ast.Slice: ("lower", "upper", "step"),
+    ast.Tuple: ("elts",),
+    ast.List: ("elts",),
+    ast.Constant: (),
+    ast.Assign: ("targets", "value"),
+    ast.AugAssign: ("target", "value"),
+    ast.Expr: ("value",),
+    ast.Return: ("value",),
+}
+
+
+def _names(node, ctx):
+    """The names ``node`` reads (``ctx`` ``ast.Load``) or binds (``ast.Store``), anywhere in it."""
+    out, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        kind = n.__class__
+        if kind is ast.Name:
+            if n.ctx.__class__ is ctx:
+                out.add(n.id)
+            continue
+        fields = _CHILDREN.get(kind)
+        if fields is None:
+            todo.extend(ast.iter_child_nodes(n))
+            continue
+        for f in fields:
+            v = getattr(n, f)
+            if v.__class__ is list:
+                todo += v
+            elif v is not None:
+                todo.append(v)
+    return out
 
 
 class Array:
@@ -179,7 +236,7 @@ class Emitter(Typer):
         """How many statements bind each name (a loop's target counts once; a store into an
         array's element binds nothing)."""
         counts: dict = {}
-        for n in ast.walk(self.fn):
+        for n in _statements(self.fn.body):
             todo = (
                 list(n.targets)
                 if isinstance(n, ast.Assign)
@@ -220,10 +277,10 @@ class Emitter(Typer):
         once, bad = self._assignments, set()
 
         def loads(node):
-            return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            return _names(node, ast.Load)
 
         def bound(target):
-            return {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            return _names(target, ast.Store)
 
         def block(stmts, seen):
             seen = set(seen)
@@ -297,20 +354,10 @@ class Emitter(Typer):
         self._flow(s.body, incr, loop=(incr, after))
         b.position_at_end(incr)
         b.store(b.add(b.load(counter), ir.Constant(I64, step), flags=["nsw"]), counter)
-        back = b.branch(cond)
+        b.branch(cond)
         if self.short_loops:
-            back.set_metadata("llvm.loop", self._loop_id(("llvm.loop.interleave.count", 1)))
+            b.loop_hint(self.module.loop_id([("llvm.loop.interleave.count", 1)]))
         b.position_at_end(after)
-
-    def _loop_id(self, *hints):
-        """A loop's ID for LLVM with ``(name, value)`` hints to its loop passes: a metadata node
-        of its own whose first operand is itself, as LLVM takes one."""
-        m = self.module
-        props = [m.add_metadata([ir.MetaDataString(m, name), ir.Constant(I32, value)]) for name, value in hints]
-        # a placeholder operand unique to this loop, so add_metadata makes a node of its own
-        node = m.add_metadata([ir.MetaDataString(m, f"ngrad.loop.{len(m.metadata)}")])
-        node.operands = (node, *props)
-        return node
 
     def _tuple_loop(self, s):
         """``for a, b in ((x, y), (z, w)):`` written out once per element."""
@@ -368,7 +415,7 @@ class Emitter(Typer):
         """The names of ``range`` loops' variables that count up from a literal >= 0 and are
         bound nowhere else."""
         once, names = self._assignments, set()
-        for s in ast.walk(self.fn):
+        for s in _statements(self.fn.body):
             if isinstance(s, ast.For) and isinstance(s.target, ast.Name) and once.get(s.target.id) == 1:
                 it = s.iter
                 if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
@@ -606,7 +653,8 @@ class Emitter(Typer):
             if name in vmath.FUNCTIONS:
                 at, v = self.ex(args[0])
                 x = self._cast(v, at, "f64")
-                return "f64", vmath.FUNCTIONS[name](IRMath(b), IRValue(b, x)).v
+                m = IRMath(b, ir)
+                return "f64", vmath.FUNCTIONS[name](m, m.value(x)).v
             if name in ("_fmax", "_fmin"):
                 x, y = self.ex(args[0])[1], self.ex(args[1])[1]
                 fn = self.module.declare_intrinsic(

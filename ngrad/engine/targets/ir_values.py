@@ -1,44 +1,43 @@
 """vmath's LLVM backend: values inside a kernel being compiled whose operators emit LLVM
-instructions through llvmlite's IR builder.
+instructions through an IR builder.
 
-Contract: ``IRMath(builder)`` is the math backend ``m`` vmath's functions take, ``IRValue(builder,
-value)`` a float64 or int64 LLVM value they compute on; ``fn(IRMath(b), IRValue(b, x)).v`` is the
-LLVM value of vmath function ``fn`` at ``x``, emitted inline at ``b``'s position. Both CPU
-compilers use it: ngrad's own (``emit``) and Numba's intrinsics (``njit``). Imports llvmlite only.
+Contract: ``IRMath(builder, layer)`` is the math backend ``m`` vmath's functions take, where
+``layer`` is the module of ``builder``'s types and constants (``llvmlite.ir`` for Numba's
+intrinsics in ``njit``, ``ir_text`` for ngrad's own compiler in ``emit``: the same names);
+``m.value(x)`` is an ``IRValue``, a float64 or int64 LLVM value they compute on;
+``fn(m, m.value(x)).v`` is the LLVM value of vmath function ``fn`` at ``x``, emitted inline at
+``builder``'s position. Imports nothing.
 """
 
-from llvmlite import ir
-
 __all__ = ["IRValue", "IRMath"]
-
-_F64, _I64 = ir.DoubleType(), ir.IntType(64)
 
 
 class IRValue:
     """A value inside a kernel being compiled: operators emit LLVM instructions (see ``IRMath``)."""
 
-    __slots__ = ("b", "v")
+    __slots__ = ("m", "b", "v")
 
-    def __init__(self, builder, value):
-        self.b, self.v = builder, value
+    def __init__(self, math, value):
+        self.m, self.b, self.v = math, math.b, value
+
+    def _float(self):
+        return self.v.type.intrinsic_name == "f64"
 
     def _coerce(self, other):
         if isinstance(other, IRValue):
             return other.v
-        if isinstance(self.v.type, ir.DoubleType):
-            return ir.Constant(_F64, float(other))
-        return ir.Constant(self.v.type, int(other))
+        return self.m.ir.Constant(self.v.type, float(other) if self._float() else int(other))
 
     def _op(self, fop, iop, other, swap=False):
         a, c = self.v, self._coerce(other)
         a, c = (c, a) if swap else (a, c)
-        return IRValue(self.b, getattr(self.b, fop if isinstance(self.v.type, ir.DoubleType) else iop)(a, c))
+        return IRValue(self.m, getattr(self.b, fop if self._float() else iop)(a, c))
 
     def _cmp(self, op, other):
-        if isinstance(self.v.type, ir.DoubleType):  # ordered, except != (true for NaN, like Python's)
+        if self._float():  # ordered, except != (true for NaN, like Python's)
             cmp = self.b.fcmp_unordered if op == "!=" else self.b.fcmp_ordered
-            return IRValue(self.b, cmp(op, self.v, self._coerce(other)))
-        return IRValue(self.b, self.b.icmp_signed(op, self.v, self._coerce(other)))
+            return IRValue(self.m, cmp(op, self.v, self._coerce(other)))
+        return IRValue(self.m, self.b.icmp_signed(op, self.v, self._coerce(other)))
 
     def __add__(self, o):
         return self._op("fadd", "add", o)
@@ -74,7 +73,7 @@ class IRValue:
         return self._op(None, "shl", o)
 
     def __neg__(self):
-        return IRValue(self.b, self.b.fneg(self.v))
+        return IRValue(self.m, self.b.fneg(self.v))
 
     def __lt__(self, o):
         return self._cmp("<", o)
@@ -101,16 +100,22 @@ class IRMath:
     """vmath's backend emitting LLVM IR: a helper's operations become the caller's own
     straight-line IR, so the loop around it sees no call and vectorises."""
 
-    def __init__(self, builder):
-        self.b = builder
+    def __init__(self, builder, layer):
+        self.b, self.ir = builder, layer
+        self.f64, self.i64 = layer.DoubleType(), layer.IntType(64)
+
+    def value(self, v):
+        """``v``, an LLVM value of this builder, as vmath's functions take it."""
+        return IRValue(self, v)
 
     def _llvm(self, name, *args):
-        fn = self.b.module.declare_intrinsic(name, [_F64], ir.FunctionType(_F64, [_F64] * len(args)))
-        return IRValue(self.b, self.b.call(fn, [a.v for a in args]))
+        f64 = self.f64
+        fn = self.b.module.declare_intrinsic(name, [f64], self.ir.FunctionType(f64, [f64] * len(args)))
+        return IRValue(self, self.b.call(fn, [a.v for a in args]))
 
     def select(self, c, x, y):
-        f = lambda v: v if isinstance(v, IRValue) else IRValue(self.b, ir.Constant(_F64, float(v)))
-        return IRValue(self.b, self.b.select(c.v, f(x).v, f(y).v))
+        f = lambda v: v if isinstance(v, IRValue) else IRValue(self, self.ir.Constant(self.f64, float(v)))
+        return IRValue(self, self.b.select(c.v, f(x).v, f(y).v))
 
     def rint(self, x):
         return self._llvm("llvm.rint", x)
@@ -128,10 +133,10 @@ class IRMath:
         return self.select(x > c, x, c)
 
     def bits(self, x):
-        return IRValue(self.b, self.b.bitcast(x.v, _I64))
+        return IRValue(self, self.b.bitcast(x.v, self.i64))
 
     def float(self, i):
-        return IRValue(self.b, self.b.bitcast(i.v, _F64))
+        return IRValue(self, self.b.bitcast(i.v, self.f64))
 
     def lshr(self, i, n):
-        return IRValue(self.b, self.b.lshr(i.v, ir.Constant(_I64, n)))
+        return IRValue(self, self.b.lshr(i.v, self.ir.Constant(self.i64, n)))

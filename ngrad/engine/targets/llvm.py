@@ -35,10 +35,10 @@ import threading
 import time
 
 import llvmlite.binding as ll
-from llvmlite import ir
 
+from . import ir_text as ir
 from . import objects
-from .emit import F32, F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
+from .emit import F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
 from .kernel_types import Unsupported, arg_type
 
 __all__ = ["compile", "lower", "assemble", "Unsupported", "usable", "phases"]
@@ -51,23 +51,20 @@ class _Function(Emitter):
     def __init__(self, fn, sig, name, step):
         super().__init__(fn, sig)
         self.step, self.count, self.name = step, 0, name
-        self.module = ir.Module(name=name)
         # the triple ``objects`` read once: a call into llvmlite takes its lock, which first waits
         # for every LLVM compile running outside it (``_Turns``), so compile-ahead threads typing
         # a kernel here waited for the others' LLVM work to end
-        self.module.triple = objects.host()[0]
+        self.module = ir.Module(name, objects.host()[0])
 
     # ---- emitting ----------------------------------------------------------------------------
 
     def emit(self):
-        fnty = ir.FunctionType(PTR, [PTR, PTR, PTR])
-        self.function = f = ir.Function(self.module, fnty, name=self.name)
-        self.env = ir.GlobalVariable(self.module, PTR, name=self.name + "_env")
-        self.env.initializer = ir.Constant(PTR, None)
+        self.function = f = self.module.function(self.name, PTR, [PTR, PTR, PTR])
+        self.module.variable(self.name + "_env", "global ptr null")
         entry = f.append_basic_block("entry")
-        self.allocas = ir.IRBuilder(entry)
+        self.allocas = ir.Builder(f, entry)
         body = f.append_basic_block("body")
-        self.b = b = ir.IRBuilder(body)
+        self.b = b = ir.Builder(f, body, FAST)
         self.slots, self.values, self.arrays, self.locals, self.loops = {}, {}, {}, [], []
         self.exit = f.append_basic_block("exit")
         self.fail = f.append_basic_block("fail")
@@ -101,7 +98,6 @@ class _Function(Emitter):
                 b.call(self._c("Py_IncRef", ir.VoidType(), [PTR]), [none])
                 b.ret(none)
         self.allocas.branch(body)
-        _fast(f)
         return self.module
 
     def _alloca(self, t, name):
@@ -109,17 +105,10 @@ class _Function(Emitter):
 
     def _c(self, name, ret, args):
         """The declared external function ``name``."""
-        fn = self.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
-        return fn
+        return self.module.declare(name, ret, args)
 
     def _global(self, name):
-        g = self.module.globals.get(name)
-        if g is None:
-            g = ir.GlobalVariable(self.module, I8, name=name)
-            g.linkage = "external"
-        return self.b.bitcast(g, PTR)
+        return self.module.variable(name, "external global i8")
 
     def _unpack(self, args):
         """Read each argument out of the call's tuple (its kind is ``sig``'s: trusted)."""
@@ -157,22 +146,6 @@ class _Function(Emitter):
             if name in self.slots or name in self.ssa:
                 self._store_name(name, (t, v))
 
-
-def _fast(function):
-    """Numba's ``fastmath`` flags on every float operation of ``function`` that has none, the
-    vmath helpers' included (as Numba's rewrite of a ``fastmath`` function does): ``contract``
-    lets LLVM fuse their polynomials' multiply-adds (chain's kernel: 1.35x slower without)."""
-    for block in function.blocks:
-        for instr in block.instructions:
-            if instr.opname in _FAST_OPS:
-                if not instr.flags:
-                    instr.flags.extend(FAST)
-            elif isinstance(instr, ir.CallInstr) and instr.type in (F64, F32):
-                for flag in FAST:
-                    instr.fastmath.add(flag)
-
-
-_FAST_OPS = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fcmp"))
 
 # ---------------------------------------------------------------------------------------------
 # The object layouts the wrapper reads, checked once against this process's Python and NumPy

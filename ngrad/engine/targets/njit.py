@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 from ..backend import vmath
 from ..store import cache_root, usable_dir
 from .cpu import register_steps
-from .ir_values import IRMath, IRValue
+from .ir_values import IRMath
 
 __all__ = [
     "dispatcher",
@@ -55,7 +55,8 @@ def _helper(fn):
 
         def codegen(context, builder, signature, args):
             v = context.cast(builder, args[0], signature.args[0], types.float64)
-            return fn(IRMath(builder), IRValue(builder, v)).v
+            m = IRMath(builder, ir)
+            return fn(m, m.value(v)).v
 
         return types.float64(x), codegen
 
