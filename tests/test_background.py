@@ -89,9 +89,10 @@ def test_a_bytecode_tape_compiles_its_loop_in_the_background(monkeypatch, rng):
 
 
 def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monkeypatch, rng):
-    """While the worker compiles, NumPy's OpenBLAS runs on the threads the compile threads leave
-    (``background._blas_share``), and gets its count back when the compiles have ended; a job
-    that only loads its kernels from disk leaves it alone."""
+    """From the start of a burst of jobs (planning included, so that OpenBLAS's spinning threads
+    are asleep when LLVM starts) while the worker compiles, NumPy's OpenBLAS runs on the threads
+    the compile threads leave (``background._blas_share``), and gets its count back when the
+    compiles have ended; a job that only loads its kernels from disk gives it back at once."""
     from ngrad.engine.ir import blas
     from ngrad.engine.targets import cpu
 
@@ -102,6 +103,14 @@ def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monke
     monkeypatch.setattr(background, "_blas_share", lambda threads: 1)
     seen, real = [], background.warm
     monkeypatch.setattr(background, "warm", lambda *args: seen.append(count()) or real(*args))
+    planned, advance = [], dispatch.advance
+
+    def planning(*args):  # the worker's planning (a call may plan too, when it can compile at once)
+        if threading.current_thread().name == "ngrad-compile":
+            planned.append(count())
+        return advance(*args)
+
+    monkeypatch.setattr(dispatch, "advance", planning)
 
     def f(x):
         return ((x @ x.T).tanh() * 0.5 + x.sum()).sum()
@@ -112,6 +121,7 @@ def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monke
         set_count(2)
         for compiles in (True, False):  # then loaded from disk, in a process that forgot it
             seen.clear()
+            planned.clear()
             dispatch.records.clear()
             cpu._memory.clear()
             for _ in range(300):  # calls go on until the job is done
@@ -123,6 +133,7 @@ def test_numpys_openblas_keeps_the_cores_the_compiles_leave_while_they_run(monke
                 time.sleep(0.005)
             assert ngrad.synchronize_compiles(timeout=300)
             assert seen and set(seen) == ({1} if compiles else {2})
+            assert planned and set(planned) == {1}
             assert count() == 2
     finally:
         set_count(start)

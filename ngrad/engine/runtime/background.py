@@ -35,12 +35,13 @@ first, yet a loop that never pauses gets its kernels at most ``DEFER_MAX_S`` lat
 
 While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
 queue empties): Numba's front end is Python and holds the GIL, and a call that releases the GIL
-for a NumPy loop would otherwise wait up to 5 ms to get it back. Once a job compiles (not when
-it only loads from disk), NumPy's OpenBLAS runs on the cores the compile threads leave until the
-queue empties (``blas.limit_numpy_threads``): its worker thread spins between the calls'
-products on the core LLVM needs. For the same span the objects alive when it began are frozen
-out of the garbage collector's generations (``gc.freeze``, unless the program froze some or
-turned it off): the full collections a compile's churn sets off then skip them.
+for a NumPy loop would otherwise wait up to 5 ms to get it back. From the burst's start (given
+back when its first job only loads from disk), NumPy's OpenBLAS runs on the cores the compile
+threads leave until the queue empties (``blas.limit_numpy_threads``): its worker thread spins
+between the calls' products, and for 0.1 s after the last, on the core LLVM needs. For the same
+span the objects alive when it began are frozen out of the garbage collector's generations
+(``gc.freeze``, unless the program froze some or turned it off): the full collections a
+compile's churn sets off then skip them.
 """
 
 import collections
@@ -104,6 +105,7 @@ _state = {
     "worker": None,
     "switch": None,
     "blas": None,
+    "compiled": False,  # a job of this burst compiled (not only loaded): OpenBLAS stays limited
     "frozen": False,
     "warned": False,
     "running": None,
@@ -119,15 +121,19 @@ def _blas_share(threads):
 
 
 def _limit_blas(threads=1):
-    """On the worker, before LLVM works on ``threads`` threads (here or in the compile server):
-    NumPy's OpenBLAS keeps the cores they leave until the queue empties (the burst's first such
-    job sets it). A job that only loads kernels from disk leaves it alone (a warm process's
-    products on fewer threads would be slower for nothing)."""
+    """NumPy's OpenBLAS keeps the cores that ``threads`` compile threads leave, until the queue
+    empties: set as a burst of jobs starts, and lowered when a job compiles on more threads (here
+    or in the compile server). OpenBLAS's own threads spin for 0.1 s after their last product
+    before they sleep, so the limit comes before the compiles do: set only when the first
+    compile began, gmm's calls spun them on for 0.1 s of LLVM's work, three threads on two
+    cores, and took 6 ms instead of 1.3."""
     with _cond:
-        if _state["blas"] is None:
-            share = _blas_share(threads)
+        share, held = _blas_share(threads), _state["blas"]
+        if held is None:
             before = limit_numpy_threads(share)
             _state["blas"] = None if before is None else (before, share)
+        elif share < held[1] and limit_numpy_threads(share) is not None:
+            _state["blas"] = (held[0], share)
 
 
 def _give_blas_back():
@@ -255,6 +261,8 @@ def submit(record, tape, values, advance):
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
             _freeze_heap()
+            _limit_blas()
+            _state["compiled"] = False
         _state["active"] += 1
         worker = _state["worker"]
         if worker is None or not worker.is_alive():
@@ -343,7 +351,11 @@ def _compile(record, tier, tape, values):
         made = record.cached
         if not made:  # compile-ahead's threads for a plan of several new kernels, else one
             many = not isinstance(tier, Machine) and record.pending > 1
+            _state["compiled"] = True
             _limit_blas(min(compile_threads(), record.pending) if many else 1)
+        elif not _state["compiled"]:  # only loads so far: a warm process's products keep their threads
+            with _cond:
+                _give_blas_back()
         if compile_mode() == "process" and not made:
             made = compile_remote(tier, tape, values, meanwhile=_warm_up)
         _defer_in_compiles()
