@@ -56,6 +56,20 @@ def _agree(text, make_args, runners=(_emitted,), exact=True):
 
 
 CASES = {
+    # names typed again on a second pass: ints that a later float assignment makes floats (as Numba
+    # unifies them), and a name computed from one before that assignment
+    "retyped": (
+        "def kernel(a, o):\n"
+        "    x = 0\n"
+        "    y = 1\n"
+        "    for i in range(a.shape[0]):\n"
+        "        z = x * 3 + 1\n"
+        "        o[i, 0] = z / 2\n"
+        "        o[i, 1] = y * 2\n"
+        "        y = a[i] + 0.5\n"
+        "        x = x + y\n",
+        lambda: (np.array([1.0, 2.0, 3.0]), np.zeros((3, 2))),
+    ),
     # Python's floor division and modulo of integers, negatives included; zero divisors are NumPy's 0
     "int_division": (
         "def kernel(a, b, o):\n"

@@ -144,9 +144,13 @@ class Typer:
         for p, s in zip(params, self.sig):
             self.types[p] = arg_type(s)
         self.params = params
-        for _ in range(10):
-            self.changed = False
+        for settle in range(10):
+            self.changed = self.revised = False
             self._type_block(self.fn.body, final=False)
+            if settle == 0 and not self.revised:
+                # every name was typed where it was read and kept its first type: another pass
+                # would see the same types everywhere (two thirds of typing a straight kernel)
+                return
             if not self.changed:
                 break
         else:
@@ -164,7 +168,7 @@ class Typer:
             new = unify(old, t)
             if new != old:
                 self.types[name] = new
-                self.changed = True
+                self.changed = self.revised = True
 
     def _type_block(self, body, final):
         for s in body:
@@ -173,6 +177,7 @@ class Typer:
             except _Unknown as e:
                 if final:
                     raise Unsupported(f"{e} used before it is assigned") from None
+                self.revised = True  # read before its type was known: typed again next pass
 
     def _type_stmt(self, s, final):
         if isinstance(s, ast.Assign):
