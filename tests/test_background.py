@@ -450,7 +450,9 @@ def test_a_burst_of_jobs_freezes_the_heap_until_it_ends_unless_the_program_froze
     frozen_garbage = [[]]
     frozen_garbage[0].append(frozen_garbage)  # a cycle made before the burst: not collected in it
     del frozen_garbage
-    assert gc.collect() >= 0 and seen[0] > 1000 and gc.get_freeze_count() == seen[0]
+    # still frozen after a full collection (objects frozen may die meanwhile: pytest-xdist's own
+    # thread runs too, the more often for the short switch interval of a burst)
+    assert gc.collect() >= 0 and seen[0] > 1000 and 0.9 * seen[0] < gc.get_freeze_count() <= seen[0]
     go.set()
     assert background.synchronize(timeout=120)
     assert gc.get_freeze_count() == 0  # thawed: everything is collected as usual again
@@ -463,6 +465,34 @@ def test_a_burst_of_jobs_freezes_the_heap_until_it_ends_unless_the_program_froze
         assert seen[-1] <= mine and 0.9 * mine < gc.get_freeze_count() <= mine
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is Linux's")
+def test_a_burst_sharpens_its_callers_timer_slack_until_its_first_call_after():
+    """The thread that starts a burst of jobs waits for the interpreter's lock after each NumPy
+    operation with a timer slack of 1 ns (the kernel's default 50 µs more than doubled those
+    waits); its first call after the burst puts the slack back."""
+    import ctypes
+
+    from ngrad.engine.runtime.tiering import Decision, Record
+
+    slack = lambda: ctypes.CDLL(None).prctl(30, 0, 0, 0, 0)  # noqa: E731  (PR_GET_TIMERSLACK)
+    assert background.synchronize(timeout=120)
+    x = ngrad.arange(4.0)
+    float((x * 2).sum())  # a call: anything an earlier test left is settled
+    before, go = slack(), threading.Event()
+
+    def job(copies):
+        go.wait(20)
+        return Decision.WAIT
+
+    assert background.submit(Record(), None, [], job)
+    assert slack() == 1
+    go.set()
+    assert background.synchronize(timeout=120)
+    assert slack() == 1  # until the caller's next call
+    float((x - 0.125).exp().sum())  # a structure seen once: nothing compiles, no burst starts
+    assert slack() == before and background.pending() == 0
 
 
 def _children():

@@ -34,8 +34,11 @@ and at most ``DEFER_MAX_S`` in all, once per process: a new script's first calls
 first, yet a loop that never pauses gets its kernels at most ``DEFER_MAX_S`` later.
 
 While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
-queue empties): Numba's front end is Python and holds the GIL, and a call that releases the GIL
-for a NumPy loop would otherwise wait up to 5 ms to get it back. From the burst's start (given
+queue empties), and on Linux the timer slack of the thread that started the burst to 1 ns
+(restored at its first call after the burst, ``settle``): the worker's Python (planning, typing
+kernels and writing their IR, Numba's front end) holds the GIL, and a call that releases the GIL
+for each NumPy operation waits, after each, a switch interval plus the slack the kernel adds to
+that timed wait (50 µs by default) to get it back. From the burst's start (given
 back when its first job only loads from disk), NumPy's OpenBLAS runs on the cores the compile
 threads leave until the queue empties (``blas.limit_numpy_threads``): its worker thread spins
 between the calls' products, and for 0.1 s after the last, on the core LLVM needs. For the same
@@ -46,6 +49,7 @@ compile's churn sets off then skip them.
 
 import collections
 import contextlib
+import ctypes
 import gc
 import os
 import sys
@@ -61,10 +65,17 @@ from .driver import warm
 from .machine import Machine
 from .tiering import Decision
 
-__all__ = ["submit", "synchronize", "wait", "pending", "defer_to_calls", "MAX_QUEUED"]
+__all__ = ["submit", "synchronize", "wait", "pending", "settle", "defer_to_calls", "MAX_QUEUED"]
 
 MAX_QUEUED = 16
-SWITCH_S = 2e-4
+# A thread spinning in Python, 400 np.sin of 10,000 elements on the main thread (2 cores; alone
+# 29 ms): 143 ms at 2e-4 (the slack 50 µs), 80 at 5e-5, 65 at 1e-5; with a slack of 1 ns 121, 61
+# and 42 ms. The spinning thread ran at 47, 48, 46 and 45 thousand loops a second (52 alone).
+# Compiling (three fresh processes each, against 2e-4 and the default slack): ba's slowest call
+# 21-28 -> 18-23 ms and gmm's 6-10.5 -> 5-6 at 5e-5 with a slack of 1 ns, the kernels as soon;
+# at 1e-5, 20-23 and 6-6.4 ms, the kernels 40-60 ms later (the worker's Python more often
+# interrupted).
+SWITCH_S = 5e-5
 # Before a burst of jobs (the worker was idle) it leaves the interpreter's lock to the calls for
 # this long, unless somebody waits for the compiles. A job's first half-second is Python (Numba's
 # import and front end, fusion), which on two cores took the lock from the very calls that asked
@@ -106,6 +117,7 @@ _state = {
     "switch": None,
     "blas": None,
     "compiled": False,  # a job of this burst compiled (not only loaded): OpenBLAS stays limited
+    "slack": None,  # (thread, its timer slack before the burst): restored by ``settle``
     "frozen": False,
     "warned": False,
     "running": None,
@@ -232,7 +244,11 @@ def _forked():
         sys.setswitchinterval(_state["switch"])
         _give_blas_back()
         _thaw_heap()
+    slack = _state["slack"]
+    if slack is not None and slack[0] == threading.get_ident():  # the forking thread's, inherited
+        _timer_slack(slack[1])
     _state.update(active=0, worker=None, switch=None, blas=None, frozen=False, running=None, waiters=0, ident=None)
+    _state["slack"] = None
     _pace.update(start=None, slept=0.0)  # a process of its own first calls
 
 
@@ -243,6 +259,33 @@ if hasattr(os, "register_at_fork"):  # POSIX
 def pending():
     """How many jobs are queued or running."""
     return _state["active"]
+
+
+def settle():
+    """On the thread that started a burst of jobs, once none is pending: its timer slack as it
+    was (the worker cannot set another thread's). Every call runs it: a global's test."""
+    slack = _state["slack"]
+    if slack is not None and _state["active"] == 0 and slack[0] == threading.get_ident():
+        _state["slack"] = None
+        _timer_slack(slack[1])
+
+
+def _timer_slack(ns):
+    """Set the calling thread's timer slack to ``ns`` nanoseconds and return what it was (Linux's
+    ``prctl``); None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = _state.get("prctl") or _state.setdefault("prctl", ctypes.CDLL(None, use_errno=True).prctl)
+        before = prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
+        if before <= 0 or prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return before
+
+
+_PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30
 
 
 def submit(record, tape, values, advance):
@@ -260,7 +303,10 @@ def submit(record, tape, values, advance):
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
-            _freeze_heap()
+            if _state["slack"] is None:
+                before = _timer_slack(1)
+                _state["slack"] = None if before is None else (threading.get_ident(), before)
+            _freeze_heap()  # after ctypes made its objects (the first time, dropping some)
             _limit_blas()
             _state["compiled"] = False
         _state["active"] += 1

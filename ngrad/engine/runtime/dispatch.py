@@ -49,6 +49,7 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
     with them, under ``auto`` unless ``NGRAD_COMPILE=wait``, whatever is due (encoding,
     planning, compiling: ``advance``) happens on the worker thread (``background.submit``) and
     this call runs on the interpreter; without them (``prepare``) the caller waits for it."""
+    background.settle()
     if mode == "never" or not tape.instrs:
         return None
     key = tape.key()
