@@ -536,6 +536,27 @@ def test_one_compile_server_serves_every_structure_and_interpreted_tapes_reach_i
         assert _children() - before == {proc.pid}
 
 
+def test_the_compile_servers_blas_runs_on_one_thread(monkeypatch, rng):
+    """The child's runs only warm its functions up: its BLAS gets one thread, so that no thread
+    of OpenBLAS spins after their products on the cores the program's calls and LLVM share."""
+    if compile_mode() != "process" or _children() is None:
+        pytest.skip("the compile server serves NGRAD_COMPILE=process; its threads are read from /proc")
+
+    def f(x):
+        return (x @ x).tanh().sum()
+
+    x0 = rng.standard_normal((160, 160))
+    want = _reference(x0, f, monkeypatch)
+    for _ in range(3):
+        got = _value_and_grad(x0, f)
+    assert ngrad.synchronize_compiles(timeout=120)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-10)
+    proc = compile_server._child["proc"]
+    assert proc is not None and proc.poll() is None
+    threads = __import__("os").listdir(f"/proc/{proc.pid}/task")
+    assert len(threads) == 1, threads
+
+
 def test_a_request_that_cannot_travel_is_compiled_here_and_the_server_lives_on(rng):
     from ngrad.engine.ir.tape import Builder
 

@@ -131,11 +131,16 @@ _BOOT = (
 
 def _start():
     package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # the child's BLAS on one thread: its runs only warm up, and OpenBLAS's second thread spun
+    # for 0.1 s after each of their products on the cores the parent's calls and LLVM share
+    # (lstm's calls 9-13 took 21-25 ms instead of 13: three busy threads on two cores)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, package],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=env,
         )
     except OSError:
         _child["dead"] = True
