@@ -209,34 +209,6 @@ def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monk
         assert (asked, encoded) == ((len(machines), 0) if remote else (0, len(machines)))
 
 
-def test_an_encode_for_the_child_starts_it_with_the_call_that_asks(monkeypatch, rng):
-    """The call that hands the child an encode starts the child (0.15-0.2 s of start-up) while
-    the worker still leaves the first calls alone (``START_S``), not after; with the encoding on
-    disk no child starts."""
-
-    def step(h, x):
-        h = (h * 0.7 + x).tanh() * 0.9 + 0.1 * x
-        return h, (h * h).sum()
-
-    def f(x):
-        h, ys = ngrad.scan(step, x[0], x)
-        return (h * h).sum() + ys.sum()
-
-    x0 = rng.standard_normal((30, 5))
-    want = _reference(x0, f, monkeypatch)
-    monkeypatch.setattr(background, "START_S", 30.0)  # the worker waits: only the call can start it
-    for on_disk in (False, True):
-        compile_server.stop()
-        dispatch.records.clear()
-        for _ in range(2):  # the second call asks for the encode
-            _value_and_grad(x0, f)
-        assert (compile_server._child["proc"] is None) is on_disk
-        assert ngrad.synchronize_compiles(timeout=300)  # a waiter: the worker starts at once
-        value, grad = _value_and_grad(x0, f)
-        np.testing.assert_allclose(grad, want[1], rtol=1e-10)
-        assert (compile_server._child["proc"] is None) is on_disk  # the encoding was read back
-
-
 def test_the_first_call_after_a_compile_compiles_nothing(monkeypatch, rng):
     # x[:, idx] is a NumPy result laid out with its axes permuted (not C-contiguous): the warm-up
     # runs the route the calls take, so no loop meets a layout it has no machine code for

@@ -46,7 +46,6 @@ __all__ = [
     "writable",
     "write_atomically",
     "read_plan",
-    "plan_stored",
     "write_plan",
     "plan_name",
     "key_of",
@@ -252,12 +251,6 @@ def plan_name(kind: str, modules: Iterable[ModuleType], key: Any) -> str | None:
     except (ValueError, OSError):
         return None
     return kind + hashlib.sha256(digest + body).hexdigest()[:32]
-
-
-def plan_stored(name: str) -> bool:
-    """Whether something is stored under ``name`` (``write_plan``), unread and unchecked."""
-    folder = usable_dir(create=False)
-    return folder is not None and os.path.exists(os.path.join(folder, "plans", name))
 
 
 def write_plan(name: str, data: bytes) -> None:

@@ -44,7 +44,7 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "encode_remote", "start", "stop", "ahead", "signatures", "copies", "main"]
+__all__ = ["compile_remote", "encode_remote", "stop", "ahead", "signatures", "copies", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -110,19 +110,6 @@ def _request(request, meanwhile):
     if reply[0] == "compile_error":
         raise CompileError(reply[1])
     return reply[0] == "ok"
-
-
-def start():
-    """Start the child now, unless one runs or starts, or none can (the next request then finds
-    it ready sooner: its start-up, 0.15-0.2 s, no longer waits for the request). Never waits:
-    a request holding the lock has a child already."""
-    if _child["dead"] or usable_dir() is None or not _lock.acquire(blocking=False):
-        return
-    try:
-        if _child["proc"] is None:
-            _start()
-    finally:
-        _lock.release()
 
 
 def stop():

@@ -28,10 +28,9 @@ from . import background, loops, tiering
 from .buffers import owned
 from .checks import check, check_one
 from .compile_server import encode_remote
-from .compile_server import start as start_compile_server
 from .driver import driver_code, driver_of
 from .executor import executed
-from .machine import Machine, encoded, machine_for
+from .machine import Machine, machine_for
 from .plan import CompiledPlan
 from .tiering import Decision, Record, next_state, small_steps, unrolls
 
@@ -81,10 +80,6 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
                 tier.compile()
                 return record
         if decision in (Decision.ENCODE, Decision.PLAN, Decision.COMPILE):
-            if decision is Decision.ENCODE and _encodes_elsewhere(tape, policy) and not encoded(tape):
-                # the encode will be the child's (``advance``): it starts now, while the worker
-                # leaves the first calls alone (``background.START_S``), not after
-                start_compile_server()
             background.submit(record, tape, values, lambda copies: advance(record, tape, mode, now, policy, copies))
         return record
     if advance(record, tape, mode, now, policy) is Decision.COMPILE:
@@ -121,7 +116,7 @@ def advance(record, tape, mode, now, policy, values=None):
             # the compile server encodes where the compiles go there, and under ``thread`` a tape
             # whose scans are written out: their unrolling and encoding (lstm c = 64: 0.1 s of Python
             # alone, 0.24 s sharing the interpreter's lock with the calls) made its calls 3x slower
-            if values is not None and _encodes_elsewhere(tape, policy):
+            if values is not None and (compile_mode() == "process" or unrolls(tape, policy)):
                 elsewhere = lambda: encode_remote(tape, policy, not record.small, values)  # noqa: E731
             machine = machine_for(tape, policy, big_steps=not record.small, elsewhere=elsewhere)
             if debug_level() >= 3:
@@ -151,12 +146,6 @@ def advance(record, tape, mode, now, policy, values=None):
     if new is not None and debug_level() >= 2:
         _show(new)
     return decision
-
-
-def _encodes_elsewhere(tape, policy):
-    """Whether the compile server encodes ``tape`` (``advance``): under ``process``, and under
-    ``thread`` a tape whose scans are written out."""
-    return compile_mode() == "process" or unrolls(tape, policy)
 
 
 def _show(tier):

@@ -13,12 +13,12 @@ import sys
 from ..backend import bytecode
 from ..backend.bytecode import Bytecode, loop_ops, loops_name, plan_name, source
 from ..config import debug_level
-from ..store import on_disk, plan_stored, read_plan, write_plan
+from ..store import on_disk, read_plan, write_plan
 from ..targets import resident
 from ..transform.unroll import unroll
 from .tiering import POLICY, small_steps, unrolls
 
-__all__ = ["Machine", "machine_for", "encoded", "loops", "read_loops"]
+__all__ = ["Machine", "machine_for", "loops", "read_loops"]
 
 
 class Machine:
@@ -100,12 +100,6 @@ def share_loop(code):
         name = loops_name()
         if name:
             write_plan(name, marshal.dumps(merged))
-
-
-def encoded(tape):
-    """Whether ``machine_for`` would read ``tape``'s encoding from disk (unchecked)."""
-    name = plan_name(tape)
-    return bool(name) and plan_stored(name)
 
 
 def machine_for(tape, policy=POLICY, big_steps=False, elsewhere=None):
