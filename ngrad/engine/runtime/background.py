@@ -38,10 +38,11 @@ queue empties), and on Linux the timer slack of the thread that started the burs
 (restored at its first call after the burst, ``settle``): the worker's Python (planning, typing
 kernels and writing their IR, Numba's front end) holds the GIL, and a call that releases the GIL
 for each NumPy operation waits, after each, a switch interval plus the slack the kernel adds to
-that timed wait (50 µs by default) to get it back. From the burst's start (given
-back when its first job only loads from disk), NumPy's OpenBLAS runs on the cores the compile
-threads leave until the queue empties (``blas.limit_numpy_threads``): its worker thread spins
-between the calls' products, and for 0.1 s after the last, on the core LLVM needs. For the same
+that timed wait (50 µs by default) to get it back. From the burst's start, NumPy's OpenBLAS
+runs on the cores the compile threads leave until the queue empties
+(``blas.limit_numpy_threads``): its worker thread spins between the calls' products, and for
+0.1 s after the last, on the core LLVM needs; and on one thread during the worker's warm-up
+runs, whose products would take turns with the calls' at OpenBLAS's thread server. For the same
 span the objects alive when it began are frozen out of the garbage collector's generations
 (``gc.freeze``, unless the program froze some or turned it off): the full collections a
 compile's churn sets off then skip them.
@@ -116,7 +117,6 @@ _state = {
     "worker": None,
     "switch": None,
     "blas": None,
-    "compiled": False,  # a job of this burst compiled (not only loaded): OpenBLAS stays limited
     "slack": None,  # (thread, its timer slack before the burst): restored by ``settle``
     "frozen": False,
     "warned": False,
@@ -153,6 +153,19 @@ def _give_blas_back():
     if _state["blas"] is not None:
         restore_numpy_threads(*_state["blas"])
         _state["blas"] = None
+
+
+@contextlib.contextmanager
+def _blas_alone():
+    """The worker's warm-up run with NumPy's OpenBLAS on one thread (process-wide, for that
+    run): a product of the calls and one of the run each on several threads, at once, take turns
+    at OpenBLAS's thread server, the waiting one spinning: a warm mlp's call met its warm-up
+    run's products and took 31-36 ms (1.4 alone)."""
+    before = limit_numpy_threads(1)
+    try:
+        yield
+    finally:
+        restore_numpy_threads(before, 1)
 
 
 def _freeze_heap():
@@ -308,7 +321,6 @@ def submit(record, tape, values, advance):
                 _state["slack"] = None if before is None else (threading.get_ident(), before)
             _freeze_heap()  # after ctypes made its objects (the first time, dropping some)
             _limit_blas()
-            _state["compiled"] = False
         _state["active"] += 1
         worker = _state["worker"]
         if worker is None or not worker.is_alive():
@@ -397,18 +409,15 @@ def _compile(record, tier, tape, values):
         made = record.cached
         if not made:  # compile-ahead's threads for a plan of several new kernels, else one
             many = not isinstance(tier, Machine) and record.pending > 1
-            _state["compiled"] = True
             _limit_blas(min(compile_threads(), record.pending) if many else 1)
-        elif not _state["compiled"]:  # only loads so far: a warm process's products keep their threads
-            with _cond:
-                _give_blas_back()
         if compile_mode() == "process" and not made:
             made = compile_remote(tier, tape, values, meanwhile=_warm_up)
         _defer_in_compiles()
         if isinstance(tier, Machine):
             fn = tier.build()
             defer_to_calls()
-            tier.code.run(fn, values)
+            with _blas_alone():
+                tier.code.run(fn, values)
             tier.fn = fn
         else:
             lay = tier.layout()
@@ -424,7 +433,8 @@ def _compile(record, tier, tape, values):
                 from ..targets.cpu import quick_first
 
                 with quick_first() if _state["waiters"] == 0 else contextlib.nullcontext([]) as listed:
-                    warm(tier, kernels, values)
+                    with _blas_alone():
+                        warm(tier, kernels, values)
                 lay.kernels = kernels
                 with _cond:
                     _upgrades.extend(listed)
