@@ -25,6 +25,7 @@ __all__ = [
     "scan_unroll",
     "compile_mode",
     "compile_threads",
+    "cores",
     "blas_mode",
     "cache_root",
     "cache_owners",
@@ -98,8 +99,10 @@ def jit_mode() -> str:
 
 
 @functools.cache
-def _cores() -> int:
-    # os.cpu_count() took 22-35 µs, and a scan's body asked on every call
+def cores() -> int:
+    """The machine's cores, read once (``os.cpu_count()`` took 22-35 µs, and a scan's body
+    asked on every call): what the compile mode, the compile threads and the BLAS threads left
+    to the calls while compiles run are counted from."""
     return os.cpu_count() or 1
 
 
@@ -110,7 +113,7 @@ def compile_mode() -> str:
     written out for bytecode is still encoded by the child), or ``wait`` (the call that needs
     them compiles them). By default ``process`` on a machine of four cores or more, else
     ``thread`` (on two cores a child competes for the same cores and delivers later)."""
-    default = "process" if _cores() >= 4 else "thread"
+    default = "process" if cores() >= 4 else "thread"
     return _choice("NGRAD_COMPILE", default, ("process", "thread", "wait"))
 
 
@@ -118,7 +121,7 @@ def compile_threads() -> int:
     """``NGRAD_COMPILE_THREADS``: how many threads the compile server compiles a plan's kernels
     on at once (``targets.cpu.compile_ahead``); by default one less than the cores (the
     program's calls keep one), at least 1 (one at a time, as its warm-up run meets them)."""
-    return max(1, _int("NGRAD_COMPILE_THREADS", _cores() - 1))
+    return max(1, _int("NGRAD_COMPILE_THREADS", cores() - 1))
 
 
 def cpu_compiler() -> str:

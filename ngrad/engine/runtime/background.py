@@ -58,7 +58,7 @@ import threading
 import time
 import warnings
 
-from ..config import compile_mode, compile_threads
+from ..config import compile_mode, compile_threads, cores
 from ..ir.blas import limit_numpy_threads, restore_numpy_threads
 from ..targets import CompileError
 from .compile_server import ahead, compile_remote, copies
@@ -129,7 +129,7 @@ _state = {
 def _blas_share(threads):
     """The threads NumPy's OpenBLAS keeps while ``threads`` compile: the cores they leave, at
     least one."""
-    return max(1, (os.cpu_count() or 1) - threads)
+    return max(1, cores() - threads)
 
 
 def _limit_blas(threads=1):
