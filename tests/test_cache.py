@@ -103,6 +103,47 @@ def test_on_disk_follows_the_cache_folder(tmp_path, monkeypatch):
     assert not store.on_disk(text)
 
 
+def test_a_plan_is_read_back_from_disk_and_a_damaged_one_made_again(tmp_path, monkeypatch, rng):
+    """``plan_of`` stores a tape's plan: the next process (here: the next ask) reads it back
+    instead of planning (no fusion runs), with the same kernel sources and results; a damaged
+    entry, or one another size's tape stored, is planned anew."""
+    from ngrad.engine import store
+    from ngrad.engine.ir.interpret import interpret
+    from ngrad.engine.ir.tape import Builder
+    from ngrad.engine.runtime import executor, plan
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+
+    def tape_of(n):
+        b = Builder()
+        x, w = b.input((n, 4), "f64"), b.input((4, 3), "f64")
+        m = x @ w
+        y = m * m + m
+        return b.finish([y.sum(axes=(0, 1), keepdim=False), y])
+
+    fused, real = [], plan.fuse
+    monkeypatch.setattr(plan, "fuse", lambda *a: fused.append(1) or real(*a))
+    tape = tape_of(50)
+    first = plan.plan_of(tape)
+    again = plan.plan_of(tape_of(50))  # an equal tape, built again
+    assert len(fused) == 1 and again is not first
+    assert [s and s.text for s in again.sources] == [s and s.text for s in first.sources]
+    values = [rng.standard_normal((50, 4)), rng.standard_normal((4, 3))]
+    want = interpret(tape, values)
+    again.compile()
+    for got, w in zip(executor.executed(again, values), want):
+        np.testing.assert_allclose(got, w, rtol=1e-12)
+    plan.plan_of(tape_of(60))  # another size: another plan
+    assert len(fused) == 2
+    entry = os.path.join(store.usable_dir(), "plans", plan.plan_name("c", plan._planner(), tape.key()))
+    assert os.path.exists(entry)
+    with open(entry, "r+b") as f:
+        f.seek(40)
+        f.write(b"\xff\xff")
+    plan.plan_of(tape_of(50))
+    assert len(fused) == 3
+
+
 def test_programs_that_differ_only_in_sizes_share_their_kernels(tmp_path, monkeypatch, rng):
     """A kernel's code takes sizes as arguments; only its comments name them (a reshape's target
     shape), so its key ignores comments: the same program at another size compiles nothing."""

@@ -44,7 +44,7 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "encode_remote", "stop", "ahead", "signatures", "copies", "main"]
+__all__ = ["compile_remote", "encode_remote", "pickled", "stop", "ahead", "signatures", "copies", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -170,11 +170,16 @@ def _tape(*values):
     return Tape(*values)
 
 
-def _frame(obj):
-    """``obj`` pickled, with its length in front."""
+def pickled(obj):
+    """``obj`` pickled as requests travel (see ``_Pickler``): what ``plan.plan_of`` stores."""
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    data = buffer.getvalue()
+    return buffer.getvalue()
+
+
+def _frame(obj):
+    """``obj`` pickled, with its length in front."""
+    data = pickled(obj)
     return _HEADER.pack(len(data)) + data
 
 
@@ -198,7 +203,7 @@ def _serve(request):
     """Compile and run one request's functions (in the child)."""
     from ..targets.cpu import kernel
     from .driver import warm
-    from .plan import CompiledPlan
+    from .plan import plan_of
 
     kind, what, values, n_threads, root = request
     os.environ["NGRAD_CACHE_DIR"] = root  # the parent's cache, wherever it points now
@@ -214,7 +219,7 @@ def _serve(request):
         what.run(fn, values)
         return
     set_num_threads(n_threads)
-    plan = CompiledPlan(what)
+    plan = plan_of(what)
     lay = plan.layout()
     kernels = plan.build(lay)
     ahead(plan, kernels, values)

@@ -31,7 +31,7 @@ from .compile_server import encode_remote
 from .driver import driver_code, driver_of
 from .executor import executed
 from .machine import Machine, machine_for
-from .plan import CompiledPlan
+from .plan import CompiledPlan, plan_of
 from .tiering import Decision, Record, next_state, small_steps, unrolls
 
 __all__ = ["run", "prepare", "inline", "tier_for", "records", "numpy_driver", "numpy_body"]
@@ -130,7 +130,7 @@ def advance(record, tape, mode, now, policy, values=None):
                 record.pending, record.cached = 0, machine.cached
         elif decision is Decision.PLAN:
             t = time.perf_counter()
-            plan = record.tier = new = CompiledPlan(tape)
+            plan = record.tier = new = plan_of(tape)
             if debug_level() >= 3:
                 print(
                     f"ngrad: planned {len(tape.instrs)} instrs in {(time.perf_counter() - t) * 1e3:.1f} ms "
