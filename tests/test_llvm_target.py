@@ -617,7 +617,7 @@ def test_ir_text_writes_the_code_llvmlites_builder_builds(name):
         if layer is ir_text:
             module = ir_text.Module("m", objects.host()[0])
             fn = module.function("f", f64, [f64])
-            b = ir_text.Builder(fn, fn.append_basic_block("entry"))
+            b = ir_text.IRBuilder(fn, fn.append_basic_block("entry"))
         else:
             module = llvmlite_ir.Module("m")
             module.triple = objects.host()[0]

@@ -4,8 +4,8 @@ appends one line of text instead of building an instruction object that is print
 
 Contract: ``Module(name, triple)`` holds one ``Function`` (``module.function(name, ret, args)``)
 and the declarations and metadata it uses; ``str(module)`` is LLVM's textual IR, which
-``llvmlite.binding.parse_assembly`` reads. ``Builder(block)`` emits into a block of that function
-(``function.append_basic_block``); each method returns the ``Value`` it defines. Types are
+``llvmlite.binding.parse_assembly`` reads. ``IRBuilder(function, block)`` emits into a block of
+that function (``function.append_basic_block``); each method returns the ``Value`` it defines. Types are
 ``Type`` singletons (``DoubleType()``, ``IntType(64)``, ``t.as_pointer()``); pointers print as
 LLVM's opaque ``ptr`` and remember what they point to, so ``load`` and ``gep`` need no type, and a
 bitcast from one pointer to another is the same value. ``builder.fast`` holds the fast-math flags
@@ -19,7 +19,7 @@ objects and takes 3 ms here.
 >>> from ngrad.engine.targets import ir_text as ir
 >>> m = ir.Module("doc", "x86_64-unknown-linux-gnu")
 >>> f = m.function("twice", ir.DoubleType(), [ir.DoubleType()])
->>> b = ir.Builder(f, f.append_basic_block("entry"))
+>>> b = ir.IRBuilder(f, f.append_basic_block("entry"))
 >>> b.ret(b.fmul(f.args[0], ir.Constant(ir.DoubleType(), 2.0)))
 >>> print(str(m).splitlines()[-4:-1])
 ['entry.0:', '  %.1 = fmul double %a0, 0x4000000000000000', '  ret double %.1']
@@ -29,7 +29,7 @@ objects and takes 3 ms here.
 
 import struct
 
-__all__ = ["Type", "Value", "Constant", "Module", "Function", "Block", "Builder"]
+__all__ = ["Type", "Value", "Constant", "Module", "Function", "Block", "IRBuilder"]
 __all__ += ["DoubleType", "FloatType", "IntType", "VoidType", "FunctionType"]
 
 
@@ -216,7 +216,7 @@ _ORDERED = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=":
 _UNORDERED = {"<": "ult", "<=": "ule", ">": "ugt", ">=": "uge", "==": "ueq", "!=": "une", "ord": "ord", "uno": "uno"}
 
 
-class Builder:
+class IRBuilder:
     """Appends instructions to a block of ``function`` (see the module's contract)."""
 
     def __init__(self, function, block, fast=()):

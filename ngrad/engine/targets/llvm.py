@@ -62,9 +62,9 @@ class _Function(Emitter):
         self.function = f = self.module.function(self.name, PTR, [PTR, PTR, PTR])
         self.module.variable(self.name + "_env", "global ptr null")
         entry = f.append_basic_block("entry")
-        self.allocas = ir.Builder(f, entry)
+        self.allocas = ir.IRBuilder(f, entry)
         body = f.append_basic_block("body")
-        self.b = b = ir.Builder(f, body, FAST)
+        self.b = b = ir.IRBuilder(f, body, FAST)
         self.slots, self.values, self.arrays, self.locals, self.loops = {}, {}, {}, [], []
         self.exit = f.append_basic_block("exit")
         self.fail = f.append_basic_block("fail")
