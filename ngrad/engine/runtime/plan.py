@@ -171,7 +171,7 @@ def plan_of(tape):
     if name:
         try:
             write_plan(name, pickled(plan))
-        except (pickle.PickleError, TypeError, AttributeError):  # a parameter pickle refuses: not stored
+        except (pickle.PickleError, TypeError, AttributeError, ValueError, RecursionError):  # not stored
             pass
     return plan
 
