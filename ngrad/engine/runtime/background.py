@@ -51,6 +51,7 @@ compile's churn sets off then skip them.
 import collections
 import contextlib
 import ctypes
+import functools
 import gc
 import os
 import sys
@@ -257,11 +258,10 @@ def _forked():
         sys.setswitchinterval(_state["switch"])
         _give_blas_back()
         _thaw_heap()
-    slack = _state["slack"]
-    if slack is not None and slack[0] == threading.get_ident():  # the forking thread's, inherited
-        _timer_slack(slack[1])
-    _state.update(active=0, worker=None, switch=None, blas=None, frozen=False, running=None, waiters=0, ident=None)
-    _state["slack"] = None
+    _give_slack_back()  # the forking thread's, inherited
+    _state.update(
+        active=0, worker=None, switch=None, blas=None, frozen=False, slack=None, running=None, waiters=0, ident=None
+    )
     _pace.update(start=None, slept=0.0)  # a process of its own first calls
 
 
@@ -277,10 +277,22 @@ def pending():
 def settle():
     """On the thread that started a burst of jobs, once none is pending: its timer slack as it
     was (the worker cannot set another thread's). Every call runs it: a global's test."""
+    if _state["slack"] is not None and _state["active"] == 0:
+        _give_slack_back()
+
+
+def _give_slack_back():
+    """Undo the burst's timer slack, when this is the thread it was set on."""
     slack = _state["slack"]
-    if slack is not None and _state["active"] == 0 and slack[0] == threading.get_ident():
+    if slack is not None and slack[0] == threading.get_ident():
         _state["slack"] = None
         _timer_slack(slack[1])
+
+
+@functools.cache
+def _prctl():
+    # one library object for the process: each makes a class of its functions
+    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def _timer_slack(ns):
@@ -289,7 +301,7 @@ def _timer_slack(ns):
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl = _state.get("prctl") or _state.setdefault("prctl", ctypes.CDLL(None, use_errno=True).prctl)
+        prctl = _prctl()
         before = prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
         if before <= 0 or prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) != 0:
             return None
