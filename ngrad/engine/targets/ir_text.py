@@ -35,8 +35,8 @@ __all__ += ["DoubleType", "FloatType", "IntType", "VoidType", "FunctionType"]
 
 class Type:
     """An LLVM type: ``text`` as it is written, ``intrinsic_name`` as intrinsics' names spell it,
-    ``width`` in bits (integers), ``pointee`` (pointers), ``elements`` (structures). One object per type, so ``==`` is
-    ``is``; calling one makes a constant, as in llvmlite."""
+    ``width`` in bits (integers), ``pointee`` (pointers), ``elements`` (structures). One object
+    per type, so ``==`` is ``is``."""
 
     __slots__ = ("text", "intrinsic_name", "width", "pointee", "elements", "_pointer")
 
@@ -48,9 +48,6 @@ class Type:
         if self._pointer is None:
             self._pointer = Type("ptr", "p0", 64, self)
         return self._pointer
-
-    def __call__(self, value):
-        return Constant(self, value)
 
     def __str__(self):
         return self.text
