@@ -37,7 +37,7 @@ def build_parser():
         "--threads",
         type=int,
         default=None,
-        help="threads for every system (default: every core, as PyTorch and JAX use)",
+        help="threads for every system (default: every core this process may use, as PyTorch and JAX use)",
     )
     b.add_argument("--json", dest="json_path", default=None, help="write machine-readable results here")
     b.add_argument(
@@ -110,8 +110,9 @@ def bench(args):
             console.print("[red]--plot needs matplotlib: pip install 'ngrad[bench]'[/red]")
             return 2
     from .bench.runner import pin_threads
+    from .engine.config import cores
 
-    threads = args.threads or os.cpu_count() or 1
+    threads = args.threads or cores()
     restore = pin_threads(threads)
     try:
         return _bench(args, console, names, sizes, threads)

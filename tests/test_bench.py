@@ -185,7 +185,19 @@ def test_cli_tables_and_json_schema(tmp_path, capsys):
     )
     data = json.loads(path.read_text())
     assert set(data) == {"machine", "results"}
-    keys = {"python", "platform", "cpus", "numpy", "numba", "ngrad", "torch", "jax", "threads", "ngrad_blas"}
+    keys = {
+        "python",
+        "platform",
+        "cpus",
+        "usable_cpus",
+        "numpy",
+        "numba",
+        "ngrad",
+        "torch",
+        "jax",
+        "threads",
+        "ngrad_blas",
+    }
     assert keys <= set(data["machine"])
     assert data["machine"]["threads"] == 1
     assert [r["problem"] for r in data["results"]] == ["lse", "chain"]

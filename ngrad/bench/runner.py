@@ -72,6 +72,7 @@ def pin_threads(threads):
 def machine_info():
     """Versions and the machine, for the JSON results."""
     from .. import __version__
+    from ..engine.config import cores
     from ..engine.ir import blas
 
     info = {
@@ -79,6 +80,7 @@ def machine_info():
         "platform": platform.platform(),
         "processor": platform.processor(),
         "cpus": os.cpu_count(),
+        "usable_cpus": cores(),  # what affinity and a control group's quota leave this process
         "numpy": np.__version__,
         "numba": importlib.metadata.version("numba"),
         "ngrad": __version__,

@@ -16,6 +16,7 @@ module; it imports nothing of the engine.
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 __all__ = [
@@ -98,12 +99,60 @@ def jit_mode() -> str:
     return _choice("NGRAD_JIT", "auto", ("auto", "always", "never"))
 
 
+# where Linux mounts the control groups (cgroup v2 ``cpu.max``, v1 ``cpu/cpu.cfs_quota_us``)
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_cpus(root: str) -> float | None:
+    """The CPUs a control group's quota grants this process (``docker --cpus 2``: 2.0), or None
+    where no quota is set or none can be read. Version 2 first, at the process's own group and at
+    the root a container sees, then version 1."""
+    places = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    places.append(os.path.join(root, line[3:].strip().lstrip("/"), "cpu.max"))
+    except OSError:
+        pass
+    places.append(os.path.join(root, "cpu.max"))
+    for path in places:
+        try:
+            with open(path) as f:
+                quota, period = (f.read().split() + ["100000"])[:2]
+        except (OSError, ValueError):
+            continue
+        return None if quota == "max" else int(quota) / int(period)
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
 @functools.cache
 def cores() -> int:
-    """The machine's cores, read once (``os.cpu_count()`` took 22-35 µs, and a scan's body
-    asked on every call): what the compile mode, the compile threads and the BLAS threads left
-    to the calls while compiles run are counted from."""
-    return os.cpu_count() or 1
+    """The cores this process may run on, read once (``os.cpu_count()`` took 22-35 µs, and a
+    scan's body asked on every call): those its CPU affinity allows (``taskset``, a container's
+    cpuset), fewer where a control group's CPU quota grants less (``docker --cpus``, a
+    Kubernetes limit), at least one. The compile mode, the compile threads and the BLAS threads
+    left to the calls while compiles run are counted from it: counted from the host's CPUs, a
+    program limited to two of sixteen compiled on fifteen threads beside its calls.
+
+    >>> cores() >= 1
+    True
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpus(CGROUP_ROOT)
+    if quota is not None:
+        n = min(n, max(1, math.ceil(quota)))
+    return max(1, n)
 
 
 def compile_mode() -> str:
