@@ -576,72 +576,103 @@ def test_a_request_that_cannot_travel_is_compiled_here_and_the_server_lives_on(r
     assert ran == [1] and not compile_server._child["dead"]
 
 
-class _Clocks:
-    """Fake clocks for ``defer_to_calls``: wall time moves only when it sleeps; the main thread
-    uses ``busy`` of each second of it; the worker has used ``own`` seconds of CPU."""
+class _Calls:
+    """A fake main thread and worker for ``defer_to_calls``: the worker has used ``own`` seconds of
+    CPU; each sleep of the worker lets the main thread's current slow call go on, and it ends
+    after ``lasts`` seconds of them (None: never)."""
 
-    def __init__(self, busy, own=0.0):
-        self.wall, self.main, self.own, self.busy, self.naps = 0.0, 0.0, own, busy, []
+    def __init__(self, monkeypatch, lasts=None, last_call_s=0.01):
+        self.own, self.naps, self.lasts, self.slept = 0.0, [], lasts, 0.0
+        monkeypatch.setattr(background, "_clocks", {"own": lambda: self.own, "sleep": self.sleep})
+        monkeypatch.setattr(background, "_turn", {"call": 0, "own": 0.0, "waited": 0.0})
+        monkeypatch.setattr(background, "calls", [0, 0, last_call_s])
+        monkeypatch.setitem(background._state, "ident", threading.get_ident())  # this test is the worker
+
+    def begin(self):
+        background.calls[0] += 1
+        self.slept = 0.0
+
+    def end(self, seconds):
+        background.calls[1] += 1
+        background.calls[2] = seconds
 
     def sleep(self, s):
         self.naps.append(s)
-        self.wall += s
-        self.main += s * (self.busy(self.wall) if callable(self.busy) else self.busy)
-
-    def install(self, monkeypatch):
-        clocks = {"main": lambda: self.main, "own": lambda: self.own, "now": lambda: self.wall, "sleep": self.sleep}
-        monkeypatch.setattr(background, "_clocks", clocks)
-        monkeypatch.setattr(background, "_pace", dict(background._pace, start=None, slept=0.0))
-        monkeypatch.setitem(background._state, "ident", threading.get_ident())  # this test is the worker
-        background._new_job()
-        return self
+        self.slept += s
+        if self.lasts is not None and self.slept >= self.lasts and background.calls[0] > background.calls[1]:
+            self.end(0.01)
 
 
-def _ran(clocks, seconds, main_share=1.0):
-    """The worker ran ``seconds`` of CPU while the main thread used ``main_share`` of them."""
-    clocks.own += seconds
-    clocks.wall += seconds
-    clocks.main += main_share * seconds
-
-
-def test_the_worker_defers_to_a_busy_main_thread_for_a_bounded_share(monkeypatch):
-    if compile_mode() != "thread":
-        pytest.skip("a policy of the worker thread: one run is enough")
-    monkeypatch.setattr(background, "DEFER_SHARE", 1.0)
-    monkeypatch.setattr(background, "DEFER_MAX_S", 0.1)
-    c = _Clocks(busy=1.0).install(monkeypatch)
-    _ran(c, 0.03)
-    slept = background.defer_to_calls()
-    # it slept in slices while the main thread ran, until its share of the burst was spent
-    assert c.naps and all(s == background.SLICE_S for s in c.naps)
-    assert 0.03 - background.SLICE_S <= slept <= 0.03
-    assert background.defer_to_calls() == 0.0  # and no more, however busy the main thread stays
-    _ran(c, 0.5)  # once it has worked more, it may defer again, up to the cap
-    assert 0.1 - 0.03 - background.SLICE_S <= background.defer_to_calls() <= 0.1 - slept
-    _ran(c, 0.5)
-    assert background.defer_to_calls() == 0.0
-    background._new_job()  # later jobs: the cap is the process's
-    _ran(c, 0.5)
-    assert background.defer_to_calls() == 0.0
-
-
-def test_the_worker_runs_on_when_the_main_thread_rests_or_waits_for_it(monkeypatch):
-    if compile_mode() != "thread":
-        pytest.skip("a policy of the worker thread: one run is enough")
-    c = _Clocks(busy=0.0).install(monkeypatch)
-    _ran(c, 0.1, main_share=0.05)  # the main thread idle (at a prompt, in a sleep)
+def test_the_worker_takes_a_share_of_each_slow_call_then_waits_for_its_end(monkeypatch):
+    c = _Calls(monkeypatch, lasts=0.004, last_call_s=0.01)
+    assert background.defer_to_calls() == 0.0 and not c.naps  # no call runs: on at once
+    c.begin()
+    assert background.defer_to_calls() == 0.0  # it sees the call begin
+    c.own += 0.3 * 0.01 - 1e-4  # within its share of it (CALL_SHARE of the last call's 10 ms)
     assert background.defer_to_calls() == 0.0 and not c.naps
-    # busy for 5 ms of naps, then idle: it stops deferring as soon as it sees that
-    c = _Clocks(busy=lambda wall: 1.0 if wall < 0.105 else 0.0).install(monkeypatch)
-    _ran(c, 0.1)
-    assert 0.004 <= background.defer_to_calls() <= 0.007
-    c = _Clocks(busy=1.0).install(monkeypatch)
-    _ran(c, 0.1)
-    monkeypatch.setitem(background._state, "waiters", 1)  # synchronize_compiles: no deferring
+    c.own += 2e-4  # past it: sleeps in slices until the call ends
+    slept = background.defer_to_calls()
+    assert c.naps and all(s == background.SLICE_S for s in c.naps)
+    assert 0.004 <= slept < 0.004 + 2 * background.SLICE_S
+    c.naps.clear()
+    assert background.defer_to_calls() == 0.0 and not c.naps  # between calls it runs on
+    c.begin()  # the next call: a share of its own, however much the worker has used before
+    c.own += 1.0
+    assert background.defer_to_calls() == 0.0
+    c.own += 0.0031
+    assert background.defer_to_calls() > 0.0
+
+
+def test_a_new_call_gives_the_worker_a_new_share_and_one_call_holds_it_back_a_bounded_time(monkeypatch):
+    c = _Calls(monkeypatch, lasts=None, last_call_s=0.0)
+    c.begin()
+    background.defer_to_calls()
+    c.own += background.SHARE_MIN_S  # the share of a call after one of no time: SHARE_MIN_S
+    original = c.sleep
+
+    def sleep_then_next_call(s):
+        original(s)
+        if len(c.naps) == 3:  # the call ends and the loop's next one begins meanwhile
+            c.end(0.01)
+            c.begin()
+
+    background._clocks["sleep"] = sleep_then_next_call
+    assert background.defer_to_calls() == 3 * background.SLICE_S
+    c.naps.clear()
+    background._clocks["sleep"] = original
+    c.own += 0.1  # a call that never ends (a program stopped in a debugger, a count off): it
+    slept = background.defer_to_calls()  # holds the worker back WAIT_MAX_S, then never again
+    assert background.WAIT_MAX_S <= slept < background.WAIT_MAX_S + 2 * background.SLICE_S
+    assert background.defer_to_calls() == 0.0
+
+
+def test_the_worker_does_not_wait_for_calls_when_somebody_waits_for_it_or_elsewhere(monkeypatch):
+    c = _Calls(monkeypatch, lasts=None)
+    c.begin()
+    background.defer_to_calls()
+    c.own += 1.0
+    monkeypatch.setitem(background._state, "waiters", 1)  # synchronize_compiles: no waiting
     assert background.defer_to_calls() == 0.0
     monkeypatch.setitem(background._state, "waiters", 0)
     monkeypatch.setitem(background._state, "ident", -1)  # a thread compiling for itself
-    assert background.defer_to_calls() == 0.0
+    assert background.defer_to_calls() == 0.0 and not c.naps
+
+
+def test_interpreted_calls_are_counted_for_the_worker_even_when_they_raise(monkeypatch, rng):
+    monkeypatch.setenv("NGRAD_JIT", "never")
+    begun, ended = background.calls[0], background.calls[1]
+    x = ngrad.tensor(rng.standard_normal(50), requires_grad=True)
+    (x.sin() * x).sum().backward()
+    assert background.calls[0] > begun and background.calls[0] - begun == background.calls[1] - ended
+    assert background.calls[2] > 0.0
+
+    def fails(tape, values):
+        raise FloatingPointError("a value the program rejects")
+
+    monkeypatch.setattr(dispatch, "interpret", fails)
+    with pytest.raises(FloatingPointError):
+        (ngrad.tensor(rng.standard_normal(5)).exp() * 2).sum().item()
+    assert background.calls[0] - begun == background.calls[1] - ended > 1
 
 
 def test_a_loop_that_never_pauses_still_gets_its_kernels(monkeypatch, rng):

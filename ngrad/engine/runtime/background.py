@@ -26,12 +26,15 @@ Before a burst of jobs (it was idle) the worker leaves the interpreter's lock to
 ``START_S``, unless somebody waits for the compiles (``synchronize``, ``wait``): the calls that
 asked for the jobs go first.
 
-While a job runs, the worker defers to a busy main thread (``defer_to_calls``): at each module
-it imports (Numba's import and its first compile's registries, the bulk of a job's Python on a
-warm cache) and between a job's phases, it sleeps while the main thread's CPU time shows it
-running, in ``SLICE_S`` steps, for at most ``DEFER_SHARE`` times the worker's own CPU time so far
-and at most ``DEFER_MAX_S`` in all, once per process: a new script's first calls take the lock
-first, yet a loop that never pauses gets its kernels at most ``DEFER_MAX_S`` later.
+While a job runs, the worker takes its turns with the program's slow calls (interpreted, or on
+a NumPy driver, counted by ``dispatch`` in ``calls``) at the points where long work looks in
+(``pace.step``: planning's stages, each kernel's source, lowering every few dozen statements,
+Numba's passes, each loop of a driver, each kernel it loads, each module it imports): while such
+a call runs and the worker has used ``CALL_SHARE`` of the last one's time in CPU since it saw the
+call begin, it sleeps until that call ends or another begins (``defer_to_calls``). A call then
+shares the interpreter's lock with at most that much of the worker's Python, whatever else the
+worker has to do, and the worker goes on between calls and at each new one: a loop that never
+pauses still gets its kernels.
 
 While jobs are pending the interpreter's switch interval is cut to ``SWITCH_S`` (restored when the
 queue empties), and on Linux the timer slack of the thread that started the burst to 1 ns
@@ -59,6 +62,7 @@ import threading
 import time
 import warnings
 
+from .. import pace
 from ..config import compile_mode, compile_threads, cores
 from ..ir.blas import limit_numpy_threads, restore_numpy_threads
 from ..targets import CompileError
@@ -86,29 +90,22 @@ SWITCH_S = 5e-5
 # 23 / 3-11 / 3-11; the 100,000-point example 26-59 / 19-50 / 10-18 and 18-20 / 11 / 4-5
 # (PyTorch eager: 24 / 22, 20 / 3, 47 / 5 / 3). Kernels arrive START_S later.
 START_S = 0.05
-# The worker's deference to the main thread (``defer_to_calls``): the main thread counts as busy
-# when its CPU time grew by at least BUSY of the wall time over the last BUSY_WINDOW_S or the
-# last slice slept; the worker sleeps SLICE_S at a time, at most DEFER_SHARE times its own CPU
-# time (it keeps half the time in a loop that never pauses) and at most DEFER_MAX_S in the
-# process's life. 2 cores, fresh process, 30 calls of the 100,000-point example while its kernel
-# compiles or loads, the mean of calls 2-30 per run (ms), without and with: 8.4-9.1 and 7.0-7.3
-# (PyTorch eager, one thread: 3.0-3.5). Without the cap (DEFER_SHARE = 2) it was 7.9-9.4 and
-# 5.3-6.1, but PyTorch's polynomial loop (benchmarks/poly_loop.py) then took 0.2 s longer in all
-# (its calls are Python, which shares the lock evenly with the worker anyway, and its kernels
-# came later), 0.16 s with a cap of 0.1 s a burst (it has several bursts), and within the noise
-# with a cap of 0.1 s. That mean counted calls whose turn to share the lock with the worker had
-# only been put off past call 30: timing a loop that goes on calling until the kernels arrive
-# (``benchmarks/latency.py``), a 0.1 s cap put them off by 0.1-0.15 s (ode 0.36 s without
-# deference, 0.51 with it; gmm 0.62 and 0.72-0.86; the example 0.15 and 0.19), and the slowest
-# call stayed as slow (ode 16 ms, gmm 40-49, the example 12-14). 0.02 s keeps a short burst of
-# calls ahead of the worker: ode 0.38, gmm 0.65-0.69, the example 0.17. A sleep inside an import
-# holds the import lock: a call importing a module for the first time meanwhile waits one
-# slice, and is then seen resting.
-BUSY = 0.3
-BUSY_WINDOW_S = 0.005
-SLICE_S = 0.001
-DEFER_SHARE = 1.0
-DEFER_MAX_S = 0.02
+# The worker's turns with the slow calls (``defer_to_calls``): at most CALL_SHARE of the last
+# slow call's time (at least SHARE_MIN_S) of its own CPU time during a call, then it sleeps in
+# SLICE_S steps until the call ends or another begins, at most WAIT_MAX_S for one call. A call
+# that releases the interpreter's lock for each NumPy operation hands it to the worker each time
+# and waits for it back: ba's interpreted call (394 operations, 5.6 ms alone) took 17-18 ms
+# beside a thread spinning in Python, and 19-27 ms while the worker imported llvmlite (13 ms of
+# Python alone), whose C parts keep the lock for 0.2 ms at a stretch whatever the switch
+# interval. A share by the main thread's CPU time instead (busy when it grew by 30% of the wall
+# time over 5 ms), capped at 20 ms a process so that a loop that never pauses still got its
+# kernels, left ba's calls 9-20 at 13-28 ms and the slowest after the first at 3.2x PyTorch
+# eager's; by the call, 7-9 ms and 1.8-1.9x, with the kernels as soon (2 cores, fresh
+# processes, best of 3; table in docs/performance.md).
+SLICE_S = 0.0005
+CALL_SHARE = 0.3
+SHARE_MIN_S = 0.001
+WAIT_MAX_S = 0.25
 
 _cond = threading.Condition()
 _jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
@@ -189,49 +186,40 @@ def _thaw_heap():
         _state["frozen"] = False
 
 
-def _main_cpu():
-    """The main thread's CPU time in seconds, or None where the platform cannot tell."""
-    try:
-        return time.clock_gettime(time.pthread_getcpuclockid(threading.main_thread().ident))
-    except (AttributeError, OSError):
-        return None
-
-
-# the clocks ``defer_to_calls`` reads (tests replace them)
-_clocks = {"main": _main_cpu, "own": time.thread_time, "now": time.perf_counter, "sleep": time.sleep}
-# the worker's CPU time when it started, seconds it has slept; the last look at the main thread
-# (its CPU time, the wall time) and whether it was busy then
-_pace = {"start": None, "slept": 0.0, "cpu": None, "wall": 0.0, "busy": False}
-
-
-def _new_job():
-    clocks = _clocks
-    if _pace["start"] is None:
-        _pace["start"] = clocks["own"]()
-    _pace.update(cpu=clocks["main"](), wall=clocks["now"](), busy=False)
+# the clock and the sleep ``defer_to_calls`` uses (tests replace them)
+_clocks = {"own": time.thread_time, "sleep": time.sleep}
+# the slow call the worker last saw begin, its CPU time then, and how long it slept for that call
+_turn = {"call": 0, "own": 0.0, "waited": 0.0}
+# the slow calls (interpreted, or on a NumPy driver) begun and ended, and the seconds the last one
+# took: ``dispatch`` counts them, ``defer_to_calls`` reads them
+calls = [0, 0, 0.0]
 
 
 def defer_to_calls():
-    """On the worker, during a job: sleep while the main thread is busy (see the module
-    docstring), unless somebody waits for the compiles; returns the seconds slept."""
+    """On the worker, during a job: while a slow call runs and the worker has had its share of
+    it (see the module docstring), sleep until that call ends or another begins; on any other
+    thread, or while somebody waits for the compiles, return at once. Returns the seconds slept.
+
+    >>> defer_to_calls()  # not the worker
+    0.0
+    """
     if threading.get_ident() != _state["ident"]:  # a call compiling for itself defers to nobody
         return 0.0
-    clocks, pace = _clocks, _pace
+    clocks, turn = _clocks, _turn
     slept = 0.0
     while _state["waiters"] == 0:
-        cpu, now = clocks["main"](), clocks["now"]()
-        if cpu is None or pace["cpu"] is None:
+        began, ended, last = calls
+        if began <= ended:  # no slow call runs
             break
-        span = now - pace["wall"]
-        if slept or span >= BUSY_WINDOW_S:  # a new look: over the last window, or the slice slept
-            pace["busy"] = cpu - pace["cpu"] >= BUSY * span
-            pace["cpu"], pace["wall"] = cpu, now
-        allowed = min(DEFER_MAX_S, DEFER_SHARE * (clocks["own"]() - pace["start"]))
-        if not pace["busy"] or pace["slept"] + SLICE_S > allowed:
+        own = clocks["own"]()
+        if began != turn["call"]:  # a new call: a new share of it
+            turn.update(call=began, own=own, waited=0.0)
+            break
+        if own - turn["own"] < max(CALL_SHARE * last, SHARE_MIN_S) or turn["waited"] >= WAIT_MAX_S:
             break
         clocks["sleep"](SLICE_S)
-        pace["slept"] += SLICE_S
         slept += SLICE_S
+        turn["waited"] += SLICE_S
     return slept
 
 
@@ -262,7 +250,8 @@ def _forked():
     _state.update(
         active=0, worker=None, switch=None, blas=None, frozen=False, slack=None, running=None, waiters=0, ident=None
     )
-    _pace.update(start=None, slept=0.0)  # a process of its own first calls
+    _turn.update(call=0, own=0.0, waited=0.0)  # a process of its own calls
+    calls[:] = [0, 0, 0.0]
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
@@ -365,6 +354,7 @@ def _waiting(done, timeout):
 
 def _work():
     _state["ident"] = threading.get_ident()
+    pace.on_step(defer_to_calls)
     if not any(isinstance(f, _Deferring) for f in sys.meta_path):
         sys.meta_path.insert(0, _Deferring())
     idle = True  # no job queued when the last one ended: the next one starts a burst
@@ -381,7 +371,6 @@ def _work():
             if upgrade is not None:
                 _upgrade(upgrade)
             else:
-                _new_job()
                 if advance(values) is Decision.COMPILE:
                     _compile(record, record.tier, tape, values)
         except Exception as e:  # noqa: BLE001  (encoding or planning failed: the interpreter runs it)
@@ -424,7 +413,7 @@ def _compile(record, tier, tape, values):
             _limit_blas(min(compile_threads(), record.pending) if many else 1)
         if compile_mode() == "process" and not made:
             made = compile_remote(tier, tape, values, meanwhile=_warm_up)
-        _defer_in_compiles()
+        defer_to_calls()
         if isinstance(tier, Machine):
             fn = tier.build()
             defer_to_calls()
@@ -456,16 +445,6 @@ def _compile(record, tier, tape, values):
         warn_failed(e)
     except Exception:  # noqa: BLE001  (a value the program rejects: the next call tries again)
         pass
-
-
-def _defer_in_compiles():
-    """Numba told to defer to the calls at each of its compiler passes, once it is imported
-    (the import itself defers module by module; a job whose kernels all load as machine code
-    never imports it)."""
-    from ..targets import cpu
-
-    cpu.on_compile_step(defer_to_calls)
-    defer_to_calls()
 
 
 def _warm_up():

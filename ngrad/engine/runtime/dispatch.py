@@ -195,14 +195,20 @@ def _interpreted(tape, values, record):
     ``numpy_body``). The time goes to the record's ``rent``, which tiering weighs against
     compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs every call."""
     t = time.perf_counter()
-    if record is not None and record.numpy is None and _due(record, tape):
-        record.numpy = numpy_driver(tape)
-    if record is None or record.numpy is None:
-        outs = owned(interpret(tape, values), values)
-    else:
-        outs = record.numpy(values)
-    if record is not None:
+    calls = background.calls
+    calls[0] += 1
+    try:
+        if record is not None and record.numpy is None and _due(record, tape):
+            record.numpy = numpy_driver(tape)
+        if record is None or record.numpy is None:
+            outs = owned(interpret(tape, values), values)
+        else:
+            outs = record.numpy(values)
+    finally:
         spent = time.perf_counter() - t
+        calls[1] += 1
+        calls[2] = spent
+    if record is not None:
         record.rent += spent
         record.overhead += _overhead(spent, tape)
     return outs

@@ -21,6 +21,7 @@ import typing
 
 import numpy as np
 
+from .. import pace
 from ..backend.fuse import Glue, reads_of
 from ..backend.source_math import Expr, SourceMath, identity
 from ..config import debug_level
@@ -256,6 +257,7 @@ def driver_code(plan, inputs, g, fallback, checked=True, into=False, kernels=Non
             w.lines.append(line)
             w.live.add(ins.out)
         else:
+            pace.step()  # a loop's call at a time: the compile worker's pacing looks in between
             w.segment(n_seg, seg, src, fn, gone, fallback)
         w.live -= gone
     return w.finish(quiet)

@@ -9,6 +9,7 @@ in chunks of rows (``split``: big kernels get functions of their own). ``squeeze
 
 import math
 
+from .. import pace
 from ..backend.codegen import program
 from ..backend.fuse import Glue, Kernel, reads_of
 from ..ir.interpret import dead_after
@@ -38,6 +39,7 @@ class Layout:
         segments = _segments(steps)
         readers = _readers(segments, steps, tape)
         for n, seg in enumerate(segments):
+            pace.step()  # a kernel's source at a time: the compile worker's pacing looks in between
             kerns = [steps[k] for k in seg if isinstance(steps[k], Kernel)]
             outside = {
                 s for k in seg if isinstance(steps[k], Kernel) for s in steps[k].stores if readers.get(s, {n}) != {n}

@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 
+from .. import pace
 from ..backend.fuse import Glue, Kernel, fuse
 from ..backend.vmath import FUNCTIONS
 from ..store import on_disk, plan_name, read_plan, write_plan
@@ -62,7 +63,9 @@ class CompiledPlan:
         # what the plan runs: rows with a decomposition written out, so kernels fuse them
         # (NumPy runs such a row's own forward in one step); drivers and the executor read it
         self.tape = tape = tape if self.numpy else lower(tape)
+        pace.step()  # planning's stages: the compile worker's pacing looks in between
         self.plan = fuse(tape, target)
+        pace.step()
         self.into = _matmuls_into(self.plan, tape)
         dead = dead_after_steps(tape, self.plan)
         self.serial = Layout(self.plan, tape, dead, split=False)

@@ -31,6 +31,7 @@ import threading
 import time
 from types import ModuleType
 
+from .. import pace
 from ..config import cpu_compiler, debug_level
 from ..recent import Recent
 from ..store import cache_dir, cache_root, code_of, key_of, problem, usable_dir, writable, write_atomically
@@ -48,7 +49,6 @@ __all__ = [
     "key_of",
     "resident",
     "warm_up",
-    "on_compile_step",
     "Kernel",
 ]
 
@@ -172,6 +172,7 @@ class Kernel:
         """The first call of a signature: the machine code of ``args``' signature kept as an
         object file when there is one (no Numba), else through Numba's dispatcher, which loads
         it from its disk cache or compiles it (then kept as an object file for ``args``)."""
+        pace.step()  # the compile worker's pacing looks in before each kernel it loads
         t = time.perf_counter()
         sig = None if args is None else _signature(args)
         how, f = "loaded from the disk cache as machine code (no Numba)", None
@@ -249,10 +250,10 @@ def _emitted(kernel, sig):
     quick = listed is not None and "_wide_vectors()" not in kernel.text
     try:
         if quick:
-            lowered = llvm.lower(kernel.text, sig, kernel.key, _step)
+            lowered = llvm.lower(kernel.text, sig, kernel.key, pace.step)
             made = llvm.assemble(lowered, vectorize=False)
         else:
-            made = llvm.compile(kernel.text, sig, kernel.key, _step)
+            made = llvm.compile(kernel.text, sig, kernel.key, pace.step)
     except llvm.Unsupported as e:
         if debug_level() >= 3:
             print(f"ngrad: kernel {kernel.key}: compiled by Numba ({e})", file=sys.stderr)
@@ -349,11 +350,6 @@ def upgrade(listed):
     return done
 
 
-def _step():
-    for fn in STEP_FUNCTIONS:
-        fn()
-
-
 def compile_ahead(calls, threads):
     """Compile the machine code of each ``(kernel, signature)`` of ``calls`` that is not on disk
     yet with ngrad's own compiler into the disk cache, the largest first: this thread types
@@ -408,7 +404,7 @@ def compile_ahead(calls, threads):
             if len(running) > threads:
                 wait(running, return_when=FIRST_COMPLETED)
             try:
-                lowered = llvm.lower(k.text, sig, key, _step)
+                lowered = llvm.lower(k.text, sig, key, pace.step)
             except Exception:  # noqa: BLE001  (the warm-up run compiles it, or says why not)
                 continue
             jobs.append((key, sig, pool.submit(llvm.assemble, lowered, parallel=True)))
@@ -499,49 +495,6 @@ def warm_up():
     from .njit import warm_up as numba_warm_up
 
     numba_warm_up()
-
-
-# functions to call at each of Numba's compiler passes (``on_compile_step``), and the function
-# registering one with Numba (``njit``'s, set when it is imported)
-STEP_FUNCTIONS: list = []
-_registrar: list = [None]
-
-
-def on_compile_step(fn):
-    """Have ``fn()`` called (in the compiling thread) as each of Numba's compiler passes starts:
-    typing, rewriting and lowering run as a few dozen passes a function, so ``fn`` (the compile
-    worker's ``defer_to_calls``) gets a look every few milliseconds of a compile. Registering
-    the same function again does nothing; Numba is not imported for it (a process whose kernels
-    all load as machine code never imports it).
-
-    ```python
-    >>> import itertools
-    >>> from ngrad.engine.targets.cpu import on_compile_step
-    >>> passes = itertools.count()  # called for the rest of the process: nothing it needs goes away
-    >>> on_compile_step(passes.__next__)
-    >>> from ngrad.engine.targets import njit  # imported when a kernel first needs Numba
-    >>> njit.numba.njit(lambda a: a + 1.0)(2.0)
-    3.0
-    >>> next(passes) > 10
-    True
-
-    ```
-    """
-    with _lock:
-        if fn in STEP_FUNCTIONS:
-            return
-        STEP_FUNCTIONS.append(fn)
-        if _registrar[0] is not None:
-            _registrar[0](fn)
-
-
-def register_steps(register):
-    """Hand each function ``on_compile_step`` was given, and each it is given from now on, to
-    ``register`` (``njit``'s, when it is imported)."""
-    with _lock:
-        for fn in STEP_FUNCTIONS:
-            register(fn)
-        _registrar[0] = register
 
 
 def cached(text, make):

@@ -25,9 +25,9 @@ from numba.core.errors import NumbaError
 from numba.core.runtime import rtsys
 from numba.extending import intrinsic
 
+from .. import pace
 from ..backend import vmath
 from ..store import cache_root, usable_dir
-from .cpu import register_steps
 from .ir_values import IRMath
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "captured",
     "warm_up",
     "phases",
-    "on_compile_step",
     "NumbaError",
     "DiskCache",
     "HELPERS",
@@ -295,10 +294,6 @@ class _Steps(numba.core.event.Listener):
         pass
 
 
-def on_compile_step(fn):
-    """Register ``fn`` with Numba (``cpu.on_compile_step`` calls this once per function)."""
-    numba.core.event.register("numba:run_pass", _Steps(fn))
-
-
-# Numba's passes call what the compile worker asked for, given before this import or after it
-register_steps(on_compile_step)
+# Numba's passes are points of ``pace.step``: typing, rewriting and lowering run as a few dozen
+# passes a function, so the compile worker's pacing looks in every few milliseconds of a compile
+numba.core.event.register("numba:run_pass", _Steps(pace.step))
