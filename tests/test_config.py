@@ -68,6 +68,7 @@ def _cgroup(root, v2=None, v1=None):
         (None, (50000, 100000), 0.5),  # cgroup v1
         (None, (-1, 100000), None),  # v1 without a quota
         (None, None, None),  # no control groups mounted
+        ("garbage\n", (200000, 100000), 2.0),  # an unreadable v2 file: v1 is asked
     ],
 )
 def test_a_control_groups_cpu_quota_is_read_in_either_version(tmp_path, v2, v1, cpus):

@@ -119,18 +119,21 @@ def _cgroup_cpus(root: str) -> float | None:
     for path in places:
         try:
             with open(path) as f:
-                quota, period = (f.read().split() + ["100000"])[:2]
+                fields = (f.read().split() + ["100000"])[:2]
+            if fields[0] == "max":
+                return None
+            share, every = int(fields[0]), int(fields[1])
         except (OSError, ValueError):
             continue
-        return None if quota == "max" else int(quota) / int(period)
+        return share / every if share > 0 and every > 0 else None
     try:
         with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
-            quota = int(f.read())
+            share = int(f.read())
         with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
-            period = int(f.read())
+            every = int(f.read())
     except (OSError, ValueError):
         return None
-    return quota / period if quota > 0 and period > 0 else None
+    return share / every if share > 0 and every > 0 else None
 
 
 @functools.cache
