@@ -33,7 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "ngrad"
 ENGINE = "ngrad.engine"
 # Pipeline order inside the engine: the first dotted component after ``ngrad.engine``.
-LAYERS = {"config": 0, "recent": 0, "store": 0, "pace": 0, "ir": 1, "transform": 2, "backend": 3, "targets": 4, "runtime": 5}
+LAYERS = {
+    "config": 0,
+    "recent": 0,
+    "store": 0,
+    "pace": 0,
+    "ir": 1,
+    "transform": 2,
+    "backend": 3,
+    "targets": 4,
+    "runtime": 5,
+}
 # The engine package's own __init__ sits above every layer: it may re-export any of them.
 ENGINE_INIT_LAYER = max(LAYERS.values()) + 1
 NUMBA_MODULES = ("numba", "numba_cuda", "llvmlite")
