@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, cast
 
+from . import pace
 from .config import cache_owners, cache_root
 
 __all__ = [
@@ -63,6 +64,7 @@ CODEGEN_VERSION = 29
 def _version(package: str) -> str:
     """An installed package's version from its metadata (the engine imports neither the facade,
     where ngrad's ``__version__`` lives, nor Numba); "none" when it is not installed."""
+    pace.step()  # reading the installed packages' metadata takes milliseconds, once
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -275,9 +277,13 @@ def code_of(text: str) -> str:
     return _COMMENT.sub("", text)
 
 
+@functools.lru_cache(maxsize=128)
 def key_of(text: str) -> str:
     """The name of a generated module's file in the cache: a hash of its code (``code_of``), so
-    programs that differ only in sizes share one kernel and compile once."""
+    programs that differ only in sizes share one kernel and compile once. Remembered for the
+    texts seen last: stripping the comments of ba's largest kernel takes 3.6 ms of one regular
+    expression, which holds the interpreter's lock throughout, and a plan asks for each of its
+    kernels' keys twice (whether it is on disk, then the kernel itself)."""
     return "k" + hashlib.sha256(code_of(text).encode()).hexdigest()[:24]
 
 

@@ -132,6 +132,7 @@ def _driver(plan, checked, into=False, kernels=None):
     text = f"def {head}:\n" + "".join(f"    {line}\n" for line in lines + [f"return [{', '.join(outs)}]"])
     if debug_level() >= 2:
         print(f"ngrad: generated {what}\n{text}", file=sys.stderr)
+    pace.step()  # compiling the text is one stretch of C (4 ms for ba's): it starts a turn
     exec(compile(text, f"<ngrad {what} {len(tape.instrs)} instrs>", "exec"), g)
     return g["drive"], g
 

@@ -143,7 +143,11 @@ class CompiledPlan:
         each compiles (or loads) for good at its first call."""
         from ..targets.cpu import kernel
 
-        return [None if s is None else kernel(s.text) for s in lay.sources]
+        made = []
+        for s in lay.sources:
+            pace.step()  # a kernel at a time: the compile worker's pacing looks in between
+            made.append(None if s is None else kernel(s.text))
+        return made
 
 
 def plan_of(tape):
