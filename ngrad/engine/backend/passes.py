@@ -11,6 +11,7 @@ import sys
 import time
 import typing
 
+from .. import pace
 from ..config import debug_level
 
 __all__ = ["Pass", "run_passes"]
@@ -30,6 +31,7 @@ def run_passes(what, passes, state, level=3):
     ``NGRAD_DEBUG=level`` on); return ``state``."""
     timed = debug_level() >= level
     for p in passes:
+        pace.step()  # a pass at a time: the compile worker's pacing looks in between
         t = time.perf_counter() if timed else 0.0
         p.run(state)
         if timed:
