@@ -578,72 +578,57 @@ def test_a_request_that_cannot_travel_is_compiled_here_and_the_server_lives_on(r
 
 class _Calls:
     """A fake main thread and worker for ``defer_to_calls``: the worker has used ``own`` seconds of
-    CPU; each sleep of the worker lets the main thread's current slow call go on, and it ends
-    after ``lasts`` seconds of them (None: never)."""
+    CPU; waiting for the main thread's current slow call to end takes ``lasts`` seconds and ends
+    it (None: it never ends, and the wait runs out)."""
 
     def __init__(self, monkeypatch, lasts=None, last_call_s=0.01):
-        self.own, self.naps, self.lasts, self.slept = 0.0, [], lasts, 0.0
-        monkeypatch.setattr(background, "_clocks", {"own": lambda: self.own, "sleep": self.sleep})
+        self.own, self.waits, self.lasts = 0.0, [], lasts
+        monkeypatch.setattr(background, "_clocks", {"own": lambda: self.own, "wait": self.wait})
         monkeypatch.setattr(background, "_turn", {"call": 0, "own": 0.0, "waited": 0.0})
-        monkeypatch.setattr(background, "calls", [0, 0, last_call_s])
+        monkeypatch.setattr(background, "calls", [0, 0, last_call_s, False])
         monkeypatch.setitem(background._state, "ident", threading.get_ident())  # this test is the worker
 
     def begin(self):
         background.calls[0] += 1
-        self.slept = 0.0
 
     def end(self, seconds):
         background.calls[1] += 1
         background.calls[2] = seconds
 
-    def sleep(self, s):
-        self.naps.append(s)
-        self.slept += s
-        if self.lasts is not None and self.slept >= self.lasts and background.calls[0] > background.calls[1]:
-            self.end(0.01)
+    def wait(self, began, seconds):
+        self.waits.append((began, seconds))
+        if self.lasts is None:
+            return seconds
+        self.end(0.01)
+        return self.lasts
 
 
 def test_the_worker_takes_a_share_of_each_slow_call_then_waits_for_its_end(monkeypatch):
     c = _Calls(monkeypatch, lasts=0.004, last_call_s=0.01)
-    assert background.defer_to_calls() == 0.0 and not c.naps  # no call runs: on at once
+    assert background.defer_to_calls() == 0.0 and not c.waits  # no call runs: on at once
     c.begin()
     assert background.defer_to_calls() == 0.0  # it sees the call begin
     c.own += 0.3 * 0.01 - 1e-4  # within its share of it (CALL_SHARE of the last call's 10 ms)
-    assert background.defer_to_calls() == 0.0 and not c.naps
-    c.own += 2e-4  # past it: sleeps in slices until the call ends
-    slept = background.defer_to_calls()
-    assert c.naps and all(s == background.SLICE_S for s in c.naps)
-    assert 0.004 <= slept < 0.004 + 2 * background.SLICE_S
-    c.naps.clear()
-    assert background.defer_to_calls() == 0.0 and not c.naps  # between calls it runs on
+    assert background.defer_to_calls() == 0.0 and not c.waits
+    c.own += 2e-4  # past it: waits for this call's end
+    assert background.defer_to_calls() == 0.004 and c.waits == [(1, background.WAIT_MAX_S)]
+    assert background.defer_to_calls() == 0.0 and len(c.waits) == 1  # between calls it runs on
     c.begin()  # the next call: a share of its own, however much the worker has used before
     c.own += 1.0
     assert background.defer_to_calls() == 0.0
     c.own += 0.0031
-    assert background.defer_to_calls() > 0.0
+    assert background.defer_to_calls() > 0.0 and c.waits[-1][0] == 2
 
 
-def test_a_new_call_gives_the_worker_a_new_share_and_one_call_holds_it_back_a_bounded_time(monkeypatch):
+def test_one_call_holds_the_worker_back_a_bounded_time(monkeypatch):
     c = _Calls(monkeypatch, lasts=None, last_call_s=0.0)
     c.begin()
     background.defer_to_calls()
     c.own += background.SHARE_MIN_S  # the share of a call after one of no time: SHARE_MIN_S
-    original = c.sleep
-
-    def sleep_then_next_call(s):
-        original(s)
-        if len(c.naps) == 3:  # the call ends and the loop's next one begins meanwhile
-            c.end(0.01)
-            c.begin()
-
-    background._clocks["sleep"] = sleep_then_next_call
-    assert background.defer_to_calls() == 3 * background.SLICE_S
-    c.naps.clear()
-    background._clocks["sleep"] = original
-    c.own += 0.1  # a call that never ends (a program stopped in a debugger, a count off): it
-    slept = background.defer_to_calls()  # holds the worker back WAIT_MAX_S, then never again
-    assert background.WAIT_MAX_S <= slept < background.WAIT_MAX_S + 2 * background.SLICE_S
-    assert background.defer_to_calls() == 0.0
+    # a call that never ends (a program stopped in a debugger, a count off by a thread): it
+    # holds the worker back WAIT_MAX_S in all, then never again
+    assert background.defer_to_calls() == background.WAIT_MAX_S
+    assert background.defer_to_calls() == 0.0 and len(c.waits) == 1
 
 
 def test_the_worker_does_not_wait_for_calls_when_somebody_waits_for_it_or_elsewhere(monkeypatch):
@@ -655,7 +640,29 @@ def test_the_worker_does_not_wait_for_calls_when_somebody_waits_for_it_or_elsewh
     assert background.defer_to_calls() == 0.0
     monkeypatch.setitem(background._state, "waiters", 0)
     monkeypatch.setitem(background._state, "ident", -1)  # a thread compiling for itself
-    assert background.defer_to_calls() == 0.0 and not c.naps
+    assert background.defer_to_calls() == 0.0 and not c.waits
+
+
+def test_the_worker_waiting_for_a_call_is_woken_by_its_end(monkeypatch):
+    """The real wait: a thread waiting for call 1 wakes when ``dispatch`` counts its end, not
+    when the wait runs out, whichever of the two looks first."""
+    monkeypatch.setattr(background, "calls", [1, 0, 0.01, False])
+    for end_first in (False, True):
+        background.calls[:] = [1, 0, 0.01, False]
+        if end_first:
+            background.calls[1] = 1
+        waited = []
+        t = threading.Thread(target=lambda: waited.append(background._until_ended(1, 30.0)))
+        t.start()
+        deadline = time.perf_counter() + 10
+        while not end_first and not background.calls[3] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        if not end_first:
+            background.calls[1] += 1  # as dispatch ends a call: count, then look at the flag
+            if background.calls[3]:
+                background.call_ended()
+        t.join(10)
+        assert not t.is_alive() and waited[0] < 5.0 and background.calls[3] is False
 
 
 def test_interpreted_calls_are_counted_for_the_worker_even_when_they_raise(monkeypatch, rng):

@@ -2,7 +2,8 @@
 
 Contract: the stages that run long on the compile worker (planning a tape, writing kernels'
 sources and drivers, lowering kernels to LLVM IR, Numba's compiler passes, loading machine
-code, importing modules) call ``step()`` between pieces of their work. ``step`` calls each
+code, importing modules) call ``step()`` between pieces of their work, or ``tick()`` for each
+small piece of a long loop (unrolling a scan, encoding bytecode). ``step`` calls each
 function given to ``on_step``, in order: the runtime gives it its compile worker's
 ``background.defer_to_calls``, which on that thread sleeps while a slow call of the program
 runs and the worker has had its share of it, and on any other thread returns at once. A
@@ -25,10 +26,14 @@ True
 
 import threading
 
-__all__ = ["on_step", "step"]
+__all__ = ["on_step", "step", "tick", "TICKS"]
 
 _functions: list = []
 _lock = threading.Lock()
+# a long loop's pieces (an instruction unrolled, encoded, inlined) that make one step: about
+# 0.5-1 ms of Python
+TICKS = 128
+_ticks = [0]
 
 
 def on_step(fn):
@@ -42,3 +47,10 @@ def step():
     """A point between two pieces of long work (see the module docstring)."""
     for fn in _functions:
         fn()
+
+
+def tick():
+    """One small piece of a long loop: every ``TICKS``-th is a ``step``."""
+    _ticks[0] += 1
+    if not _ticks[0] % TICKS:
+        step()

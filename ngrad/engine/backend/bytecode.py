@@ -34,6 +34,7 @@ import sys
 
 import numpy as np
 
+from .. import pace
 from ..ir.dtypes import from_numpy_dtype
 from ..ir.interpret import np_dtype
 from ..ir.prims import ELEMENTWISE, PRIMS
@@ -248,6 +249,7 @@ def share_windows(st):
     window read with another shape, and a contiguous slice is a part of its argument's window."""
     home, seen, shapes, where = st.home, {}, st.tape.shapes, st.where
     for ins in st.tape.instrs:
+        pace.tick()
         prim, a = ins.prim, ins.args
         if prim == "reshape" or prim == "detach":
             home[ins.out] = where(a[0])
@@ -277,6 +279,7 @@ def read_operands(st):
     where, size = st.where, st.size
     st.keep = {where(s)[0] for s in st.tape.outputs}
     for ins in st.instrs:
+        pace.tick()
         if ins.prim == "expand" and size[ins.args[0]] == 1:
             r, d = where(ins.args[0])
             st.spread[ins.out] = st.spread.get(r, (r, d))
@@ -430,6 +433,7 @@ def inline_chains(st):
         for w, _, _ in r:
             final[w] = j
     for j, ins in enumerate(st.instrs):
+        pace.tick()
         if st.pairs and j in st.folded:
             _add_into_fold(st, j, ins, made_at, final)
         if not st.pairs or ins.prim not in _ELEMENTWISE or j in st.folded:
@@ -560,6 +564,7 @@ def _emit(st, j, ins):
 def emit_rows(st):
     """Every instruction that is not inlined into another becomes its rows, in order."""
     for j, ins in enumerate(st.instrs):
+        pace.tick()
         if j not in st.inlined:
             _emit(st, j, ins)
 

@@ -30,8 +30,8 @@ While a job runs, the worker takes its turns with the program's slow calls (inte
 a NumPy driver, counted by ``dispatch`` in ``calls``) at the points where long work looks in
 (``pace.step``: planning's stages, each kernel's source, lowering every few dozen statements,
 Numba's passes, each loop of a driver, each kernel it loads, each module it imports): while such
-a call runs and the worker has used ``CALL_SHARE`` of the last one's time in CPU since it saw the
-call begin, it sleeps until that call ends or another begins (``defer_to_calls``). A call then
+a call runs and the worker has used ``CALL_SHARE`` of the last one's own CPU time since it saw
+the call begin, it waits until that call ends (``defer_to_calls``). A call then
 shares the interpreter's lock with at most that much of the worker's Python, whatever else the
 worker has to do, and the worker goes on between calls and at each new one: a loop that never
 pauses still gets its kernels.
@@ -91,8 +91,10 @@ SWITCH_S = 5e-5
 # (PyTorch eager: 24 / 22, 20 / 3, 47 / 5 / 3). Kernels arrive START_S later.
 START_S = 0.05
 # The worker's turns with the slow calls (``defer_to_calls``): at most CALL_SHARE of the last
-# slow call's time (at least SHARE_MIN_S) of its own CPU time during a call, then it sleeps in
-# SLICE_S steps until the call ends or another begins, at most WAIT_MAX_S for one call. A call
+# slow call's own CPU time (at least SHARE_MIN_S; its wall time would count the worker's turns
+# and grow with them) of its own CPU time during a call, then it waits for
+# the call's end (told by ``dispatch``, not polled: waking every 0.5 ms to look took the lock
+# from the call each time, ode's calls 13-20 ms instead of 8), at most WAIT_MAX_S for one call. A call
 # that releases the interpreter's lock for each NumPy operation hands it to the worker each time
 # and waits for it back: ba's interpreted call (394 operations, 5.6 ms alone) took 17-18 ms
 # beside a thread spinning in Python, and 19-27 ms while the worker imported llvmlite (13 ms of
@@ -102,7 +104,6 @@ START_S = 0.05
 # kernels, left ba's calls 9-20 at 13-28 ms and the slowest after the first at 3.2x PyTorch
 # eager's; by the call, 7-9 ms and 1.8-1.9x, with the kernels as soon (2 cores, fresh
 # processes, best of 3; table in docs/performance.md).
-SLICE_S = 0.0005
 CALL_SHARE = 0.3
 SHARE_MIN_S = 0.001
 WAIT_MAX_S = 0.25
@@ -186,19 +187,43 @@ def _thaw_heap():
         _state["frozen"] = False
 
 
-# the clock and the sleep ``defer_to_calls`` uses (tests replace them)
-_clocks = {"own": time.thread_time, "sleep": time.sleep}
-# the slow call the worker last saw begin, its CPU time then, and how long it slept for that call
+# the slow calls (interpreted, or on a NumPy driver) begun and ended, the seconds the last one
+# took, and whether the worker waits for one to end: ``dispatch`` counts them (and calls
+# ``call_ended`` when the worker waits), ``defer_to_calls`` reads them
+calls = [0, 0, 0.0, False]
+_ends = threading.Condition(threading.Lock())
+
+
+def call_ended():
+    """Wake the worker waiting for the end of the slow call that just ended."""
+    with _ends:
+        _ends.notify_all()
+
+
+def _until_ended(began, seconds):
+    """Wait (on the worker) until slow call number ``began`` has ended, at most ``seconds``;
+    return the seconds waited. The flag goes up before the count is looked at, and ``dispatch``
+    counts the end before it looks at the flag: one of the two sees the other."""
+    t = time.perf_counter()
+    with _ends:
+        calls[3] = True
+        try:
+            _ends.wait_for(lambda: calls[1] >= began, seconds)
+        finally:
+            calls[3] = False
+    return time.perf_counter() - t
+
+
+# the clock and the wait ``defer_to_calls`` uses (tests replace them)
+_clocks = {"own": time.thread_time, "wait": _until_ended}
+# the slow call the worker last saw begin, its CPU time then, and how long it waited for that call
 _turn = {"call": 0, "own": 0.0, "waited": 0.0}
-# the slow calls (interpreted, or on a NumPy driver) begun and ended, and the seconds the last one
-# took: ``dispatch`` counts them, ``defer_to_calls`` reads them
-calls = [0, 0, 0.0]
 
 
 def defer_to_calls():
     """On the worker, during a job: while a slow call runs and the worker has had its share of
-    it (see the module docstring), sleep until that call ends or another begins; on any other
-    thread, or while somebody waits for the compiles, return at once. Returns the seconds slept.
+    it (see the module docstring), wait until that call ends; on any other thread, or while
+    somebody waits for the compiles, return at once. Returns the seconds it waited.
 
     >>> defer_to_calls()  # not the worker
     0.0
@@ -208,7 +233,7 @@ def defer_to_calls():
     clocks, turn = _clocks, _turn
     slept = 0.0
     while _state["waiters"] == 0:
-        began, ended, last = calls
+        began, ended, last = calls[0], calls[1], calls[2]
         if began <= ended:  # no slow call runs
             break
         own = clocks["own"]()
@@ -217,9 +242,9 @@ def defer_to_calls():
             break
         if own - turn["own"] < max(CALL_SHARE * last, SHARE_MIN_S) or turn["waited"] >= WAIT_MAX_S:
             break
-        clocks["sleep"](SLICE_S)
-        slept += SLICE_S
-        turn["waited"] += SLICE_S
+        waited = clocks["wait"](began, WAIT_MAX_S - turn["waited"])
+        slept += waited
+        turn["waited"] += waited
     return slept
 
 
@@ -235,8 +260,8 @@ class _Deferring:
 
 def _forked():
     """In a child made by ``fork``: no worker thread came along, so neither do its jobs."""
-    global _cond
-    _cond = threading.Condition()
+    global _cond, _ends
+    _cond, _ends = threading.Condition(), threading.Condition(threading.Lock())
     for record in [job[0] for job in _jobs] + [_state["running"]]:
         if record is not None:  # offered again at their next call here
             record.compiling = False
@@ -251,7 +276,7 @@ def _forked():
         active=0, worker=None, switch=None, blas=None, frozen=False, slack=None, running=None, waiters=0, ident=None
     )
     _turn.update(call=0, own=0.0, waited=0.0)  # a process of its own calls
-    calls[:] = [0, 0, 0.0]
+    calls[:] = [0, 0, 0.0, False]
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
