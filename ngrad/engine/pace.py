@@ -3,7 +3,8 @@
 Contract: the stages that run long on the compile worker (planning a tape, writing kernels'
 sources and drivers, lowering kernels to LLVM IR, Numba's compiler passes, loading machine
 code, importing modules) call ``step()`` between pieces of their work, or ``tick()`` for each
-small piece of a long loop (unrolling a scan, encoding bytecode). ``step`` calls each
+small piece of a long loop (unrolling a scan, encoding bytecode); work that runs without the
+interpreter's lock is marked ``unlocked()``, so that it does not count as the worker's share. ``step`` calls each
 function given to ``on_step``, in order: the runtime gives it its compile worker's
 ``background.defer_to_calls``, which on that thread sleeps while a slow call of the program
 runs and the worker has had its share of it, and on any other thread returns at once. A
@@ -24,9 +25,11 @@ True
 ```
 """
 
+import contextlib
 import threading
+import time
 
-__all__ = ["on_step", "step", "tick", "TICKS"]
+__all__ = ["on_step", "step", "tick", "TICKS", "unlocked", "locked_cpu"]
 
 _functions: list = []
 _lock = threading.Lock()
@@ -34,6 +37,7 @@ _lock = threading.Lock()
 # 0.5-1 ms of Python
 TICKS = 128
 _ticks = [0]
+_threads = threading.local()  # per thread: the CPU seconds it spent ``unlocked``
 
 
 def on_step(fn):
@@ -54,3 +58,27 @@ def tick():
     _ticks[0] += 1
     if not _ticks[0] % TICKS:
         step()
+
+
+@contextlib.contextmanager
+def unlocked():
+    """Mark work that runs without the interpreter's lock (LLVM's optimisation and code
+    generation): the calling thread's CPU time inside it is not counted by ``locked_cpu``, so
+    the compile worker's share of a call is spent only by what takes the lock from the calls."""
+    t = time.thread_time()
+    try:
+        yield
+    finally:
+        _threads.unlocked = getattr(_threads, "unlocked", 0.0) + time.thread_time() - t
+
+
+def locked_cpu():
+    """The calling thread's CPU time, less what it spent ``unlocked``.
+
+    >>> before = locked_cpu()
+    >>> with unlocked():
+    ...     _ = sum(range(200_000))
+    >>> locked_cpu() - before < 0.001
+    True
+    """
+    return time.thread_time() - getattr(_threads, "unlocked", 0.0)

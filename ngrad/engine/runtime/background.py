@@ -215,7 +215,7 @@ def _until_ended(began, seconds):
 
 
 # the clock and the wait ``defer_to_calls`` uses (tests replace them)
-_clocks = {"own": time.thread_time, "wait": _until_ended}
+_clocks = {"own": pace.locked_cpu, "wait": _until_ended}
 # the slow call the worker last saw begin, its CPU time then, and how long it waited for that call
 _turn = {"call": 0, "own": 0.0, "waited": 0.0}
 

@@ -36,6 +36,7 @@ import time
 
 import llvmlite.binding as ll
 
+from .. import pace
 from . import ir_text as ir
 from . import objects
 from .emit import F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
@@ -254,7 +255,7 @@ def assemble(lowered, form="object", parallel=False, vectorize=True):
     (``_Turns.ours``)."""
     objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
     t = time.perf_counter()
-    with _turns().ours() if parallel else contextlib.nullcontext():
+    with _turns().ours() if parallel else contextlib.nullcontext(), pace.unlocked():
         out = _assemble(*lowered, form, parallel, vectorize)
     _state["last"] = (_state.get("lowered", 0.0), time.perf_counter() - t)
     return out
