@@ -186,9 +186,10 @@ def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monk
     assert (encoded, asked) == (0, len(machines))
 
 
-def test_bytecode_is_encoded_where_the_compiles_go(monkeypatch, rng):
-    """A scan written out for bytecode and a long tape without scans are encoded by the child
-    under ``process``, and here (on the worker, taking turns with the calls) under ``thread``."""
+def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monkeypatch, rng):
+    """A scan written out for bytecode is unrolled and encoded by the child under ``thread`` too
+    (that Python shared the interpreter's lock with the calls); under ``thread`` a long tape
+    without scans is still encoded here."""
 
     def step(h, x):
         h = (h * 0.8 + x).tanh() * 0.9 + 0.1 * x
@@ -205,8 +206,7 @@ def test_bytecode_is_encoded_where_the_compiles_go(monkeypatch, rng):
         return (h * h).sum()
 
     x0 = rng.standard_normal((40, 6))
-    for f in (scanned, written):
-        remote = compile_mode() == "process"
+    for f, remote in ((scanned, True), (written, compile_mode() == "process")):
         machines, encoded, asked = _encodings(x0, f, monkeypatch)
         assert (asked, encoded) == ((len(machines), 0) if remote else (0, len(machines)))
 

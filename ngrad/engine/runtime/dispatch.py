@@ -102,9 +102,9 @@ def tier_for(tape, mode, now=False, policy=None, values=None):
 def advance(record, tape, mode, now, policy, values=None):
     """Carry out ``next_state``'s encoding and planning for ``record`` until it decides something
     else, and return that decision (``COMPILE``: the caller compiles the tier). ``values``: the
-    compile worker's copies of the call's inputs; under ``NGRAD_COMPILE=process`` the compile
-    server then encodes a tape for bytecode and compiles its loop, and this process reads both
-    back from the disk cache."""
+    compile worker's copies of the call's inputs; under ``NGRAD_COMPILE=process`` (and under
+    ``thread`` for a tape whose scans are written out) the compile server then encodes a tape
+    for bytecode and compiles its loop, and this process reads both back from the disk cache."""
     new = None  # a tier made here, shown once (NGRAD_DEBUG=2)
     while True:
         ready = record.tier is not None and record.tier.ready()
@@ -113,11 +113,10 @@ def advance(record, tape, mode, now, policy, values=None):
             record.offered = True
             t = time.perf_counter()
             elsewhere = None
-            # the compile server encodes where the compiles go there; under ``thread`` the worker
-            # does, taking turns with the calls (lstm c = 64's unrolled scans: 0.1 s of Python,
-            # which made its calls 3x slower when it did not; now as fast as the child's, which
-            # costs a start-up)
-            if values is not None and compile_mode() == "process":
+            # the compile server encodes where the compiles go there, and under ``thread`` a tape
+            # whose scans are written out: their unrolling and encoding (lstm c = 64: 0.1 s of Python
+            # alone, 0.24 s sharing the interpreter's lock with the calls) made its calls 3x slower
+            if values is not None and (compile_mode() == "process" or unrolls(tape, policy)):
                 elsewhere = lambda: encode_remote(tape, policy, not record.small, values)  # noqa: E731
             machine = machine_for(tape, policy, big_steps=not record.small, elsewhere=elsewhere)
             if debug_level() >= 3:
