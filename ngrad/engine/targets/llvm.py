@@ -18,8 +18,8 @@ Contract: ``compile(text, sig, name, step)`` returns ``(object_code, wrapper, en
 kind of object Numba's machine code is kept as. It raises ``Unsupported`` for any construct,
 type or signature outside the part it compiles (complex numbers, non-contiguous arrays, arithmetic
 of two unsigned integers, NumPy functions...): the caller then compiles the text with Numba, so nothing is ever compiled
-differently from what the text says. ``step()`` is called every few dozen statements (the compile
-worker's deference to calls). The semantics follow Numba's for the same text: NumPy's type
+differently from what the text says. ``step()`` is called every few statements (the compile
+worker's turns with the calls, ``pace``). The semantics follow Numba's for the same text: NumPy's type
 promotion of scalars (integer literals int64, float literals float64, uint64 with a signed integer
 int64), Python's floor division,
 modulo, ``max``/``min`` and NaN comparisons, wraparound of negative signed indices, casts on
