@@ -188,22 +188,41 @@ def _thaw_heap():
 
 
 # the slow calls (interpreted, or on a NumPy driver) begun and ended, the seconds the last one
-# took, and whether the worker waits for one to end: ``dispatch`` counts them (and calls
-# ``call_ended`` when the worker waits), ``defer_to_calls`` reads them
+# took, and whether the worker waits for one to end: ``dispatch`` counts them (``call_began``,
+# ``call_ended``), ``defer_to_calls`` reads them
 calls = [0, 0, 0.0, False]
 _ends = threading.Condition(threading.Lock())
+# threads of the program may run slow calls at once, and an end lost between two would have the
+# worker wait for a call that never ends: CPython 3.11 does not switch threads inside ``+= 1`` on
+# a list's item, a free-threaded interpreter may
+_counting = threading.Lock()
 
 
-def call_ended():
-    """Wake the worker waiting for the end of the slow call that just ended."""
+def call_began():
+    """``dispatch``: a slow call begins."""
+    with _counting:
+        calls[0] += 1
+
+
+def call_ended(cpu_s):
+    """``dispatch``: a slow call that took ``cpu_s`` of its thread's CPU ended; the worker, if it
+    waits for a call's end, is woken."""
+    with _counting:
+        calls[1] += 1
+        calls[2] = cpu_s
+    if calls[3]:
+        _wake()
+
+
+def _wake():
     with _ends:
         _ends.notify_all()
 
 
 def _until_ended(began, seconds):
     """Wait (on the worker) until slow call number ``began`` has ended, at most ``seconds``;
-    return the seconds waited. The flag goes up before the count is looked at, and ``dispatch``
-    counts the end before it looks at the flag: one of the two sees the other."""
+    return the seconds waited. The flag goes up before the count is looked at, and
+    ``call_ended`` counts the end before it looks at the flag: one of the two sees the other."""
     t = time.perf_counter()
     with _ends:
         calls[3] = True
@@ -260,8 +279,8 @@ class _Deferring:
 
 def _forked():
     """In a child made by ``fork``: no worker thread came along, so neither do its jobs."""
-    global _cond, _ends
-    _cond, _ends = threading.Condition(), threading.Condition(threading.Lock())
+    global _cond, _ends, _counting
+    _cond, _ends, _counting = threading.Condition(), threading.Condition(threading.Lock()), threading.Lock()
     for record in [job[0] for job in _jobs] + [_state["running"]]:
         if record is not None:  # offered again at their next call here
             record.compiling = False

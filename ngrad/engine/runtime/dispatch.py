@@ -193,12 +193,11 @@ def _interpreted(tape, values, record):
     interpreter, then from its NumPy driver (``numpy_driver``) once interpreting this structure
     has cost what the driver would have saved (``_due``; a scan's steps move by the same rule,
     ``numpy_body``). The time goes to the record's ``rent``, which tiering weighs against
-    compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs every call. It is
-    counted in ``background.calls``, with its own CPU time: the compile worker takes its turns
-    by them (``background.defer_to_calls``)."""
+    compiling. Under ``NGRAD_JIT=never`` (no record) the interpreter runs every call. Its
+    beginning and end are told to ``background``, with its own CPU time: the compile worker
+    takes its turns by them (``background.defer_to_calls``)."""
     t, cpu = time.perf_counter(), time.thread_time()
-    calls = background.calls
-    calls[0] += 1
+    background.call_began()
     try:
         if record is not None and record.numpy is None and _due(record, tape):
             record.numpy = numpy_driver(tape)
@@ -208,10 +207,7 @@ def _interpreted(tape, values, record):
             outs = record.numpy(values)
     finally:
         spent = time.perf_counter() - t
-        calls[1] += 1
-        calls[2] = time.thread_time() - cpu  # its own work: without the waits for the worker
-        if calls[3]:  # the worker waits for this call to end
-            background.call_ended()
+        background.call_ended(time.thread_time() - cpu)  # its own work, not its waits for the worker
     if record is not None:
         record.rent += spent
         record.overhead += _overhead(spent, tape)
