@@ -92,18 +92,18 @@ SWITCH_S = 5e-5
 START_S = 0.05
 # The worker's turns with the slow calls (``defer_to_calls``): at most CALL_SHARE of the last
 # slow call's own CPU time (at least SHARE_MIN_S; its wall time would count the worker's turns
-# and grow with them) of its own CPU time during a call, then it waits for
-# the call's end (told by ``dispatch``, not polled: waking every 0.5 ms to look took the lock
-# from the call each time, ode's calls 13-20 ms instead of 8), at most WAIT_MAX_S for one call. A call
-# that releases the interpreter's lock for each NumPy operation hands it to the worker each time
-# and waits for it back: ba's interpreted call (394 operations, 5.6 ms alone) took 17-18 ms
-# beside a thread spinning in Python, and 19-27 ms while the worker imported llvmlite (13 ms of
-# Python alone), whose C parts keep the lock for 0.2 ms at a stretch whatever the switch
-# interval. A share by the main thread's CPU time instead (busy when it grew by 30% of the wall
-# time over 5 ms), capped at 20 ms a process so that a loop that never pauses still got its
-# kernels, left ba's calls 9-20 at 13-28 ms and the slowest after the first at 3.2x PyTorch
-# eager's; by the call, 7-9 ms and 1.8-1.9x, with the kernels as soon (2 cores, fresh
-# processes, best of 3; table in docs/performance.md).
+# and grow with them) of the worker's own CPU time outside LLVM (``pace.unlocked``) during a
+# call; then it waits for the call's end, which ``call_ended`` tells it, at most WAIT_MAX_S for
+# one call. A call that releases the interpreter's lock for each NumPy operation hands it to the
+# worker each time and waits for it back: ba's interpreted call (394 operations, 5.6 ms alone)
+# took 17-18 ms beside a thread spinning in Python, and 19-27 ms while the worker imported
+# llvmlite (13 ms of Python alone), whose C parts keep the lock 0.2 ms at a stretch whatever the
+# switch interval. Against the deference this replaced (it slept while the main thread's CPU
+# clock advanced, at most 20 ms a process), 2 cores, three fresh processes each, alternating:
+# ba's slowest call while compiling 18-20 -> 12-15 ms (warm cache 15-19 -> 12-13), ode's 21-23
+# -> 14-18 ms; its kernels 0.09 s later for ba (0.71 -> 0.80 s to steady), 0.03-0.05 s for ode.
+# A share of 0.6 brought them 0.02-0.04 s sooner than 0.3 and the slowest calls back to 15-16
+# (ba) and 20 ms (ode).
 CALL_SHARE = 0.3
 SHARE_MIN_S = 0.001
 WAIT_MAX_S = 0.25
