@@ -4,6 +4,8 @@ while the worker compiles, the results never change when the
 compiled tier takes over (plans and bytecode), a compile that fails leaves the program running
 with one warning, and a burst of new structures keeps one thread and a bounded queue."""
 
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -584,7 +586,7 @@ class _Calls:
     def __init__(self, monkeypatch, lasts=None, last_call_s=0.01):
         self.own, self.waits, self.lasts = 0.0, [], lasts
         monkeypatch.setattr(background, "_clocks", {"own": lambda: self.own, "wait": self.wait})
-        monkeypatch.setattr(background, "_turn", {"call": 0, "own": 0.0, "waited": 0.0})
+        monkeypatch.setattr(background, "_turn", {"call": 0, "own": 0.0, "waited": 0.0, "total": 0.0})
         monkeypatch.setattr(background, "calls", [0, 0, last_call_s, False])
         monkeypatch.setitem(background._state, "ident", threading.get_ident())  # this test is the worker
 
@@ -795,3 +797,20 @@ def test_a_new_plan_runs_quick_machine_code_first_and_the_full_one_after(monkeyp
     got = _value_and_grad(x0, f)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+
+
+def test_debug_level_3_says_how_long_each_compile_job_waited_for_the_calls(tmp_path):
+    if compile_mode() != "thread":
+        pytest.skip("the child process sets its own mode: one run is enough")
+    program = (
+        "import ngrad\n"
+        "x = ngrad.linspace(0, 1, 50_000, requires_grad=True)\n"
+        "for _ in range(30):\n"
+        "    (x.sin() * x.exp()).sum().backward()\n"
+        "ngrad.synchronize_compiles()\n"
+    )
+    env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_COMPILE="thread", NGRAD_DEBUG="3")
+    env.pop("NGRAD_JIT", None)
+    err = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
+    lines = [line for line in err.splitlines() if line.startswith("ngrad: compile job of")]
+    assert lines and all("waiting for the calls' turns" in line for line in lines)

@@ -63,7 +63,7 @@ import time
 import warnings
 
 from .. import pace
-from ..config import compile_mode, compile_threads, cores
+from ..config import compile_mode, compile_threads, cores, debug_level
 from ..ir.blas import limit_numpy_threads, restore_numpy_threads
 from ..targets import CompileError
 from .compile_server import ahead, compile_remote, copies
@@ -236,7 +236,7 @@ def _until_ended(began, seconds):
 # the clock and the wait ``defer_to_calls`` uses (tests replace them)
 _clocks = {"own": pace.locked_cpu, "wait": _until_ended}
 # the slow call the worker last saw begin, its CPU time then, and how long it waited for that call
-_turn = {"call": 0, "own": 0.0, "waited": 0.0}
+_turn = {"call": 0, "own": 0.0, "waited": 0.0, "total": 0.0}
 
 
 def defer_to_calls():
@@ -264,6 +264,7 @@ def defer_to_calls():
         waited = clocks["wait"](began, WAIT_MAX_S - turn["waited"])
         slept += waited
         turn["waited"] += waited
+        turn["total"] += waited
     return slept
 
 
@@ -294,7 +295,7 @@ def _forked():
     _state.update(
         active=0, worker=None, switch=None, blas=None, frozen=False, slack=None, running=None, waiters=0, ident=None
     )
-    _turn.update(call=0, own=0.0, waited=0.0)  # a process of its own calls
+    _turn.update(call=0, own=0.0, waited=0.0, total=0.0)  # a process of its own calls
     calls[:] = [0, 0, 0.0, False]
 
 
@@ -411,12 +412,19 @@ def _work():
                     _cond.wait_for(lambda: _state["waiters"] > 0, START_S)
                 record, advance, tape, values = _jobs.popleft()
                 _state["running"] = record
+        t, waited = time.perf_counter(), _turn["total"]
         try:
             if upgrade is not None:
                 _upgrade(upgrade)
             else:
                 if advance(values) is Decision.COMPILE:
                     _compile(record, record.tier, tape, values)
+                if debug_level() >= 3:
+                    print(
+                        f"ngrad: compile job of {len(tape.instrs)} instrs: {(time.perf_counter() - t) * 1e3:.1f} ms, "
+                        f"{(_turn['total'] - waited) * 1e3:.1f} of them waiting for the calls' turns",
+                        file=sys.stderr,
+                    )
         except Exception as e:  # noqa: BLE001  (encoding or planning failed: the interpreter runs it)
             record.failed = True
             warn_failed(e)
