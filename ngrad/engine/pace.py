@@ -3,13 +3,13 @@
 Contract: the stages that run long on the compile worker (planning a tape, writing kernels'
 sources and drivers, lowering kernels to LLVM IR, Numba's compiler passes, loading machine
 code, importing modules) call ``step()`` between pieces of their work, or ``tick()`` for each
-small piece of a long loop (unrolling a scan, encoding bytecode); work that runs without the
-interpreter's lock is marked ``unlocked()``, so that it does not count as the worker's share. ``step`` calls each
-function given to ``on_step``, in order: the runtime gives it its compile worker's
-``background.defer_to_calls``, which on that thread sleeps while a slow call of the program
-runs and the worker has had its share of it, and on any other thread returns at once. A
-function is given once; nothing is ever taken back. This module imports nothing of the engine,
-so every layer may call it.
+small piece of a long loop (unrolling a scan, encoding bytecode). ``step`` calls each function
+given to ``on_step``, in order: the runtime gives it its compile worker's
+``background.defer_to_calls``, which on that thread waits for the end of a slow call of the
+program once the worker has had its share of it, and on any other thread returns at once. A
+function is given once; nothing is ever taken back. Work that runs without the interpreter's
+lock is marked ``unlocked()``: ``locked_cpu()``, the clock the share is counted on, leaves it
+out. This module imports nothing of the engine, so every layer may call it.
 
 ```python
 >>> import itertools

@@ -235,7 +235,8 @@ def _until_ended(began, seconds):
 
 # the clock and the wait ``defer_to_calls`` uses (tests replace them)
 _clocks = {"own": pace.locked_cpu, "wait": _until_ended}
-# the slow call the worker last saw begin, its CPU time then, and how long it waited for that call
+# the slow call the worker last saw begin, its CPU time then, how long it waited for that call,
+# and how long it has waited in all (``NGRAD_DEBUG=3``)
 _turn = {"call": 0, "own": 0.0, "waited": 0.0, "total": 0.0}
 
 
