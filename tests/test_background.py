@@ -587,15 +587,15 @@ class _Calls:
         self.own, self.waits, self.lasts = 0.0, [], lasts
         monkeypatch.setattr(background, "_clocks", {"own": lambda: self.own, "wait": self.wait})
         monkeypatch.setattr(background, "_turn", {"call": 0, "own": 0.0, "waited": 0.0, "total": 0.0})
-        monkeypatch.setattr(background, "calls", [0, 0, last_call_s, False])
+        monkeypatch.setattr(background, "calls", {"begun": 0, "ended": 0, "cpu": last_call_s, "waiting": False})
         monkeypatch.setitem(background._state, "ident", threading.get_ident())  # this test is the worker
 
     def begin(self):
-        background.calls[0] += 1
+        background.calls["begun"] += 1
 
     def end(self, seconds):
-        background.calls[1] += 1
-        background.calls[2] = seconds
+        background.calls["ended"] += 1
+        background.calls["cpu"] = seconds
 
     def wait(self, began, seconds):
         self.waits.append((began, seconds))
@@ -648,30 +648,30 @@ def test_the_worker_does_not_wait_for_calls_when_somebody_waits_for_it_or_elsewh
 def test_the_worker_waiting_for_a_call_is_woken_by_its_end(monkeypatch):
     """The real wait: a thread waiting for call 1 wakes when ``dispatch`` counts its end, not
     when the wait runs out, whichever of the two looks first."""
-    monkeypatch.setattr(background, "calls", [1, 0, 0.01, False])
+    monkeypatch.setattr(background, "calls", {"begun": 1, "ended": 0, "cpu": 0.01, "waiting": False})
     for end_first in (False, True):
-        background.calls[:] = [1, 0, 0.01, False]
+        background.calls.update(begun=1, ended=0, cpu=0.01, waiting=False)
         if end_first:
-            background.calls[1] = 1
+            background.calls["ended"] = 1
         waited = []
         t = threading.Thread(target=lambda: waited.append(background._until_ended(1, 30.0)))
         t.start()
         deadline = time.perf_counter() + 10
-        while not end_first and not background.calls[3] and time.perf_counter() < deadline:
+        while not end_first and not background.calls["waiting"] and time.perf_counter() < deadline:
             time.sleep(0.001)
         if not end_first:
             background.call_ended(0.01)  # as dispatch ends a call: count, then look at the flag
         t.join(10)
-        assert not t.is_alive() and waited[0] < 5.0 and background.calls[3] is False
+        assert not t.is_alive() and waited[0] < 5.0 and background.calls["waiting"] is False
 
 
 def test_interpreted_calls_are_counted_for_the_worker_even_when_they_raise(monkeypatch, rng):
     monkeypatch.setenv("NGRAD_JIT", "never")
-    begun, ended = background.calls[0], background.calls[1]
+    begun, ended = background.calls["begun"], background.calls["ended"]
     x = ngrad.tensor(rng.standard_normal(50), requires_grad=True)
     (x.sin() * x).sum().backward()
-    assert background.calls[0] > begun and background.calls[0] - begun == background.calls[1] - ended
-    assert background.calls[2] > 0.0
+    assert background.calls["begun"] > begun and background.calls["begun"] - begun == background.calls["ended"] - ended
+    assert background.calls["cpu"] > 0.0
 
     def fails(tape, values):
         raise FloatingPointError("a value the program rejects")
@@ -679,7 +679,7 @@ def test_interpreted_calls_are_counted_for_the_worker_even_when_they_raise(monke
     monkeypatch.setattr(dispatch, "interpret", fails)
     with pytest.raises(FloatingPointError):
         (ngrad.tensor(rng.standard_normal(5)).exp() * 2).sum().item()
-    assert background.calls[0] - begun == background.calls[1] - ended > 1
+    assert background.calls["begun"] - begun == background.calls["ended"] - ended > 1
 
 
 def test_a_loop_that_never_pauses_still_gets_its_kernels(monkeypatch, rng):

@@ -281,9 +281,9 @@ def code_of(text: str) -> str:
 def key_of(text: str) -> str:
     """The name of a generated module's file in the cache: a hash of its code (``code_of``), so
     programs that differ only in sizes share one kernel and compile once. Remembered for the
-    texts seen last: stripping the comments of ba's largest kernel takes 3.6 ms of one regular
-    expression, which holds the interpreter's lock throughout, and a plan asks for each of its
-    kernels' keys twice (whether it is on disk, then the kernel itself)."""
+    texts seen last: stripping the comments of ba's largest kernel (112 KB) takes 0.7 ms of one
+    regular expression, which holds the interpreter's lock throughout, and a plan asks for each
+    of its kernels' keys twice (whether it is on disk, then the kernel itself)."""
     return "k" + hashlib.sha256(code_of(text).encode()).hexdigest()[:24]
 
 

@@ -187,10 +187,10 @@ def _thaw_heap():
         _state["frozen"] = False
 
 
-# the slow calls (interpreted, or on a NumPy driver) begun and ended, the seconds the last one
+# the slow calls (interpreted, or on a NumPy driver) begun and ended, the CPU seconds the last one
 # took, and whether the worker waits for one to end: ``dispatch`` counts them (``call_began``,
 # ``call_ended``), ``defer_to_calls`` reads them
-calls = [0, 0, 0.0, False]
+calls = {"begun": 0, "ended": 0, "cpu": 0.0, "waiting": False}
 _ends = threading.Condition(threading.Lock())
 # threads of the program may run slow calls at once, and an end lost between two would have the
 # worker wait for a call that never ends: CPython 3.11 does not switch threads inside ``+= 1`` on
@@ -201,16 +201,16 @@ _counting = threading.Lock()
 def call_began():
     """``dispatch``: a slow call begins."""
     with _counting:
-        calls[0] += 1
+        calls["begun"] += 1
 
 
 def call_ended(cpu_s):
     """``dispatch``: a slow call that took ``cpu_s`` of its thread's CPU ended; the worker, if it
     waits for a call's end, is woken."""
     with _counting:
-        calls[1] += 1
-        calls[2] = cpu_s
-    if calls[3]:
+        calls["ended"] += 1
+        calls["cpu"] = cpu_s
+    if calls["waiting"]:
         _wake()
 
 
@@ -225,11 +225,11 @@ def _until_ended(began, seconds):
     ``call_ended`` counts the end before it looks at the flag: one of the two sees the other."""
     t = time.perf_counter()
     with _ends:
-        calls[3] = True
+        calls["waiting"] = True
         try:
-            _ends.wait_for(lambda: calls[1] >= began, seconds)
+            _ends.wait_for(lambda: calls["ended"] >= began, seconds)
         finally:
-            calls[3] = False
+            calls["waiting"] = False
     return time.perf_counter() - t
 
 
@@ -251,10 +251,10 @@ def defer_to_calls():
     if threading.get_ident() != _state["ident"]:  # a call compiling for itself defers to nobody
         return 0.0
     clocks, turn = _clocks, _turn
-    slept = 0.0
+    spent = 0.0
     while _state["waiters"] == 0:
-        began, ended, last = calls[0], calls[1], calls[2]
-        if began <= ended:  # no slow call runs
+        began, last = calls["begun"], calls["cpu"]
+        if began <= calls["ended"]:  # no slow call runs
             break
         own = clocks["own"]()
         if began != turn["call"]:  # a new call: a new share of it
@@ -263,10 +263,10 @@ def defer_to_calls():
         if own - turn["own"] < max(CALL_SHARE * last, SHARE_MIN_S) or turn["waited"] >= WAIT_MAX_S:
             break
         waited = clocks["wait"](began, WAIT_MAX_S - turn["waited"])
-        slept += waited
+        spent += waited
         turn["waited"] += waited
         turn["total"] += waited
-    return slept
+    return spent
 
 
 class _Deferring:
@@ -297,7 +297,7 @@ def _forked():
         active=0, worker=None, switch=None, blas=None, frozen=False, slack=None, running=None, waiters=0, ident=None
     )
     _turn.update(call=0, own=0.0, waited=0.0, total=0.0)  # a process of its own calls
-    calls[:] = [0, 0, 0.0, False]
+    calls.update(begun=0, ended=0, cpu=0.0, waiting=False)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

@@ -122,7 +122,7 @@ class CompiledPlan:
         count = 0
         for s in self.layout().sources:
             if s is not None:
-                pace.step()  # each text's key is a regular expression's pass over it
+                pace.step()  # each text's key, and the first look reads the cache's index
                 count += not on_disk(s.text)
         return count
 
