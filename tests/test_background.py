@@ -188,6 +188,38 @@ def test_the_compile_server_encodes_bytecode_and_this_process_reads_it_back(monk
     assert (encoded, asked) == (0, len(machines))
 
 
+def test_the_compile_server_plans_and_this_process_reads_the_plan_back(monkeypatch, rng):
+    """Under ``process`` the child plans a new structure (fusion, layout, kernel sources: Python
+    that this process's calls would share the interpreter's lock with) as well as compiling it:
+    this process reads the plan back from the disk cache, asks the child once, and never asks it
+    to compile that plan again. Under ``thread`` the worker plans here."""
+    from ngrad.engine.runtime import plan
+
+    made, asked = [], []
+    real_init, real_remote = plan.CompiledPlan.__init__, dispatch.plan_remote
+    monkeypatch.setattr(plan.CompiledPlan, "__init__", lambda self, *a, **k: made.append(1) or real_init(self, *a, **k))
+    monkeypatch.setattr(dispatch, "plan_remote", lambda *a, **k: asked.append(1) or real_remote(*a, **k))
+    monkeypatch.setattr(background, "compile_remote", lambda *a, **k: pytest.fail("asked to compile again"))
+
+    def f(x):
+        return ((x.sin() * x.exp()) / (1 + x * x)).sum() + (x @ x.T).tanh().sum()
+
+    x0 = rng.standard_normal((30, 30))
+    want = _reference(x0, f, monkeypatch)
+    before = set(dispatch.records)
+    for _ in range(3):
+        got = _value_and_grad(x0, f)
+    assert ngrad.synchronize_compiles(timeout=120)
+    new = [r for k, r in dispatch.records.items() if k not in before]
+    assert new and all(r.tier is not None and r.tier.ready() for r in new)
+    got = _value_and_grad(x0, f)  # on the kernels
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    if compile_mode() == "process":
+        assert (len(made), len(asked)) == (0, len(new))
+    else:
+        assert (len(made), len(asked)) == (len(new), 0)
+
+
 def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monkeypatch, rng):
     """A scan written out for bytecode is unrolled and encoded by the child under ``thread`` too
     (that Python shared the interpreter's lock with the calls); under ``thread`` a long tape
@@ -517,8 +549,9 @@ def test_one_compile_server_serves_every_structure_and_interpreted_tapes_reach_i
         pytest.skip("the compile server serves NGRAD_COMPILE=process")
     before = _children()
     served = []
-    real = compile_server.compile_remote
-    monkeypatch.setattr(background, "compile_remote", lambda *a, **k: served.append(real(*a, **k)) or served[-1])
+    for module, name in ((background, "compile_remote"), (dispatch, "plan_remote")):
+        real = getattr(compile_server, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, **k: served.append(real(*a, **k)) or served[-1])
     for k in range(4):  # four structures
 
         def f(x, k=k):

@@ -465,7 +465,7 @@ def _compile(record, tier, tape, values):
             many = not isinstance(tier, Machine) and record.pending > 1
             _limit_blas(min(compile_threads(), record.pending) if many else 1)
         if compile_mode() == "process" and not made:
-            made = compile_remote(tier, tape, values, meanwhile=_warm_up)
+            made = compile_remote(tier, tape, values)
         defer_to_calls()
         if isinstance(tier, Machine):
             fn = tier.build()
@@ -498,12 +498,6 @@ def _compile(record, tier, tape, values):
         warn_failed(e)
     except Exception:  # noqa: BLE001  (a value the program rejects: the next call tries again)
         pass
-
-
-def _warm_up():
-    # what loading the child's machine code needs here: the CPU target (no Numba: the child
-    # keeps what it compiles as object files, see targets/objects.py)
-    from ..targets import cpu  # noqa: F401
 
 
 def warn_failed(error):

@@ -18,7 +18,9 @@ child ends when its stdin closes, that is with its parent.
 ``values``: the caller's own ``machine_for`` then reads both back in milliseconds instead of
 encoding in this process (an unrolled LSTM's 5,300 instructions: 0.12-0.18 s of Python, which
 the calls of the program would share the interpreter's lock with). It returns as
-``compile_remote`` does.
+``compile_remote`` does. ``plan_remote(tape, values)`` likewise has the child plan ``tape``
+(``plan.plan_of`` keeps the plan on disk) before compiling and running its kernels: the caller's
+own ``plan_of`` reads the plan back.
 
 ``ahead(plan, kernels, values)`` (in the child, and on the compile worker thread when no child
 served) compiles a plan's kernels on several threads (``NGRAD_COMPILE_THREADS``) before the
@@ -44,7 +46,7 @@ from ..store import usable_dir
 from ..targets import CompileError
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["compile_remote", "encode_remote", "pickled", "stop", "ahead", "signatures", "copies", "main"]
+__all__ = ["compile_remote", "plan_remote", "encode_remote", "pickled", "stop", "ahead", "signatures", "copies", "main"]
 
 _HEADER = struct.Struct("<Q")
 _lock = threading.Lock()
@@ -65,12 +67,25 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 def compile_remote(tier, tape, values, meanwhile=None):
     """See the module docstring; ``meanwhile()`` runs after the request is sent, while the child
-    works (the caller's own Numba start-up)."""
+    works (by default what loading the child's machine code needs in this process)."""
     from .machine import Machine
 
     if isinstance(tier, Machine):
-        return _request(("machine", tier.code, values, 1, cache_root()), meanwhile)
-    return _request(("plan", tape, values, get_num_threads(), cache_root()), meanwhile)
+        return _request(("machine", tier.code, values, 1, cache_root()), meanwhile or _loader)
+    return _request(("plan", tape, values, get_num_threads(), cache_root()), meanwhile or _loader)
+
+
+def plan_remote(tape, values):
+    """Ask the child to plan ``tape`` (``plan.plan_of`` keeps the plan on disk), compile its
+    kernels and run them once on ``values``: the caller then reads the plan back and loads the
+    kernels instead of planning in its own process. Returns as ``compile_remote`` does."""
+    return _request(("plan", tape, values, get_num_threads(), cache_root()), _loader)
+
+
+def _loader():
+    # what loading the child's machine code needs in this process, done while the child works:
+    # the CPU target (no Numba: the child keeps what it compiles as object files)
+    from ..targets import cpu  # noqa: F401
 
 
 def encode_remote(tape, policy, big_steps, values):

@@ -27,7 +27,7 @@ from ..targets import CompileError, kernels_made
 from . import background, loops, tiering
 from .buffers import owned
 from .checks import check, check_one
-from .compile_server import encode_remote
+from .compile_server import encode_remote, plan_remote
 from .driver import driver_code, driver_of
 from .executor import executed
 from .machine import Machine, machine_for
@@ -130,7 +130,13 @@ def advance(record, tape, mode, now, policy, values=None):
                 record.pending, record.cached = 0, machine.cached
         elif decision is Decision.PLAN:
             t = time.perf_counter()
-            plan = record.tier = new = plan_of(tape)
+            elsewhere = None
+            # where the compiles go to the compile server, it plans too (ba's 394 instructions:
+            # 10-20 ms of Python that the calls shared the interpreter's lock with, 1.5-3 ms
+            # more on each of calls 8-28), and this process reads the plan back
+            if values is not None and compile_mode() == "process":
+                elsewhere = lambda: plan_remote(tape, values)  # noqa: E731
+            plan = record.tier = new = plan_of(tape, elsewhere)
             if debug_level() >= 3:
                 print(
                     f"ngrad: planned {len(tape.instrs)} instrs in {(time.perf_counter() - t) * 1e3:.1f} ms "

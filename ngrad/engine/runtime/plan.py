@@ -155,11 +155,13 @@ class CompiledPlan:
         return made
 
 
-def plan_of(tape):
+def plan_of(tape, elsewhere=None):
     """``CompiledPlan(tape)``, read back from the disk cache when a process made it before (by
     the same code: see ``_planner``), else made and stored there. Planning ba's 394 instructions
     (fusion, layout, kernel sources) takes 10 ms of Python, reading its plan back 0.6 ms: a warm
-    process's calls share the interpreter's lock with the rest.
+    process's calls share the interpreter's lock with the rest. ``elsewhere()``, when given, has
+    another process (the compile server) plan and store one that is not on disk yet (True when
+    it did), to be read back here; when it did not, this process plans.
 
     >>> from ngrad.engine.ir.tape import Builder
     >>> b = Builder()
@@ -172,6 +174,8 @@ def plan_of(tape):
 
     name = plan_name("c", _planner(), tape.key())
     data = name and read_plan(name)
+    if not data and name and elsewhere is not None and elsewhere():
+        data = read_plan(name)
     if data:
         try:
             plan = pickle.loads(data)
