@@ -190,3 +190,41 @@ def test_the_compile_servers_warm_up_pays_its_compilers_start_up(compiler, want)
     env = dict(os.environ, NGRAD_CPU_COMPILER=compiler)
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == want  # (Numba imported, LLVM set up)
+
+
+def test_a_drivers_code_is_read_back_from_disk_and_a_damaged_one_compiled_again(tmp_path, monkeypatch, rng):
+    """A compiled plan's driver is compiled once per text and Python: the next process (here:
+    the next plan of an equal tape) reads its code object back instead of compiling the text,
+    and the driver gives the interpreter's results; a damaged entry is compiled again."""
+    from ngrad.engine import store
+    from ngrad.engine.ir.interpret import interpret
+    from ngrad.engine.ir.tape import Builder
+    from ngrad.engine.runtime import driver, plan
+
+    monkeypatch.setenv("NGRAD_CACHE_DIR", str(tmp_path))
+
+    def tape_of():
+        b = Builder()
+        x, w = b.input((20, 4), "f64"), b.input((4, 3), "f64")
+        m = (x @ w).tanh()
+        return b.finish([(m * m).sum(axes=(0, 1), keepdim=False), m])
+
+    compiled = []
+    monkeypatch.setattr(driver, "compile", lambda *a: compiled.append(a[1]) or compile(*a), raising=False)
+    values = [rng.standard_normal((20, 4)), rng.standard_normal((4, 3))]
+    want = interpret(tape_of(), values)
+
+    def driven():
+        p = plan.CompiledPlan(tape_of())
+        p.compile()
+        for got, w in zip(driver.driver_of(p)(values), want):
+            np.testing.assert_allclose(got, w, rtol=1e-12)
+        return len(compiled)
+
+    assert driven() == 1
+    assert driven() == 1  # read back
+    (entry,) = glob.glob(os.path.join(store.usable_dir(), "plans", "d*"))
+    with open(entry, "r+b") as f:
+        f.seek(40)
+        f.write(b"\xff\xff")
+    assert driven() == 2
