@@ -195,6 +195,9 @@ def test_the_compile_server_plans_and_this_process_reads_the_plan_back(monkeypat
     to compile that plan again. Under ``thread`` the worker plans here."""
     from ngrad.engine.runtime import plan
 
+    monkeypatch.setitem(compile_server._child, "dead", False)  # whatever a test before left
+    # as in a process that has made no kernel yet (else a small plan is made in its first call)
+    monkeypatch.setattr(dispatch, "kernels_made", lambda: False)
     made, asked = [], []
     real_init, real_remote = plan.CompiledPlan.__init__, dispatch.plan_remote
     monkeypatch.setattr(plan.CompiledPlan, "__init__", lambda self, *a, **k: made.append(1) or real_init(self, *a, **k))
