@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ngrad
@@ -230,6 +230,10 @@ def test_compiled_programs_match_the_reference(steps, seed):
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(steps=program, seed=st.integers(0, 2**31))
+# amax's VJP compares the values a later kernel recomputes with the max an earlier one stored: an
+# FMA contracted in one of them and not the other (x * x + 1 here) matched no element of the last
+# row, whose gradient came out NaN (kernels' arithmetic is now IEEE, see targets/emit.py)
+@example(steps=[(("b", "atan2"), 0, 0), (("r", "amax"), 2, 0)], seed=0)
 def test_compiled_kernel_programs_match_the_reference(jit_always, steps, seed):
     check_program(steps, seed, "compiled")
 

@@ -57,7 +57,7 @@ __all__ = [
 # The format of generated kernel text: bump whenever codegen's output or backend/vmath.py changes
 # meaning, so that kernels cached by an older ngrad are never loaded (the cache folder is named
 # after it).
-CODEGEN_VERSION = 29
+CODEGEN_VERSION = 30
 
 
 @functools.cache

@@ -7,8 +7,8 @@ parameters), ``arrays`` (``Array`` per array name), ``locals`` (the arrays it al
 caller at ``exit``), ``exit`` (where ``return`` goes), ``fail`` (where a failed allocation goes) and
 ``step`` (called every 64 statements, or None). The semantics are Numba's for the same text
 (``kernel_types`` gives the types): Python's floor division, modulo, ``max``/``min`` and NaN
-comparisons, NumPy's error model (integer division by zero is 0), ``fastmath={'reassoc',
-'contract'}`` on float arithmetic, wraparound of negative signed indices, casts on stores, and
+comparisons, NumPy's error model (integer division by zero is 0), IEEE float arithmetic except
+``reassoc`` on accumulations (``ACCUMULATE``), wraparound of negative signed indices, casts on stores, and
 only the chosen side of ``x if c else y`` or of ``and``/``or`` evaluated (a guarded read never
 runs when its guard fails).
 """
@@ -37,9 +37,14 @@ from .kernel_types import (
     numeric,
 )
 
-__all__ = ["Emitter", "Array", "FAST", "REG", "MEM", "PTR", "F32", "F64", "I64", "I32", "I8", "I1"]
+__all__ = ["Emitter", "Array", "ACCUMULATE", "REG", "MEM", "PTR", "F32", "F64", "I64", "I32", "I8", "I1"]
 
-FAST = ("reassoc", "contract")
+# Float arithmetic is IEEE, as NumPy's: fusion recomputes values in later kernels rather than
+# storing them, and amax's, amin's and the max/min VJPs' masks compare a recomputed value with one
+# from another kernel for equality (an FMA contracted in one kernel and not the other left no
+# element equal to its row's max: a NaN gradient). Only a reduction's accumulation may be
+# reassociated, so that loops over it vectorise; vmath's helpers keep their own flags (ir_values).
+ACCUMULATE = ("reassoc",)
 # statements between two looks of the compile worker's pacing (``step``): a statement with
 # vector math inside writes hundreds of lines of IR, and 64 of them took 6.5 ms of the lock
 STEP_STATEMENTS = 8
@@ -157,13 +162,13 @@ class Emitter(Typer):
         b = self.b
         if isinstance(s, ast.Assign):
             self._assign(s.targets[0], s.value)
-        elif isinstance(s, ast.AugAssign):
+        elif isinstance(s, ast.AugAssign):  # an accumulation: reassociated (see ACCUMULATE)
             if isinstance(s.target, ast.Name):
-                self._store_name(s.target.id, self._binop(s.op, self.ex(s.target), self.ex(s.value)))
+                self._store_name(s.target.id, self._binop(s.op, self.ex(s.target), self.ex(s.value), ACCUMULATE))
             else:
                 addr, t = self._address(s.target)
                 old = (t, self._load(addr, t))
-                self._store_at(addr, t, self._binop(s.op, old, self.ex(s.value)))
+                self._store_at(addr, t, self._binop(s.op, old, self.ex(s.value), ACCUMULATE))
         elif isinstance(s, ast.For):
             if isinstance(s.iter, ast.Call):
                 self._range_loop(s)
@@ -464,7 +469,7 @@ class Emitter(Typer):
                 t, v = "i64", b.zext(v, I64)
             if isinstance(n.op, ast.UAdd):
                 return t, v
-            return t, (b.fneg(v, flags=FAST) if t in FLOATS else b.neg(v))
+            return t, (b.fneg(v) if t in FLOATS else b.neg(v))
         if isinstance(n, ast.Compare):
             return "b", self._compare(n)
         if isinstance(n, ast.BoolOp):
@@ -515,7 +520,7 @@ class Emitter(Typer):
     def _truth(self, n):
         return self._truth_of(*self.ex(n))
 
-    def _binop(self, op, left, right):
+    def _binop(self, op, left, right, flags=()):
         b = self.b
         t = binop_type(op, left[0], right[0])
         operand = numeric(left[0], right[0])
@@ -527,7 +532,7 @@ class Emitter(Typer):
         if operand in FLOATS:
             kind = type(op)
             if kind in _FLOAT_OPS:
-                return t, getattr(b, _FLOAT_OPS[kind])(x, y, flags=FAST)
+                return t, getattr(b, _FLOAT_OPS[kind])(x, y, flags=flags)
             if kind is ast.Pow:
                 return t, self._intrinsic("llvm.pow", t, [x, y])
             if kind is ast.Mod:

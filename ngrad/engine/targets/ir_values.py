@@ -9,7 +9,12 @@ intrinsics in ``njit``, ``ir_text`` for ngrad's own compiler in ``emit``: the sa
 ``builder``'s position. Imports nothing.
 """
 
-__all__ = ["IRValue", "IRMath"]
+__all__ = ["IRValue", "IRMath", "FLAGS"]
+
+# the fast-math flags of vmath's float arithmetic: its polynomials are written for fused
+# multiply-adds, and a helper is the same text in every kernel (the kernels' own arithmetic is
+# IEEE: see emit.ACCUMULATE)
+FLAGS = ("reassoc", "contract")
 
 
 class IRValue:
@@ -31,7 +36,9 @@ class IRValue:
     def _op(self, fop, iop, other, swap=False):
         a, c = self.v, self._coerce(other)
         a, c = (c, a) if swap else (a, c)
-        return IRValue(self.m, getattr(self.b, fop if self._float() else iop)(a, c))
+        if self._float():
+            return IRValue(self.m, getattr(self.b, fop)(a, c, flags=FLAGS))
+        return IRValue(self.m, getattr(self.b, iop)(a, c))
 
     def _cmp(self, op, other):
         if self._float():  # ordered, except != (true for NaN, like Python's)

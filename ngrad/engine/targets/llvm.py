@@ -8,8 +8,8 @@ compile: three quarters of a kernel's compile time, measured. Generated kernels 
 explicitly typed part of Python (codegen writes every literal's dtype), so this module types and
 lowers that part directly to LLVM IR (the vmath helpers inline as under Numba) and hands it to
 LLVM's optimisation pipeline at Numba's level, with Numba's flags: ``error_model='numpy'``
-(integer division by zero is 0, float division IEEE), ``fastmath={'reassoc', 'contract'}`` on
-float arithmetic, the GIL released while the kernel runs (``nogil``).
+(integer division by zero is 0, float division IEEE), ``reassoc`` on accumulations only (see
+``emit.ACCUMULATE``; vmath's helpers ``reassoc`` and ``contract``), the GIL released while the kernel runs (``nogil``).
 
 Contract: ``compile(text, sig, name, step)`` returns ``(object_code, wrapper, env)`` for the
 ``kernel`` function of generated module ``text`` at argument signature ``sig``
@@ -39,7 +39,7 @@ import llvmlite.binding as ll
 from .. import pace
 from . import ir_text as ir
 from . import objects
-from .emit import F64, FAST, I8, I32, I64, MEM, PTR, REG, Array, Emitter
+from .emit import F64, I8, I32, I64, MEM, PTR, REG, Array, Emitter
 from .kernel_types import Unsupported, arg_type
 
 __all__ = ["compile", "lower", "assemble", "Unsupported", "usable", "phases"]
@@ -65,7 +65,7 @@ class _Function(Emitter):
         entry = f.append_basic_block("entry")
         self.allocas = ir.IRBuilder(f, entry)
         body = f.append_basic_block("body")
-        self.b = b = ir.IRBuilder(f, body, FAST)
+        self.b = b = ir.IRBuilder(f, body)
         self.slots, self.values, self.arrays, self.locals, self.loops = {}, {}, {}, [], []
         self.exit = f.append_basic_block("exit")
         self.fail = f.append_basic_block("fail")

@@ -9,8 +9,9 @@ the machine code of each signature it compiles or loads is offered to ``captured
 runs it without importing Numba. ``warm_up()`` pays Numba's compile start-up; ``phases`` says
 where a first call's time went. Imported only when a kernel must be compiled or loaded by Numba:
 importing Numba is 0.12-0.15 s of Python. Flags: ``nogil``, ``error_model='numpy'`` (vectorised
-division, IEEE results), ``fastmath={'reassoc', 'contract'}`` (not ``fastmath=True``: that breaks
-NaN checks).
+division, IEEE results), ``fastmath={'reassoc'}`` (not ``fastmath=True``: that breaks NaN checks;
+not ``contract``: a value fusion recomputes in another kernel must keep its bits, see
+``emit.ACCUMULATE``).
 """
 
 import glob
@@ -41,7 +42,7 @@ __all__ = [
     "FLAGS",
 ]
 
-FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+FLAGS = dict(nogil=True, error_model="numpy", fastmath={"reassoc"})
 
 
 def _helper(fn):
@@ -134,9 +135,7 @@ HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(
     _fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors, _short_loops=_short_loops
 )
-HELPERS["_cdiv"] = numba.njit(inline="always", nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
-    _complex_divide
-)
+HELPERS["_cdiv"] = numba.njit(inline="always", nogil=True, error_model="numpy", fastmath={"reassoc"})(_complex_divide)
 
 
 class _Locator:
