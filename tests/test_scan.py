@@ -368,3 +368,32 @@ def test_a_scan_with_no_gradient_to_take_keeps_no_history():
         sizes[name] = h._node.srcs[0].srcs[0].shape[0]  # the packed result the parts are sliced from
         np.testing.assert_allclose(h.detach().numpy(), want, rtol=1e-13)
     assert sizes == {"no_grad": 3 + 50, "grad": 3 + 50 + 50 * 3}
+
+
+def test_each_step_of_an_interpreted_scan_gets_c_contiguous_values():
+    """A scan the interpreter runs may run its body on the body's compiled driver without input
+    checks (``loops.steps``), whose kernels have machine code for the layouts its warm-up met:
+    ``run_scan`` hands every step C-contiguous values, whatever the carries a step returns or the
+    xs and invariants it was given (a carry returned as a strided view made a call of GradBench's
+    ode compile a kernel for a new layout for 4 s), and the result is the loop's."""
+    from ngrad.engine.ir.prims.control import run_scan
+    from ngrad.engine.ir.tape import Builder
+
+    b = Builder()
+    h, x, w = b.input((3,), "f64"), b.input((3,), "f64"), b.input((3,), "f64")
+    body = b.finish([h * w + x])
+    contiguous = []
+
+    def run(tape, values):
+        contiguous.extend(v.flags.c_contiguous for v in values)
+        both = np.stack([values[0] * values[2] + values[1], values[0]], axis=1)
+        return [both[:, 0]]  # the carry as a strided view
+
+    xs = np.asfortranarray(np.arange(12.0).reshape(4, 3))  # its rows are strided
+    inv = np.arange(6.0)[::2]
+    got = run_scan(run, body, [np.ones(3), xs, inv], 4, False, 1, 1, history=False)
+    want = np.ones(3)
+    for t in range(4):
+        want = want * inv + xs[t]
+    assert contiguous and all(contiguous)
+    np.testing.assert_array_equal(got, want)

@@ -168,7 +168,10 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
     array of the result's size and dtype to write it into (every element is written), else a new one."""
     from ..interpret import np_dtype
 
-    carry, seq, inv = (list(args[r.start : r.stop]) for r in roles(len(args), carries, xs))
+    # every step's values C-contiguous: ``run`` may be the body's compiled driver without input
+    # checks, whose kernels have machine code for the layouts its warm-up met; a carry returned as
+    # a strided view (GradBench's ode from its second step on) made a call compile one for 4 s
+    carry, seq, inv = ([_dense(v) for v in args[r.start : r.stop]] for r in roles(len(args), carries, xs))
     order = range(length - 1, -1, -1) if reverse else range(length)
     # each step's slices, made up front (an index of a 1-d array is a number, not a 0-d array)
     slices = [[s[t, ...] for t in order] if s.ndim == 1 else list(s[::-1] if reverse else s) for s in seq]
@@ -181,12 +184,17 @@ def run_scan(run, body: Tape, args, length: int, reverse: bool, carries: int, xs
         for h, c in zip(kept, carry):
             h[at] = c
         got = run(body, carry + [s[step] for s in slices] + inv)
-        carry = list(got[:carries])
+        carry = [_dense(v) for v in got[:carries]]
         for y, v in zip(ys, got[carries:]):
             y[at] = v
     for (o, s), c in zip(lay.finals, carry):
         out[o : o + math.prod(s)] = c.reshape(-1)
     return out
+
+
+def _dense(v):
+    """``v``, or a C-contiguous copy of an array that is not."""
+    return v if not isinstance(v, np.ndarray) or v.flags.c_contiguous else np.ascontiguousarray(v)
 
 
 @functools.lru_cache(maxsize=128)
