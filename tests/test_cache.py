@@ -2,6 +2,7 @@
 half-written entries are detected and rebuilt; the CLI reports and clears it."""
 
 import glob
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -228,3 +229,23 @@ def test_a_drivers_code_is_read_back_from_disk_and_a_damaged_one_compiled_again(
         f.seek(40)
         f.write(b"\xff\xff")
     assert driven() == 2
+
+
+def test_a_packages_version_is_read_from_its_dist_info_folder(tmp_path, monkeypatch):
+    """The cache folder's name holds the installed Numba's version: read from the one
+    ``<name>-<version>.dist-info`` folder beside the package, as ``importlib.metadata`` reads it,
+    and "none" for a package that is not installed."""
+    from ngrad.engine import store
+
+    (tmp_path / "fakepkg").mkdir()
+    (tmp_path / "fakepkg" / "__init__.py").write_text("")
+    info = tmp_path / "fakepkg-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.2.3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store._version.cache_clear()
+    try:
+        assert store._version("fakepkg") == "1.2.3" == importlib.metadata.version("fakepkg")
+        assert store._version("no_such_package_here") == "none"
+    finally:
+        store._version.cache_clear()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import marshal
 import os
 import re
@@ -63,8 +64,28 @@ CODEGEN_VERSION = 30
 @functools.cache
 def _version(package: str) -> str:
     """An installed package's version from its metadata (the engine imports neither the facade,
-    where ngrad's ``__version__`` lives, nor Numba); "none" when it is not installed."""
+    where ngrad's ``__version__`` lives, nor Numba); "none" when it is not installed. Read from
+    the name of the one ``<package>-<version>.dist-info`` folder beside the package where there is
+    one (a listing of one folder, 0.3 ms), else by ``importlib.metadata``, which searches every
+    path entry (an editable install keeps its metadata elsewhere): that took 4 ms of the
+    interpreter's lock on the compile worker, beside the calls.
+
+    >>> _version("numpy") == __import__("numpy").__version__
+    True
+    """
     pace.step()  # reading the installed packages' metadata takes milliseconds, once
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        site = os.path.dirname(next(iter(spec.submodule_search_locations)))
+        try:
+            found = [n for n in os.listdir(site) if n.startswith(package + "-") and n.endswith(".dist-info")]
+        except OSError:
+            found = []
+        if len(found) == 1:
+            return found[0][len(package) + 1 : -len(".dist-info")]
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
