@@ -297,6 +297,40 @@ def test_a_compile_that_fails_warns_once_and_the_program_runs_on(monkeypatch, rn
     assert "planted failure" in str(ours[0].message)
 
 
+def test_a_warm_up_that_keeps_raising_is_tried_a_few_times_then_warned_about(monkeypatch, rng):
+    """A warm-up run that raises something other than a compile error may be the values' fault
+    (the next call's are tried): ``REJECTED_MAX`` tries, then the structure stays on the
+    interpreter with one warning naming the error, instead of being compiled again at every call
+    (a fault of the engine's own did that, silently). The results are the interpreter's."""
+    if compile_mode() == "process":  # the child's run fails first: the same fault, compiled here
+        monkeypatch.setitem(compile_server._child, "dead", True)
+    tries = []
+
+    def broken(*args):
+        tries.append(1)
+        raise ValueError("a planted fault")
+
+    monkeypatch.setattr(background, "warm", broken)
+    monkeypatch.setitem(background._state, "warned", False)
+
+    def f(x):
+        return (x.cos() * x.sinh()).sum() + (x * x.exp()).mean()
+
+    x0 = rng.standard_normal(300)
+    want = _reference(x0, f, monkeypatch)
+    before = set(dispatch.records)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(8):
+            np.testing.assert_allclose(_value_and_grad(x0, f)[1], want[1], rtol=1e-12)
+            assert background.synchronize(timeout=60)
+    new = [r for k, r in dispatch.records.items() if k not in before]
+    assert new and all(r.failed for r in new if r.rejected)
+    assert len(tries) == background.REJECTED_MAX * sum(1 for r in new if r.rejected)
+    ours = [w for w in caught if "could not compile" in str(w.message)]
+    assert len(ours) == 1 and "ValueError: a planted fault" in str(ours[0].message)
+
+
 def test_the_same_failure_in_the_calling_thread_also_falls_back(monkeypatch, rng):
     from ngrad.engine.runtime.plan import CompiledPlan
 

@@ -14,7 +14,8 @@ no call ever compiles. While a job is queued or running ``record.compiling`` is 
 keeps the structure on the interpreter). A compile that fails (``targets.CompileError``) leaves
 the record on the interpreter for good (``record.failed``) with one ``RuntimeWarning`` per
 process; any other error of the warm-up run (a value the program rejects) only leaves the tier
-unpublished, to be tried again with the next call's values. At most ``MAX_QUEUED`` jobs wait (each
+unpublished, to be tried again with the next call's values, ``REJECTED_MAX`` times in all: then
+the record stays on the interpreter with the same warning. At most ``MAX_QUEUED`` jobs wait (each
 holds a copy of its call's inputs); a structure refused meanwhile is offered again at its next
 call. One thread, whatever the number of structures. A plan's kernels are warmed up on the
 worker first as LLVM makes them without its loop vectoriser (``cpu.quick_first``, unless
@@ -74,6 +75,10 @@ from .tiering import Decision
 __all__ = ["submit", "synchronize", "wait", "pending", "settle", "defer_to_calls", "MAX_QUEUED"]
 
 MAX_QUEUED = 16
+# warm-up runs of one structure's tier that may raise (a value the program rejects, tried again
+# with the next call's) before it stays on the interpreter: a fault of the engine's own (in a
+# session's change, an exception in every job) had it planned and compiled again at every call
+REJECTED_MAX = 3
 # A thread spinning in Python, 400 np.sin of 10,000 elements on the main thread (2 cores; alone
 # 29 ms): 143 ms at 2e-4 (the slack 50 µs), 80 at 5e-5, 65 at 1e-5; with a slack of 1 ns 121, 61
 # and 42 ms. The spinning thread ran at 47, 48, 46 and 45 thousand loops a second (52 alone).
@@ -496,8 +501,11 @@ def _compile(record, tier, tape, values):
     except CompileError as e:
         record.failed = True
         warn_failed(e)
-    except Exception:  # noqa: BLE001  (a value the program rejects: the next call tries again)
-        pass
+    except Exception as e:  # noqa: BLE001  (a value the program rejects: the next call tries again)
+        record.rejected += 1
+        if record.rejected >= REJECTED_MAX:  # not the values, then: the interpreter runs it, said once
+            record.failed = True
+            warn_failed(f"{type(e).__name__}: {e}")
 
 
 def warn_failed(error):

@@ -116,7 +116,8 @@ class Record:
     how many are not on disk; ``cached``: the tier's code is all on disk (under ``auto``);
     ``compiling``: the worker thread is encoding, planning or compiling its tier (``background``);
     ``failed``: its compile failed, so it stays on the interpreter (``dispatch.tier_for`` reads
-    both); ``numpy``: the NumPy driver serving its calls meanwhile."""
+    both); ``rejected``: warm-up runs of its tier that raised (``background``); ``numpy``: the
+    NumPy driver serving its calls meanwhile."""
 
     tier: object = None
     seen: int = 0
@@ -129,6 +130,7 @@ class Record:
     cached: bool = False
     compiling: bool = False
     failed: bool = False
+    rejected: int = 0
     numpy: object = None  # the NumPy driver that serves calls until the tier is ready (``dispatch``)
 
 
