@@ -232,9 +232,9 @@ def test_a_drivers_code_is_read_back_from_disk_and_a_damaged_one_compiled_again(
 
 
 def test_a_packages_version_is_read_from_its_dist_info_folder(tmp_path, monkeypatch):
-    """The cache folder's name holds the installed Numba's version: read from the one
-    ``<name>-<version>.dist-info`` folder beside the package, as ``importlib.metadata`` reads it,
-    and "none" for a package that is not installed."""
+    """The cache folder's name holds the installed Numba's version: read from the
+    ``<name>-<version>.dist-info`` folder of the first ``sys.path`` entry that has one, as
+    ``importlib.metadata`` reads it, and "none" for a package that is not installed."""
     from ngrad.engine import store
 
     (tmp_path / "fakepkg").mkdir()
