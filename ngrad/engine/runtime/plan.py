@@ -185,7 +185,7 @@ def plan_of(tape, elsewhere=None):
             pass
     plan = CompiledPlan(tape)
     if name:
-        pace.step()  # pickling is one stretch of C (4.6 ms for ba's plan): it starts a turn
+        pace.step()  # pickling ticks (``compile_server._Pickler``), and starts a turn
         try:
             write_plan(name, pickled(plan))
         except (pickle.PickleError, TypeError, AttributeError, ValueError, RecursionError):  # not stored
