@@ -19,6 +19,7 @@ import dataclasses
 import enum
 import typing
 
+from .. import pace
 from ..ir.prims import PRIMS
 from .passes import Pass, run_passes
 
@@ -405,6 +406,7 @@ def place_instrs(state):
         PRIMS[i.prim].kind in FUSED and not _ones(tape.shapes[i.out]) for i in tape.instrs
     )
     for ins in _by_phase(state):
+        pace.tick()  # ba's 394 instructions: one 3.5 ms pass under the interpreter's lock
         _place(state, ins)
 
 
