@@ -73,14 +73,14 @@ def compile_remote(tier, tape, values, meanwhile=None):
 
     if isinstance(tier, Machine):
         return _request(("machine", tier.code, values, 1, cache_root()), meanwhile or _loader)
-    return _request(("plan", tape, values, get_num_threads(), cache_root()), meanwhile or _loader)
+    return plan_remote(tape, values, meanwhile)
 
 
-def plan_remote(tape, values):
+def plan_remote(tape, values, meanwhile=None):
     """Ask the child to plan ``tape`` (``plan.plan_of`` keeps the plan on disk), compile its
     kernels and run them once on ``values``: the caller then reads the plan back and loads the
     kernels instead of planning in its own process. Returns as ``compile_remote`` does."""
-    return _request(("plan", tape, values, get_num_threads(), cache_root()), _loader)
+    return _request(("plan", tape, values, get_num_threads(), cache_root()), meanwhile or _loader)
 
 
 def _loader():
