@@ -324,7 +324,10 @@ def test_a_refused_kernel_still_runs_through_numba(tmp_path, monkeypatch):
     assert k._fn is not None  # Numba's dispatcher ran it
 
 
-def test_a_program_of_emitted_kernels_never_imports_numba(tmp_path):
+@pytest.mark.parametrize("debug", ["0", "3"])
+def test_a_program_of_emitted_kernels_never_imports_numba(tmp_path, debug):
+    # NGRAD_DEBUG=3 says how each kernel was made: that must not import Numba either (it did,
+    # for its Numba phases, and put 0.4 s of import into the timelines it prints)
     code = (
         "import sys, numpy as np, ngrad\n"
         "x = ngrad.tensor(np.linspace(0.1, 2.0, 1000), requires_grad=True)\n"
@@ -334,11 +337,13 @@ def test_a_program_of_emitted_kernels_never_imports_numba(tmp_path):
         "print('numba' in sys.modules, ngrad.engine.targets.kernels_made())\n"
     )
     env = dict(os.environ, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_JIT="always", NGRAD_CPU_COMPILER="llvm")
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out[0] == "False" and int(out[1]) >= 1, out
-    assert list((tmp_path).rglob("objects/*.o"))  # kept for the next process
+    env["NGRAD_DEBUG"] = debug
+    for how in ("compiled by ngrad's emitter", "loaded from the disk cache as machine code"):
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        out = run.stdout.split()
+        assert out[0] == "False" and int(out[1]) >= 1, out
+        assert list((tmp_path).rglob("objects/*.o"))  # kept for the next process
+        assert (how in run.stderr) == (debug == "3"), run.stderr[-2000:]
 
 
 def test_kernels_compile_on_several_threads_at_once():

@@ -208,8 +208,6 @@ class Kernel:
         stats["seconds"] += spent
         stats["compiled" if compiled else "loaded"] += 1
         if debug_level() >= 3:
-            from .njit import phases
-
             if how == "emitted":
                 from .llvm import phases as emitted
 
@@ -218,8 +216,12 @@ class Kernel:
                 said += f"(typing and IR {front * 1e3:.1f} ms, LLVM {back * 1e3:.1f} ms)"
                 if any(k is self for k, _, _ in getattr(_quick, "listed", None) or ()):
                     said += ", without LLVM's loop vectoriser until upgraded"
-            else:
-                said = f"{how} in {spent * 1e3:.1f} ms" if how else phases(self.fn, spent, compiled)
+            elif how:
+                said = f"{how} in {spent * 1e3:.1f} ms"
+            else:  # Numba made it: imported already (importing it for a loaded kernel took 0.4 s)
+                from .njit import phases
+
+                said = phases(self.fn, spent, compiled)
             print(f"ngrad: kernel {self.key}: {said}", file=sys.stderr)
         self.ready = True
 
