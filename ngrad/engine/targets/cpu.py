@@ -215,7 +215,7 @@ class Kernel:
                 said = f"compiled by ngrad's emitter in {spent * 1e3:.1f} ms "
                 said += f"(typing and IR {front * 1e3:.1f} ms, LLVM {back * 1e3:.1f} ms)"
                 if any(k is self for k, _, _ in getattr(_quick, "listed", None) or ()):
-                    said += ", without LLVM's loop vectoriser until upgraded"
+                    said += ", quick until upgraded"
             elif how:
                 said = f"{how} in {spent * 1e3:.1f} ms"
             else:  # Numba made it: imported already (importing it for a loaded kernel took 0.4 s)
@@ -253,7 +253,7 @@ def _emitted(kernel, sig):
     try:
         if quick:
             lowered = llvm.lower(kernel.text, sig, kernel.key, pace.step)
-            made = llvm.assemble(lowered, vectorize=False)
+            made = llvm.assemble(lowered, quick=True)
         else:
             made = llvm.compile(kernel.text, sig, kernel.key, pace.step)
     except llvm.Unsupported as e:
@@ -284,14 +284,15 @@ _quick = threading.local()  # ``quick_first``'s list on the thread warming a pla
 
 @contextlib.contextmanager
 def quick_first():
-    """Within the block, the kernels ngrad's compiler makes on this thread are made without
-    LLVM's loop vectoriser, a third less LLVM time (ba's eight kernels without vmath: 0.54 ->
-    0.37 s), and listed in the list it yields, for ``upgrade`` to make again in full; a kernel
-    with vmath inside (codegen's ``_wide_vectors()``), whose polynomials the vectoriser makes
-    2-7x faster, is made in full at once. The compile worker warms a new plan up so (see
-    ``runtime.background``): its calls get the quick machine code sooner (ba 2.7-2.8 ms a call
-    against 2.4-2.6 in full, gmm 0.64 against 0.41-0.45) and the full one later, made by LLVM
-    alone from the IR already written. Nothing quick is kept on disk.
+    """Within the block, the kernels ngrad's compiler makes on this thread are made quick
+    (``llvm.assemble(quick=True)``: LLVM's O1 pipeline, no vectorisers, no unrolling; ba's
+    ten kernels in 0.24 s of LLVM against 0.62 in full), and listed in the list it yields, for
+    ``upgrade`` to make again in full; a kernel with vmath inside (codegen's
+    ``_wide_vectors()``), whose polynomials the vectoriser makes 2-7x faster, is made in full at
+    once. The compile worker warms a new plan up so (see ``runtime.background``): its calls get
+    the quick machine code sooner (ba 2.9 ms a call against 2.5 in full, gmm 0.65 against 0.46)
+    and the full one later, made by LLVM alone from the IR already written. Nothing quick is
+    kept on disk.
 
     ```python
     >>> import os, tempfile
