@@ -248,6 +248,36 @@ def test_scans_written_out_are_encoded_by_the_compile_server_in_either_mode(monk
         assert (asked, encoded) == ((len(machines), 0) if remote else (0, len(machines)))
 
 
+def test_the_compile_server_starts_while_the_calls_go_first_unless_the_encoding_is_on_disk(monkeypatch, rng):
+    """A new structure whose scans the child will encode starts the child on the worker before
+    the calls' head start (``START_S``), not when the encode request is sent: its start-up
+    overlaps that wait. Once the encoding is on disk, a new record of the same structure starts
+    no child. Results are the interpreter's throughout."""
+    def step(h, x):
+        h = (h * 0.7 + x).sin() * 0.9 + 0.1 * x
+        return h, (h * h).sum()
+
+    def f(x):
+        h, ys = ngrad.scan(step, x[0], x)
+        return (h * h).sum() + ys.sum()
+
+    assert ngrad.synchronize_compiles(timeout=300)  # the worker idle: the next job starts a burst
+    events = []
+    real_start, real_remote = compile_server._start, dispatch.encode_remote
+    monkeypatch.setattr(compile_server, "_start", lambda: events.append("start") or real_start())
+    monkeypatch.setattr(dispatch, "encode_remote", lambda *a: events.append("encode") or real_remote(*a))
+    x0 = rng.standard_normal((30, 5))
+    for on_disk in (False, True):
+        compile_server.stop()
+        monkeypatch.setitem(compile_server._child, "dead", False)
+        monkeypatch.setattr(dispatch, "records", {})  # a new record of the same structure
+        events.clear()
+        machines, encoded, asked = _encodings(x0, f, monkeypatch)
+        assert encoded == 0
+        assert events == ([] if on_disk else ["start", "encode"]), events
+        assert all(r.tier.cached for r in machines)
+
+
 def test_the_first_call_after_a_compile_compiles_nothing(monkeypatch, rng):
     # x[:, idx] is a NumPy result laid out with its axes permuted (not C-contiguous): the warm-up
     # runs the route the calls take, so no loop meets a layout it has no machine code for

@@ -48,6 +48,7 @@ __all__ = [
     "writable",
     "write_atomically",
     "read_plan",
+    "has_plan",
     "write_plan",
     "plan_name",
     "key_of",
@@ -272,6 +273,13 @@ def plan_name(kind: str, modules: Iterable[ModuleType], key: Any) -> str | None:
     except (ValueError, OSError):
         return None
     return kind + hashlib.sha256(digest + body).hexdigest()[:32]
+
+
+def has_plan(name: str) -> bool:
+    """Whether something is stored under ``name`` in this version's cache (unchecked: a file
+    that ``read_plan`` then refuses is made again)."""
+    folder = usable_dir(create=False)
+    return folder is not None and os.path.exists(os.path.join(folder, "plans", name))
 
 
 def write_plan(name: str, data: bytes) -> None:

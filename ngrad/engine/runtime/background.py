@@ -114,7 +114,7 @@ SHARE_MIN_S = 0.001
 WAIT_MAX_S = 0.25
 
 _cond = threading.Condition()
-_jobs: collections.deque = collections.deque()  # (record, advance, tape, values) not started yet
+_jobs: collections.deque = collections.deque()  # (record, advance, tape, values, early) not started yet
 _upgrades: collections.deque = collections.deque()  # (kernel, signature, IR): ``cpu.upgrade``'s, after every job
 _state = {
     "active": 0,
@@ -353,18 +353,20 @@ def _timer_slack(ns):
 _PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30
 
 
-def submit(record, tape, values, advance):
+def submit(record, tape, values, advance, early=None):
     """On the worker thread: ``advance(copies)`` (the record's encoding and planning, as tiering
     decides them, given copies of ``values``), then, when it returns ``Decision.COMPILE``, compile
     and warm ``record.tier``
-    (see the module docstring); False when the queue is full (nothing was queued)."""
+    (see the module docstring); False when the queue is full (nothing was queued). ``early()``,
+    when given, runs on the worker before the calls' ``START_S`` if this job starts a burst:
+    what may start meanwhile (the compile server, for a job that will ask it to encode)."""
     with _cond:
         if record.compiling:
             return True
         if len(_jobs) >= MAX_QUEUED:
             return False
         record.compiling = True
-        _jobs.append((record, advance, tape, copies(values)))
+        _jobs.append((record, advance, tape, copies(values), early))
         if _state["active"] == 0:
             _state["switch"] = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_S)
@@ -412,11 +414,18 @@ def _work():
     while True:
         with _cond:
             _cond.wait_for(lambda: bool(_jobs) or bool(_upgrades))
+            early = _jobs[0][4] if idle and _jobs else None
+        if early is not None:
+            try:
+                early()
+            except Exception:  # noqa: BLE001  (only a head start: the job itself does it, or says why not)
+                pass
+        with _cond:  # the jobs queued meanwhile are after the one seen
             upgrade = None if _jobs else _upgrades.popleft()  # a new structure's tier first
             if upgrade is None:
                 if idle:  # the calls go first: a burst of jobs starts once they had START_S
                     _cond.wait_for(lambda: _state["waiters"] > 0, START_S)
-                record, advance, tape, values = _jobs.popleft()
+                record, advance, tape, values, _ = _jobs.popleft()
                 _state["running"] = record
         t, waited = time.perf_counter(), _turn["total"]
         try:
