@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import marshal
 import os
 import re
@@ -85,6 +84,8 @@ def _version(package: str) -> str:
             return found[0][len(prefix) : -len(".dist-info")]
         if found:  # several versions' metadata: importlib.metadata's choice
             break
+    import importlib.metadata  # only here: its import is 10 ms
+
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

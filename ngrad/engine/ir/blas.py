@@ -38,7 +38,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import importlib.metadata
+import importlib
 import os
 import sys
 import threading
@@ -94,6 +94,8 @@ _SYSTEM_NAMES = {
 
 def _library_path() -> str | None:
     """The ``mkl`` wheel's ``libmkl_rt``, or None (then ``_open`` looks for a system one)."""
+    import importlib.metadata  # here: 10 ms of import, a tenth of ngrad's and the compile server's
+
     try:
         files = importlib.metadata.files("mkl") or ()
     except importlib.metadata.PackageNotFoundError:
