@@ -268,3 +268,49 @@ def test_numpys_openblas_is_limited_and_given_back_its_count_unless_somebody_cha
         np.testing.assert_allclose(x @ y, want, rtol=1e-12, atol=1e-10)
     finally:
         set_count(start)
+
+
+@on_mkl
+def test_one_thread_here_runs_that_threads_products_alone_and_no_others():
+    x, y = np.ones((128, 784)), np.ones((784, 256))
+    seen = {}
+
+    def alone():
+        blas.one_thread_here()
+        np.testing.assert_array_equal(blas.matmul(x, y), np.full((128, 256), 784.0))
+        seen["alone"] = blas._lib.MKL_Get_Max_Threads()
+
+    t = threading.Thread(target=alone)
+    t.start()
+    t.join()
+    blas.matmul(x, y)
+    assert seen["alone"] == 1
+    assert blas._lib.MKL_Get_Max_Threads() == blas._default_threads
+
+
+TEAMS = """
+import os, sys, threading, numpy as np, ngrad
+x0 = np.random.default_rng(0).standard_normal((128, 784))
+w0 = np.random.default_rng(1).standard_normal((784, 256)) * 0.01
+for _ in range(30):  # products on MKL in the calls and in the compile worker's warm-up
+    w = ngrad.tensor(w0, requires_grad=True)
+    ((ngrad.tensor(x0) @ w).tanh() @ w.T).sum().backward()
+assert ngrad.synchronize_compiles(60)
+print(len(os.listdir("/proc/self/task")) - len(threading.enumerate()))
+"""
+
+
+@on_mkl
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_the_compile_worker_starts_no_team_of_mkls_threads(tmp_path):
+    """The worker's warm-up runs MKL on its own thread (``one_thread_here``): libgomp gave it a
+    team of threads of its own, and with more threads in teams than cores, the calls' team
+    slept after every product (0.1 ms to wake up for each: gmm's calls 0.68 ms against 0.47).
+    The threads that are not Python's (BLAS's) are as many as when the calls compile."""
+    counts = {}
+    for mode in ("wait", "thread", "process"):
+        env = dict(os.environ, NGRAD_COMPILE=mode, NGRAD_CACHE_DIR=str(tmp_path), NGRAD_BLAS="mkl", NGRAD_JIT="auto")
+        done = subprocess.run([sys.executable, "-c", TEAMS], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        counts[mode] = int(done.stdout.split()[-1])
+    assert counts["thread"] == counts["process"] == counts["wait"], counts

@@ -5,8 +5,9 @@ is given (an array of the product's shape and dtype), for any operands ``np.matm
 Two-dimensional float32 and float64 products of at least ``MIN_WORK`` multiply-adds, with each
 operand's rows or columns contiguous and ``out`` row-major and apart from both, run on MKL
 (results equal NumPy's up to rounding); everything else runs ``np.matmul``. ``backend()`` names
-what runs the large products; ``set_num_threads(n)`` sets MKL's threads;
-``limit_numpy_threads(n)`` and ``restore_numpy_threads`` those of NumPy's OpenBLAS.
+what runs the large products; ``set_num_threads(n)`` sets MKL's threads, ``one_thread_here()``
+the calling thread's to one; ``limit_numpy_threads(n)`` and ``restore_numpy_threads`` set those
+of NumPy's OpenBLAS.
 
 Why MKL: NumPy's wheels link OpenBLAS, which multiplies a dense layer's (1024, 784) batch by
 (784, 256) weights in 4.2-4.6 ms on two cores of this project's machine, where MKL, the BLAS
@@ -53,6 +54,7 @@ __all__ = [
     "backend",
     "describe",
     "set_num_threads",
+    "one_thread_here",
     "MIN_WORK",
     "limit_numpy_threads",
     "restore_numpy_threads",
@@ -76,6 +78,7 @@ _threads: int | None = None  # set_num_threads' count; None: MKL's default
 _default_threads: int | None = None
 _version = ""
 _reason = "not loaded yet"
+_one = threading.local()  # ``one_thread_here``'s threads: "asked", then "set" at their first product
 
 
 def _mode() -> str:
@@ -211,6 +214,23 @@ def backend() -> str:
 def describe() -> str:
     """What runs the large products, in words: MKL's version, or why NumPy runs them."""
     return f"MKL ({_version})" if backend() == "mkl" else f"NumPy's BLAS ({_reason})"
+
+
+def one_thread_here() -> None:
+    """Run the MKL products the calling thread makes on that thread alone from now on
+    (``mkl_set_num_threads_local``, taken at its next product on MKL, which may be loaded only
+    then), whatever ``set_num_threads`` says for the others. The compile worker's warm-ups do:
+    libgomp gives each thread that starts a threaded product a team of threads of its own, and
+    with more threads in teams than cores, every team's threads sleep right after a product
+    instead of spinning for the next, so each product of the calls waited about 0.1 ms for its
+    team to wake up (two cores: gmm's steady state 0.68 ms a call against 0.47, mlp's 1.62
+    against 1.14).
+
+    >>> import threading
+    >>> t = threading.Thread(target=one_thread_here); t.start(); t.join()
+    """
+    if getattr(_one, "state", None) is None:
+        _one.state = "asked"
 
 
 def set_num_threads(n: int | None) -> int | None:
@@ -363,6 +383,9 @@ def _gemm_call(x: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> tuple[An
         or not c.flags.aligned
     ):
         return None
+    if getattr(_one, "state", None) == "asked":
+        _lib.MKL_Set_Num_Threads_Local(1)
+        _one.state = "set"
     return (
         gemm,
         c,

@@ -65,7 +65,7 @@ import warnings
 
 from .. import pace
 from ..config import compile_mode, compile_threads, cores, debug_level
-from ..ir.blas import limit_numpy_threads, restore_numpy_threads
+from ..ir.blas import limit_numpy_threads, one_thread_here, restore_numpy_threads
 from ..targets import CompileError
 from .compile_server import ahead, compile_remote, copies
 from .driver import warm
@@ -471,6 +471,7 @@ def _upgrade(item):
 
 def _compile(record, tier, tape, values):
     """Build, warm and publish ``tier``'s functions; a failed compile marks ``record``."""
+    one_thread_here()  # its runs' products: no team of MKL's threads for this thread (see there)
     try:
         # the child's machine code is then loaded from disk here; a tier already on disk needs no
         # child (starting one cost a warm process 0.6-0.9 s before its first kernel)
