@@ -253,6 +253,7 @@ def test_the_compile_server_starts_while_the_calls_go_first_unless_the_encoding_
     the calls' head start (``START_S``), not when the encode request is sent: its start-up
     overlaps that wait. Once the encoding is on disk, a new record of the same structure starts
     no child. Results are the interpreter's throughout."""
+
     def step(h, x):
         h = (h * 0.7 + x).sin() * 0.9 + 0.1 * x
         return h, (h * h).sum()

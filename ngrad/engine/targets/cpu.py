@@ -285,14 +285,13 @@ _quick = threading.local()  # ``quick_first``'s list on the thread warming a pla
 @contextlib.contextmanager
 def quick_first():
     """Within the block, the kernels ngrad's compiler makes on this thread are made quick
-    (``llvm.assemble(quick=True)``: LLVM's O1 pipeline, no vectorisers, no unrolling; ba's
-    ten kernels in 0.24 s of LLVM against 0.62 in full), and listed in the list it yields, for
-    ``upgrade`` to make again in full; a kernel with vmath inside (codegen's
-    ``_wide_vectors()``), whose polynomials the vectoriser makes 2-7x faster, is made in full at
-    once. The compile worker warms a new plan up so (see ``runtime.background``): its calls get
-    the quick machine code sooner (ba 2.9 ms a call against 2.5 in full, gmm 0.65 against 0.46)
-    and the full one later, made by LLVM alone from the IR already written. Nothing quick is
-    kept on disk.
+    (``llvm.assemble(quick=True)``: LLVM's O1 pipeline, no vectorisers, unrolling or
+    interleaving; ba's eight such kernels in 0.21 s of LLVM against 0.52 in full), and listed
+    in the list it yields, for ``upgrade`` to make again in full. A kernel with vmath inside
+    (codegen's ``_wide_vectors()``), whose polynomials the vectoriser makes 2-7x faster, is made
+    in full at once. The compile worker warms a new plan up so (see ``runtime.background``): its
+    calls get the quick machine code sooner (ba 2.9 ms a call against 2.6 in full) and the full
+    one later, made by LLVM alone from the IR already written. Nothing quick is kept on disk.
 
     ```python
     >>> import os, tempfile

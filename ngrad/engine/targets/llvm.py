@@ -250,12 +250,12 @@ def assemble(lowered, form="object", parallel=False, quick=False):
     """``compile``'s second half, LLVM's (each of its calls releases the interpreter's lock):
     ``lower``'s IR optimised and made into ``(object_code, wrapper, env)``, or the text ``form``
     names; ``parallel`` as for ``compile``. ``quick=True`` (``cpu.quick_first``) runs LLVM's O1
-    pipeline with no vectoriser and no unrolling instead of its O3 one: ba's ten kernels in
-    0.24 s of LLVM instead of 0.41 (0.62 in full), and its calls as fast as with O3 and no
-    loop vectoriser (2.9 ms against 2.5 in full); the unrolled copies of each loop were half of
-    the machine code to select instructions for. Every LLVM object it makes is its own and
-    closed here, so that a parallel one's calls through llvmlite need not wait for the others'
-    LLVM work (``_Turns.ours``)."""
+    pipeline instead of its O3 one, with no vectorisers, unrolling or interleaving: ba's eight
+    kernels without vmath in 0.21 s of LLVM against 0.52 in full (0.35 with O3 and no loop
+    vectoriser, the quick pipeline before), its calls as fast as on that (2.9 ms against 2.6 in
+    full): the unrolled copies of each loop were half of the machine code to select
+    instructions for. Every LLVM object it makes is its own and closed here, so that a parallel
+    one's calls through llvmlite need not wait for the others' LLVM work (``_Turns.ours``)."""
     objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
     t = time.perf_counter()
     with _turns().ours() if parallel else contextlib.nullcontext(), pace.unlocked():
@@ -272,7 +272,7 @@ def _assemble(ir_text, symbol, form, parallel, quick):
     context = ll.create_context()
     llmod = ll.parse_assembly(ir_text, context=context)
     pto = ll.create_pipeline_tuning_options(speed_level=1 if quick else 3)
-    pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = not quick
+    pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = not quick
     pb = ll.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     try:
