@@ -11,8 +11,9 @@ as a user's script sees them) and times every call of value and gradient, one af
 
 ngrad runs twice per case: ``cold`` (an empty kernel cache) and ``warm`` (the cache the cold run
 left). Columns: import (s), call 1, call 2 and the slowest of calls 3-5 (ms), the steady state
-(ms: for ngrad the median of five calls after ``ngrad.synchronize_compiles()``, for the others
-the median of the last half of the calls) and the time to steady state (s: from the first call
+(ms: the median of the last half of the calls; for ngrad, of the calls in the ``AFTER_S`` after
+``ngrad.synchronize_compiles()``, since its first few calls after the compiles vary by half
+between runs on two cores) and the time to steady state (s: from the first call
 until the first call within 1.5x the steady state, every call before counted; ngrad's calls go
 on after the timed ones for as long as it compiles, as a loop's would, and its second tier of
 machine code (``cpu.upgrade``) comes last: the quick tier's calls count where they are within
@@ -47,6 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # the slowest of many calls on a shared machine is several times the median for PyTorch too
 # (kmeans: 11x over 1,500 calls), so ngrad's slowest later call is set against theirs
 LATER_S = 1.0
+# ngrad's calls after its compiles, whose median's last half is its steady state
+AFTER_S = 0.3
 SYSTEMS = ("ngrad", "ngrad eager", "torch", "torch.compile", "jax")
 
 
@@ -171,12 +174,7 @@ def child(problem, size, system, calls):
         t = time.perf_counter()
         ngrad.synchronize_compiles()
         out["wait_s"] = time.perf_counter() - t
-        after = []
-        for _ in range(5):
-            t = time.perf_counter()
-            f(inputs)
-            after.append(time.perf_counter() - t)
-        out["after"] = after
+        out["after"] = _calls_while(f, inputs, lambda: True, AFTER_S)
     print(json.dumps(out))
 
 
@@ -193,7 +191,8 @@ def _summary(m):
     if "error" in m:
         return m
     ts = [t * 1e3 for t in m["times"]]
-    steady = statistics.median([t * 1e3 for t in m["after"]] if "after" in m else ts[len(ts) // 2 :])
+    last = m["after"] if "after" in m else m["times"]
+    steady = statistics.median([t * 1e3 for t in last[len(last) // 2 :]])
     every = ts + [t * 1e3 for t in m.get("more", ())]
     reach = next((i for i, t in enumerate(every) if t <= 1.5 * steady), None)
     # not reached by any call: all of them, and the wait for the compiles after them
