@@ -562,8 +562,10 @@ def test_a_scratch_array_that_cannot_be_allocated_raises_memory_error():
 
 def test_short_loops_are_vectorised_without_interleaving_and_give_the_same_results():
     """``_short_loops()`` (the bytecode loop's): every loop of the kernel carries LLVM's
-    interleave count 1, so its vectorised body reads each operand once per iteration instead of
-    in several interleaved copies; results are Python's and Numba's, which ignores the hint."""
+    interleave count 1, and the kernel goes through the "loops" pipeline (O1, the loop
+    vectoriser alone), so its one vectorised body reads each operand once per iteration instead
+    of in several interleaved and unrolled copies; results are Python's and Numba's, which
+    ignores the hint."""
     body = "    for i in range(x.shape[0]):\n        o[i] = x[i] * y[i] + 1.5\n"
     plain = HEADER + "def kernel(x, y, o):\n" + body
     short = HEADER + "def kernel(x, y, o):\n    _short_loops()\n" + body
@@ -576,9 +578,17 @@ def test_short_loops_are_vectorised_without_interleaving_and_give_the_same_resul
     def vector_loads(text):  # loads of whole vectors in the optimised IR
         return sum(1 for line in text.splitlines() if " = load <" in line)
 
-    assert vector_loads(llvm.compile(short, sig, "k_short", form="llvm")) < vector_loads(
-        llvm.compile(plain, sig, "k_plain", form="llvm")
-    )
+    assert vector_loads(llvm.compile(short, sig, "k_short", form="llvm")) == 2  # x[i:i+w], y[i:i+w]
+    assert vector_loads(llvm.compile(plain, sig, "k_plain", form="llvm")) > 2
+    # a loop no vectoriser takes (a recurrence): the full pipeline unrolls it, "loops" does not
+    recur = "def kernel(x, y, o):\n    _short_loops()\n    for i in range(1, x.shape[0]):\n"
+    recur = HEADER + recur + "        o[i] = o[i - 1] * x[i] + y[i]\n"
+    lowered = llvm.lower(recur, sig, "k_recur")
+
+    def scalar_loads(level):
+        return sum(" = load double" in ln for ln in llvm.assemble(lowered, form="llvm", level=level).splitlines())
+
+    assert scalar_loads("loops") <= 3 < 8 <= scalar_loads("full")  # x[i], y[i] (and o[i - 1]) once
     want, unhinted = np.zeros(103), np.zeros(103)
     _python(plain, (x, y, want))
     _emitted(plain, (x, y, unhinted))
@@ -592,7 +602,7 @@ def test_short_loops_are_vectorised_without_interleaving_and_give_the_same_resul
 
 
 def test_quick_machine_code_is_one_scalar_copy_of_each_loop_body_and_computes_the_same():
-    """``assemble(quick=True)`` (``cpu.quick_first``'s): LLVM's O1 pipeline without
+    """``assemble(level="quick")`` (``cpu.quick_first``'s): LLVM's O1 pipeline without
     vectorisers, unrolling or interleaving, so one scalar copy of each loop body where the full
     pipeline makes interleaved vector ones; both compute what Python does."""
     text = HEADER + "def kernel(x, y, o):\n    for i in range(x.shape[0]):\n        o[i] = x[i] * y[i] + 1.5\n"
@@ -601,7 +611,7 @@ def test_quick_machine_code_is_one_scalar_copy_of_each_loop_body_and_computes_th
     lowered = llvm.lower(text, sig, "k_quick")
 
     def loads(quick):  # loads of vectors and of single doubles in the optimised IR
-        lines = llvm.assemble(lowered, form="llvm", quick=quick).splitlines()
+        lines = llvm.assemble(lowered, form="llvm", level="quick" if quick else "full").splitlines()
         return sum(" = load <" in ln for ln in lines), sum(" = load double" in ln for ln in lines)
 
     assert loads(True) == (0, 2)  # x[i] and y[i], once each
@@ -610,7 +620,7 @@ def test_quick_machine_code_is_one_scalar_copy_of_each_loop_body_and_computes_th
     _python(text, (x, y, want))
     for quick in (True, False):
         got = np.zeros(103)
-        objects.make(*llvm.assemble(lowered, quick=quick))(x, y, got)
+        objects.make(*llvm.assemble(lowered, level="quick" if quick else "full"))(x, y, got)
         np.testing.assert_array_equal(got, want)  # no multiply-add fused: IEEE, as Python
 
 

@@ -253,7 +253,7 @@ def _emitted(kernel, sig):
     try:
         if quick:
             lowered = llvm.lower(kernel.text, sig, kernel.key, pace.step)
-            made = llvm.assemble(lowered, quick=True)
+            made = llvm.assemble(lowered, level="quick")
         else:
             made = llvm.compile(kernel.text, sig, kernel.key, pace.step)
     except llvm.Unsupported as e:
@@ -285,7 +285,7 @@ _quick = threading.local()  # ``quick_first``'s list on the thread warming a pla
 @contextlib.contextmanager
 def quick_first():
     """Within the block, the kernels ngrad's compiler makes on this thread are made quick
-    (``llvm.assemble(quick=True)``: LLVM's O1 pipeline, no vectorisers, unrolling or
+    (``llvm.assemble(level="quick")``: LLVM's O1 pipeline, no vectorisers, unrolling or
     interleaving; ba's eight such kernels in 0.21 s of LLVM against 0.52 in full), and listed
     in the list it yields, for ``upgrade`` to make again in full. A kernel with vmath inside
     (codegen's ``_wide_vectors()``), whose polynomials the vectoriser makes 2-7x faster, is made

@@ -216,7 +216,7 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
 
     ```
     """
-    return assemble(lower(text, sig, name, step), form, parallel)
+    return assemble(lower(text, sig, name, step), form, parallel, "loops" if "_short_loops()" in text else "full")
 
 
 def lower(text, sig, name, step=None):
@@ -250,33 +250,42 @@ def lower(text, sig, name, step=None):
     return text, symbol
 
 
-def assemble(lowered, form="object", parallel=False, quick=False):
+# LLVM's pipelines ``assemble`` runs: (speed level, loop vectoriser, SLP vectoriser, unrolling and
+# interleaving). "full": O3 and everything. "quick" (``cpu.quick_first``): O1 and none of them: ba's
+# eight kernels without vmath in 0.21 s of LLVM against 0.52 in full (0.35 with O3 and no loop
+# vectoriser, the quick pipeline before), its calls as fast as on that (2.9 ms against 2.6 in full):
+# the unrolled copies of each loop were half of the machine code to select instructions for.
+# "loops" (a kernel that says ``_short_loops()``: the bytecode loop): O1 with the loop vectoriser,
+# its rows' loops as fast as in full (ode's loop: 21 µs a call) in a sixth less LLVM time (ode's
+# loop of 15 operations 63 ms against 76, lstm's 154 against 189).
+LEVELS = {"full": (3, True, True, True), "quick": (1, False, False, False), "loops": (1, True, False, False)}
+
+
+def assemble(lowered, form="object", parallel=False, level="full"):
     """``compile``'s second half, LLVM's (each of its calls releases the interpreter's lock):
-    ``lower``'s IR optimised and made into ``(object_code, wrapper, env)``, or the text ``form``
-    names; ``parallel`` as for ``compile``. ``quick=True`` (``cpu.quick_first``) runs LLVM's O1
-    pipeline instead of its O3 one, with no vectorisers, unrolling or interleaving: ba's eight
-    kernels without vmath in 0.21 s of LLVM against 0.52 in full (0.35 with O3 and no loop
-    vectoriser, the quick pipeline before), its calls as fast as on that (2.9 ms against 2.6 in
-    full): the unrolled copies of each loop were half of the machine code to select
-    instructions for. Every LLVM object it makes is its own and closed here, so that a parallel
+    ``lower``'s IR optimised by the pipeline ``level`` names (``LEVELS``) and made into
+    ``(object_code, wrapper, env)``, or the text ``form`` names; ``parallel`` as for
+    ``compile``. Every LLVM object it makes is its own and closed here, so that a parallel
     one's calls through llvmlite need not wait for the others' LLVM work (``_Turns.ours``)."""
     objects.setup()  # LLVM's one-time set-up, never one of a parallel compile's own calls
     t = time.perf_counter()
     with _turns().ours() if parallel else contextlib.nullcontext(), pace.unlocked():
-        out = _assemble(*lowered, form, parallel, quick)
+        out = _assemble(*lowered, form, parallel, LEVELS[level])
     _state["last"] = (_state.get("lowered", 0.0), time.perf_counter() - t)
     return out
 
 
-def _assemble(ir_text, symbol, form, parallel, quick):
+def _assemble(ir_text, symbol, form, parallel, level):
     tm = objects.machine()  # for this CPU, as ``objects`` loads for
     # a context of its own: the worker thread, a call compiling in wait mode and Numba may all be
     # compiling at once (llvmlite runs one LLVM call at a time, but their modules would share
     # its global context between calls)
     context = ll.create_context()
     llmod = ll.parse_assembly(ir_text, context=context)
-    pto = ll.create_pipeline_tuning_options(speed_level=1 if quick else 3)
-    pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = not quick
+    speed, loops, slp, unroll = level
+    pto = ll.create_pipeline_tuning_options(speed_level=speed)
+    pto.loop_vectorization, pto.slp_vectorization = loops, slp
+    pto.loop_unrolling = pto.loop_interleaving = unroll
     pb = ll.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     try:
