@@ -217,6 +217,24 @@ def test_math_and_the_vectorisable_helpers_match_numba_and_python():
         np.testing.assert_allclose(got[len(vmath.FUNCTIONS) + k], eval(f, {"math": np, "np": np})(x), rtol=1e-15)
 
 
+def test_kernels_with_vmath_go_through_the_vmath_pipeline_and_compute_what_the_full_one_does():
+    """A kernel saying ``_wide_vectors()`` is made with LLVM's "vmath" pipeline (O1 with the loop
+    vectoriser, no SLP vectoriser): vectorised, and bit for bit what the full pipeline makes."""
+    body = "    for i in range(x.shape[0]):\n        o[i] = _vexp(x[i]) * x[i] - _vlog(x[i] + 4.0)\n"
+    text = HEADER + "def kernel(x, o):\n    _wide_vectors()\n" + body
+    assert llvm.level_of(text) == "vmath"
+    assert llvm.level_of(HEADER + "def kernel(x, o):\n" + body) == "full"
+    x = np.linspace(-3.0, 3.0, 1001)
+    lowered = llvm.lower(text, objects.signature((x, np.zeros_like(x))), "k_vmath")
+    assert " = load <" in llvm.assemble(lowered, form="llvm", level="vmath")
+    outs = []
+    for level in ("vmath", "full"):
+        outs.append(np.zeros_like(x))
+        objects.make(*llvm.assemble(lowered, level=level))(x, outs[-1])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], np.exp(x) * x - np.log(x + 4.0), rtol=1e-14)
+
+
 # random expressions over int64 and float64 variables, run by Python and by the compiler
 _names = st.sampled_from(["x", "y", "k", "m", "1.5", "2", "np.float64(-0.25)", "np.int64(3)"])
 

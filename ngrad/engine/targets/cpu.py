@@ -336,7 +336,7 @@ def upgrade(listed):
     for kernel, sig, lowered in listed:
         t = time.perf_counter()
         try:
-            made = llvm.assemble(lowered)
+            made = llvm.assemble(lowered, level=llvm.level_of(kernel.text))
         except Exception:  # noqa: BLE001  (the quick machine code stays, and is correct)
             continue
         f = objects.make(*made)

@@ -216,7 +216,12 @@ def compile(text, sig, name, step=None, form="object", parallel=False):
 
     ```
     """
-    return assemble(lower(text, sig, name, step), form, parallel, "loops" if "_short_loops()" in text else "full")
+    return assemble(lower(text, sig, name, step), form, parallel, level_of(text))
+
+
+def level_of(text):
+    """The pipeline (``LEVELS``) a kernel's text is made with in full."""
+    return "loops" if "_short_loops()" in text else "vmath" if "_wide_vectors()" in text else "full"
 
 
 def lower(text, sig, name, step=None):
@@ -257,8 +262,16 @@ def lower(text, sig, name, step=None):
 # the unrolled copies of each loop were half of the machine code to select instructions for.
 # "loops" (a kernel that says ``_short_loops()``: the bytecode loop): O1 with the loop vectoriser,
 # its rows' loops as fast as in full (ode's loop: 21 µs a call) in a sixth less LLVM time (ode's
-# loop of 15 operations 63 ms against 76, lstm's 154 against 189).
-LEVELS = {"full": (3, True, True, True), "quick": (1, False, False, False), "loops": (1, True, False, False)}
+# loop of 15 operations 63 ms against 76, lstm's 154 against 189). "vmath" (a kernel that says
+# ``_wide_vectors()``: vmath inside): O1 with the loop vectoriser, unrolling and interleaving, no
+# SLP vectoriser; its calls as fast as in full (gmm, mlp, lse, lj, chain, the example: within
+# run-to-run noise) in an eighth less LLVM time (gmm's four such kernels 156 ms against 182).
+LEVELS = {
+    "full": (3, True, True, True),
+    "quick": (1, False, False, False),
+    "loops": (1, True, False, False),
+    "vmath": (1, True, False, True),
+}
 
 
 def assemble(lowered, form="object", parallel=False, level="full"):
