@@ -114,7 +114,7 @@ def _encoded_elsewhere(tape, policy):
 def _serve_early(tape):
     # the worker's head start (``background.submit``'s ``early``): the child starts while the
     # calls go first, unless the encoding is on disk and no child is needed (ode's kernels came
-    # 0.05 s sooner, its calls meanwhile as slow as without)
+    # 0.05 s sooner, its calls meanwhile as fast as without)
     name = bytecode.plan_name(tape)
     if name is not None and not has_plan(name):
         start_server()

@@ -42,7 +42,7 @@ from . import objects
 from .emit import F64, I8, I32, I64, MEM, PTR, REG, Array, Emitter
 from .kernel_types import Unsupported, arg_type
 
-__all__ = ["compile", "lower", "assemble", "Unsupported", "usable", "phases"]
+__all__ = ["compile", "lower", "assemble", "level_of", "LEVELS", "Unsupported", "usable", "phases"]
 
 
 class _Function(Emitter):
