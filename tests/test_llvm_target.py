@@ -642,6 +642,28 @@ def test_quick_machine_code_is_one_scalar_copy_of_each_loop_body_and_computes_th
         np.testing.assert_array_equal(got, want)  # no multiply-add fused: IEEE, as Python
 
 
+def test_a_loop_saying_independent_is_vectorised_without_overlap_checks():
+    """``_independent()`` first in a loop's body (the bytecode loop's flat row loops): its array
+    accesses form an access group the loop declares parallel, so LLVM vectorises it with no
+    runtime check that the arrays overlap; results are Python's, and Numba's, which ignores it."""
+
+    def text(hint):
+        body = "    for i in range(x.shape[0]):\n" + ("        _independent()\n" if hint else "")
+        return HEADER + "def kernel(x, y, o):\n" + body + "        o[i] = x[i] * y[i] + 1.5\n"
+
+    x, y = np.linspace(-2.0, 2.0, 103), np.linspace(1.0, 3.0, 103)
+    sig = objects.signature((x, y, np.zeros(103)))
+    plain, hinted = (llvm.compile(text(h), sig, f"k_indep{h}", form="llvm") for h in (False, True))
+    assert "vector.memcheck" in plain and "llvm.access.group" not in plain
+    assert "vector.memcheck" not in hinted and "llvm.loop.parallel_accesses" in hinted and " = load <" in hinted
+    want = np.zeros(103)
+    _python(text(False), (x, y, want))
+    for run in (_emitted, _numba):
+        got = np.zeros(103)
+        run(text(True), (x, y, got))
+        np.testing.assert_array_equal(got, want)
+
+
 def _machine_code(text):
     """``text``'s LLVM IR optimised for this CPU, as assembly without the names LLVM keeps."""
     import re

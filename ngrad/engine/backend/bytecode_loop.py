@@ -58,13 +58,19 @@ def _at(base, index="i"):
 
 
 _SRC, _DST = _at("p", "i3 * t3"), _at("q", "i3 * d3")
+# the first line of a flat loop over a row's windows: its iterations are independent, since a
+# row's result window is placed before its operands' are freed (``bytecode._result_window``):
+# apart from each other, or the very same window. ngrad's compiler then vectorises the loop
+# without LLVM's runtime overlap checks (ode's loop: a fifth less LLVM time). The strided
+# loops (``_ND``: a reduction's inner loop adds into one element) and matmul's are not marked.
+_FREE = "    _independent()"
 _COMBINE = {
     "sum": [f"{_DST} += {_SRC}"],
     "prod": [f"{_DST} *= {_SRC}"],
     "amax": [f"v = {_SRC}", f"if v > {_DST} or v != v:", f"    {_DST} = v"],
     "amin": [f"v = {_SRC}", f"if v < {_DST} or v != v:", f"    {_DST} = v"],
 }
-_FILL = ["v = vals[k]", "for i in range(n):", f"    {_at('o')} = v"]
+_FILL = ["v = vals[k]", "for i in range(n):", _FREE, f"    {_at('o')} = v"]
 _OPERAND = re.compile(r"\b([xyz])\[i\]")
 
 
@@ -72,36 +78,43 @@ def _branch(op, dt):
     """The lines running one operation (indented under its ``if op == ...``)."""
     zero = typed(0, dt)
     if op == "copy":
-        return ["for i in range(n):", f"    {_at('o')} = {_at('a')}"]
+        return ["for i in range(n):", _FREE, f"    {_at('o')} = {_at('a')}"]
     if op == "accumulate":  # rows: x at a (maybe the result's own window) plus a window of c
         # elements at b, added from code[k, 6] on
         return [
             "if o != a:",
             "    for i in range(n):",
+            "    " + _FREE,
             f"        {_at('o')} = {_at('a')}",
             "w = o + code[k, 6]",
             "for i in range(c):",
+            _FREE,
             f"    {_at('w')} += {_at('b')}",
         ]
     if op == "pad":  # rows: zeros around the window that starts at b and is c long
         return [
             "for i in range(b):",
+            _FREE,
             f"    {_at('o')} = {zero}",
             "for i in range(b + c, n):",
+            _FREE,
             f"    {_at('o')} = {zero}",
         ]
     if op == "place":  # rows: the window starts at b and is c long
         return [
             "for i in range(b):",
+            _FREE,
             f"    {_at('o')} = {zero}",
             "w = o + b",
             "for i in range(c):",
+            _FREE,
             f"    {_at('w')} = {_at('a')}",
             "for i in range(b + c, n):",
+            _FREE,
             f"    {_at('o')} = {zero}",
         ]
     if op == "spread":
-        return ["v = f[a]", "for i in range(n):", f"    {_at('o')} = v"]
+        return ["v = f[a]", "for i in range(n):", _FREE, f"    {_at('o')} = v"]
     if op in ("const", "fill"):
         return _FILL
     if op == "move":
@@ -161,7 +174,7 @@ def _elementwise(dtypes, assign, text):
     windows at a, b, c) or, for a dtype marked "*", as ``x`` (the one element there)."""
     lines = [f"{v} = f[{w}]" for v, w, d in zip("xyz", "abc", dtypes) if d.endswith("*")]
     text = _OPERAND.sub(lambda m: _at("abc"["xyz".index(m.group(1))]), text)
-    return lines + ["for i in range(n):", f"    {_at('o')} {assign} {text}"]
+    return lines + ["for i in range(n):", _FREE, f"    {_at('o')} {assign} {text}"]
 
 
 @functools.lru_cache(maxsize=64)

@@ -146,6 +146,7 @@ class Emitter(Typer):
     """Statements and expressions of a typed kernel as LLVM IR (see the module's contract)."""
 
     short_loops = False  # the kernel said ``_short_loops()``: its loops are not interleaved
+    group = None  # the access group of the loop being emitted whose body says ``_independent()``
 
     # statements
 
@@ -200,6 +201,8 @@ class Emitter(Typer):
                 set.add(self.function.attributes, '"prefer-vector-width"="512"')
             elif hint == "_short_loops":
                 self.short_loops = True
+            elif hint == "_independent":  # read by ``_range_loop``
+                pass
             elif not isinstance(v, ast.Constant):
                 self.ex(v)
         elif isinstance(s, ast.Return):
@@ -359,12 +362,22 @@ class Emitter(Typer):
         b.cbranch(b.icmp_signed("<" if step > 0 else ">", i, stop), body, after)
         b.position_at_end(body)
         self._store_name(s.target.id, ("i64", i))
+        outer = self.group
+        # ``_independent()`` first in the body: no iteration reads what another writes, so the
+        # loop's array accesses need no overlap checks before LLVM vectorises it
+        first = s.body[0] if s.body else None
+        independent = isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
+        independent = independent and getattr(first.value.func, "id", None) == "_independent"
+        self.group = self.module.access_group() if independent else None
         self._flow(s.body, incr, loop=(incr, after))
+        group, self.group = self.group, outer
         b.position_at_end(incr)
         b.store(b.add(b.load(counter), ir.Constant(I64, step), flags=["nsw"]), counter)
         b.branch(cond)
-        if self.short_loops:
-            b.loop_hint(self.module.loop_id([("llvm.loop.interleave.count", 1)]))
+        hints = [("llvm.loop.interleave.count", 1)] if self.short_loops else []
+        hints += [("llvm.loop.parallel_accesses", group)] if group else []
+        if hints:
+            b.loop_hint(self.module.loop_id(hints))
         b.position_at_end(after)
 
     def _tuple_loop(self, s):
@@ -434,12 +447,12 @@ class Emitter(Typer):
         return names
 
     def _load(self, addr, t):
-        v = self.b.load(addr)
+        v = self.b.load(addr, self.group)
         return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if t == "b" else v
 
     def _store_at(self, addr, t, tv):
         v = self._cast(tv[1], tv[0], t)
-        self.b.store(self.b.zext(v, I8) if t == "b" else v, addr)
+        self.b.store(self.b.zext(v, I8) if t == "b" else v, addr, self.group)
 
     # expressions: (type, value)
 

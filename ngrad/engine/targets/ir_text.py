@@ -176,12 +176,22 @@ class Module:
         return Value(_PTR, f'@"{name}"')
 
     def loop_id(self, hints):
-        """Metadata naming a loop for LLVM's loop passes, with ``(name, i32 value)`` hints: a node
-        of its own whose first operand is itself, as LLVM takes one."""
+        """Metadata naming a loop for LLVM's loop passes, with ``(name, value)`` hints (an int, or
+        a metadata node's name such as an access group's): a node of its own whose first operand
+        is itself, as LLVM takes one."""
         k = len(self.metadata)
         props = [f"!{k + 1 + j}" for j in range(len(hints))]
         self.metadata.append(f"!{k} = distinct !{{!{k}{''.join(', ' + p for p in props)}}}")
-        self.metadata += [f'!{k + 1 + j} = !{{!"{n}", i32 {v}}}' for j, (n, v) in enumerate(hints)]
+        self.metadata += [
+            f'!{k + 1 + j} = !{{!"{n}", {v if isinstance(v, str) else f"i32 {v}"}}}' for j, (n, v) in enumerate(hints)
+        ]
+        return f"!{k}"
+
+    def access_group(self):
+        """A new access group: loads and stores marked with it (``load``, ``store``) are the ones a
+        loop's ``llvm.loop.parallel_accesses`` says no other iteration depends on."""
+        k = len(self.metadata)
+        self.metadata.append(f"!{k} = distinct !{{}}")
         return f"!{k}"
 
     def __str__(self):
@@ -364,12 +374,14 @@ class IRBuilder:
         self.block.lines.append(f"  {ref} = alloca {t.text}")
         return Value(t.as_pointer(), ref)
 
-    def load(self, p):
+    def load(self, p, group=None):
+        """``group``: the access group (``Module.access_group``) the load belongs to."""
         t = p.type.pointee
-        return self._def(t, f"load {t.text}, ptr {p.ref}")
+        return self._def(t, f"load {t.text}, ptr {p.ref}" + (f", !llvm.access.group {group}" if group else ""))
 
-    def store(self, v, p):
-        self.block.lines.append(f"  store {v.type.text} {v.ref}, ptr {p.ref}")
+    def store(self, v, p, group=None):
+        tail = f", !llvm.access.group {group}" if group else ""
+        self.block.lines.append(f"  store {v.type.text} {v.ref}, ptr {p.ref}{tail}")
 
     def gep(self, p, indices, inbounds=False):
         t = p.type.pointee

@@ -335,7 +335,7 @@ class Typer:
                 if a != b or a not in FLOATS:
                     raise Unsupported("_fmax of mixed types")
                 return a
-            if name in ("_wide_vectors", "_short_loops") and not args:
+            if name in ("_wide_vectors", "_short_loops", "_independent") and not args:
                 return None
             raise Unsupported(f"call of {name}")
         if attr is None:

@@ -112,6 +112,17 @@ def _short_loops(typingctx):
     return types.none(), codegen
 
 
+@intrinsic
+def _independent(typingctx):
+    """A hint for ngrad's own compiler (``emit``): the loop whose body starts with it has no
+    iteration that reads what another writes; Numba compiles the loop as it is."""
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
 def _complex_divide(a, b):
     """NumPy's complex division (Smith's method; a zero divisor gives each part divided by +0.0,
     inf or nan), where Numba's ``a / b`` raises ZeroDivisionError: a kernel computing both sides
@@ -133,7 +144,11 @@ def _complex_divide(a, b):
 # must bump store.CODEGEN_VERSION: the kernel cache folder is versioned by it.
 HELPERS = {name: _helper(fn) for name, fn in vmath.FUNCTIONS.items()}
 HELPERS.update(
-    _fmax=_extreme("llvm.maxnum"), _fmin=_extreme("llvm.minnum"), _wide_vectors=_wide_vectors, _short_loops=_short_loops
+    _fmax=_extreme("llvm.maxnum"),
+    _fmin=_extreme("llvm.minnum"),
+    _wide_vectors=_wide_vectors,
+    _short_loops=_short_loops,
+    _independent=_independent,
 )
 HELPERS["_cdiv"] = numba.njit(inline="always", nogil=True, error_model="numpy", fastmath={"reassoc"})(_complex_divide)
 
