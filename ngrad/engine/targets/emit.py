@@ -32,9 +32,12 @@ from .kernel_types import (
     const_type,
     constant_int,
     float_of,
+    hint,
     indices,
+    names,
     np_attr,
     numeric,
+    statements,
 )
 
 __all__ = ["Emitter", "Array", "ACCUMULATE", "REG", "MEM", "PTR", "F32", "F64", "I64", "I32", "I8", "I1"]
@@ -72,64 +75,6 @@ _INT_OPS = {
     ast.LShift: "shl",
     ast.RShift: "ashr",
 }
-
-
-def _statements(body):
-    """Every statement of ``body``, those inside loops and branches included."""
-    todo = list(reversed(body))
-    while todo:
-        s = todo.pop()
-        yield s
-        if isinstance(s, (ast.For, ast.While, ast.If)):
-            todo += reversed(s.orelse)
-            todo += reversed(s.body)
-
-
-# the fields holding the nodes inside each kind of node a kernel's expressions and simple
-# statements are made of: ``ast.walk`` finds them through every field of every node, and three of
-# its walks were a fifth of lowering ba's largest kernel
-_CHILDREN = {
-    ast.BinOp: ("left", "right"),
-    ast.UnaryOp: ("operand",),
-    ast.BoolOp: ("values",),
-    ast.Compare: ("left", "comparators"),
-    ast.Call: ("func", "args", "keywords"),
-    ast.keyword: ("value",),
-    ast.IfExp: ("test", "body", "orelse"),
-    ast.Attribute: ("value",),
-    ast.Subscript: ("value", "slice"),
-    ast.Slice: ("lower", "upper", "step"),
-    ast.Tuple: ("elts",),
-    ast.List: ("elts",),
-    ast.Constant: (),
-    ast.Assign: ("targets", "value"),
-    ast.AugAssign: ("target", "value"),
-    ast.Expr: ("value",),
-    ast.Return: ("value",),
-}
-
-
-def _names(node, ctx):
-    """The names ``node`` reads (``ctx`` ``ast.Load``) or binds (``ast.Store``), anywhere in it."""
-    out, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        kind = n.__class__
-        if kind is ast.Name:
-            if n.ctx.__class__ is ctx:
-                out.add(n.id)
-            continue
-        fields = _CHILDREN.get(kind)
-        if fields is None:
-            todo.extend(ast.iter_child_nodes(n))
-            continue
-        for f in fields:
-            v = getattr(n, f)
-            if v.__class__ is list:
-                todo += v
-            elif v is not None:
-                todo.append(v)
-    return out
 
 
 class Array:
@@ -193,18 +138,15 @@ class Emitter(Typer):
             self.nested -= 1
             b.position_at_end(after)
         elif isinstance(s, ast.Expr):
-            v = s.value
-            hint = v.func.id if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) else None
-            if hint == "_wide_vectors":
+            said = hint(s)
+            if said == "_wide_vectors":
                 # LLVM tunes AVX-512 server cores to 256-bit vectors; vmath's polynomials run 1.2-1.7x
                 # faster at 512 (see njit._wide_vectors)
                 set.add(self.function.attributes, '"prefer-vector-width"="512"')
-            elif hint == "_short_loops":
+            elif said == "_short_loops":
                 self.short_loops = True
-            elif hint == "_independent":  # read by ``_range_loop``
-                pass
-            elif not isinstance(v, ast.Constant):
-                self.ex(v)
+            elif said != "_independent" and not isinstance(s.value, ast.Constant):  # that one: _range_loop
+                self.ex(s.value)
         elif isinstance(s, ast.Return):
             b.branch(self.exit)
         elif isinstance(s, ast.Break):
@@ -247,7 +189,7 @@ class Emitter(Typer):
         """How many statements bind each name (a loop's target counts once; a store into an
         array's element binds nothing)."""
         counts: dict = {}
-        for n in _statements(self.fn.body):
+        for n in statements(self.fn.body):
             todo = (
                 list(n.targets)
                 if isinstance(n, ast.Assign)
@@ -288,10 +230,10 @@ class Emitter(Typer):
         once, bad = self._assignments, set()
 
         def loads(node):
-            return _names(node, ast.Load)
+            return names(node, ast.Load)
 
         def bound(target):
-            return _names(target, ast.Store)
+            return names(target, ast.Store)
 
         def block(stmts, seen):
             seen = set(seen)
@@ -362,15 +304,12 @@ class Emitter(Typer):
         b.cbranch(b.icmp_signed("<" if step > 0 else ">", i, stop), body, after)
         b.position_at_end(body)
         self._store_name(s.target.id, ("i64", i))
-        outer = self.group
-        # ``_independent()`` first in the body: no iteration reads what another writes, so the
-        # loop's array accesses need no overlap checks before LLVM vectorises it
-        first = s.body[0] if s.body else None
-        independent = isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
-        independent = independent and getattr(first.value.func, "id", None) == "_independent"
-        self.group = self.module.access_group() if independent else None
+        # ``_independent()`` first in the body: no iteration reads what another writes, so the loop's
+        # array accesses join an access group it declares parallel (LLVM checks no overlap then)
+        group = self.module.access_group() if s.body and hint(s.body[0]) == "_independent" else None
+        outer, self.group = self.group, group
         self._flow(s.body, incr, loop=(incr, after))
-        group, self.group = self.group, outer
+        self.group = outer
         b.position_at_end(incr)
         b.store(b.add(b.load(counter), ir.Constant(I64, step), flags=["nsw"]), counter)
         b.branch(cond)
@@ -436,7 +375,7 @@ class Emitter(Typer):
         """The names of ``range`` loops' variables that count up from a literal >= 0 and are
         bound nowhere else."""
         once, names = self._assignments, set()
-        for s in _statements(self.fn.body):
+        for s in statements(self.fn.body):
             if isinstance(s, ast.For) and isinstance(s.target, ast.Name) and once.get(s.target.id) == 1:
                 it = s.iter
                 if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":

@@ -22,9 +22,12 @@ __all__ = [
     "const_type",
     "constant_int",
     "float_of",
+    "hint",
     "indices",
+    "names",
     "np_attr",
     "numeric",
+    "statements",
     "unify",
     "CONSTANTS",
     "FLOATS",
@@ -370,6 +373,70 @@ class Typer:
                 raise Unsupported(f"{name} of integers")
             return t
         raise Unsupported(f"call of {mod}.{name}")
+
+
+def statements(body):
+    """Every statement of ``body``, those inside loops and branches included."""
+    todo = list(reversed(body))
+    while todo:
+        s = todo.pop()
+        yield s
+        if isinstance(s, (ast.For, ast.While, ast.If)):
+            todo += reversed(s.orelse)
+            todo += reversed(s.body)
+
+
+# the fields holding the nodes inside each kind of node a kernel's expressions and simple
+# statements are made of: ``ast.walk`` finds them through every field of every node, and three of
+# its walks were a fifth of lowering ba's largest kernel
+_CHILDREN = {
+    ast.BinOp: ("left", "right"),
+    ast.UnaryOp: ("operand",),
+    ast.BoolOp: ("values",),
+    ast.Compare: ("left", "comparators"),
+    ast.Call: ("func", "args", "keywords"),
+    ast.keyword: ("value",),
+    ast.IfExp: ("test", "body", "orelse"),
+    ast.Attribute: ("value",),
+    ast.Subscript: ("value", "slice"),
+    ast.Slice: ("lower", "upper", "step"),
+    ast.Tuple: ("elts",),
+    ast.List: ("elts",),
+    ast.Constant: (),
+    ast.Assign: ("targets", "value"),
+    ast.AugAssign: ("target", "value"),
+    ast.Expr: ("value",),
+    ast.Return: ("value",),
+}
+
+
+def hint(s):
+    """The name of the hint statement ``s`` calls (``_short_loops()``...), else None."""
+    v = s.value if isinstance(s, ast.Expr) else None
+    return v.func.id if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) else None
+
+
+def names(node, ctx):
+    """The names ``node`` reads (``ctx`` ``ast.Load``) or binds (``ast.Store``), anywhere in it."""
+    out, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        kind = n.__class__
+        if kind is ast.Name:
+            if n.ctx.__class__ is ctx:
+                out.add(n.id)
+            continue
+        fields = _CHILDREN.get(kind)
+        if fields is None:
+            todo.extend(ast.iter_child_nodes(n))
+            continue
+        for f in fields:
+            v = getattr(n, f)
+            if v.__class__ is list:
+                todo += v
+            elif v is not None:
+                todo.append(v)
+    return out
 
 
 def indices(s):
