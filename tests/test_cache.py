@@ -177,6 +177,7 @@ def test_debug_level_3_breaks_a_compile_into_its_phases(tmp_path, compiler, phas
     err = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
     assert "ngrad: planned" in err and "fusion and source of" in err
     assert phases in err and "LLVM" in err  # the compiler's own timers of the first compile
+    assert compiler != "llvm" or "LLVM's vmath pipeline" in err  # which pipeline made sin's kernel
     again = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True).stderr
     assert "loaded from the disk cache" in again
 

@@ -209,13 +209,14 @@ class Kernel:
         stats["compiled" if compiled else "loaded"] += 1
         if debug_level() >= 3:
             if how == "emitted":
+                from .llvm import level_of
                 from .llvm import phases as emitted
 
                 front, back = emitted()
-                said = f"compiled by ngrad's emitter in {spent * 1e3:.1f} ms "
-                said += f"(typing and IR {front * 1e3:.1f} ms, LLVM {back * 1e3:.1f} ms)"
-                if any(k is self for k, _, _ in getattr(_quick, "listed", None) or ()):
-                    said += ", quick until upgraded"
+                quick = any(k is self for k, _, _ in getattr(_quick, "listed", None) or ())
+                said = f"compiled by ngrad's emitter in {spent * 1e3:.1f} ms (typing and IR "
+                said += f"{front * 1e3:.1f} ms, LLVM's {'quick' if quick else level_of(self.text)} pipeline "
+                said += f"{back * 1e3:.1f} ms)" + (", quick until upgraded" if quick else "")
             elif how:
                 said = f"{how} in {spent * 1e3:.1f} ms"
             else:  # Numba made it: imported already (importing it for a loaded kernel took 0.4 s)
