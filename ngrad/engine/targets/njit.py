@@ -102,20 +102,10 @@ def _wide_vectors(typingctx):
 
 
 @intrinsic
-def _short_loops(typingctx):
-    """A hint for ngrad's own compiler (``emit``: its loops vectorised without interleaving, see
-    ``backend/bytecode_loop.py``); Numba runs its own pipeline on the kernel, unchanged."""
-
-    def codegen(context, builder, signature, args):
-        return context.get_dummy_value()
-
-    return types.none(), codegen
-
-
-@intrinsic
-def _independent(typingctx):
-    """A hint for ngrad's own compiler (``emit``): the loop whose body starts with it has no
-    iteration that reads what another writes; Numba compiles the loop as it is."""
+def _ignored(typingctx):
+    """The hints only ngrad's own compiler reads (``emit``): ``_short_loops()`` (loops vectorised
+    without interleaving, see ``backend/bytecode_loop.py``) and ``_independent()`` (no iteration
+    of the loop reads what another writes). Numba runs its own pipeline on the kernel, unchanged."""
 
     def codegen(context, builder, signature, args):
         return context.get_dummy_value()
@@ -147,8 +137,8 @@ HELPERS.update(
     _fmax=_extreme("llvm.maxnum"),
     _fmin=_extreme("llvm.minnum"),
     _wide_vectors=_wide_vectors,
-    _short_loops=_short_loops,
-    _independent=_independent,
+    _short_loops=_ignored,
+    _independent=_ignored,
 )
 HELPERS["_cdiv"] = numba.njit(inline="always", nogil=True, error_model="numpy", fastmath={"reassoc"})(_complex_divide)
 
